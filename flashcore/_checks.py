@@ -1,0 +1,75 @@
+"""Input checks shared by the launchers: clear PyTorch-style errors before any Triton code runs."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def interpreter_enabled() -> bool:
+    """True when Triton was told to interpret kernels (read when @triton.jit decorates)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def on_interpreter(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu"
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
+    """Validate (B, Hq, Sq, D) / (B, Hkv, Sk, D) attention inputs; raise on anything the
+    kernels do not compute correctly."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
+    if not (q.dim() == k.dim() == v.dim() == 4):
+        raise ValueError(
+            "expected q, k, v to be 4-D (batch, heads, seq_len, head_dim), got "
+            f"{q.dim()}-D, {k.dim()}-D, {v.dim()}-D")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(
+            "expected q, k, v to have the same dtype, got "
+            f"{_dtype_name(q)}, {_dtype_name(k)}, {_dtype_name(v)}")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"expected q, k, v to be float16, bfloat16 or float32, got {_dtype_name(q)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"expected q, k, v on the same device, got {q.device}, {k.device}, {v.device}")
+    if q.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"expected CUDA tensors (or CPU under the Triton interpreter), got {q.device}")
+    if q.device.type == "cpu":
+        if not interpreter_enabled():
+            raise RuntimeError(
+                "CPU tensors run only under the Triton interpreter: set TRITON_INTERPRET=1 "
+                "before importing flashcore (or move the tensors to a CUDA device)")
+        if q.dtype == torch.bfloat16:
+            raise TypeError(
+                "bfloat16 is not supported on CPU: the Triton interpreter's bfloat16 dot "
+                "returns wrong results; use float16 or float32, or a CUDA device")
+    if k.shape != v.shape:
+        raise ValueError(f"expected k and v to have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"expected q, k, v to have the same batch size, got {q.shape[0]} and {k.shape[0]}")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"expected q and k to have the same head_dim, got {q.shape[3]} and {k.shape[3]}")
+    head_dim = q.shape[3]
+    if not 1 <= head_dim <= max_head_dim:
+        raise ValueError(f"head_dim must be in [1, {max_head_dim}], got {head_dim}")
+    num_q_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_kv_heads == 0 and num_q_heads != 0:
+        raise ValueError(f"expected at least one key/value head for {num_q_heads} query heads")
+    if num_kv_heads and num_q_heads % num_kv_heads != 0:
+        raise ValueError(
+            "expected the number of query heads to be a multiple of the number of key/value "
+            f"heads (GQA/MQA), got Hq={num_q_heads}, Hkv={num_kv_heads}")
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise RuntimeError(
+            "flashcore attention is forward-only (no backward); call it under "
+            "torch.no_grad() / torch.inference_mode() or detach the inputs")

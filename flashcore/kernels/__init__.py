@@ -1,0 +1,1 @@
+"""Triton kernels, one concern per file, each with its launcher."""

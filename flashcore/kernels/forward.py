@@ -1,0 +1,284 @@
+"""Forward attention (prefill / full attention): causal, GQA/MQA, any S, any head dim <= 256.
+
+One program computes one BLOCK_M-row tile of the output for one (batch, query head):
+
+    for each BLOCK_N tile of keys the tile may see:
+        s   = (q @ k^T) * scale * log2(e)            # fp32, tensor cores
+        m'  = max(m, rowmax(s))                      # running max (stability)
+        p   = exp2(s - m')                           # <= 1, cannot overflow
+        l   = l * exp2(m - m') + rowsum(p)           # running denominator
+        acc = acc * exp2(m - m') + p @ v             # running numerator
+    out = acc / l
+
+This is FlashAttention-2's online softmax; notebooks/01_derivation.ipynb derives it step by
+step. The key loop is split in two phases so the common case carries no mask arithmetic:
+tiles that every row of the query tile sees in full run unmasked; only the tiles that cross
+the causal diagonal or the end of the keys apply a mask.
+
+Causal alignment. Query row i may see key j iff j <= i + causal_offset, where
+causal_offset = 0 is SDPA's top-left alignment (``is_causal=True``) and
+causal_offset = Sk - Sq is the bottom-right alignment of a KV cache / chunked prefill (the
+queries are the last Sq positions). With bottom-right and Sq > Sk the first Sq - Sk rows see
+no key at all; they return zeros (and log-sum-exp -inf), never NaN.
+
+Not supported: backward, dropout, arbitrary masks/bias, head dims above 256, different
+head dims for q/k and v. ``attention`` raises a ValueError / TypeError for each.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .._checks import check_attention_inputs, on_interpreter
+
+LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
+MAX_HEAD_DIM = 256
+
+
+@triton.jit
+def _attend_key_tiles(
+    acc, l_i, m_i, q,
+    k_ptrs, v_ptrs, stride_kn, stride_vn,
+    offs_m, offs_n, offs_d,
+    key_lo, key_hi, seqlen_k, causal_offset, qk_scale,
+    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
+    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, FP32_IEEE: tl.constexpr,
+):
+    """Fold key tiles [key_lo, key_hi) into the running (acc, l_i, m_i) of one query tile.
+
+    key_lo is a multiple of BLOCK_N. With APPLY_MASK=False every key in the range is
+    in bounds and visible to every row (the caller guarantees it), so no mask is built.
+    """
+    d_mask = offs_d[None, :] < HEAD_DIM  # all-true unless the head dim is padded
+    for start_n in range(key_lo, key_hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        kv_offsets = start_n.to(tl.int64)
+        # K and V tiles, (BLOCK_N, HEAD_DIM_PADDED); out-of-range rows/cols read as 0.
+        if APPLY_MASK:
+            kv_mask = (cols[:, None] < seqlen_k) & d_mask
+            k = tl.load(k_ptrs + kv_offsets * stride_kn, mask=kv_mask, other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PADDED:
+            k = tl.load(k_ptrs + kv_offsets * stride_kn, mask=d_mask, other=0.0)
+        else:
+            k = tl.load(k_ptrs + kv_offsets * stride_kn)
+
+        if FP32_IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * qk_scale  # softmax scale and log2(e) in one multiply: exp2 below
+
+        if APPLY_MASK:
+            visible = cols[None, :] < seqlen_k
+            if IS_CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            s = tl.where(visible, s, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
+        # exp2(-inf - -inf) = NaN out of p and alpha (both become exactly 0).
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+
+        if APPLY_MASK:
+            v = tl.load(v_ptrs + kv_offsets * stride_vn, mask=kv_mask, other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PADDED:
+            v = tl.load(v_ptrs + kv_offsets * stride_vn, mask=d_mask, other=0.0)
+        else:
+            v = tl.load(v_ptrs + kv_offsets * stride_vn)
+        if FP32_IEEE:
+            acc = tl.dot(p, v, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc)  # fp16/bf16 operands, fp32 accumulator
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    Q, K, V, Out, Lse,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, FP32_IEEE: tl.constexpr,
+):
+    # 1-D grid: the query-tile index varies fastest, so programs running together share
+    # one head's K/V in L2; a 1-D grid also has no 65535 limit on batch * heads.
+    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    tile_m = pid % num_m_tiles
+    if IS_CAUSAL:
+        tile_m = num_m_tiles - 1 - tile_m  # heaviest (longest-row) tiles start first
+    batch_head = pid // num_m_tiles
+    batch = batch_head // num_q_heads
+    q_head = batch_head % num_q_heads
+    kv_head = q_head // gqa_group_size  # GQA/MQA: a group of query heads shares one KV head
+
+    # int64 before multiplying by strides: offsets past 2^31 elements stay exact.
+    q_base = Q + batch.to(tl.int64) * stride_qz + q_head.to(tl.int64) * stride_qh
+    k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
+    v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
+    o_base = Out + batch.to(tl.int64) * stride_oz + q_head.to(tl.int64) * stride_oh
+
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    row_in = offs_m < seqlen_q
+    d_in = offs_d < HEAD_DIM
+
+    q_ptrs = q_base + offs_m[:, None].to(tl.int64) * stride_qm + offs_d[None, :] * stride_qk
+    q = tl.load(q_ptrs, mask=row_in[:, None] & d_in[None, :], other=0.0)
+    k_ptrs = k_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kk
+    v_ptrs = v_base + offs_n[:, None].to(tl.int64) * stride_vn + offs_d[None, :] * stride_vk
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
+
+    # Key range of this tile, split at the last tile that needs no mask.
+    tile_start = tile_m * BLOCK_M
+    full_tiles_end = (seqlen_k // BLOCK_N) * BLOCK_N  # keys [0, this) fill whole tiles
+    if IS_CAUSAL:
+        # Every row sees keys j <= tile_start + causal_offset; the last row sees up to
+        # tile_start + BLOCK_M - 1 + causal_offset.
+        first_row_sees = tile_start + causal_offset + 1
+        unmasked_end = tl.maximum(tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0)
+        key_end = tl.maximum(tl.minimum(tile_start + BLOCK_M + causal_offset, seqlen_k), 0)
+    else:
+        unmasked_end = full_tiles_end
+        key_end = seqlen_k
+
+    acc, l_i, m_i = _attend_key_tiles(
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+        0, unmasked_end, seqlen_k, causal_offset, qk_scale,
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, FP32_IEEE)
+    acc, l_i, m_i = _attend_key_tiles(
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+        unmasked_end, key_end, seqlen_k, causal_offset, qk_scale,
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, FP32_IEEE)
+
+    # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
+    sees_nothing = l_i == 0.0
+    out = acc / tl.where(sees_nothing, 1.0, l_i)[:, None]
+    o_ptrs = o_base + offs_m[:, None].to(tl.int64) * stride_om + offs_d[None, :] * stride_ok
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_in[:, None] & d_in[None, :])
+
+    if STORE_LSE:
+        # Natural-log log-sum-exp of the scaled scores, (B, Hq, Sq) contiguous; -inf for
+        # rows that see no key. The decode combine step and the tests read it.
+        lse = tl.where(sees_nothing, float("-inf"), (m_i + tl.math.log2(l_i)) / 1.4426950408889634)
+        tl.store(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_in)
+
+
+def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) -> dict:
+    """Tile shape, warps and pipeline depth. Untuned, conservative choices that fit Hopper's
+    shared memory for every (dtype, head dim); the performance work replaces this table."""
+    if interpreted:
+        # The interpreter runs one program at a time in numpy: large tiles are faster.
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1)
+    if dtype == torch.float32:
+        if head_dim_padded <= 64:
+            return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+        if head_dim_padded <= 128:
+            return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1)
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1)
+    if head_dim_padded <= 64:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+    if head_dim_padded <= 128:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "top_left",
+    scale: float | None = None,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+):
+    """Exact softmax attention, forward only: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
+
+    Args:
+        q: ``(B, Hq, Sq, D)``; k, v: ``(B, Hkv, Sk, D)``. Any strides (e.g. a
+            ``(B, S, H, D)`` tensor transposed to ``(B, H, S, D)``).
+        causal: apply a causal mask.
+        causal_alignment: ``"top_left"`` (query i sees keys j <= i; SDPA's ``is_causal``)
+            or ``"bottom_right"`` (query i sees keys j <= i + Sk - Sq; the KV-cache
+            convention). Rows that see no key return zeros.
+        scale: softmax scale; default ``1 / sqrt(D)``.
+        return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
+            ``(B, Hq, Sq)`` float32 (-inf for rows that see no key).
+        out: optional preallocated output of q's shape, dtype and device (any strides);
+            the validation poisons it with NaN so an element the kernel never writes fails.
+
+    Dtypes: float16 and bfloat16 on CUDA; float32 everywhere (computed in IEEE fp32, not
+    tf32). Accumulation is fp32. On CPU tensors the kernel runs under the Triton
+    interpreter (``TRITON_INTERPRET=1`` set before importing flashcore), float16/float32
+    only: the interpreter's bfloat16 dot is wrong.
+
+    Head dims 1..256; powers of two run unpadded, others are padded in registers to the
+    next power of two (at least 16) with masked loads.
+
+    GQA/MQA: ``Hq`` must be a multiple of ``Hkv``; query head h reads KV head
+    ``h // (Hq // Hkv)``.
+
+    Not supported (raises): backward (inputs that require grad while grad mode is on),
+    head dims > 256, q/k and v head dims that differ, dropout, attention masks.
+    Sq == 0 returns an empty tensor; Sk == 0 returns zeros (no key to attend to).
+
+    Returns:
+        ``out`` of q's shape and dtype (contiguous unless ``out`` was given), or
+        ``(out, lse)`` if return_lse.
+    """
+    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
+    if causal_alignment not in ("top_left", "bottom_right"):
+        raise ValueError(
+            f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}")
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError(
+            f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
+            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}")
+    lse = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0 or seqlen_k == 0:
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return (out, lse) if return_lse else out
+
+    causal_offset = seqlen_k - seqlen_q if (causal and causal_alignment == "bottom_right") else 0
+    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    cfg = _pick_config(head_dim_padded, q.dtype, on_interpreter(q))
+    grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]) * batch * num_q_heads,)
+    _attn_fwd_kernel[grid](
+        q, k, v, out, lse,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
+        scale * LOG2E,
+        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
+        IS_CAUSAL=bool(causal), STORE_LSE=bool(return_lse),
+        FP32_IEEE=q.dtype == torch.float32,
+        **cfg,
+    )
+    return (out, lse) if return_lse else out

@@ -1,0 +1,87 @@
+"""References for the error rule: the same attention function in float64 and in the inputs'
+own precision (what a plain PyTorch implementation gets), both written the obvious way.
+
+The float64 result stands in for the exact answer. The same-precision result measures how
+much error is unavoidable when the arithmetic is done in fp16/bf16/fp32 at all; the rule in
+``flashcore.validate`` allows the kernel twice that, plus an ulp-scale floor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Queries per chunk: bounds the (chunk, Sk) score matrix the references materialise.
+_MAX_SCORE_ELEMENTS = 1 << 26
+
+
+def causal_offset(seqlen_q: int, seqlen_k: int, alignment: str) -> int:
+    """Query i sees key j iff j <= i + offset (top-left: 0; bottom-right: Sk - Sq)."""
+    if alignment == "top_left":
+        return 0
+    if alignment == "bottom_right":
+        return seqlen_k - seqlen_q
+    raise ValueError(f"causal_alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
+
+
+def visible_keys(seqlen_q: int, seqlen_k: int, *, causal: bool, alignment: str = "top_left",
+                 device=None, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean (Sq, Sk) mask (or (len(rows), Sk) for the given query rows): True where the
+    query may attend to the key."""
+    if rows is None:
+        rows = torch.arange(seqlen_q, device=device)
+    cols = torch.arange(seqlen_k, device=rows.device)
+    if not causal:
+        return torch.ones(rows.numel(), seqlen_k, dtype=torch.bool, device=rows.device)
+    return cols[None, :] <= rows[:, None] + causal_offset(seqlen_q, seqlen_k, alignment)
+
+
+def _expand_kv_heads(t: torch.Tensor, num_q_heads: int) -> torch.Tensor:
+    group = num_q_heads // t.shape[1]
+    return t.repeat_interleave(group, dim=1) if group > 1 else t
+
+
+def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
+                        compute_dtype=torch.float64, return_lse=False, query_rows=None):
+    """softmax(q k^T * scale + mask) v, with every operation in ``compute_dtype``.
+
+    ``compute_dtype=torch.float64`` gives the reference the error rule measures against;
+    ``compute_dtype=q.dtype`` gives the same-precision baseline. Rows that see no key are
+    zeros (lse -inf). Shapes as ``flashcore.attention``; returns ``compute_dtype`` tensors.
+
+    ``query_rows`` (1-D index tensor): compute only those query rows, e.g. a sample of a
+    sequence too long to reference whole; the result has ``len(query_rows)`` rows.
+    """
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    all_rows = torch.arange(seqlen_q, device=q.device) if query_rows is None else query_rows.to(q.device)
+    seqlen_k = k.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    q_c = q[:, :, all_rows].to(compute_dtype)
+    k_c = _expand_kv_heads(k, num_q_heads).to(compute_dtype)
+    v_c = _expand_kv_heads(v, num_q_heads).to(compute_dtype)
+
+    out_shape = (batch, num_q_heads, all_rows.numel(), head_dim)
+    out = torch.zeros(out_shape, dtype=compute_dtype, device=q.device)
+    lse = torch.full(out_shape[:3], float("-inf"), dtype=compute_dtype, device=q.device)
+    if seqlen_k == 0 or out.numel() == 0:
+        return (out, lse) if return_lse else out
+
+    per_row = max(1, batch * num_q_heads * seqlen_k)
+    chunk = max(1, _MAX_SCORE_ELEMENTS // per_row)
+    for start in range(0, all_rows.numel(), chunk):
+        local = slice(start, min(start + chunk, all_rows.numel()))
+        rows = all_rows[local]
+        scores = torch.matmul(q_c[:, :, local], k_c.transpose(-1, -2)) * scale
+        mask = visible_keys(seqlen_q, seqlen_k, causal=causal, alignment=causal_alignment, rows=rows)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        # softmax of an all -inf row is NaN; such a row sees no key and is defined as zeros.
+        # (NaN from NaN inputs is kept: only rows with no visible key are zeroed.)
+        has_key = mask.any(dim=-1)
+        probs = torch.where(has_key[:, None], probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
+        out[:, :, local] = torch.matmul(probs, v_c)
+        if return_lse:
+            lse[:, :, local] = torch.logsumexp(scores, dim=-1)
+    return (out, lse) if return_lse else out
