@@ -1,11 +1,30 @@
 """flashcore: Triton attention kernels checked against float64, and the tools the notebooks use.
 
-Set ``TRITON_INTERPRET=1`` before importing flashcore to run the kernels on CPU tensors.
+Kernels run on CUDA tensors, or on CPU tensors under the Triton interpreter: set
+``TRITON_INTERPRET=1`` before the first use of a kernel (Triton reads it when the kernel
+module is imported). Nothing heavy happens at ``import flashcore``: the public names below
+are loaded on first access, so ``python -m flashcore`` can still pick the backend.
 """
 
-from .kernels.forward import attention
-from .reference import attention_reference
-from .validate import error_rule
+from importlib import import_module
 
-__all__ = ["attention", "attention_reference", "error_rule"]
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "attention": "flashcore.kernels.forward",
+    "attention_reference": "flashcore.reference",
+    "error_rule": "flashcore.validate",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'flashcore' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
