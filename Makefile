@@ -49,7 +49,7 @@ reproduce: $(ENV)
 # Unit tests (Triton interpreter on CPU; GPU-marked tests run where CUDA exists),
 # then nbval: re-execute each committed notebook and compare NBVAL_CHECK_OUTPUT cells.
 test: $(ENV)
-	TRITON_INTERPRET=1 $(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --nbval-kernel-name python3 notebooks
 
 lab: $(ENV)

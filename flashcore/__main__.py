@@ -97,12 +97,13 @@ def cmd_sanitize(args) -> int:
         text = proc.stdout + proc.stderr
         m = re.search(r"ERROR SUMMARY: (\d+) error", text)
         hazards = re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
+        # memcheck prints "ERROR SUMMARY: N errors", racecheck "RACECHECK SUMMARY: N hazards".
+        found = m or hazards
         entry = {"tool": tool, "returncode": proc.returncode,
-                 "errors": int(m.group(1)) if m else None,
-                 "hazards": int(hazards.group(1)) if hazards else None,
+                 "errors": int(found.group(1)) if found else None,
                  "summary_lines": [ln for ln in text.splitlines() if "SUMMARY" in ln or "cases," in ln]}
         report.append(entry)
-        print(f"{tool}: exit {proc.returncode}, errors {entry['errors']}, hazards {entry['hazards']}")
+        print(f"{tool}: exit {proc.returncode}, errors/hazards reported: {entry['errors']}")
         if proc.returncode not in (0,):
             print(text[-4000:])
     if args.record:

@@ -44,6 +44,16 @@ def git_commit() -> tuple[str, bool | None]:
     return commit, (bool(status) if commit != "unknown" else None)
 
 
+def _invocation() -> str:
+    """The command line, without machine paths: ``python -m flashcore ...`` for the CLI."""
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(("flashcore/__main__.py", "flashcore")):
+        argv[0] = "python -m flashcore"
+    else:
+        argv[0] = Path(argv[0]).name if argv else "python"
+    return " ".join([argv[0]] + [shlex.quote(a) for a in argv[1:]])
+
+
 def provenance(command: str | None = None) -> dict:
     """Where a measurement came from. Cheap; call it once per record."""
     import torch
@@ -54,7 +64,7 @@ def provenance(command: str | None = None) -> dict:
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "commit": commit,
         "dirty": dirty,
-        "command": command if command is not None else " ".join(shlex.quote(a) for a in sys.argv),
+        "command": command if command is not None else _invocation(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton.__version__,

@@ -253,3 +253,69 @@ def check_large_offsets(device, *, seqlen: int = 131072, head_dim: int = 128, sa
                          "rows_checked": int(rows.numel()), **dataclasses.asdict(report)})
         del base, q, k, v, out
     return rows_out
+
+
+# ------------------------------------------------------------- planted bugs (mutants)
+# Wrong attention implementations, each a bug real kernels have shipped with. A check that
+# passes one of them is too weak; notebooks/02_correctness.ipynb and tests/test_validate.py
+# run every check against every mutant.
+
+def _mutant_attention(q, k, v, *, causal, extra_visible=0, p_dtype=None):
+    """Same-precision attention with the causal diagonal moved by ``extra_visible`` keys and
+    the probabilities optionally rounded to ``p_dtype`` before p @ v."""
+    from .reference import _expand_kv_heads
+
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    kk = _expand_kv_heads(k, q.shape[1])
+    vv = _expand_kv_heads(v, q.shape[1])
+    s = (q.float() @ kk.float().transpose(-1, -2)) * scale
+    if causal:
+        i = torch.arange(q.shape[2])[:, None]
+        j = torch.arange(k.shape[2])[None, :]
+        s = s.masked_fill(j > i + extra_visible, float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    if p_dtype is not None:
+        p = p.to(p_dtype).float()
+    return (p @ vv.float()).to(q.dtype)
+
+
+def planted_bugs(block_n: int = 64) -> dict:
+    """name -> fn(q, k, v, causal) returning a subtly wrong attention output."""
+    from .derivation import tiled_attention
+
+    def drop_tail_block(q, k, v, causal):
+        keep = (k.shape[2] // block_n) * block_n or block_n
+        return attention_reference(q, k[:, :, :keep], v[:, :, :keep], causal=causal, compute_dtype=q.dtype)
+
+    def one_future_key(q, k, v, causal):
+        return _mutant_attention(q, k, v, causal=True, extra_visible=1)
+
+    def p_in_bf16(q, k, v, causal):
+        return _mutant_attention(q, k, v, causal=causal, p_dtype=torch.bfloat16)
+
+    def no_rescale(q, k, v, causal):
+        from .reference import _expand_kv_heads
+
+        kk, vv = _expand_kv_heads(k, q.shape[1]), _expand_kv_heads(v, q.shape[1])
+        out = torch.empty_like(q)
+        for b in range(q.shape[0]):
+            for h in range(q.shape[1]):
+                out[b, h] = tiled_attention(q[b, h].float(), kk[b, h].float(), vv[b, h].float(),
+                                            block_n=block_n, rescale=False).to(q.dtype)
+        return out
+
+    return {
+        "drops the last partial key block": drop_tail_block,
+        "causal mask one key too late": one_future_key,
+        "probabilities rounded to bf16": p_in_bf16,
+        "online softmax without the rescale": no_rescale,
+    }
+
+
+def weak_checks() -> dict:
+    """The checks the prior reports used, as name -> fn(out, ref) -> bool."""
+    return {
+        "max_diff < 2e-3": lambda out, ref: float((out.double() - ref).abs().max()) < 2e-3,
+        "allclose(rtol=1e-3, atol=2e-3)": lambda out, ref: bool(
+            torch.allclose(out.double(), ref, rtol=1e-3, atol=2e-3)),
+    }

@@ -178,7 +178,8 @@ def _attn_fwd_kernel(
     if STORE_LSE:
         # Natural-log log-sum-exp of the scaled scores, (B, Hq, Sq) contiguous; -inf for
         # rows that see no key. The decode combine step and the tests read it.
-        lse = tl.where(sees_nothing, float("-inf"), (m_i + tl.math.log2(l_i)) / 1.4426950408889634)
+        log2_l = tl.math.log2(tl.where(sees_nothing, 1.0, l_i))
+        lse = tl.where(sees_nothing, float("-inf"), (m_i + log2_l) / 1.4426950408889634)
         tl.store(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_in)
 
 
