@@ -42,7 +42,7 @@ $(VENV)/.installed: pyproject.toml
 reproduce: $(ENV)
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb (PROFILE=$(PROFILE))"; \
-	  $(PY) -m papermill --kernel python3 -p PROFILE $(PROFILE) "$$nb" "$$nb" || exit 1; \
+	  $(PY) -m papermill --kernel python3 --cwd notebooks -p PROFILE $(PROFILE) "$$nb" "$$nb" || exit 1; \
 	  $(PY) tools/strip_nb_metadata.py "$$nb" || exit 1; \
 	done
 
@@ -55,9 +55,12 @@ test: $(ENV)
 lab: $(ENV)
 	$(PY) -m jupyter lab notebooks
 
-# On a CUDA machine: the full correctness record for results/<gpu>/.
+# On a CUDA machine: the sanitizer record, the GPU-marked tests, then every notebook in
+# the GPU profile (which measures live and writes results/<gpu>/*.json).
 gpu-record: $(ENV)
-	$(PY) -m flashcore validate --grid full --record
+	$(PY) -m flashcore sanitize --record
+	$(PY) -m pytest -q -m gpu tests
+	$(MAKE) reproduce PY=$(PY) PROFILE=gpu
 
 clean-env:
 	rm -rf $(VENV)

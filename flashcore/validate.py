@@ -39,6 +39,10 @@ class ErrorReport:
     baseline_rel_l2_err: float
     nan_mismatch: int       # elements NaN in exactly one of (out, ref64)
     passed: bool
+    # Diagnostic, not the pass/fail rule: the same rule applied to each output row (query)
+    # on its own. The global rule's bound comes from the largest-magnitude rows, which can
+    # hide a bug confined to small-magnitude rows (notebook 02, planted bugs).
+    row_ratio: float = 0.0
 
 
 def error_rule(out: torch.Tensor, ref64: torch.Tensor, out_same_precision: torch.Tensor) -> ErrorReport:
@@ -63,7 +67,21 @@ def error_rule(out: torch.Tensor, ref64: torch.Tensor, out_same_precision: torch
     base_rel = float((base64 - ref64)[finite].norm()) / ref_norm if ref_norm > 0 else 0.0
     ratio = max_err / bound if bound > 0 else (0.0 if max_err == 0 else math.inf)
     passed = nan_mismatch == 0 and max_err <= bound
-    return ErrorReport(max_err, baseline, floor, bound, ratio, rel, base_rel, nan_mismatch, passed)
+    return ErrorReport(max_err, baseline, floor, bound, ratio, rel, base_rel, nan_mismatch, passed,
+                       _row_ratio(out64, ref64, base64, UNIT_ROUNDOFF[out.dtype]))
+
+
+def _row_ratio(out64, ref64, base64, unit_roundoff) -> float:
+    """max over rows of  max_row|out - ref| / (2 max_row|same - ref| + u max_row|ref|)."""
+    if ref64.numel() == 0:
+        return 0.0
+    width = ref64.shape[-1]
+    ref_rows = ref64.reshape(-1, width)
+    keep = ~torch.isnan(ref_rows).any(-1)
+    err = (out64 - ref64).reshape(-1, width)[keep].abs().nan_to_num(nan=math.inf).amax(-1)
+    base = (base64 - ref64).reshape(-1, width)[keep].abs().nan_to_num(nan=math.inf).amax(-1)
+    bound = 2 * base + unit_roundoff * ref_rows[keep].abs().amax(-1).clamp_min(1e-30)
+    return float((err / bound).max()) if err.numel() else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +209,7 @@ def correctness_grid(name: str) -> list[AttentionCase]:
 
 def run_grid(cases: list[AttentionCase], device, *, base_seed: int = 0, progress: bool = True) -> list[dict]:
     """Check every case on fresh inputs (seed = base_seed + index)."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     rows = []
     for i, case in enumerate(tqdm(cases, desc="correctness", disable=not progress)):
@@ -223,6 +241,7 @@ def summarize(rows: list[dict]) -> dict:
         "worst_ratio": worst["ratio"] if worst else None,
         "worst_case": worst["name"] if worst else None,
         "max_rel_l2_err": max((r["rel_l2_err"] for r in rows), default=None),
+        "worst_row_ratio": max((r["row_ratio"] for r in rows), default=None),
     }
 
 
