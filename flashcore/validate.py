@@ -212,7 +212,7 @@ def run_grid(cases: list[AttentionCase], device, *, base_seed: int = 0, progress
     from tqdm import tqdm
 
     rows = []
-    for i, case in enumerate(tqdm(cases, desc="correctness", disable=not progress)):
+    for i, case in enumerate(tqdm(cases, desc="correctness", disable=not progress, mininterval=10)):
         rows.append(check_case(case, device, seed=base_seed + i))
     return rows
 
