@@ -141,3 +141,17 @@ def test_offsets_beyond_int32():
     for row in check_large_offsets("cuda"):
         assert row["max_element_offset"] > 2**31
         assert row["passed"], row
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+@pytest.mark.parametrize("causal", [False, True])
+def test_inf_inputs_propagate_like_reference(where, value, causal):
+    q, k, v = make_inputs(AttentionCase(1, 2, 2, 40, 40, 32, "float32"), DEVICE, 11)
+    {"q": q, "k": k, "v": v}[where][0, 1, 20, 3] = value
+    out = attention(q, k, v, causal=causal)
+    ref = attention_reference(q, k, v, causal=causal)
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    finite = torch.isfinite(ref)
+    assert torch.equal(torch.isinf(out), torch.isinf(ref))
+    assert (out.double()[finite] - ref[finite]).abs().max() < 1e-5
