@@ -57,8 +57,7 @@ def cmd_validate(args) -> int:
     summary = V.summarize(rows)
     payload = {"grid": args.grid, "summary": summary, "cases": rows}
     if args.determinism:
-        det_cases = [c for c in V.correctness_grid("sanitizer") if device == "cuda" or c.dtype != "bfloat16"]
-        det = V.check_determinism(det_cases, device)
+        det = V.check_determinism(V.determinism_cases(device), device)
         payload["determinism"] = det
         print(f"determinism: {sum(r['bitwise_identical'] for r in det)}/{len(det)} cases bitwise identical over "
               f"{det[0]['repeats']} launches")

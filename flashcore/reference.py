@@ -37,7 +37,7 @@ def visible_keys(seqlen_q: int, seqlen_k: int, *, causal: bool, alignment: str =
     return cols[None, :] <= rows[:, None] + causal_offset(seqlen_q, seqlen_k, alignment)
 
 
-def _expand_kv_heads(t: torch.Tensor, num_q_heads: int) -> torch.Tensor:
+def expand_kv_heads(t: torch.Tensor, num_q_heads: int) -> torch.Tensor:
     group = num_q_heads // t.shape[1]
     return t.repeat_interleave(group, dim=1) if group > 1 else t
 
@@ -59,8 +59,8 @@ def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", s
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     q_c = q[:, :, all_rows].to(compute_dtype)
-    k_c = _expand_kv_heads(k, num_q_heads).to(compute_dtype)
-    v_c = _expand_kv_heads(v, num_q_heads).to(compute_dtype)
+    k_c = expand_kv_heads(k, num_q_heads).to(compute_dtype)
+    v_c = expand_kv_heads(v, num_q_heads).to(compute_dtype)
 
     out_shape = (batch, num_q_heads, all_rows.numel(), head_dim)
     out = torch.zeros(out_shape, dtype=compute_dtype, device=q.device)

@@ -217,6 +217,11 @@ def run_grid(cases: list[AttentionCase], device, *, base_seed: int = 0, progress
     return rows
 
 
+def determinism_cases(device) -> list[AttentionCase]:
+    """The sanitizer sample, less bf16 on CPU (the interpreter cannot run it)."""
+    return [c for c in correctness_grid("sanitizer") if str(device).startswith("cuda") or c.dtype != "bfloat16"]
+
+
 def check_determinism(cases: list[AttentionCase], device, *, repeats: int = 5, seed: int = 1234) -> list[dict]:
     """Launch each case ``repeats`` times on the same inputs; outputs must be bitwise equal."""
     from .kernels.forward import attention
@@ -282,11 +287,11 @@ def check_large_offsets(device, *, seqlen: int = 131072, head_dim: int = 128, sa
 def _mutant_attention(q, k, v, *, causal, extra_visible=0, p_dtype=None):
     """Same-precision attention with the causal diagonal moved by ``extra_visible`` keys and
     the probabilities optionally rounded to ``p_dtype`` before p @ v."""
-    from .reference import _expand_kv_heads
+    from .reference import expand_kv_heads
 
     scale = 1.0 / math.sqrt(q.shape[-1])
-    kk = _expand_kv_heads(k, q.shape[1])
-    vv = _expand_kv_heads(v, q.shape[1])
+    kk = expand_kv_heads(k, q.shape[1])
+    vv = expand_kv_heads(v, q.shape[1])
     s = (q.float() @ kk.float().transpose(-1, -2)) * scale
     if causal:
         i = torch.arange(q.shape[2])[:, None]
@@ -313,9 +318,9 @@ def planted_bugs(block_n: int = 64) -> dict:
         return _mutant_attention(q, k, v, causal=causal, p_dtype=torch.bfloat16)
 
     def no_rescale(q, k, v, causal):
-        from .reference import _expand_kv_heads
+        from .reference import expand_kv_heads
 
-        kk, vv = _expand_kv_heads(k, q.shape[1]), _expand_kv_heads(v, q.shape[1])
+        kk, vv = expand_kv_heads(k, q.shape[1]), expand_kv_heads(v, q.shape[1])
         out = torch.empty_like(q)
         for b in range(q.shape[0]):
             for h in range(q.shape[1]):

@@ -402,8 +402,7 @@ bf16 cannot be checked under the interpreter (its `tl.dot` is wrong), so bf16 is
 grid = "full" if PROFILE == "gpu" else "cpu"
 live = V.run_grid(V.correctness_grid(grid), DEVICE, base_seed=SEED)
 summary = V.summarize(live)
-det_cases = [c for c in V.correctness_grid("sanitizer") if DEVICE == "cuda" or c.dtype != "bfloat16"]
-determinism = V.check_determinism(det_cases, DEVICE)
+determinism = V.check_determinism(V.determinism_cases(DEVICE), DEVICE)
 print(f"grid {grid!r}: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
       f"{summary['worst_ratio']:.3f} ({summary['worst_case']}), max rel L2 {summary['max_rel_l2_err']:.2e}, "
       f"worst row-wise ratio {summary['worst_row_ratio']:.2f}")
