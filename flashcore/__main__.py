@@ -1,8 +1,10 @@
-"""Command line: ``python -m flashcore {info,validate,sanitize} ...``.
+"""Command line: ``python -m flashcore {info,validate,sanitize,bench,tune} ...``.
 
     python -m flashcore info
     python -m flashcore validate --grid full --determinism --large-offsets --record
     python -m flashcore sanitize            # compute-sanitizer memcheck + racecheck (GPU)
+    python -m flashcore bench --suite forward --d 128 --s 4096 8192 --record   (GPU)
+    python -m flashcore tune --record       # launch-config sweep of the forward kernel (GPU)
 
 On a machine without a GPU, set TRITON_INTERPRET=1 (the CLI does it for you) and use
 ``--grid cpu``.
@@ -110,6 +112,84 @@ def cmd_sanitize(args) -> int:
     return 0 if all(r["returncode"] == 0 and r["errors"] == 0 for r in report) else 1
 
 
+def _progress(total, desc):
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, mininterval=2.0)
+
+
+def _print_perf_rows(rows):
+    for r in rows:
+        what = (f"{r['dtype']:>8} B{r['B']:<3} H{r['Hq']:<3} S{r['S']:<6} D{r['D']:<4} "
+                f"{'causal' if r['causal'] else 'full  '} {r['impl']:<15}")
+        if "timing" in r:
+            g = f"  graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us" if "graph_timing" in r else ""
+            print(f"{what} {r['timing']['median_ms'] * 1e3:10.1f} us {r['tflops']:7.1f} TFLOP/s{g}")
+        else:
+            print(f"{what} {r.get('error') or r.get('skipped')}")
+
+
+def cmd_bench(args) -> int:
+    from . import bench as Bm
+    from .results import write_result
+
+    shapes = []
+    if args.suite in ("forward", "all"):
+        dtypes = args.dtype or ["bfloat16", "float16"]
+        shapes += Bm.forward_shapes(head_dims=args.d or (64, 128, 256),
+                                    seqlens=args.s or (512, 1024, 2048, 4096, 8192, 16384),
+                                    dtypes=dtypes, causal=_causal_choice(args.causal))
+    prior = []
+    if args.suite in ("prior", "all"):
+        prior = Bm.prior_report_shapes()
+    impls = args.impls or Bm.PEERS
+    payload = {"method": Bm.__doc__.strip(), "ceilings": Bm.ceilings()}
+    c = payload["ceilings"]
+    print(f"ceilings: matmul {c['matmul']['tflops']:.1f} TFLOP/s, copy {c['copy']['tbps']:.2f} TB/s")
+    rows = []
+    bar = _progress(len(shapes) + len(prior), "bench")
+    for shape in shapes:
+        rows += Bm.bench_attention_shape(shape, impls, reps=args.reps)
+        bar.update(1)
+    prior_rows = []
+    for shape in prior:
+        prior_rows += Bm.bench_attention_shape(shape, [i for i in impls if i != "sdpa_math"],
+                                               reps=args.reps, graph=True, keep_samples=True)
+        bar.update(1)
+    bar.close()
+    _print_perf_rows(rows + prior_rows)
+    payload.update({"forward": rows, "prior_regime": prior_rows})
+    if args.record:
+        print(f"recorded {write_result(args.topic, payload)}")
+    return 0
+
+
+def _causal_choice(text):
+    return {"both": (False, True), "yes": (True,), "no": (False,)}[text]
+
+
+def cmd_tune(args) -> int:
+    from . import bench as Bm
+    from .results import write_result
+
+    shapes = Bm.forward_shapes(head_dims=args.d or (64, 128, 256), seqlens=args.s or (1024, 8192),
+                               dtypes=["bfloat16"], causal=(False, True))
+    configs = Bm.tuning_configs()
+    bar = _progress(len(shapes) * len(configs), "tune")
+    rows = Bm.tune_forward(shapes, configs, progress=bar)
+    bar.close()
+    for shape in shapes:
+        mine = [r for r in rows if all(r[k] == shape[k] for k in ("B", "Hq", "S", "D", "causal"))]
+        ok = sorted((r for r in mine if "tflops" in r), key=lambda r: -r["tflops"])
+        print(f"S{shape['S']} D{shape['D']} causal={shape['causal']}: " + ", ".join(
+            f"{r['config']} {r['tflops']:.0f}" for r in ok[:5]))
+        for r in mine:
+            if "error" in r:
+                print(f"   {r['config']}: {r['error']}")
+    if args.record:
+        print(f"recorded {write_result('tuning', {'configs': configs, 'rows': rows})}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="flashcore", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,6 +213,25 @@ def main(argv=None) -> int:
     p.add_argument("--tools", nargs="+", default=["memcheck", "racecheck"])
     p.add_argument("--record", action="store_true", help="add the result to correctness.json")
     p.set_defaults(fn=cmd_sanitize)
+
+    p = sub.add_parser("bench", help="time flashcore beside SDPA backends and FlexAttention (GPU)")
+    p.add_argument("--suite", default="all", choices=["forward", "prior", "all"])
+    p.add_argument("--d", type=int, nargs="+", help="head dims (default 64 128 256)")
+    p.add_argument("--s", type=int, nargs="+", help="sequence lengths (default 512 ... 16384)")
+    p.add_argument("--dtype", nargs="+", choices=["bfloat16", "float16"])
+    p.add_argument("--causal", default="both", choices=["both", "yes", "no"])
+    p.add_argument("--impls", nargs="+", help="subset of: " + "flashcore sdpa_flash sdpa_cudnn "
+                   "sdpa_efficient sdpa_math flex")
+    p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--topic", default="perf", help="record name (results/<gpu>/<topic>.json)")
+    p.add_argument("--record", action="store_true")
+    p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("tune", help="sweep launch configs of the forward kernel (GPU)")
+    p.add_argument("--d", type=int, nargs="+")
+    p.add_argument("--s", type=int, nargs="+")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/tuning.json")
+    p.set_defaults(fn=cmd_tune)
 
     args = parser.parse_args(argv)
     return args.fn(args)

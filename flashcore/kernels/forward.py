@@ -40,60 +40,77 @@ MAX_HEAD_DIM = 256
 
 
 @triton.jit
+def _load_kv_tile(ptrs, desc, batch, kv_head, start_n, stride_n, kv_mask,
+                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  USE_TMA: tl.constexpr, MASKED: tl.constexpr):
+    """One (BLOCK_N, HEAD_DIM_PADDED) K or V tile starting at key start_n.
+
+    TMA (Hopper's bulk tensor copy) reads through a 4-D descriptor of the whole
+    (B, H, S, D) tensor: rows past the end of the sequence come back as zeros without any
+    mask arithmetic, and the copy engine frees the warps from address generation.
+    The pointer path masks explicitly (out-of-range rows and padded columns read 0).
+    """
+    if USE_TMA:
+        tile = desc.load([batch, kv_head, start_n, 0])
+        return tile.reshape(BLOCK_N, HEAD_DIM)
+    elif MASKED:
+        return tl.load(ptrs + start_n.to(tl.int64) * stride_n, mask=kv_mask, other=0.0)
+    else:
+        return tl.load(ptrs + start_n.to(tl.int64) * stride_n)
+
+
+@triton.jit
 def _attend_key_tiles(
     acc, l_i, m_i, q,
-    k_ptrs, v_ptrs, stride_kn, stride_vn,
+    k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
     offs_m, offs_n, offs_d,
     key_lo, key_hi, seqlen_k, causal_offset, qk_scale,
     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
     APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, FP32_IEEE: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """Fold key tiles [key_lo, key_hi) into the running (acc, l_i, m_i) of one query tile.
 
     key_lo is a multiple of BLOCK_N. With APPLY_MASK=False every key in the range is
     in bounds and visible to every row (the caller guarantees it), so no mask is built.
     """
-    d_mask = offs_d[None, :] < HEAD_DIM  # all-true unless the head dim is padded
-    for start_n in range(key_lo, key_hi, BLOCK_N):
+    # The mask the pointer path needs: padded head-dim columns and (masked phase) keys
+    # past the end. All-true columns unless the head dim is padded.
+    PADDED: tl.constexpr = HEAD_DIM != HEAD_DIM_PADDED
+    d_mask = offs_d[None, :] < HEAD_DIM
+    for start_n in tl.range(key_lo, key_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        kv_offsets = start_n.to(tl.int64)
-        # K and V tiles, (BLOCK_N, HEAD_DIM_PADDED); out-of-range rows/cols read as 0.
-        if APPLY_MASK:
-            kv_mask = (cols[:, None] < seqlen_k) & d_mask
-            k = tl.load(k_ptrs + kv_offsets * stride_kn, mask=kv_mask, other=0.0)
-        elif HEAD_DIM != HEAD_DIM_PADDED:
-            k = tl.load(k_ptrs + kv_offsets * stride_kn, mask=d_mask, other=0.0)
-        else:
-            k = tl.load(k_ptrs + kv_offsets * stride_kn)
-
+        kv_mask = (cols[:, None] < seqlen_k) & d_mask
+        k = _load_kv_tile(k_ptrs, k_desc, batch, kv_head, start_n, stride_kn, kv_mask,
+                          BLOCK_N, HEAD_DIM_PADDED, USE_TMA, APPLY_MASK or PADDED)
         if FP32_IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
-        s = s * qk_scale  # softmax scale and log2(e) in one multiply: exp2 below
 
         if APPLY_MASK:
             visible = cols[None, :] < seqlen_k
             if IS_CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
-            s = tl.where(visible, s, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
-        # exp2(-inf - -inf) = NaN out of p and alpha (both become exactly 0).
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
+            s = tl.where(visible, s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
+            # exp2(-inf - -inf) = NaN out of p and alpha (both become exactly 0).
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_use[:, None])
+        else:
+            # Every score is visible: fold the scale (softmax scale * log2 e) into the
+            # max and into one fused multiply-add, s * scale - m, per element.
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            m_use = m_new
+            p = tl.math.exp2(s * qk_scale - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
 
-        if APPLY_MASK:
-            v = tl.load(v_ptrs + kv_offsets * stride_vn, mask=kv_mask, other=0.0)
-        elif HEAD_DIM != HEAD_DIM_PADDED:
-            v = tl.load(v_ptrs + kv_offsets * stride_vn, mask=d_mask, other=0.0)
-        else:
-            v = tl.load(v_ptrs + kv_offsets * stride_vn)
+        v = _load_kv_tile(v_ptrs, v_desc, batch, kv_head, start_n, stride_vn, kv_mask,
+                          BLOCK_N, HEAD_DIM_PADDED, USE_TMA, APPLY_MASK or PADDED)
         if FP32_IEEE:
             acc = tl.dot(p, v, acc, input_precision="ieee")
         else:
@@ -104,7 +121,7 @@ def _attend_key_tiles(
 
 @triton.jit
 def _attn_fwd_kernel(
-    Q, K, V, Out, Lse,
+    Q, K, V, Out, Lse, k_desc, v_desc,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
@@ -113,6 +130,7 @@ def _attn_fwd_kernel(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, FP32_IEEE: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # 1-D grid: the query-tile index varies fastest, so programs running together share
     # one head's K/V in L2; a 1-D grid also has no 65535 limit on batch * heads.
@@ -161,13 +179,13 @@ def _attn_fwd_kernel(
         key_end = seqlen_k
 
     acc, l_i, m_i = _attend_key_tiles(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-        0, unmasked_end, seqlen_k, causal_offset, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, FP32_IEEE)
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
+        offs_m, offs_n, offs_d, 0, unmasked_end, seqlen_k, causal_offset, qk_scale,
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE)
     acc, l_i, m_i = _attend_key_tiles(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-        unmasked_end, key_end, seqlen_k, causal_offset, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, FP32_IEEE)
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
+        offs_m, offs_n, offs_d, unmasked_end, key_end, seqlen_k, causal_offset, qk_scale,
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE)
 
     # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
     sees_nothing = l_i == 0.0
@@ -183,7 +201,8 @@ def _attn_fwd_kernel(
         tl.store(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_in)
 
 
-def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) -> dict:
+def _pick_config(head_dim_padded: int, dtype: torch.dtype, seqlen_q: int, seqlen_k: int,
+                 causal: bool, interpreted: bool) -> dict:
     """Tile shape, warps and pipeline depth. Untuned, conservative choices that fit Hopper's
     shared memory for every (dtype, head dim); the performance work replaces this table."""
     if interpreted:
@@ -202,6 +221,32 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) ->
     return dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
 
 
+def _tma_usable(k: torch.Tensor, v: torch.Tensor, head_dim: int) -> bool:
+    """The bulk tensor copy engine needs sm_90+, a unit inner stride, 16-byte aligned base
+    addresses and 16-byte multiples for every other stride; anything else takes the
+    pointer path (same numerics, same results)."""
+    if k.device.type != "cuda" or torch.cuda.get_device_capability(k.device)[0] < 9:
+        return False
+    if k.dtype == torch.float32 or head_dim != triton.next_power_of_2(head_dim) or head_dim < 16:
+        return False
+    for t in (k, v):
+        if t.stride(3) != 1 or t.data_ptr() % 16:
+            return False
+        if any((st * t.element_size()) % 16 for st in t.stride()[:3]):
+            return False
+    return True
+
+
+def _kv_descriptors(k, v, block_n, head_dim):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def make(t):
+        # TMA requires the size of a broadcast (stride 0) dim to be 1; any other shape
+        # passes through. Keys past S are zero-filled by the hardware.
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_n, head_dim])
+    return make(k), make(v)
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -212,6 +257,7 @@ def attention(
     scale: float | None = None,
     return_lse: bool = False,
     out: torch.Tensor | None = None,
+    config: dict | None = None,
 ):
     """Exact softmax attention, forward only: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
 
@@ -227,6 +273,8 @@ def attention(
             ``(B, Hq, Sq)`` float32 (-inf for rows that see no key).
         out: optional preallocated output of q's shape, dtype and device (any strides);
             the validation poisons it with NaN so an element the kernel never writes fails.
+        config: override the launch configuration (BLOCK_M, BLOCK_N, num_warps,
+            num_stages, and optionally USE_TMA / WARP_SPECIALIZE); for tuning sweeps.
 
     Dtypes: float16 and bfloat16 on CUDA; float32 everywhere (computed in IEEE fp32, not
     tf32). Accumulation is fp32. On CPU tensors the kernel runs under the Triton
@@ -270,16 +318,23 @@ def attention(
 
     causal_offset = seqlen_k - seqlen_q if (causal and causal_alignment == "bottom_right") else 0
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
-    cfg = _pick_config(head_dim_padded, q.dtype, on_interpreter(q))
+    cfg = dict(config) if config is not None else _pick_config(
+        head_dim_padded, q.dtype, seqlen_q, seqlen_k, bool(causal), on_interpreter(q))
+    use_tma = cfg.pop("USE_TMA", True) and _tma_usable(k, v, head_dim)
+    warp_specialize = cfg.pop("WARP_SPECIALIZE", False) and use_tma
+    k_desc = v_desc = None
+    if use_tma:
+        k_desc, v_desc = _kv_descriptors(k, v, cfg["BLOCK_N"], head_dim)
     grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]) * batch * num_q_heads,)
     _attn_fwd_kernel[grid](
-        q, k, v, out, lse,
+        q, k, v, out, lse, k_desc, v_desc,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
         scale * LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
         IS_CAUSAL=bool(causal), STORE_LSE=bool(return_lse),
         FP32_IEEE=q.dtype == torch.float32,
+        USE_TMA=use_tma, WARP_SPECIALIZE=warp_specialize,
         **cfg,
     )
     return (out, lse) if return_lse else out

@@ -1,0 +1,368 @@
+"""Timing harness: CUDA-event timing, statistics, ceilings, and the peers measured beside us.
+
+Method (every number in results/<gpu>/perf.json comes from here):
+
+* Inputs are rotated: enough independent copies that one pass over them exceeds 3x the L2
+  cache, so a launch never finds its operands already in L2 from the previous launch.
+* Warm-up launches first (compilation, autotuning of peers, clocks), then ``reps`` timed
+  launches, each bracketed by its own pair of CUDA events. Launches are queued
+  back to back, so for kernels shorter than the CPU's launch path the gap before the
+  kernel is part of the sample: that is latency as a Python caller sees it. ``graph=True``
+  captures the launches in a CUDA graph and replays it, which removes the CPU side; the
+  difference between the two is launch overhead.
+* Statistics per implementation: median, P95, P99 and a bootstrap 95% CI of the median.
+* Ceilings are measured in the same process: a large bf16 matmul (TFLOP/s) and a large
+  device-to-device copy (bytes read + written per second).
+* Peers: SDPA's flash, cuDNN, efficient and math backends (math only where its S x S score
+  matrix fits), FlexAttention compiled once per shape. Ratios are what we report; absolute
+  times only with the GPU named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+L2_FALLBACK_BYTES = 50 * 2**20  # H100's L2; used if the device does not report it
+
+
+@dataclass
+class Timing:
+    """Per-launch times in milliseconds and their summary statistics."""
+    median_ms: float
+    p95_ms: float
+    p99_ms: float
+    ci_low_ms: float   # bootstrap 95% CI of the median
+    ci_high_ms: float
+    mean_ms: float
+    n: int
+    samples_ms: list | None = None
+
+    def as_dict(self, keep_samples: bool = False) -> dict:
+        d = asdict(self)
+        if not keep_samples:
+            d.pop("samples_ms")
+        return d
+
+
+def summarize_samples(samples_ms, *, n_boot: int = 2000, seed: int = 0, keep: bool = False) -> Timing:
+    x = np.asarray(samples_ms, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    boot = np.median(rng.choice(x, size=(n_boot, x.size), replace=True), axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return Timing(float(np.median(x)), float(np.percentile(x, 95)), float(np.percentile(x, 99)),
+                  float(lo), float(hi), float(x.mean()), int(x.size),
+                  [round(float(v), 6) for v in x] if keep else None)
+
+
+def l2_bytes() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 0) or L2_FALLBACK_BYTES)
+
+
+def rotation_count(bytes_per_set: int, *, max_sets: int = 64, budget_bytes: int | None = None) -> int:
+    """How many input copies make one pass exceed 3x L2 (at least 1, within the budget)."""
+    want = math.ceil(3 * l2_bytes() / max(1, bytes_per_set))
+    if budget_bytes is not None:
+        want = min(want, max(1, budget_bytes // max(1, bytes_per_set)))
+    return int(max(1, min(max_sets, want)))
+
+
+def time_launches(fn, n_sets: int, *, warmup: int = 10, reps: int = 100, graph: bool = False,
+                  keep_samples: bool = False) -> Timing:
+    """Time ``fn(i)`` (i selects the rotated input set) with CUDA events.
+
+    Eager: one event pair per launch, launches queued back to back.
+    Graph: ``n_sets`` launches (one pass over the rotation, at least 8) captured once; each
+    replay is one sample, divided by the launches it holds.
+    """
+    for i in range(warmup):
+        fn(i % n_sets)
+    torch.cuda.synchronize()
+    if not graph:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            starts[i].record()
+            fn(i % n_sets)
+            ends[i].record()
+        torch.cuda.synchronize()
+        samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return summarize_samples(samples, keep=keep_samples)
+
+    per_graph = max(8, n_sets)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm the side stream (allocator, lazy init)
+        for i in range(per_graph):
+            fn(i % n_sets)
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(per_graph):
+            fn(i % n_sets)
+    g.replay()
+    torch.cuda.synchronize()
+    n_replays = max(10, reps // per_graph * 2)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_replays)]
+    for i in range(n_replays):
+        starts[i].record()
+        g.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
+    del g
+    return summarize_samples(samples, keep=keep_samples)
+
+
+# ----------------------------------------------------------------------------- ceilings
+
+def matmul_ceiling(n: int = 8192, dtype=torch.bfloat16, reps: int = 30) -> dict:
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    t = time_launches(lambda i: torch.mm(a, b), 1, warmup=5, reps=reps)
+    flops = 2 * n ** 3
+    return {"what": f"{str(dtype).replace('torch.', '')} matmul {n}^3", "tflops": flops / t.median_ms / 1e9,
+            "timing": t.as_dict()}
+
+
+def copy_ceiling(nbytes: int = 2 * 2**30, reps: int = 30) -> dict:
+    src = torch.empty(nbytes // 2, device="cuda", dtype=torch.float16).normal_()
+    dst = torch.empty_like(src)
+    t = time_launches(lambda i: dst.copy_(src), 1, warmup=5, reps=reps)
+    moved = 2 * nbytes  # read + write
+    return {"what": f"device copy {nbytes / 2**30:.0f} GiB (read + write)",
+            "tbps": moved / t.median_ms / 1e9, "timing": t.as_dict()}
+
+
+def ceilings() -> dict:
+    return {"matmul": matmul_ceiling(), "copy": copy_ceiling()}
+
+
+# ----------------------------------------------------------------------------- attention
+
+def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, causal_offset=0) -> float:
+    """4 * B * H * D * (number of (query, key) pairs computed); causal counts only the pairs a
+    query may see (key j <= i + causal_offset)."""
+    if not causal:
+        pairs = seqlen_q * seqlen_k
+    else:
+        i = np.arange(seqlen_q, dtype=np.int64)
+        pairs = int(np.clip(i + causal_offset + 1, 0, seqlen_k).sum())
+    return 4.0 * batch * heads * head_dim * pairs
+
+
+SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
+
+
+def _sdpa_backend(name):
+    from torch.nn.attention import SDPBackend
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
+
+
+def make_sdpa(name: str, causal: bool, gqa: bool):
+    """SDPA pinned to one backend (no silent fallback to another)."""
+    from torch.nn.attention import sdpa_kernel
+    backend = _sdpa_backend(name)
+    kw = {"enable_gqa": True} if gqa else {}
+
+    def run(q, k, v):
+        with sdpa_kernel([backend]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
+    return run
+
+
+def make_flex(causal: bool, shape_q, shape_k, device):
+    """FlexAttention compiled for this one shape (dynamo caches reset so it compiles once here
+    and never falls back to eager after a recompile limit)."""
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch._dynamo.reset()
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 64)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    block_mask = None
+    if causal:
+        def causal_mod(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+        block_mask = create_block_mask(causal_mod, None, None, shape_q[2], shape_k[2], device=device)
+    gqa = shape_q[1] != shape_k[1]
+
+    def run(q, k, v):
+        return compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+    return run
+
+
+def make_flashcore(causal: bool, config: dict | None = None):
+    from .kernels.forward import attention
+
+    def run(q, k, v):
+        return attention(q, k, v, causal=causal, config=config)
+    return run
+
+
+@contextlib.contextmanager
+def _no_grad():
+    with torch.inference_mode():
+        yield
+
+
+def math_fits(batch, heads, seqlen_q, seqlen_k, dtype) -> bool:
+    """The math backend materialises (B, H, Sq, Sk) scores in fp32 and a few temporaries."""
+    need = 4 * batch * heads * seqlen_q * seqlen_k * 4
+    free, _ = torch.cuda.mem_get_info()
+    return need < 0.5 * free
+
+
+def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, warmup: int = 10,
+                          graph: bool = False, keep_samples: bool = False) -> list[dict]:
+    """Time every implementation in ``impls`` on one shape, in this process, on the same
+    rotated inputs. Returns one row per implementation (errors recorded, not raised)."""
+    B, Hq, Hkv, S, D = shape["B"], shape["Hq"], shape.get("Hkv", shape["Hq"]), shape["S"], shape["D"]
+    Sk = shape.get("Sk", S)
+    causal, dtype = shape["causal"], getattr(torch, shape["dtype"])
+    per_set = (B * Hq * S * D + 2 * B * Hkv * Sk * D) * torch.finfo(dtype).bits // 8
+    free, _ = torch.cuda.mem_get_info()
+    n_sets = rotation_count(per_set, budget_bytes=int(0.25 * free))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    sets = [(torch.randn(B, Hq, S, D, device="cuda", dtype=dtype, generator=gen),
+             torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen),
+             torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen)) for _ in range(n_sets)]
+    flops = attention_flops(B, Hq, S, Sk, D, causal)
+    rows = []
+    reference_out = None
+    for impl in impls:
+        row = {**shape, "Hkv": Hkv, "Sk": Sk, "impl": impl, "rotated_sets": n_sets, "flops": flops}
+        try:
+            if impl == "flashcore":
+                fn = make_flashcore(causal)
+            elif impl == "flex":
+                fn = make_flex(causal, sets[0][0].shape, sets[0][1].shape, "cuda")
+            elif impl.startswith("sdpa_"):
+                name = impl[len("sdpa_"):]
+                if name == "math" and not math_fits(B, Hq, S, Sk, dtype):
+                    row["skipped"] = "math backend's S x S scores do not fit in memory"
+                    rows.append(row)
+                    continue
+                fn = make_sdpa(name, causal, Hq != Hkv)
+            else:
+                raise ValueError(f"unknown implementation {impl!r}")
+            with _no_grad():
+                out = fn(*sets[0])
+                if reference_out is None:
+                    reference_out = out.float()
+                else:  # sanity: we are timing the same function
+                    row["max_abs_diff_vs_first"] = float((out.float() - reference_out).abs().max())
+                t = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps,
+                                  keep_samples=keep_samples)
+                row["timing"] = t.as_dict(keep_samples)
+                row["tflops"] = flops / t.median_ms / 1e9
+                if graph:
+                    tg = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps, graph=True)
+                    row["graph_timing"] = tg.as_dict()
+        except Exception as exc:  # a peer that does not support the shape is a result too
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        rows.append(row)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x and x > 0]
+    return float(math.exp(sum(math.log(x) for x in xs) / len(xs))) if xs else float("nan")
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+PEERS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex"]
+TOKENS_PER_BATCH = 16384  # B * S held fixed so every point does the same work per token
+
+
+def forward_shapes(head_dims=(64, 128, 256), seqlens=(512, 1024, 2048, 4096, 8192, 16384),
+                   dtypes=("bfloat16",), causal=(False, True)) -> list[dict]:
+    """The performance sweep: B * S = 16K tokens, H * D = 2048 (H = 32 at D = 64 would be
+    small; we keep H = 2048 / D so every D moves the same bytes per token)."""
+    shapes = []
+    for dtype in dtypes:
+        for d in head_dims:
+            for s in seqlens:
+                for c in causal:
+                    h = 2048 // d
+                    shapes.append(dict(B=max(1, TOKENS_PER_BATCH // s), Hq=h, S=s, D=d, causal=c, dtype=dtype))
+    return shapes
+
+
+def prior_report_shapes() -> list[dict]:
+    """The prior reports' regime: fp16, D = 64, H = 8, non-causal, S <= 512, plus their H = 96
+    "per head" case (see seeds/README.md and ANCHORS.md)."""
+    shapes = [dict(B=b, Hq=8, S=s, D=64, causal=False, dtype="float16")
+              for s in (128, 256, 512) for b in (8, 16, 32)]
+    shapes.append(dict(B=16, Hq=96, S=512, D=64, causal=False, dtype="float16"))
+    return shapes
+
+
+def tuning_configs() -> list[dict]:
+    """Candidate launch configs for the Hopper sweep: pointer loads, TMA loads, and TMA with
+    warp specialization (a producer warp group feeding the tensor-core warps)."""
+    out = []
+    for bm, bn, w, st in [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 64, 4, 3)]:
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, USE_TMA=False))
+    for bm, bn, w, st in [(128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 4, 3),
+                          (64, 64, 4, 3), (128, 64, 8, 4)]:
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, USE_TMA=True))
+    for bm, bn, w, st in [(128, 64, 4, 3), (128, 128, 4, 2), (128, 128, 8, 2), (128, 64, 8, 3),
+                          (128, 128, 4, 3)]:
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, USE_TMA=True,
+                        WARP_SPECIALIZE=True))
+    return out
+
+
+def config_name(cfg: dict) -> str:
+    mode = "ws" if cfg.get("WARP_SPECIALIZE") else ("tma" if cfg.get("USE_TMA", True) else "ptr")
+    return f"{mode}-m{cfg['BLOCK_M']}-n{cfg['BLOCK_N']}-w{cfg['num_warps']}-s{cfg['num_stages']}"
+
+
+def tune_forward(shapes: list[dict], configs: list[dict], *, reps: int = 40, progress=None) -> list[dict]:
+    """Time every config on every shape (flashcore only). Configs that fail to compile
+    (shared memory, registers) are recorded with their error."""
+    from .kernels.forward import attention
+
+    rows = []
+    for shape in shapes:
+        B, H, S, D = shape["B"], shape["Hq"], shape["S"], shape["D"]
+        dtype = getattr(torch, shape["dtype"])
+        per_set = 3 * B * H * S * D * 2
+        n_sets = rotation_count(per_set)
+        sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dtype) for _ in range(3))
+                for _ in range(n_sets)]
+        flops = attention_flops(B, H, S, S, D, shape["causal"])
+        ref = None
+        for cfg in configs:
+            row = {**shape, "config": config_name(cfg)}
+            try:
+                with torch.inference_mode():
+                    out = attention(*sets[0], causal=shape["causal"], config=cfg).float()
+                    if ref is None:
+                        ref = torch.nn.functional.scaled_dot_product_attention(
+                            *(t.float() for t in sets[0]), is_causal=shape["causal"])
+                    row["max_abs_diff_vs_fp32_sdpa"] = float((out - ref).abs().max())
+                    t = time_launches(lambda i: attention(*sets[i], causal=shape["causal"], config=cfg),
+                                      n_sets, warmup=5, reps=reps)
+                row["median_ms"] = t.median_ms
+                row["tflops"] = flops / t.median_ms / 1e9
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            rows.append(row)
+            if progress is not None:
+                progress.update(1)
+        del sets
+        torch.cuda.empty_cache()
+    return rows
