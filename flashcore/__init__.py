@@ -12,6 +12,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "attention": "flashcore.kernels.forward",
+    "attention_with_kvcache": "flashcore.kernels.decode",
+    "kvcache_reference": "flashcore.reference",
     "attention_reference": "flashcore.reference",
     "error_rule": "flashcore.validate",
 }

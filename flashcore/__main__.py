@@ -158,9 +158,30 @@ def cmd_bench(args) -> int:
     bar.close()
     _print_perf_rows(rows + prior_rows)
     payload.update({"forward": rows, "prior_regime": prior_rows})
+    if args.suite in ("decode", "all"):
+        decode_rows = []
+        decode_impls = args.impls or Bm.DECODE_PEERS
+        for shape in _progress_iter(Bm.decode_shapes(), "decode"):
+            decode_rows += Bm.bench_attention_shape(shape, decode_impls, reps=args.reps, graph=True)
+        for r in decode_rows:
+            if "timing" in r:
+                r["tbps"] = Bm.kv_bytes(r) / r["timing"]["median_ms"] / 1e9
+                r["graph_tbps"] = Bm.kv_bytes(r) / r["graph_timing"]["median_ms"] / 1e9
+                print(f"decode B{r['B']:<3} {r['Hq']}/{r['Hkv']} cache {r['Sk']:<7} {r['impl']:<17} "
+                      f"{r['timing']['median_ms'] * 1e3:8.1f} us {r['tbps']:5.2f} TB/s "
+                      f"(graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us {r['graph_tbps']:5.2f} TB/s)")
+            else:
+                print(f"decode B{r['B']:<3} {r['Hq']}/{r['Hkv']} cache {r['Sk']:<7} {r['impl']:<17} "
+                      f"{r.get('error') or r.get('skipped')}")
+        payload["decode"] = decode_rows
     if args.record:
         print(f"recorded {write_result(args.topic, payload)}")
     return 0
+
+
+def _progress_iter(items, desc):
+    from tqdm.auto import tqdm
+    return tqdm(items, desc=desc, mininterval=2.0)
 
 
 def _causal_choice(text):
@@ -215,7 +236,7 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_sanitize)
 
     p = sub.add_parser("bench", help="time flashcore beside SDPA backends and FlexAttention (GPU)")
-    p.add_argument("--suite", default="all", choices=["forward", "prior", "all"])
+    p.add_argument("--suite", default="all", choices=["forward", "prior", "decode", "all"])
     p.add_argument("--d", type=int, nargs="+", help="head dims (default 64 128 256)")
     p.add_argument("--s", type=int, nargs="+", help="sequence lengths (default 512 ... 16384)")
     p.add_argument("--dtype", nargs="+", choices=["bfloat16", "float16"])

@@ -73,3 +73,39 @@ def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
         raise RuntimeError(
             "flashcore attention is forward-only (no backward); call it under "
             "torch.no_grad() / torch.inference_mode() or detach the inputs")
+
+
+def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) -> bool:
+    """Validate KV-cache attention inputs; returns whether new tokens are to be appended.
+    Everything here runs before the cache is written, so a bad call leaves it untouched."""
+    check_attention_inputs(q, k_cache, v_cache, max_head_dim=256)
+    if q.dtype == torch.float32 and q.device.type == "cuda":
+        raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
+    batch, _, seqlen_new, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dim() != 1 \
+            or cache_seqlens.shape[0] != batch:
+        got = tuple(cache_seqlens.shape) if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__
+        raise ValueError(f"expected cache_seqlens to be a 1-D tensor of {batch} lengths, got {got}")
+    if cache_seqlens.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"expected cache_seqlens to be int32 or int64, got {_dtype_name(cache_seqlens)}")
+    if cache_seqlens.device != q.device:
+        raise ValueError(f"expected cache_seqlens on {q.device}, got {cache_seqlens.device}")
+    if (k_new is None) != (v_new is None):
+        raise ValueError("expected k_new and v_new to be given together (or both None)")
+    if k_new is not None:
+        expected = (batch, num_kv_heads, seqlen_new, head_dim)
+        for name, t in (("k_new", k_new), ("v_new", v_new)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != expected:
+                raise ValueError(f"expected {name} of shape (B, Hkv, Sn, D) = {expected}, got {tuple(t.shape)}")
+            if t.dtype != q.dtype or t.device != q.device:
+                raise TypeError(f"expected {name} to be {_dtype_name(q)} on {q.device}, got "
+                                f"{_dtype_name(t)} on {t.device}")
+        if seqlen_new > k_cache.shape[2]:
+            raise ValueError(f"cache too small: {seqlen_new} new tokens, capacity {k_cache.shape[2]}")
+    if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device):
+        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
+                         f"shape {tuple(out.shape)}, {out.dtype}, {out.device}")
+    return k_new is not None

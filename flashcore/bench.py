@@ -73,25 +73,38 @@ def rotation_count(bytes_per_set: int, *, max_sets: int = 64, budget_bytes: int 
 
 
 def time_launches(fn, n_sets: int, *, warmup: int = 10, reps: int = 100, graph: bool = False,
-                  keep_samples: bool = False) -> Timing:
-    """Time ``fn(i)`` (i selects the rotated input set) with CUDA events.
+                  keep_samples: bool = False, min_sample_ms: float = 0.5) -> Timing:
+    """Time ``fn(i)`` (i selects the rotated input set) with CUDA events; ms per launch.
 
-    Eager: one event pair per launch, launches queued back to back.
-    Graph: ``n_sets`` launches (one pass over the rotation, at least 8) captured once; each
-    replay is one sample, divided by the launches it holds.
+    Eager: launches queued back to back from Python. A sample is one event pair around
+    ``k`` consecutive launches divided by ``k``, with k = 1 for launches of at least
+    ``min_sample_ms`` and just enough launches to reach it otherwise (an event pair around
+    a 10 us kernel measures the events as much as the kernel). When the CPU's launch path
+    is slower than the kernel, the GPU waits for it and that wait is in the sample: this
+    is the time per call a Python loop sees.
+    Graph: ``max(8, n_sets)`` launches captured once in a CUDA graph; a sample is one
+    replay divided by the launches it holds: GPU time without the CPU launch path.
     """
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     for i in range(warmup):
         fn(i % n_sets)
+    end.record()
     torch.cuda.synchronize()
+    estimate_ms = start.elapsed_time(end) / max(1, warmup)
     if not graph:
+        k = int(min(64, max(1, math.ceil(min_sample_ms / max(estimate_ms, 1e-4)))))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        j = 0
         for i in range(reps):
             starts[i].record()
-            fn(i % n_sets)
+            for _ in range(k):
+                fn(j % n_sets)
+                j += 1
             ends[i].record()
         torch.cuda.synchronize()
-        samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        samples = [s.elapsed_time(e) / k for s, e in zip(starts, ends)]
         return summarize_samples(samples, keep=keep_samples)
 
     per_graph = max(8, n_sets)
@@ -201,6 +214,16 @@ def make_flex(causal: bool, shape_q, shape_k, device):
     return run
 
 
+def make_flashcore_decode(lengths: torch.Tensor):
+    """Split-KV decode over a cache holding exactly Sk tokens (nothing appended; lengths
+    trusted, so no host sync: the same work SDPA does)."""
+    from .kernels.decode import attention_with_kvcache
+
+    def run(q, k, v):
+        return attention_with_kvcache(q, k, v, lengths, check_lengths=False)
+    return run
+
+
 def make_flashcore(causal: bool, config: dict | None = None):
     from .kernels.forward import attention
 
@@ -244,6 +267,8 @@ def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, war
         try:
             if impl == "flashcore":
                 fn = make_flashcore(causal)
+            elif impl == "flashcore_decode":
+                fn = make_flashcore_decode(torch.full((B,), Sk, dtype=torch.int32, device="cuda"))
             elif impl == "flex":
                 fn = make_flex(causal, sets[0][0].shape, sets[0][1].shape, "cuda")
             elif impl.startswith("sdpa_"):
@@ -268,11 +293,44 @@ def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, war
                 if graph:
                     tg = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps, graph=True)
                     row["graph_timing"] = tg.as_dict()
+                    row["host_us_per_call"] = host_time_per_call(lambda i: fn(*sets[i]), n_sets)
         except Exception as exc:  # a peer that does not support the shape is a result too
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         rows.append(row)
         torch.cuda.empty_cache()
     return rows
+
+
+def host_time_per_call(fn, n_sets: int, calls: int = 200) -> float:
+    """CPU microseconds one call spends before returning (argument checks, launch); the GPU
+    queue absorbs the launches, so this is the Python side of the launch overhead."""
+    import time
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(calls):
+        fn(i % n_sets)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def decode_shapes() -> list[dict]:
+    """q_len 1, bf16, D 128: the ANCHORS.md decode table plus long caches for the
+    bandwidth target (GQA 32/8 and MHA 32/32)."""
+    shapes = []
+    for b, hq, hkv, cache in [(1, 32, 8, 8192), (8, 32, 8, 8192), (32, 32, 8, 4096), (1, 32, 8, 32768),
+                              (4, 32, 8, 32768), (1, 32, 8, 131072), (1, 32, 32, 8192),
+                              (1, 32, 32, 32768), (4, 32, 32, 32768), (1, 32, 32, 131072)]:
+        shapes.append(dict(B=b, Hq=hq, Hkv=hkv, S=1, Sk=cache, D=128, causal=False, dtype="bfloat16"))
+    return shapes
+
+
+DECODE_PEERS = ["flashcore_decode", "flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math"]
+
+
+def kv_bytes(row: dict) -> int:
+    """K and V read once: the bytes decode must move."""
+    return 2 * row["B"] * row["Hkv"] * row["Sk"] * row["D"] * torch.finfo(getattr(torch, row["dtype"])).bits // 8
 
 
 def geomean(xs) -> float:

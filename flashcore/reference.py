@@ -85,3 +85,15 @@ def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", s
         if return_lse:
             lse[:, :, local] = torch.logsumexp(scores, dim=-1)
     return (out, lse) if return_lse else out
+
+
+def kvcache_reference(q, k_cache, v_cache, total_lengths, *, scale=None, compute_dtype=torch.float64):
+    """Reference for KV-cache attention: sequence b's Sn queries are the last Sn of its
+    ``total_lengths[b]`` cached positions (bottom-right causal). ``k_cache``/``v_cache`` must
+    already hold the appended tokens. Returns ``(B, Hq, Sn, D)`` in ``compute_dtype``."""
+    outs = []
+    for b, length in enumerate(torch.as_tensor(total_lengths).tolist()):
+        outs.append(attention_reference(
+            q[b:b + 1], k_cache[b:b + 1, :, :length], v_cache[b:b + 1, :, :length], causal=True,
+            causal_alignment="bottom_right", scale=scale, compute_dtype=compute_dtype))
+    return torch.cat(outs, 0)

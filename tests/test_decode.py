@@ -1,0 +1,136 @@
+"""KV-cache attention against float64: prefill, decode steps, ragged lengths, GQA, errors."""
+
+import pytest
+import torch
+
+from conftest import DEVICE
+from flashcore import attention_with_kvcache, error_rule, kvcache_reference
+
+HALF = torch.float16
+
+
+def _check(out, q, k_cache, v_cache, total_lengths):
+    ref = kvcache_reference(q, k_cache, v_cache, total_lengths)
+    same = kvcache_reference(q, k_cache, v_cache, total_lengths, compute_dtype=q.dtype)
+    return error_rule(out, ref, same)
+
+
+def _randn(*shape, dtype=HALF, gen=None, device=DEVICE):
+    return torch.randn(*shape, generator=gen, device="cpu").to(dtype).to(device)
+
+
+def _session(batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=HALF, device=DEVICE, seed=0):
+    """Prefill each sequence's prompt (chunked prefill from an empty cache, padded to the
+    longest prompt per call and then trimmed by lengths), then `steps` decode steps; every
+    call checked under the error rule. Returns the reports."""
+    gen = torch.Generator().manual_seed(seed)
+    k_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)  # garbage beyond lengths
+    v_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)
+    reports = []
+    lengths = torch.zeros(batch, dtype=torch.int32, device=device)
+    # Prefill: one chunk per distinct prompt length group (sequences of equal length).
+    for length in sorted(set(prompt_lens)):
+        idx = [i for i, n in enumerate(prompt_lens) if n == length]
+        sub = torch.tensor(idx, device=device)
+        q = _randn(len(idx), hq, length, d, dtype=dtype, gen=gen, device=device)
+        kn = _randn(len(idx), hkv, length, d, dtype=dtype, gen=gen, device=device)
+        vn = _randn(len(idx), hkv, length, d, dtype=dtype, gen=gen, device=device)
+        kc, vc = k_cache[sub].clone(), v_cache[sub].clone()
+        out = attention_with_kvcache(q, kc, vc, lengths[sub], kn, vn)
+        k_cache[sub], v_cache[sub] = kc, vc
+        reports.append(_check(out, q, kc, vc, lengths[sub] + length))
+    lengths = torch.tensor(prompt_lens, dtype=torch.int32, device=device)
+    for _ in range(steps):
+        q = _randn(batch, hq, 1, d, dtype=dtype, gen=gen, device=device)
+        kn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
+        vn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
+        out = attention_with_kvcache(q, k_cache, v_cache, lengths, kn, vn)
+        reports.append(_check(out, q, k_cache, v_cache, lengths + 1))
+        assert torch.equal(k_cache[torch.arange(batch), :, lengths.long()], kn[:, :, 0])
+        lengths = lengths + 1
+    return reports
+
+
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (8, 2), (7, 1)])
+def test_prefill_then_decode_steps(hq, hkv):
+    reports = _session(3, hq, hkv, 96, 32, prompt_lens=[1, 40, 89], steps=6)
+    assert all(r.passed for r in reports), [round(r.ratio, 3) for r in reports]
+
+
+def test_full_cache_and_length_one():
+    # sequence 0: a single token; sequence 1: appending fills the cache exactly.
+    reports = _session(2, 4, 2, 64, 16, prompt_lens=[1, 63], steps=1)
+    assert all(r.passed for r in reports)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 5])
+def test_split_count_does_not_change_the_function(splits):
+    gen = torch.Generator().manual_seed(3)
+    q = _randn(2, 8, 3, 64, gen=gen)
+    kc, vc = _randn(2, 2, 300, 64, gen=gen), _randn(2, 2, 300, 64, gen=gen)
+    lengths = torch.tensor([290, 17], dtype=torch.int32, device=DEVICE)
+    out = attention_with_kvcache(q, kc, vc, lengths, num_splits=splits)  # no append
+    assert _check(out, q, kc, vc, lengths).passed
+
+
+def test_combine_is_deterministic():
+    gen = torch.Generator().manual_seed(4)
+    q = _randn(1, 4, 1, 32, gen=gen)
+    kc, vc = _randn(1, 1, 256, 32, gen=gen), _randn(1, 1, 256, 32, gen=gen)
+    lengths = torch.tensor([250], dtype=torch.int32, device=DEVICE)
+    first = attention_with_kvcache(q, kc, vc, lengths, num_splits=4)
+    for _ in range(2):
+        assert torch.equal(first, attention_with_kvcache(q, kc, vc, lengths, num_splits=4))
+
+
+def _cache_call_args(capacity=32, lengths=(10, 20)):
+    gen = torch.Generator().manual_seed(5)
+    q = _randn(2, 4, 2, 16, gen=gen)
+    kc, vc = _randn(2, 2, capacity, 16, gen=gen), _randn(2, 2, capacity, 16, gen=gen)
+    kn, vn = _randn(2, 2, 2, 16, gen=gen), _randn(2, 2, 2, 16, gen=gen)
+    return q, kc, vc, torch.tensor(lengths, dtype=torch.int32, device=DEVICE), kn, vn
+
+
+@pytest.mark.parametrize("lengths,match", [((10, 31), "cache_seqlens in \\[10, 31\\]"),
+                                            ((-1, 3), "cache_seqlens in \\[-1, 3\\]")])
+def test_bad_lengths_raise_and_leave_cache_untouched(lengths, match):
+    q, kc, vc, lens, kn, vn = _cache_call_args(lengths=lengths)
+    before = (kc.clone(), vc.clone())
+    with pytest.raises(ValueError, match=match):
+        attention_with_kvcache(q, kc, vc, lens, kn, vn)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+
+
+def test_input_errors():
+    q, kc, vc, lens, kn, vn = _cache_call_args()
+    with pytest.raises(ValueError, match="given together"):
+        attention_with_kvcache(q, kc, vc, lens, kn, None)
+    with pytest.raises(ValueError, match="k_new of shape"):
+        attention_with_kvcache(q, kc, vc, lens, kn[:, :1], vn[:, :1])
+    with pytest.raises(ValueError, match="1-D tensor of 2 lengths"):
+        attention_with_kvcache(q, kc, vc, lens[:1], kn, vn)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        attention_with_kvcache(q, kc, vc, lens.float(), kn, vn)
+    with pytest.raises(ValueError, match="multiple of the number of key/value heads"):
+        attention_with_kvcache(q[:, :3], kc, vc, lens, kn, vn)
+    with pytest.raises(ValueError, match="cache too small"):
+        attention_with_kvcache(q, kc[:, :, :1], vc[:, :, :1], lens, kn, vn)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (8, 8, 64), (16, 1, 256)])
+def test_gpu_session(dtype, hq, hkv, d):
+    reports = _session(4, hq, hkv, 2048, d, prompt_lens=[1, 300, 1024, 2000], steps=8, dtype=dtype)
+    assert all(r.passed for r in reports), [round(r.ratio, 3) for r in reports]
+
+
+@pytest.mark.gpu
+def test_gpu_long_cache_many_splits():
+    gen = torch.Generator().manual_seed(6)
+    q = _randn(1, 32, 1, 128, dtype=torch.bfloat16, gen=gen)
+    kc = _randn(1, 8, 65536, 128, dtype=torch.bfloat16, gen=gen)
+    vc = _randn(1, 8, 65536, 128, dtype=torch.bfloat16, gen=gen)
+    lengths = torch.tensor([65000], dtype=torch.int32, device=DEVICE)
+    out = attention_with_kvcache(q, kc, vc, lengths)
+    assert _check(out, q, kc, vc, lengths).passed
