@@ -211,6 +211,71 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_sass(args) -> int:
+    import json as _json
+
+    from .sass import analyze_variants
+
+    report = analyze_variants(keep_sass=args.keep_sass)
+    if args.json:
+        print(_json.dumps(report))
+        return 0
+    print(f"SASS for {report['arch']} compiled offline with triton {report['triton']}")
+    for name, r in report["kernels"].items():
+        b, g = r["branches"], r["guarded_memory"]
+        print(f"{name:<44} [{r['role']}] {r['instructions']:5d} instr, {r['blocks']:3d} blocks | "
+              f"branches public {b['public']:3d} metadata {b['metadata']:2d} sync {b['sync']:3d} "
+              f"data {b['data']:2d} | guarded mem public {g['public']:3d} metadata {g['metadata']:3d} "
+              f"data {g['data']:2d} | "
+              f"data addr {r['data_dependent_addresses']}")
+        for item in r["data_branches"] + r["data_guarded_memory"]:
+            print(f"    data-dependent: {item['text']}")
+    return 0
+
+
+def cmd_leak(args) -> int:
+    from . import timing_leak as TL
+    from .results import write_result
+
+    classes = args.classes or TL.SPECIAL_CLASSES
+    n_kernels = sum(1 for k in TL._kernels() if not args.kernel or args.kernel in k[0])
+    bar = _progress(n_kernels * len(classes), "timing")
+    rows = TL.run_suite(args.n, classes, args.kernel, progress=bar)
+    bar.close()
+    for r in rows:
+        print(f"{r['kernel']:<40} vs {r['fixed_class']:<10} max|t| {r['max_abs_t']:8.2f} "
+              f"{'LEAK' if r['leak'] else 'ok  '} medians {r['median_us'][0]:.2f} / {r['median_us'][1]:.2f} us")
+    if args.record:
+        payload = {"method": TL.__doc__.strip(), "threshold": TL.THRESHOLD, "n_per_class": args.n,
+                   "rows": rows}
+        print(f"recorded {write_result('timing_leak', payload)}")
+    return 0
+
+
+def cmd_e2e(args) -> int:
+    import torch
+
+    from . import e2e
+    from .results import write_result
+
+    _ensure_backend()
+    device = _device()
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    result = e2e.run_e2e(device, dtype, steps=args.steps)
+    print(f"logits: max err {result['logits']['max_abs_err']:.3e}, sdpa {result['logits']['sdpa_max_abs_err']:.3e}, "
+          f"ratio {result['logits']['ratio']:.3f}, passed {result['logits']['passed']}")
+    g = result["generation"]
+    print(f"greedy {g['steps']} steps identical: {g['identical']} (smallest top-2 margin {g['min_top2_margin']:.3f})")
+    if device == "cuda" and not args.no_speed:
+        result["speed"] = e2e.generation_speed()
+        for r in result["speed"]:
+            print(f"generation B{r['batch']}: flashcore {r['tokens_per_s_flashcore']:.0f} tok/s, "
+                  f"sdpa {r['tokens_per_s_sdpa']:.0f} tok/s")
+    if args.record:
+        print(f"recorded {write_result('e2e_transformers', result)}")
+    return 0 if result["logits"]["passed"] and g["identical"] else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="flashcore", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,6 +318,24 @@ def main(argv=None) -> int:
     p.add_argument("--s", type=int, nargs="+")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/tuning.json")
     p.set_defaults(fn=cmd_tune)
+
+    p = sub.add_parser("sass", help="compile for sm_90 offline and classify branches (no GPU needed)")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--keep-sass", action="store_true", help="include the SASS text in the JSON")
+    p.set_defaults(fn=cmd_sass)
+
+    p = sub.add_parser("leak", help="dudect timing-leak test of the kernels and the leaky controls (GPU)")
+    p.add_argument("--n", type=int, default=10000, help="measurements per class")
+    p.add_argument("--classes", nargs="+", help="fixed input classes (default: all)")
+    p.add_argument("--kernel", help="only kernels whose name contains this text")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/timing_leak.json")
+    p.set_defaults(fn=cmd_leak)
+
+    p = sub.add_parser("e2e", help="transformers Llama check: logits under the rule, greedy tokens, tokens/s")
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/e2e_transformers.json")
+    p.set_defaults(fn=cmd_e2e)
 
     args = parser.parse_args(argv)
     return args.fn(args)

@@ -68,7 +68,7 @@ def _attend_key_tiles(
     key_lo, key_hi, seqlen_k, causal_offset, qk_scale,
     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
     APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, FP32_IEEE: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LEAKY_CONTROL: tl.constexpr,
 ):
     """Fold key tiles [key_lo, key_hi) into the running (acc, l_i, m_i) of one query tile.
 
@@ -108,7 +108,13 @@ def _attend_key_tiles(
             p = tl.math.exp2(s * qk_scale - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        if LEAKY_CONTROL == 1:
+            # Positive control for notebook 06, never launched by `attention`: skip the
+            # rescale when no row's running max moved. Same result, value-dependent time.
+            if tl.max(m_new - m_i, 0) > 0:
+                acc = acc * alpha[:, None]
+        else:
+            acc = acc * alpha[:, None]
 
         v = _load_kv_tile(v_ptrs, v_desc, batch, kv_head, start_n, stride_vn, kv_mask,
                           BLOCK_N, HEAD_DIM_PADDED, USE_TMA, APPLY_MASK or PADDED)
@@ -131,7 +137,7 @@ def _attn_fwd_kernel(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, FP32_IEEE: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LEAKY_CONTROL: tl.constexpr = 0,
 ):
     # 1-D grid: the query-tile index varies fastest, so programs running together share
     # one head's K/V in L2; a 1-D grid also has no 65535 limit on batch * heads.
@@ -178,15 +184,23 @@ def _attn_fwd_kernel(
     else:
         unmasked_end = full_tiles_end
         key_end = seqlen_k
+    if LEAKY_CONTROL == 2:
+        # Positive control for notebook 06, never launched by `attention`: a tile whose
+        # queries hold a NaN skips all keys (an "early exit on NaN"; it returns zeros).
+        has_nan = tl.sum((q != q).to(tl.int32)) > 0
+        unmasked_end = tl.where(has_nan, 0, unmasked_end)
+        key_end = tl.where(has_nan, 0, key_end)
 
     acc, l_i, m_i = _attend_key_tiles(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
         offs_m, offs_n, offs_d, 0, unmasked_end, seqlen_k, causal_offset, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE)
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE,
+        LEAKY_CONTROL)
     acc, l_i, m_i = _attend_key_tiles(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
         offs_m, offs_n, offs_d, unmasked_end, key_end, seqlen_k, causal_offset, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE)
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE,
+        LEAKY_CONTROL)
 
     # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
     sees_nothing = l_i == 0.0
@@ -246,6 +260,12 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, seqlen_q: int, seqlen
 @functools.lru_cache(maxsize=None)
 def _compute_capability(index) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
+
+
+def default_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> dict:
+    """The launch config ``attention`` picks for these inputs (for benchmarks and SASS)."""
+    head_dim_padded = max(16, triton.next_power_of_2(q.shape[3]))
+    return _pick_config(head_dim_padded, q.dtype, q.shape[2], k.shape[2], causal, on_interpreter(q))
 
 
 def _tma_usable(k: torch.Tensor, v: torch.Tensor, head_dim: int) -> bool:

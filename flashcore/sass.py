@@ -1,0 +1,513 @@
+"""Offline SASS inspection: compile for sm_90 without a GPU, build the control-flow graph,
+and classify every branch and predicated memory access by where its predicate comes from.
+
+What "constant-time" can mean for attention: the kernel's time may depend on the shapes
+(public: batch, heads, lengths, causal) but should not depend on the values in q, k, v.
+The machine-code question is therefore: does any branch, or any guarded memory access,
+depend on a value loaded from memory?
+
+Method: a forward taint analysis over the basic-block graph. Each register / predicate
+carries two bits:
+
+* ``data``: derived from a value read from global or shared memory (LDG, LDS, LDSM, LD,
+  ATOM*, local-memory spills, conservatively) or produced by the tensor cores (HGMMA,
+  HMMA, ...), which only ever multiply loaded values;
+* ``sync``: derived from a barrier / mbarrier try-wait (SYNCS.PHASECHK...): these loops
+  wait for asynchronous copies; their trip count depends on memory latency, not on values.
+
+Everything else propagates: an instruction's results carry the union of its operands' bits
+(kernel parameters ``c[..][..]``, thread/block ids and immediates carry none). A write under
+a guard predicate keeps the old bits and adds the guard's (implicit flow). Flow-sensitive:
+each block starts from the union of its predecessors' exit states, iterated to a fixpoint,
+and a plain write replaces a register's bits. Special-function results (MUFU) and FCHK are
+data exactly when their inputs are: MUFU.RCP of a sequence length is public.
+
+A branch (BRA/EXIT/... under a guard, BRX/JMX through a register) or a guarded memory
+access is classified ``data`` if its predicate carries the data bit, else ``sync`` if it
+carries the sync bit, else ``public``. Memory accesses whose *address* registers carry the
+data bit are listed too (a value-dependent address is the classic cache-timing leak).
+
+Compilation needs no GPU: ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``
+runs ptxas from the triton wheel; ``asm["sass"]`` disassembles the cubin with the bundled
+tools. The kernels must not be in interpreter mode, so when TRITON_INTERPRET is set (CPU
+notebooks) ``analyze_variants`` runs the compilation in a subprocess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+
+DATA, SYNC, PUBLIC_PTR, METADATA = 1, 2, 4, 8
+PARAM_BASE = 0x210  # sm_90: kernel parameters start at c[0x0][0x210]
+_CONST = re.compile(r"c\[0x0\]\[(0x[0-9a-fA-F]+)\]")
+
+# Opcode roots whose register results are data regardless of their operands.
+DATA_SOURCES = {"LDG", "LD", "LDS", "LDSM", "ATOM", "ATOMG", "ATOMS", "HGMMA", "QGMMA",
+                "IGMMA", "HMMA", "IMMA", "DMMA", "WGMMA", "LDGDEPBAR"}
+SYNC_SOURCES = {"SYNCS"}
+BRANCHES = {"BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CALL", "BREAK", "KILL"}
+MEMORY = {"LDG", "STG", "LD", "ST", "LDS", "STS", "LDSM", "STSM", "LDL", "STL", "ATOM", "ATOMG",
+          "ATOMS", "RED", "REDG", "LDGSTS", "UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF", "LDC"}
+NO_DEST = {"STG", "ST", "STS", "STSM", "STL", "RED", "REDG", "BAR", "MEMBAR", "NOP", "BSSY",
+           "BSYNC", "WARPSYNC", "DEPBAR", "ERRBAR", "CCTL", "UTMALDG", "UTMASTG", "UBLKCP",
+           "UTMAPF", "LDGSTS", "FENCE", "ARRIVES", "WARPGROUP", "USETMAXREG", "YIELD",
+           "ELECT", "PREEXIT", "ACQBULK", "UTMACCTL", "UTMACMDFLUSH"} | BRANCHES
+SETP_LIKE = {"ISETP", "FSETP", "DSETP", "HSETP2", "PLOP3", "UISETP", "UPLOP3", "LEA", "ULEA",
+             "LOP3", "ULOP3", "FCHK", "VOTE", "VOTEU", "R2UR", "PSETP"}
+
+_REG = re.compile(r"(?<![\w.])[!\-|~]?(U?R(?:\d+|Z)|U?P(?:\d+|T))\b")
+_LABEL = re.compile(r"^\s*([.\w$]+):\s*$")
+_ADDRESS = re.compile(r"/\*[0-9a-fA-F]{4,}\*/")
+_ENCODING = re.compile(r"/\*\s*0x[0-9a-fA-F]+\s*\*/")
+_CONTROL = re.compile(r"^[\w-]{2}:[\w-]:[\w-]:[\w-]:[\w-]\s+")
+
+
+@dataclasses.dataclass
+class Instr:
+    index: int
+    text: str            # instruction as printed (guard, opcode, operands)
+    guard: str | None    # "P0", "UP1" (negation dropped), or None
+    opcode: str          # full opcode with modifiers, e.g. "ISETP.GE.AND"
+    root: str            # opcode root, e.g. "ISETP"
+    operands: list[str]
+    target: str | None = None  # branch target label
+
+    def regs(self, operand: str) -> list[str]:
+        return [m.group(1) for m in _REG.finditer(operand)]
+
+
+def _split_operands(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def parse_sass(sass: str) -> tuple[list[Instr], dict[str, int]]:
+    """Instructions (in order) and label -> index of the instruction that follows it.
+    Accepts both cuobjdump's ``/*0040*/ OP ... ; /* 0x... */`` lines with ``.L_x_N:`` labels
+    and the ``ctrl<TAB>OP ...;`` form with ``LBBn:`` labels."""
+    instrs: list[Instr] = []
+    labels: dict[str, int] = {}
+    for raw in sass.splitlines():
+        line = _ENCODING.sub("", _ADDRESS.sub("", raw)).strip()
+        m = _LABEL.match(line)
+        if m:
+            labels[m.group(1)] = len(instrs)
+            continue
+        if ";" not in line:
+            continue
+        line = _CONTROL.sub("", line).split(";")[0].strip()
+        if not line or line.startswith(("Function", ".", "//")):
+            continue
+        guard = None
+        gm = re.match(r"@!?(U?P\d+|U?PT)\s+", line)
+        if gm:
+            guard = gm.group(1)
+            line = line[gm.end():]
+        parts = line.split(None, 1)
+        opcode = parts[0]
+        operands = _split_operands(parts[1]) if len(parts) > 1 else []
+        root = opcode.split(".")[0]
+        target = None
+        if root in ("BRA", "CALL", "BSSY", "BREAK", "JMP") and operands:
+            t = operands[-1].strip("`() ")
+            target = t
+        instrs.append(Instr(len(instrs), line, guard, opcode, root, operands, target))
+    return instrs, labels
+
+
+# ----------------------------------------------------------------------------- CFG
+
+@dataclasses.dataclass
+class Block:
+    start: int
+    end: int                      # exclusive
+    succs: list[int]
+    preds: list[int]
+
+
+def build_cfg(instrs: list[Instr], labels: dict[str, int]) -> list[Block]:
+    leaders = {0}
+    for label_index in labels.values():
+        if label_index < len(instrs):
+            leaders.add(label_index)
+    for ins in instrs:
+        if ins.root in BRANCHES and ins.index + 1 < len(instrs):
+            leaders.add(ins.index + 1)
+    starts = sorted(leaders)
+    block_of = {}
+    blocks = []
+    for b, s in enumerate(starts):
+        e = starts[b + 1] if b + 1 < len(starts) else len(instrs)
+        blocks.append(Block(s, e, [], []))
+        for i in range(s, e):
+            block_of[i] = b
+    for b, blk in enumerate(blocks):
+        last = instrs[blk.end - 1]
+        unconditional = last.guard is None or last.guard in ("PT", "UPT")
+        falls_through = not (last.root in ("BRA", "EXIT", "RET", "BRX", "JMX", "JMP", "KILL")
+                             and unconditional)
+        if last.root in ("BRA", "JMP") and last.target in labels and labels[last.target] < len(instrs):
+            blk.succs.append(block_of[labels[last.target]])
+        if falls_through and blk.end < len(instrs):
+            blk.succs.append(b + 1)
+    for b, blk in enumerate(blocks):
+        for s in blk.succs:
+            blocks[s].preds.append(b)
+    return blocks
+
+
+# ----------------------------------------------------------------------------- taint
+
+def _width(ins: Instr, is_dest: bool) -> int:
+    op = ins.opcode
+    if ins.root in ("HGMMA", "QGMMA", "IGMMA", "WGMMA") and is_dest:
+        # A 64xNxK warpgroup MMA leaves 64*N/128 accumulators per thread (fp32), half as
+        # many registers for packed f16 accumulators.
+        m = re.search(r"\.64x(\d+)x\d+\.(F32|F16|S32)", op)
+        n = int(m.group(1)) if m else 256
+        return max(1, n // 2 if (not m or m.group(2) != "F16") else n // 4)
+    if ins.root in ("HMMA", "IMMA") and is_dest:
+        return 4 if ".F32" in op or ".S32" in op else 2
+    if ".128" in op or ".M88.4" in op:
+        return 4
+    if ".64" in op or ".WIDE" in op or ".M88.2" in op or ins.root.startswith("D"):
+        return 2
+    return 1
+
+
+def _expand(reg: str, width: int) -> list[str]:
+    m = re.match(r"(U?R)(\d+)$", reg)
+    if not m or width == 1:
+        return [reg]
+    return [f"{m.group(1)}{int(m.group(2)) + i}" for i in range(width)]
+
+
+def _dests_and_sources(ins: Instr) -> tuple[list[str], list[str]]:
+    if ins.root in NO_DEST or not ins.operands:
+        dests, src_ops = [], ins.operands
+    else:
+        # The first operand is the destination; a SETP-like instruction (or a carry-out)
+        # may write one or two predicates right after it.
+        dests = ins.regs(ins.operands[0])
+        extra = 0
+        limit = 1 if ins.root in SETP_LIKE else 2
+        for op in ins.operands[1:]:
+            if extra < limit and re.fullmatch(r"U?P(\d+|T)", op.strip()) and not ins.root.endswith("SEL"):
+                dests += ins.regs(op)
+                extra += 1
+            else:
+                break
+        src_ops = ins.operands[1 + extra:]
+    sources = []
+    reg_ops = [op for op in src_ops if ins.regs(op)]
+    for k, op in enumerate(reg_ops):
+        if ".64" in op:                      # [R2.64]: a 64-bit address register pair
+            w = 2
+        elif ".WIDE" in ins.opcode:          # 32 x 32 + 64: only the addend is a pair
+            w = 2 if k == len(reg_ops) - 1 else 1
+        elif ins.root in MEMORY:             # other operands of a memory op: addresses
+            w = 1
+        else:
+            w = _width(ins, False)
+        for r in ins.regs(op):
+            sources += _expand(r, w)
+    dests_expanded = []
+    for i, r in enumerate(dests):
+        dests_expanded += _expand(r, _width(ins, True) if i == 0 else 1)
+    constant = {"RZ", "PT", "URZ", "UPT"}
+    return [d for d in dests_expanded if d not in constant], [s for s in sources if s not in constant]
+
+
+_STACK_SLOT = re.compile(r"\[R1(?:\+(0x[0-9a-fA-F]+|\d+))?\]")
+
+
+def _stack_slots(ins: Instr, operand: str) -> list[str] | None:
+    """Register spills: local-memory slots [R1 + offset] carry the bits of what was stored."""
+    m = _STACK_SLOT.search(operand)
+    if not m:
+        return None
+    base = int(m.group(1), 0) if m.group(1) else 0
+    return [f"L:{base + 4 * i}" for i in range(_width(ins, False))]
+
+
+def _transfer(ins: Instr, state: dict, public_params: frozenset = frozenset()) -> int:
+    """Apply one instruction to ``state``; return the bits of its inputs (operands).
+
+    ``public_params``: constant-bank offsets of pointer parameters whose pointees are public
+    metadata (the decode kernel's sequence lengths): loads through them give METADATA, not
+    DATA."""
+    if ins.root in ("STL", "LDL") and len(ins.operands) >= 2:
+        mem_op, reg_op = (ins.operands[0], ins.operands[1]) if ins.root == "STL" else \
+            (ins.operands[1], ins.operands[0])
+        slots = _stack_slots(ins, mem_op)
+        if slots is not None:
+            regs = _expand(ins.regs(reg_op)[0], _width(ins, False)) if ins.regs(reg_op) else []
+            for slot, reg in zip(slots, regs):
+                if ins.root == "STL":
+                    state[slot] = state.get(reg, 0)
+                else:
+                    state[reg] = state.get(slot, DATA)  # an unknown slot: assume data
+            return 0
+    dests, sources = _dests_and_sources(ins)
+    bits = 0
+    for s in sources:
+        bits |= state.get(s, 0)
+    if any(int(m.group(1), 16) in public_params for op in ins.operands for m in _CONST.finditer(op)):
+        bits |= PUBLIC_PTR
+    if ins.root in DATA_SOURCES:
+        addr = 0
+        for r in _address_regs(ins):
+            addr |= state.get(r, 0)
+        bits = (METADATA | (addr & DATA)) if addr & PUBLIC_PTR and ins.root != "HGMMA" else bits | DATA
+    if ins.root in SYNC_SOURCES and dests:
+        bits |= SYNC
+    guard_bits = state.get(ins.guard, 0) if ins.guard else 0
+    for d in dests:
+        state[d] = (state.get(d, 0) | bits | guard_bits) if ins.guard and ins.guard not in ("PT", "UPT") else bits
+    return bits
+
+
+def taint_analysis(instrs: list[Instr], blocks: list[Block], public_params=frozenset()) -> list[dict]:
+    """Fixpoint of the forward analysis; returns the state before each instruction."""
+    entry = [dict() for _ in blocks]
+    exit_ = [None] * len(blocks)
+    work = list(range(len(blocks)))
+    while work:
+        b = work.pop(0)
+        state = {}
+        for p in blocks[b].preds:
+            if exit_[p] is not None:
+                for k, v in exit_[p].items():
+                    state[k] = state.get(k, 0) | v
+        entry[b] = dict(state)
+        for i in range(blocks[b].start, blocks[b].end):
+            _transfer(instrs[i], state, public_params)
+        if state != exit_[b]:
+            exit_[b] = state
+            for s in blocks[b].succs:
+                if s not in work:
+                    work.append(s)
+    before = [None] * len(instrs)
+    for b, blk in enumerate(blocks):
+        state = dict(entry[b])
+        for i in range(blk.start, blk.end):
+            before[i] = dict(state)
+            _transfer(instrs[i], state, public_params)
+    return before
+
+
+CLASSES = ("public", "metadata", "sync", "data")
+
+
+def _classify(bits: int) -> str:
+    if bits & DATA:
+        return "data"
+    if bits & METADATA:
+        return "metadata"
+    return "sync" if bits & SYNC else "public"
+
+
+def _address_regs(ins: Instr) -> list[str]:
+    regs = []
+    for op in ins.operands:
+        if "[" in op and not op.startswith(("c[", "gdesc")):
+            for r in ins.regs(op[op.index("["):]):
+                regs += _expand(r, 2 if ".64" in op else 1)
+    return [r for r in regs if r not in ("RZ", "URZ")]
+
+
+def analyze_sass(sass: str, public_params=frozenset()) -> dict:
+    """Classify branches and guarded memory accesses of one kernel's SASS."""
+    instrs, labels = parse_sass(sass)
+    blocks = build_cfg(instrs, labels)
+    before = taint_analysis(instrs, blocks, frozenset(public_params))
+    branches, guarded, data_addresses = [], [], []
+    for ins in instrs:
+        state = before[ins.index] or {}
+        guarded_by = ins.guard if ins.guard not in (None, "PT", "UPT") else None
+        if ins.root in BRANCHES:
+            if ins.root in ("BRX", "JMX"):
+                bits = 0
+                for r in ins.regs(ins.operands[0]) if ins.operands else []:
+                    bits |= state.get(r, 0)
+                branches.append({"index": ins.index, "text": ins.text, "class": _classify(bits),
+                                 "conditional": True})
+            elif guarded_by:
+                branches.append({"index": ins.index, "text": ins.text,
+                                 "class": _classify(state.get(guarded_by, 0)), "conditional": True})
+            else:
+                branches.append({"index": ins.index, "text": ins.text, "class": "public",
+                                 "conditional": False})
+        if ins.root in MEMORY and ins.root != "LDC":
+            if guarded_by:
+                guarded.append({"index": ins.index, "text": ins.text,
+                                "class": _classify(state.get(guarded_by, 0))})
+            addr_bits = 0
+            for r in _address_regs(ins):
+                addr_bits |= state.get(r, 0)
+            if addr_bits & DATA:
+                data_addresses.append({"index": ins.index, "text": ins.text})
+
+    def counts(items):
+        return {c: sum(1 for x in items if x["class"] == c) for c in CLASSES}
+
+    cond = [b for b in branches if b["conditional"]]
+    return {
+        "instructions": len(instrs),
+        "blocks": len(blocks),
+        "edges": sum(len(b.succs) for b in blocks),
+        "branches": counts(cond),
+        "unconditional_branches": len(branches) - len(cond),
+        "guarded_memory": counts(guarded),
+        "data_dependent_addresses": len(data_addresses),
+        "data_branches": [b for b in cond if b["class"] == "data"],
+        "data_guarded_memory": [g for g in guarded if g["class"] == "data"],
+        "data_address_examples": data_addresses[:10],
+        "opcode_histogram": _histogram(instrs),
+    }
+
+
+def _histogram(instrs):
+    hist = {}
+    for ins in instrs:
+        hist[ins.root] = hist.get(ins.root, 0) + 1
+    return dict(sorted(hist.items(), key=lambda kv: -kv[1])[:25])
+
+
+def cfg_edges(sass: str, public_params=frozenset()):
+    """(block ranges, edges, class of each block's terminating branch) for plotting."""
+    instrs, labels = parse_sass(sass)
+    blocks = build_cfg(instrs, labels)
+    before = taint_analysis(instrs, blocks, frozenset(public_params))
+    kinds = []
+    for blk in blocks:
+        last = instrs[blk.end - 1]
+        g = last.guard if last.guard not in (None, "PT", "UPT") else None
+        if last.root in BRANCHES and g:
+            kinds.append(_classify((before[last.index] or {}).get(g, 0)))
+        else:
+            kinds.append("none")
+    ranges = [(b.start, b.end) for b in blocks]
+    edges = [(i, s) for i, b in enumerate(blocks) for s in b.succs]
+    return ranges, edges, kinds
+
+
+# ----------------------------------------------------------------------------- variants
+
+def _variants():
+    """Every kernel flashcore ships, in the configs the launchers pick on Hopper (bf16), plus
+    the two positive controls. GQA needs no variant of its own: the group size is a runtime
+    integer, so GQA runs the same binary as MHA."""
+    from .kernels.decode import _decode_combine_kernel, _decode_split_kernel
+    from .kernels.forward import _HOPPER_TABLE, _attn_fwd_kernel
+
+    def fwd(d, causal, long_keys, leaky=0, dtype="bf16"):
+        bm, bn, w, st, mode = _HOPPER_TABLE[(d, causal, long_keys)]
+        tma = mode in ("tma", "ws")
+        consts = dict(HEAD_DIM=d, HEAD_DIM_PADDED=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
+                      STORE_LSE=False, FP32_IEEE=False, USE_TMA=tma, WARP_SPECIALIZE=mode == "ws",
+                      LEAKY_CONTROL=leaky)
+        desc = f"tensordesc<{dtype}[1, 1, {bn}, {d}]>" if tma else None
+        ptrs = {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "Out": f"*{dtype}", "Lse": "*fp32"}
+        return dict(fn=_attn_fwd_kernel, pointers=ptrs, floats={"qk_scale"}, consts=consts,
+                    descs={"k_desc": desc, "v_desc": desc}, num_warps=w, num_stages=st)
+
+    def decode_split():
+        consts = dict(HEAD_DIM=128, HEAD_DIM_PADDED=128, BLOCK_M=16, BLOCK_N=64, SINGLE_SPLIT=False)
+        ptrs = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SeqLens": "*i32", "OutPartial": "*fp32",
+                "LsePartial": "*fp32", "Out": "*bf16"}
+        # SeqLens, the 4th pointer parameter, holds the cache lengths: public metadata.
+        return dict(fn=_decode_split_kernel, pointers=ptrs, floats={"qk_scale"}, consts=consts,
+                    descs={}, num_warps=4, num_stages=3, public_params=[PARAM_BASE + 3 * 8])
+
+    def decode_combine():
+        consts = dict(HEAD_DIM=128, HEAD_DIM_PADDED=128, SPLITS_PADDED=32)
+        ptrs = {"OutPartial": "*fp32", "LsePartial": "*fp32", "Out": "*bf16"}
+        return dict(fn=_decode_combine_kernel, pointers=ptrs, floats=set(), consts=consts,
+                    descs={}, num_warps=4, num_stages=1)
+
+    return {
+        "forward D128 non-causal (TMA)": (fwd(128, False, True), "shipped"),
+        "forward D128 causal (TMA)": (fwd(128, True, True), "shipped"),
+        "forward D64 non-causal (warp-specialized)": (fwd(64, False, True), "shipped"),
+        "forward D64 causal (pointer loads)": (fwd(64, True, True), "shipped"),
+        "decode split-KV": (decode_split(), "shipped"),
+        "decode combine": (decode_combine(), "shipped"),
+        "control: skip rescale if max unchanged": (fwd(64, True, True, leaky=1), "leaky control"),
+        "control: early exit on NaN": (fwd(64, True, True, leaky=2), "leaky control"),
+    }
+
+
+def compile_sass(spec: dict, arch: int = 90) -> str:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = spec["fn"]
+    signature, constexprs = {}, dict(spec["consts"])
+    for name in fn.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in spec["pointers"]:
+            signature[name] = spec["pointers"][name]
+        elif name in spec["descs"]:
+            if spec["descs"][name] is None:
+                signature[name] = "constexpr"
+                constexprs[name] = None
+            else:
+                signature[name] = spec["descs"][name]
+        elif name in spec["floats"]:
+            signature[name] = "fp32"
+        elif name.startswith("stride") and name.endswith("k"):
+            signature[name] = "constexpr"  # unit inner stride: Triton specializes 1 at launch
+            constexprs[name] = 1
+        else:
+            signature[name] = "i32"
+    # Pointers 16-byte aligned, as the launcher's tensors are (Triton specializes this too).
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if signature[n].startswith("*")}
+    src = ASTSource(fn, signature, constexprs, attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                              options=dict(num_warps=spec["num_warps"], num_stages=spec["num_stages"]))
+    return compiled.asm["sass"]
+
+
+def analyze_variants(keep_sass: bool = False) -> dict:
+    """Compile and analyze every variant. Runs in a subprocess when the current process has
+    the Triton interpreter switched on (its @jit functions cannot be compiled)."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        env = dict(os.environ, TRITON_INTERPRET="0")
+        cmd = [sys.executable, "-m", "flashcore", "sass", "--json"] + (["--keep-sass"] if keep_sass else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"SASS subprocess failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout)
+    import triton
+
+    out = {"triton": triton.__version__, "arch": "sm_90", "kernels": {}}
+    for name, (spec, role) in _variants().items():
+        sass = compile_sass(spec)
+        result = analyze_sass(sass, spec.get("public_params", ()))
+        result["role"] = role
+        result["public_params"] = list(spec.get("public_params", ()))
+        if keep_sass:
+            result["sass"] = sass
+        out["kernels"][name] = result
+    return out
