@@ -122,7 +122,17 @@ def _kernels():
             return tuple(torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes)
         return tuple(special_tensor(kind, s, torch.bfloat16, "cuda", gen) for s in shapes)
 
+    def matmul_inputs(kind, gen):
+        shapes = [(4096, 4096), (4096, 4096), (1,)]
+        if kind == "random":
+            return tuple(torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes)
+        return tuple(special_tensor(kind, s, torch.bfloat16, "cuda", gen) for s in shapes)
+
     return [
+        # Hardware reference: cuBLAS bf16 matmul has no value-dependent control flow at all;
+        # any value dependence of its time comes from the chip (power, clocks), not code.
+        ("hardware reference: cuBLAS bf16 matmul", "reference", matmul_inputs,
+         lambda a, b, _: torch.mm(a, b)),
         ("forward non-causal", "shipped", fwd_inputs(16, 16), lambda q, k, v: attention(q, k, v)),
         ("forward causal", "shipped", fwd_inputs(16, 16), lambda q, k, v: attention(q, k, v, causal=True)),
         ("forward GQA 16/4 causal", "shipped", fwd_inputs(16, 4),
