@@ -343,3 +343,53 @@ def weak_checks() -> dict:
         "allclose(rtol=1e-3, atol=2e-3)": lambda out, ref: bool(
             torch.allclose(out.double(), ref, rtol=1e-3, atol=2e-3)),
     }
+
+
+def _randn(*shape, dtype, gen, device):
+    return torch.randn(*shape, generator=gen).to(dtype).to(device)
+
+
+def _kvcache_rule(out, q, k_cache, v_cache, total_lengths):
+    from .reference import kvcache_reference
+    ref = kvcache_reference(q, k_cache, v_cache, total_lengths)
+    same = kvcache_reference(q, k_cache, v_cache, total_lengths, compute_dtype=q.dtype)
+    return error_rule(out, ref, same)
+
+
+def kvcache_session(batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=torch.float16, device="cpu", seed=0):
+    """KV-cache attention over a whole generation session, every call under the error rule.
+
+    Prefill each sequence's prompt (chunked prefill from an empty cache, padded to the
+    longest prompt per call and then trimmed by lengths), then `steps` decode steps; every
+    call checked under the error rule. Returns the reports."""
+    from .kernels.decode import attention_with_kvcache
+
+    gen = torch.Generator().manual_seed(seed)
+    k_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)  # garbage beyond lengths
+    v_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)
+    reports = []
+    lengths = torch.zeros(batch, dtype=torch.int32, device=device)
+    # Prefill: one chunk per distinct prompt length group (sequences of equal length).
+    for length in sorted(set(prompt_lens)):
+        idx = [i for i, n in enumerate(prompt_lens) if n == length]
+        sub = torch.tensor(idx, device=device)
+        q = _randn(len(idx), hq, length, d, dtype=dtype, gen=gen, device=device)
+        kn = _randn(len(idx), hkv, length, d, dtype=dtype, gen=gen, device=device)
+        vn = _randn(len(idx), hkv, length, d, dtype=dtype, gen=gen, device=device)
+        kc, vc = k_cache[sub].clone(), v_cache[sub].clone()
+        out = attention_with_kvcache(q, kc, vc, lengths[sub], kn, vn)
+        k_cache[sub], v_cache[sub] = kc, vc
+        reports.append(_kvcache_rule(out, q, kc, vc, lengths[sub] + length))
+    lengths = torch.tensor(prompt_lens, dtype=torch.int32, device=device)
+    for _ in range(steps):
+        q = _randn(batch, hq, 1, d, dtype=dtype, gen=gen, device=device)
+        kn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
+        vn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
+        out = attention_with_kvcache(q, k_cache, v_cache, lengths, kn, vn)
+        reports.append(_kvcache_rule(out, q, k_cache, v_cache, lengths + 1))
+        if not torch.equal(k_cache[torch.arange(batch), :, lengths.long()], kn[:, :, 0]):
+            raise RuntimeError("the append did not write the new keys at cache_seqlens")
+        lengths = lengths + 1
+    return reports
+
+

@@ -5,6 +5,7 @@ import torch
 
 from conftest import DEVICE
 from flashcore import attention_with_kvcache, error_rule, kvcache_reference
+from flashcore.validate import kvcache_session
 
 HALF = torch.float16
 
@@ -19,47 +20,15 @@ def _randn(*shape, dtype=HALF, gen=None, device=DEVICE):
     return torch.randn(*shape, generator=gen, device="cpu").to(dtype).to(device)
 
 
-def _session(batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=HALF, device=DEVICE, seed=0):
-    """Prefill each sequence's prompt (chunked prefill from an empty cache, padded to the
-    longest prompt per call and then trimmed by lengths), then `steps` decode steps; every
-    call checked under the error rule. Returns the reports."""
-    gen = torch.Generator().manual_seed(seed)
-    k_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)  # garbage beyond lengths
-    v_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)
-    reports = []
-    lengths = torch.zeros(batch, dtype=torch.int32, device=device)
-    # Prefill: one chunk per distinct prompt length group (sequences of equal length).
-    for length in sorted(set(prompt_lens)):
-        idx = [i for i, n in enumerate(prompt_lens) if n == length]
-        sub = torch.tensor(idx, device=device)
-        q = _randn(len(idx), hq, length, d, dtype=dtype, gen=gen, device=device)
-        kn = _randn(len(idx), hkv, length, d, dtype=dtype, gen=gen, device=device)
-        vn = _randn(len(idx), hkv, length, d, dtype=dtype, gen=gen, device=device)
-        kc, vc = k_cache[sub].clone(), v_cache[sub].clone()
-        out = attention_with_kvcache(q, kc, vc, lengths[sub], kn, vn)
-        k_cache[sub], v_cache[sub] = kc, vc
-        reports.append(_check(out, q, kc, vc, lengths[sub] + length))
-    lengths = torch.tensor(prompt_lens, dtype=torch.int32, device=device)
-    for _ in range(steps):
-        q = _randn(batch, hq, 1, d, dtype=dtype, gen=gen, device=device)
-        kn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
-        vn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
-        out = attention_with_kvcache(q, k_cache, v_cache, lengths, kn, vn)
-        reports.append(_check(out, q, k_cache, v_cache, lengths + 1))
-        assert torch.equal(k_cache[torch.arange(batch), :, lengths.long()], kn[:, :, 0])
-        lengths = lengths + 1
-    return reports
-
-
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (8, 2), (7, 1)])
 def test_prefill_then_decode_steps(hq, hkv):
-    reports = _session(3, hq, hkv, 96, 32, prompt_lens=[1, 40, 89], steps=6)
+    reports = kvcache_session(3, hq, hkv, 96, 32, prompt_lens=[1, 40, 89], steps=6, device=DEVICE)
     assert all(r.passed for r in reports), [round(r.ratio, 3) for r in reports]
 
 
 def test_full_cache_and_length_one():
     # sequence 0: a single token; sequence 1: appending fills the cache exactly.
-    reports = _session(2, 4, 2, 64, 16, prompt_lens=[1, 63], steps=1)
+    reports = kvcache_session(2, 4, 2, 64, 16, prompt_lens=[1, 63], steps=1, device=DEVICE)
     assert all(r.passed for r in reports)
 
 
@@ -121,7 +90,7 @@ def test_input_errors():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (8, 8, 64), (16, 1, 256)])
 def test_gpu_session(dtype, hq, hkv, d):
-    reports = _session(4, hq, hkv, 2048, d, prompt_lens=[1, 300, 1024, 2000], steps=8, dtype=dtype)
+    reports = kvcachekvcache_session(4, hq, hkv, 2048, d, prompt_lens=[1, 300, 1024, 2000], steps=8, dtype=dtype, device=DEVICE)
     assert all(r.passed for r in reports), [round(r.ratio, 3) for r in reports]
 
 
