@@ -90,7 +90,7 @@ def test_input_errors():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (8, 8, 64), (16, 1, 256)])
 def test_gpu_session(dtype, hq, hkv, d):
-    reports = kvcachekvcache_session(4, hq, hkv, 2048, d, prompt_lens=[1, 300, 1024, 2000], steps=8, dtype=dtype, device=DEVICE)
+    reports = kvcache_session(4, hq, hkv, 2048, d, prompt_lens=[1, 300, 1024, 2000], steps=8, dtype=dtype, device=DEVICE)
     assert all(r.passed for r in reports), [round(r.ratio, 3) for r in reports]
 
 
