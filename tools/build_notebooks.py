@@ -908,7 +908,12 @@ values; their data-dependent work is straight-line (selects, `MUFU.EX2`, tensor-
 The decode kernel's branches depend on the cache lengths, which it reads from memory but which
 are public shapes. The analysis flags both positive controls, so it can fail. Some guarded
 memory accesses are still flagged by the conservative analysis (see the `mem_data` column);
-they are listed above rather than argued away.
+they are listed above rather than argued away. The SASS depends on the compiler: run on
+the H100 machine with triton 3.6.0 (GPU profile), the same analysis flags one data-dependent
+branch in each TMA forward kernel and one in the decode kernel, which triton 3.9 does not
+emit. Those have not been traced yet; the analysis over-approximates, so they may be register
+reuse across paths rather than real value-dependent control flow. The code-level verdict above
+holds for the triton version printed at the top of this run, not for every compiler.
 
 *Clock:* the answer is **not** "constant time". The tensor-core kernels, flashcore's forward
 kernel and a plain cuBLAS matmul alike, run measurably faster (about 1–3%) on all-equal,
