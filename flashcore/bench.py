@@ -20,7 +20,6 @@ Method (every number in results/<gpu>/perf.json comes from here):
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import asdict, dataclass
 
@@ -232,12 +231,6 @@ def make_flashcore(causal: bool, config: dict | None = None):
     return run
 
 
-@contextlib.contextmanager
-def _no_grad():
-    with torch.inference_mode():
-        yield
-
-
 def math_fits(batch, heads, seqlen_q, seqlen_k, dtype) -> bool:
     """The math backend materialises (B, H, Sq, Sk) scores in fp32 and a few temporaries."""
     need = 4 * batch * heads * seqlen_q * seqlen_k * 4
@@ -280,7 +273,7 @@ def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, war
                 fn = make_sdpa(name, causal, Hq != Hkv)
             else:
                 raise ValueError(f"unknown implementation {impl!r}")
-            with _no_grad():
+            with torch.inference_mode():
                 out = fn(*sets[0])
                 if reference_out is None:
                     reference_out = out.float()

@@ -95,18 +95,22 @@ def measure(fn, random_sets, fixed_sets, n_per_class: int, seed: int = 0):
     return times, classes
 
 
+def _class_inputs(shapes):
+    """make(kind, gen) -> one tensor per shape, bf16: N(0,1) for "random", else the fixed class."""
+    def make(kind, gen):
+        if kind == "random":
+            return tuple(torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes)
+        return tuple(special_tensor(kind, s, torch.bfloat16, "cuda", gen) for s in shapes)
+    return make
+
+
 def _kernels():
-    """(name, role, make_inputs(gen) -> (q, k, v), fn(q, k, v)) for each kernel under test."""
+    """(name, role, make_inputs(kind, gen) -> (q, k, v), fn(q, k, v)) for each kernel under test."""
     from .kernels.decode import attention_with_kvcache
     from .kernels.forward import attention, default_config
 
-    def fwd_inputs(hq, hkv):
-        def make(kind, gen):
-            shapes = [(2, hq, 2048, 64), (2, hkv, 2048, 64), (2, hkv, 2048, 64)]
-            if kind == "random":
-                return tuple(torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes)
-            return tuple(special_tensor(kind, s, torch.bfloat16, "cuda", gen) for s in shapes)
-        return make
+    def forward_inputs(hq, hkv):
+        return _class_inputs([(2, hq, 2048, 64), (2, hkv, 2048, 64), (2, hkv, 2048, 64)])
 
     def leaky(control):
         def fn(q, k, v):
@@ -115,32 +119,19 @@ def _kernels():
         return fn
 
     lengths = torch.full((8,), 8192, dtype=torch.int32, device="cuda")
-
-    def decode_inputs(kind, gen):
-        shapes = [(8, 32, 1, 128), (8, 8, 8192, 128), (8, 8, 8192, 128)]
-        if kind == "random":
-            return tuple(torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes)
-        return tuple(special_tensor(kind, s, torch.bfloat16, "cuda", gen) for s in shapes)
-
-    def matmul_inputs(kind, gen):
-        shapes = [(4096, 4096), (4096, 4096), (1,)]
-        if kind == "random":
-            return tuple(torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes)
-        return tuple(special_tensor(kind, s, torch.bfloat16, "cuda", gen) for s in shapes)
-
     return [
         # Hardware reference: cuBLAS bf16 matmul has no value-dependent control flow at all;
         # any value dependence of its time comes from the chip (power, clocks), not code.
-        ("hardware reference: cuBLAS bf16 matmul", "reference", matmul_inputs,
-         lambda a, b, _: torch.mm(a, b)),
-        ("forward non-causal", "shipped", fwd_inputs(16, 16), lambda q, k, v: attention(q, k, v)),
-        ("forward causal", "shipped", fwd_inputs(16, 16), lambda q, k, v: attention(q, k, v, causal=True)),
-        ("forward GQA 16/4 causal", "shipped", fwd_inputs(16, 4),
+        ("hardware reference: cuBLAS bf16 matmul", "reference",
+         _class_inputs([(4096, 4096), (4096, 4096), (1,)]), lambda a, b, _: torch.mm(a, b)),
+        ("forward non-causal", "shipped", forward_inputs(16, 16), lambda q, k, v: attention(q, k, v)),
+        ("forward causal", "shipped", forward_inputs(16, 16), lambda q, k, v: attention(q, k, v, causal=True)),
+        ("forward GQA 16/4 causal", "shipped", forward_inputs(16, 4),
          lambda q, k, v: attention(q, k, v, causal=True)),
-        ("decode split-KV", "shipped", decode_inputs,
+        ("decode split-KV", "shipped", _class_inputs([(8, 32, 1, 128), (8, 8, 8192, 128), (8, 8, 8192, 128)]),
          lambda q, k, v: attention_with_kvcache(q, k, v, lengths, check_lengths=False)),
-        ("control: skip rescale if max unchanged", "leaky control", fwd_inputs(16, 16), leaky(1)),
-        ("control: early exit on NaN", "leaky control", fwd_inputs(16, 16), leaky(2)),
+        ("control: skip rescale if max unchanged", "leaky control", forward_inputs(16, 16), leaky(1)),
+        ("control: early exit on NaN", "leaky control", forward_inputs(16, 16), leaky(2)),
     ]
 
 

@@ -349,7 +349,8 @@ def _randn(*shape, dtype, gen, device):
     return torch.randn(*shape, generator=gen).to(dtype).to(device)
 
 
-def _kvcache_rule(out, q, k_cache, v_cache, total_lengths):
+def kvcache_rule(out, q, k_cache, v_cache, total_lengths):
+    """The error rule for one KV-cache call (caches already holding the appended tokens)."""
     from .reference import kvcache_reference
     ref = kvcache_reference(q, k_cache, v_cache, total_lengths)
     same = kvcache_reference(q, k_cache, v_cache, total_lengths, compute_dtype=q.dtype)
@@ -379,14 +380,14 @@ def kvcache_session(batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=torch
         kc, vc = k_cache[sub].clone(), v_cache[sub].clone()
         out = attention_with_kvcache(q, kc, vc, lengths[sub], kn, vn)
         k_cache[sub], v_cache[sub] = kc, vc
-        reports.append(_kvcache_rule(out, q, kc, vc, lengths[sub] + length))
+        reports.append(kvcache_rule(out, q, kc, vc, lengths[sub] + length))
     lengths = torch.tensor(prompt_lens, dtype=torch.int32, device=device)
     for _ in range(steps):
         q = _randn(batch, hq, 1, d, dtype=dtype, gen=gen, device=device)
         kn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
         vn = _randn(batch, hkv, 1, d, dtype=dtype, gen=gen, device=device)
         out = attention_with_kvcache(q, k_cache, v_cache, lengths, kn, vn)
-        reports.append(_kvcache_rule(out, q, k_cache, v_cache, lengths + 1))
+        reports.append(kvcache_rule(out, q, k_cache, v_cache, lengths + 1))
         if not torch.equal(k_cache[torch.arange(batch), :, lengths.long()], kn[:, :, 0]):
             raise RuntimeError("the append did not write the new keys at cache_seqlens")
         lengths = lengths + 1

@@ -33,8 +33,7 @@ import triton
 import triton.language as tl
 
 from .._checks import check_kvcache_inputs, on_interpreter
-
-LOG2E = 1.4426950408889634
+from .forward import LOG2E
 
 
 @triton.jit

@@ -279,7 +279,8 @@ def _tma_usable(k: torch.Tensor, v: torch.Tensor, head_dim: int) -> bool:
     for t in (k, v):
         if t.stride(3) != 1 or t.data_ptr() % 16:
             return False
-        if any((st * t.element_size()) % 16 for st in t.stride()[:3]):
+        # Broadcast (stride-0) dims, e.g. K/V expanded across heads, take the pointer path.
+        if any(st == 0 or (st * t.element_size()) % 16 for st in t.stride()[:3]):
             return False
     return True
 
@@ -288,8 +289,7 @@ def _kv_descriptors(k, v, block_n, head_dim):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     def make(t):
-        # TMA requires the size of a broadcast (stride 0) dim to be 1; any other shape
-        # passes through. Keys past S are zero-filled by the hardware.
+        # Keys past S are zero-filled by the hardware: no mask for the sequence tail.
         return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_n, head_dim])
     return make(k), make(v)
 
