@@ -75,6 +75,18 @@ def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
             "torch.no_grad() / torch.inference_mode() or detach the inputs")
 
 
+def check_window(window, causal: bool) -> None:
+    """A sliding window is a positive int and only defined for causal attention."""
+    if window is None:
+        return
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"expected window to be an int or None, got {type(window).__name__}")
+    if window < 1:
+        raise ValueError(f"expected window >= 1 (keys each query sees, itself included), got {window}")
+    if not causal:
+        raise ValueError("window requires causal=True (a sliding window looks back from the diagonal)")
+
+
 def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) -> bool:
     """Validate KV-cache attention inputs; returns whether new tokens are to be appended.
     Everything here runs before the cache is written, so a bad call leaves it untouched."""

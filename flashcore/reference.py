@@ -26,15 +26,20 @@ def causal_offset(seqlen_q: int, seqlen_k: int, alignment: str) -> int:
 
 
 def visible_keys(seqlen_q: int, seqlen_k: int, *, causal: bool, alignment: str = "top_left",
-                 device=None, rows: torch.Tensor | None = None) -> torch.Tensor:
+                 window: int | None = None, device=None, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean (Sq, Sk) mask (or (len(rows), Sk) for the given query rows): True where the
-    query may attend to the key."""
+    query may attend to the key. ``window`` (causal only): also require
+    j > i + offset - window, i.e. only the ``window`` most recent keys."""
     if rows is None:
         rows = torch.arange(seqlen_q, device=device)
     cols = torch.arange(seqlen_k, device=rows.device)
     if not causal:
         return torch.ones(rows.numel(), seqlen_k, dtype=torch.bool, device=rows.device)
-    return cols[None, :] <= rows[:, None] + causal_offset(seqlen_q, seqlen_k, alignment)
+    diagonal = rows[:, None] + causal_offset(seqlen_q, seqlen_k, alignment)
+    mask = cols[None, :] <= diagonal
+    if window is not None:
+        mask &= cols[None, :] > diagonal - window
+    return mask
 
 
 def expand_kv_heads(t: torch.Tensor, num_q_heads: int) -> torch.Tensor:
@@ -42,13 +47,16 @@ def expand_kv_heads(t: torch.Tensor, num_q_heads: int) -> torch.Tensor:
     return t.repeat_interleave(group, dim=1) if group > 1 else t
 
 
-def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
+def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", window=None, scale=None,
                         compute_dtype=torch.float64, return_lse=False, query_rows=None):
     """softmax(q k^T * scale + mask) v, with every operation in ``compute_dtype``.
 
     ``compute_dtype=torch.float64`` gives the reference the error rule measures against;
     ``compute_dtype=q.dtype`` gives the same-precision baseline. Rows that see no key are
     zeros (lse -inf). Shapes as ``flashcore.attention``; returns ``compute_dtype`` tensors.
+
+    ``window``: causal sliding window, as ``flashcore.attention`` (masked, not truncated:
+    the reference builds the full (rows, Sk) mask).
 
     ``query_rows`` (1-D index tensor): compute only those query rows, e.g. a sample of a
     sequence too long to reference whole; the result has ``len(query_rows)`` rows.
@@ -74,7 +82,8 @@ def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", s
         local = slice(start, min(start + chunk, all_rows.numel()))
         rows = all_rows[local]
         scores = torch.matmul(q_c[:, :, local], k_c.transpose(-1, -2)) * scale
-        mask = visible_keys(seqlen_q, seqlen_k, causal=causal, alignment=causal_alignment, rows=rows)
+        mask = visible_keys(seqlen_q, seqlen_k, causal=causal, alignment=causal_alignment,
+                            window=window, rows=rows)
         scores = scores.masked_fill(~mask, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         # softmax of an all -inf row is NaN; such a row sees no key and is defined as zeros.

@@ -97,10 +97,13 @@ class AttentionCase:
     causal: bool = False
     alignment: str = "top_left"     # causal alignment
     layout: str = "bhsd"            # "bhsd" contiguous, or "bshd" = (B,S,H,D) memory transposed
+    window: int | None = None       # causal sliding window (keys each query sees)
 
     @property
     def name(self) -> str:
         mask = f"causal-{self.alignment}" if self.causal else "full"
+        if self.window is not None:
+            mask += f" window{self.window}"
         return (f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} Sq{self.seqlen_q} "
                 f"Sk{self.seqlen_k} D{self.head_dim} {self.dtype} {mask} {self.layout}")
 
@@ -129,8 +132,8 @@ def check_case(case: AttentionCase, device, seed: int) -> dict:
 
     q, k, v = make_inputs(case, device, seed)
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
-    attention(q, k, v, causal=case.causal, causal_alignment=case.alignment, out=out)
-    kwargs = dict(causal=case.causal, causal_alignment=case.alignment)
+    kwargs = dict(causal=case.causal, causal_alignment=case.alignment, window=case.window)
+    attention(q, k, v, out=out, **kwargs)
     ref64 = attention_reference(q, k, v, compute_dtype=torch.float64, **kwargs)
     same = attention_reference(q, k, v, compute_dtype=q.dtype, **kwargs)
     report = error_rule(out, ref64, same)
@@ -194,6 +197,21 @@ def correctness_grid(name: str) -> list[AttentionCase]:
             cases.append(AttentionCase(1, 2, 1, 33, 47, d, "float32", True, "bottom_right"))
         cases.append(AttentionCase(2, 4, 2, 47, 65, 64, "float16", True, "bottom_right", "bshd"))
         return _shuffled(cases)
+    if name in ("window", "window-cpu"):
+        # Sliding windows against the masked float64 reference: windows narrower than,
+        # equal to and wider than a tile, not multiples of it, and wider than the sequence.
+        gpu = name == "window"
+        cases = []
+        dtypes = ("float16", "bfloat16") if gpu else ("float16", "float32")
+        lengths = ((1023, 1023), (239, 1023), (1023, 239), (4096, 4096)) if gpu else ((113, 113), (17, 65), (65, 17))
+        windows = (1, 17, 64, 100, 129, 1000, 5000) if gpu else (1, 17, 32, 50, 200)
+        for dtype, align, (sq, sk), w in itertools.product(dtypes, ("top_left", "bottom_right"), lengths, windows):
+            d = 128 if gpu else 32
+            cases.append(AttentionCase(1, 4, 2, sq, sk, d, dtype, True, align, window=w))
+        if gpu:
+            for d in (64, 256):
+                cases.append(AttentionCase(2, 8, 1, 2048, 2048, d, "bfloat16", True, "top_left", window=300))
+        return _shuffled(cases)
     if name == "sanitizer":
         return [
             AttentionCase(1, 4, 2, 113, 113, 64, "float16", True, "top_left"),
@@ -204,7 +222,7 @@ def correctness_grid(name: str) -> list[AttentionCase]:
             AttentionCase(1, 2, 2, 63, 63, 32, "float32", True, "top_left"),
             AttentionCase(1, 4, 2, 113, 239, 64, "float16", False, "top_left", "bshd"),
         ]
-    raise ValueError(f"unknown grid {name!r}; expected 'full', 'cpu' or 'sanitizer'")
+    raise ValueError(f"unknown grid {name!r}; expected 'full', 'cpu', 'window', 'window-cpu' or 'sanitizer'")
 
 
 def run_grid(cases: list[AttentionCase], device, *, base_seed: int = 0, progress: bool = True) -> list[dict]:

@@ -56,3 +56,15 @@ def test_cpu_bfloat16_is_refused():
 def test_device_mismatch():
     with pytest.raises(ValueError, match="same device"):
         attention(t(1, 2, 4, 8, device="cuda"), t(1, 2, 4, 8, device="cpu"), t(1, 2, 4, 8, device="cuda"))
+
+
+@pytest.mark.parametrize("kwargs,exc,msg", [
+    (dict(causal=False, window=8), ValueError, "window requires causal=True"),
+    (dict(causal=True, window=0), ValueError, "expected window >= 1"),
+    (dict(causal=True, window=8.0), TypeError, "expected window to be an int"),
+    (dict(causal=True, window=True), TypeError, "expected window to be an int"),
+])
+def test_bad_window_raises(kwargs, exc, msg):
+    q = torch.randn(1, 1, 8, 16)
+    with pytest.raises(exc, match=msg):
+        attention(q, q, q, **kwargs)

@@ -155,3 +155,35 @@ def test_inf_inputs_propagate_like_reference(where, value, causal):
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isinf(out), torch.isinf(ref))
     assert (out.double()[finite] - ref[finite]).abs().max() < 1e-5
+
+
+# ------------------------------------------------------------------ sliding window
+
+@pytest.mark.parametrize("case", correctness_grid("window-cpu"), ids=lambda c: c.name)
+def test_window_passes_rule(case):
+    row = check_case(case, DEVICE, seed=hash(case.name) % 10_000)
+    assert row["passed"], f"max err {row['max_abs_err']:.3e} > bound {row['bound']:.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", correctness_grid("window"), ids=lambda c: c.name)
+def test_gpu_window_passes_rule(case):
+    row = check_case(case, DEVICE, seed=hash(case.name) % 10_000)
+    assert row["passed"], row
+
+
+def test_window_wider_than_sequence_is_plain_causal():
+    # Every key is inside the window: same tiles, same order, so bitwise the causal result.
+    q, k, v = make_inputs(AttentionCase(1, 2, 1, 70, 90, 32, "float32"), DEVICE, 5)
+    for align in ("top_left", "bottom_right"):
+        causal = attention(q, k, v, causal=True, causal_alignment=align)
+        assert torch.equal(attention(q, k, v, causal=True, causal_alignment=align, window=10**6), causal)
+
+
+def test_window_one_returns_own_value():
+    # window=1: each query sees only its own position, so the output is v at that position.
+    q, k, v = make_inputs(AttentionCase(1, 2, 2, 40, 40, 16, "float32"), DEVICE, 6)
+    out = attention(q, k, v, causal=True, window=1)
+    assert torch.allclose(out, v, rtol=0, atol=1e-6)
+    # and the check is not vacuous: a window of 2 mixes in the previous key
+    assert (attention(q, k, v, causal=True, window=2)[:, :, 1:] - v[:, :, 1:]).abs().max() > 0.1

@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_attention_inputs, on_interpreter
+from .._checks import check_attention_inputs, check_window, on_interpreter
 
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
 MAX_HEAD_DIM = 256
@@ -65,9 +65,10 @@ def _attend_key_tiles(
     acc, l_i, m_i, q,
     k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
     offs_m, offs_n, offs_d,
-    key_lo, key_hi, seqlen_k, causal_offset, qk_scale,
+    key_lo, key_hi, seqlen_k, causal_offset, window, qk_scale,
     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, FP32_IEEE: tl.constexpr,
+    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    FP32_IEEE: tl.constexpr,
     USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LEAKY_CONTROL: tl.constexpr,
 ):
     """Fold key tiles [key_lo, key_hi) into the running (acc, l_i, m_i) of one query tile.
@@ -94,6 +95,8 @@ def _attend_key_tiles(
             visible = cols[None, :] < seqlen_k
             if IS_CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            if HAS_WINDOW:  # sliding window: only the `window` most recent keys
+                visible = visible & (cols[None, :] > offs_m[:, None] + causal_offset - window)
             s = tl.where(visible, s * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             # A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
@@ -133,10 +136,10 @@ def _attn_fwd_kernel(
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
+    num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, FP32_IEEE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, STORE_LSE: tl.constexpr, FP32_IEEE: tl.constexpr,
     USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LEAKY_CONTROL: tl.constexpr = 0,
 ):
     # 1-D grid: the query-tile index varies fastest, so programs running together share
@@ -172,7 +175,9 @@ def _attn_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
 
-    # Key range of this tile, split at the last tile that needs no mask.
+    # Key range of this tile in up to three phases: [key_start, full_start) masked (the
+    # lower edge of a sliding window), [full_start, unmasked_end) unmasked (tiles every row
+    # sees whole), [unmasked_end, key_end) masked (causal diagonal, end of the keys).
     tile_start = tile_m * BLOCK_M
     full_tiles_end = (seqlen_k // BLOCK_N) * BLOCK_N  # keys [0, this) fill whole tiles
     if IS_CAUSAL:
@@ -184,6 +189,19 @@ def _attn_fwd_kernel(
     else:
         unmasked_end = full_tiles_end
         key_end = seqlen_k
+    if HAS_WINDOW:
+        # Row r sees keys j > r + causal_offset - window: the first row's lower edge is the
+        # lowest key of the tile; the last row's lower edge is where every row sees all.
+        lowest_key = tl.maximum(first_row_sees - window, 0)
+        key_start = (lowest_key // BLOCK_N) * BLOCK_N
+        last_row_lowest = tile_start + BLOCK_M + causal_offset - window
+        full_start = tl.maximum(tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start)
+        lower_end = tl.minimum(full_start, key_end)
+        unmasked_end = tl.maximum(unmasked_end, full_start)
+    else:
+        key_start = 0
+        full_start = 0
+        lower_end = 0
     if LEAKY_CONTROL == 2:
         # Positive control for notebook 06, never launched by `attention`: a tile whose
         # queries hold a NaN skips all keys (an "early exit on NaN"; it returns zeros).
@@ -191,16 +209,22 @@ def _attn_fwd_kernel(
         unmasked_end = tl.where(has_nan, 0, unmasked_end)
         key_end = tl.where(has_nan, 0, key_end)
 
+    if HAS_WINDOW:
+        acc, l_i, m_i = _attend_key_tiles(
+            acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
+            offs_m, offs_n, offs_d, key_start, lower_end, seqlen_k, causal_offset, window, qk_scale,
+            BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, True, FP32_IEEE, USE_TMA,
+            WARP_SPECIALIZE, LEAKY_CONTROL)
     acc, l_i, m_i = _attend_key_tiles(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
-        offs_m, offs_n, offs_d, 0, unmasked_end, seqlen_k, causal_offset, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE,
-        LEAKY_CONTROL)
+        offs_m, offs_n, offs_d, full_start, unmasked_end, seqlen_k, causal_offset, window, qk_scale,
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, False, FP32_IEEE, USE_TMA,
+        WARP_SPECIALIZE, LEAKY_CONTROL)
     acc, l_i, m_i = _attend_key_tiles(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
-        offs_m, offs_n, offs_d, unmasked_end, key_end, seqlen_k, causal_offset, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, FP32_IEEE, USE_TMA, WARP_SPECIALIZE,
-        LEAKY_CONTROL)
+        offs_m, offs_n, offs_d, unmasked_end, key_end, seqlen_k, causal_offset, window, qk_scale,
+        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, USE_TMA,
+        WARP_SPECIALIZE, LEAKY_CONTROL)
 
     # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
     sees_nothing = l_i == 0.0
@@ -301,6 +325,7 @@ def attention(
     *,
     causal: bool = False,
     causal_alignment: str = "top_left",
+    window: int | None = None,
     scale: float | None = None,
     return_lse: bool = False,
     out: torch.Tensor | None = None,
@@ -315,6 +340,10 @@ def attention(
         causal_alignment: ``"top_left"`` (query i sees keys j <= i; SDPA's ``is_causal``)
             or ``"bottom_right"`` (query i sees keys j <= i + Sk - Sq; the KV-cache
             convention). Rows that see no key return zeros.
+        window: causal sliding window (requires ``causal=True``): query i sees only the
+            ``window`` most recent keys, ``i + offset - window < j <= i + offset``, itself
+            included. Exact attention under that mask; the cost is linear in S. ``None``
+            (default) is plain causal / full attention.
         scale: softmax scale; default ``1 / sqrt(D)``.
         return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
             ``(B, Hq, Sq)`` float32 (-inf for rows that see no key).
@@ -346,6 +375,7 @@ def attention(
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError(
             f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}")
+    check_window(window, causal)
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
     if scale is None:
@@ -383,9 +413,9 @@ def attention(
         q, k, v, out, lse, k_desc, v_desc,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
-        scale * LOG2E,
+        window or 0, scale * LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
-        IS_CAUSAL=bool(causal), STORE_LSE=bool(return_lse),
+        IS_CAUSAL=bool(causal), HAS_WINDOW=window is not None, STORE_LSE=bool(return_lse),
         FP32_IEEE=q.dtype == torch.float32,
         USE_TMA=use_tma, WARP_SPECIALIZE=warp_specialize,
         **cfg,
