@@ -1,0 +1,239 @@
+"""The FP8 study behind notebooks/04_fp8.ipynb: input distributions, error against float64,
+the bound that tests the kernel against its own reference, and the speed comparison.
+
+Error methodology. The function every variant approximates is exact attention of the
+original (unquantized) q, k, v; its float64 value is the reference. For each variant we also
+compute the variant's own reference: float64 attention of the dequantized inputs (see
+``flashcore.kernels.fp8.dequantized``). That splits the error in two:
+
+* input quantization: own reference vs float64 (no kernel involved);
+* in-kernel rounding: kernel vs own reference, which rounds p to e4m3 before p @ v and may
+  do nothing else wrong. ``own_reference_bound`` is the worst case of that rounding; a
+  kernel bug (a wrong block scale, a lost tile) breaks it.
+
+RMSE is sqrt(mean((out - ref)^2)) over all output elements, as FlashAttention-3 reports it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .kernels.fp8 import P_SCALE, VARIANTS, dequantized, fp8_attention, quantize
+from .reference import attention_reference, expand_kv_heads, visible_keys
+from .validate import UNIT_ROUNDOFF
+
+DISTRIBUTIONS = ("normal", "outlier", "massive_channels")
+E4M3_HALF_ULP = 2.0**-4     # relative rounding error of a normal e4m3 number (3 mantissa bits)
+E4M3_MIN_NORMAL = 2.0**-6
+E4M3_SUBNORMAL_STEP = 2.0**-9
+
+
+def make_qkv(dist: str, batch: int, heads: int, kv_heads: int, seqlen: int, head_dim: int,
+             *, seed: int, device="cpu"):
+    """float32 q, k, v of shape (B, H, S, D) drawn from one of DISTRIBUTIONS:
+
+    normal            N(0, 1)
+    outlier           N(0, 1) + N(0, 100) * Bernoulli(0.001): FlashAttention-3's test inputs
+                      (variance 100, so outliers of ~10-40)
+    massive_channels  "real-looking" activations: N(0, 1) plus two channels per head that are
+                      large for every token and shared by q and k (LLMs' massive
+                      activations), and v with per-channel magnitudes spread over 100x
+    """
+    gen = torch.Generator().manual_seed(seed)
+
+    def normal(h):
+        return torch.randn(batch, h, seqlen, head_dim, generator=gen)
+
+    q, k, v = normal(heads), normal(kv_heads), normal(kv_heads)
+    if dist == "outlier":
+        for t in (q, k, v):
+            t += torch.randn(t.shape, generator=gen) * 10.0 * (torch.rand(t.shape, generator=gen) < 0.001)
+    elif dist == "massive_channels":
+        channels = torch.randperm(head_dim, generator=gen)[:2]
+        for t, size in ((q, 8.0), (k, 8.0)):
+            for c, sign in zip(channels.tolist(), (1.0, -1.0)):
+                t[..., c] += sign * size * (1 + 0.2 * torch.randn(t.shape[:-1], generator=gen))
+        v *= torch.exp(torch.randn(head_dim, generator=gen) * 1.15)  # ~100x spread over channels
+    elif dist != "normal":
+        raise ValueError(f"unknown distribution {dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+    return q.to(device), k.to(device), v.to(device)
+
+
+def e4m3_round_trip(x: torch.Tensor) -> torch.Tensor:
+    """x -> e4m3 -> float64 (no scale), for the format section of the notebook."""
+    return x.to(torch.float8_e4m3fn).double()
+
+
+def own_reference_bound(x, *, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The variant's own float64 reference and the worst-case |kernel - own reference| per
+    output element from rounding p to e4m3.
+
+    Each p_j = exp(s_j - m) in [0, 1] is scaled by P_SCALE and rounded: the error is at most
+    2^-4 p_j (normal range) or half the subnormal step, 2^-10 / P_SCALE, absolute. The output
+    is sum_j p_j v_j / l with l >= 1 (the running max contributes exp(0)), so
+
+        |err_d| <= 2^-4 * sum_j p_j |v_jd| / l  +  2^-10 / P_SCALE * sum_j |v_jd| / l.
+
+    Both sums are computed in float64 over the visible keys (the first term is attention of
+    |v|; 1 / l is the largest softmax probability of the row). Rounding the result to the
+    output dtype adds one unit roundoff of |out|.
+    """
+    q, k, v = dequantized(x)
+    own = attention_reference(q, k, v, causal=causal)
+    weighted_abs = attention_reference(q, k, v.abs(), causal=causal)
+    heads = q.shape[1]
+    scores = q @ expand_kv_heads(k, heads).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    mask = visible_keys(q.shape[2], k.shape[2], causal=causal, device=q.device)
+    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
+    inv_l = probs.amax(-1, keepdim=True)
+    abs_sum = mask.double() @ expand_kv_heads(v, heads).abs()
+    half_subnormal = E4M3_SUBNORMAL_STEP / 2 / x.p_scale
+    output_rounding = UNIT_ROUNDOFF[x.out_dtype] * own.abs()
+    return own, E4M3_HALF_ULP * weighted_abs + half_subnormal * abs_sum * inv_l + output_rounding
+
+
+def bound_ratio(out: torch.Tensor, own: torch.Tensor, bound: torch.Tensor) -> float:
+    """max |out - own| / bound (<= 1: within the p-rounding bound). An exact element with a
+    zero bound (v quantized to 0) counts as 0; NaN anywhere in out counts as inf."""
+    dev = (out.double() - own).abs()
+    ratio = torch.where(dev == 0, torch.zeros_like(dev), dev / bound)
+    return float(ratio.nan_to_num(nan=math.inf).max())
+
+
+def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).pow(2).mean().sqrt())
+
+
+def error_rows(dist: str, *, batch=1, heads=4, kv_heads=None, seqlen=512, head_dim=128, causal=False,
+               seeds=(0,), variants=VARIANTS, baselines=("float16",), device="cpu", check_bound=True):
+    """One row per (seed, implementation): RMSE and max error against float64 of the
+    original inputs; for fp8 variants also the input-quantization part and the ratio of the
+    kernel's deviation from its own reference to ``own_reference_bound``."""
+    from .kernels.forward import attention
+
+    kv_heads = heads if kv_heads is None else kv_heads
+    rows = []
+    for seed in seeds:
+        q, k, v = make_qkv(dist, batch, heads, kv_heads, seqlen, head_dim, seed=seed, device=device)
+        ref64 = attention_reference(q, k, v, causal=causal)
+        base = dict(dist=dist, seed=seed, B=batch, H=heads, Hkv=kv_heads, S=seqlen, D=head_dim,
+                    causal=causal, ref_rms=float(ref64.pow(2).mean().sqrt()))
+        for name in baselines:
+            dtype = getattr(torch, name)
+            out = attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=causal)
+            rows.append({**base, "impl": name, "rmse": rmse(out, ref64),
+                         "max_err": float((out.double() - ref64).abs().max())})
+        for variant in variants:
+            x = quantize(_input_dtype(q, device), _input_dtype(k, device), _input_dtype(v, device),
+                         variant, rotation_seed=seed)
+            out = fp8_attention(x, causal=causal)
+            row = {**base, "impl": f"fp8_{variant}", "rmse": rmse(out, ref64),
+                   "max_err": float((out.double() - ref64).abs().max())}
+            if check_bound:
+                own, bound = own_reference_bound(x, causal=causal)
+                row["rmse_inputs_only"] = rmse(own, ref64)
+                row["own_bound_ratio"] = bound_ratio(out, own, bound)
+                row["nan"] = int(torch.isnan(out).sum())
+            rows.append(row)
+    return rows
+
+
+def _input_dtype(t: torch.Tensor, device) -> torch.Tensor:
+    """The dtype the fp8 quantizer starts from: bf16 on the GPU (what a model holds); fp16
+    under the CPU interpreter, which cannot run bf16."""
+    return t.to(torch.bfloat16 if str(device).startswith("cuda") else torch.float16)
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Median / min / max RMSE and the worst max error per (dist, causal, S, impl)."""
+    import statistics
+
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["dist"], r["causal"], r["S"], r["impl"]), []).append(r)
+    out = []
+    for (dist, causal, seqlen, impl), rs in groups.items():
+        vals = [r["rmse"] for r in rs]
+        out.append(dict(dist=dist, causal=causal, S=seqlen, impl=impl, seeds=len(rs),
+                        rmse_median=statistics.median(vals), rmse_min=min(vals), rmse_max=max(vals),
+                        max_err=max(r["max_err"] for r in rs),
+                        own_bound_ratio=max((r.get("own_bound_ratio", 0.0) for r in rs), default=0.0)))
+    return out
+
+
+# ------------------------------------------------------------------------------ speed
+
+def bench_fp8(shapes: list[dict], *, variants=("naive", "per_block"), peers=("flashcore", "sdpa_flash", "sdpa_cudnn"),
+              config: dict | None = None, reps: int = 50, warmup: int = 10) -> list[dict]:
+    """Time the fp8 kernel (on pre-quantized inputs, as an fp8 model would hand it over),
+    flashcore's bf16 kernel and SDPA's bf16 backends on the same shapes in one process.
+    Also times ``quantize`` itself from bf16 (the cost if the producer does not emit fp8).
+    All variants share one kernel; naive differs only in the p scale constant."""
+    from .bench import attention_flops, make_flashcore, make_sdpa, rotation_count, time_launches
+
+    rows = []
+    for shape in shapes:
+        B, H, S, D, causal = shape["B"], shape["H"], shape["S"], shape["D"], shape["causal"]
+        per_set = 3 * B * H * S * D * 2
+        free, _ = torch.cuda.mem_get_info()
+        n_sets = rotation_count(per_set, budget_bytes=int(0.15 * free))
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                      for _ in range(3)) for _ in range(n_sets)]
+        flops = attention_flops(B, H, S, S, D, causal)
+        base = {**shape, "flops": flops, "rotated_sets": n_sets}
+        with torch.inference_mode():
+            for impl in peers:
+                fn = make_flashcore(causal) if impl == "flashcore" else make_sdpa(impl[5:], causal, False)
+                t = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps)
+                rows.append({**base, "impl": impl, "timing": t.as_dict(), "tflops": flops / t.median_ms / 1e9})
+            for variant in variants:
+                qsets = [quantize(*s, variant) for s in sets]
+                t = time_launches(lambda i: fp8_attention(qsets[i], causal=causal, config=config), n_sets,
+                                  warmup=warmup, reps=reps)
+                tq = time_launches(lambda i: quantize(*sets[i], variant), n_sets, warmup=3, reps=max(10, reps // 5))
+                rows.append({**base, "impl": f"fp8_{variant}", "timing": t.as_dict(),
+                             "tflops": flops / t.median_ms / 1e9, "quantize_ms": tq.median_ms,
+                             "config": config})
+                del qsets
+        del sets
+        torch.cuda.empty_cache()
+    return rows
+
+
+def tune_fp8(shape: dict, configs: list[dict], *, reps: int = 30) -> list[dict]:
+    """Time the per_block kernel under each launch config on one shape."""
+    from .bench import attention_flops, time_launches
+
+    B, H, S, D, causal = shape["B"], shape["H"], shape["S"], shape["D"], shape["causal"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = quantize(*(torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for _ in range(3)), "per_block")
+    flops = attention_flops(B, H, S, S, D, causal)
+    rows = []
+    for cfg in configs:
+        try:
+            t = time_launches(lambda i: fp8_attention(x, causal=causal, config=cfg), 1, warmup=5, reps=reps)
+            rows.append({**shape, "config": cfg, "median_ms": t.median_ms, "tflops": flops / t.median_ms / 1e9})
+        except Exception as exc:
+            rows.append({**shape, "config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
+    return rows
+
+
+FP8_TUNING_CONFIGS = [
+    dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+    for bm, bn, w, st in ((128, 128, 8, 3), (128, 128, 8, 4), (128, 128, 8, 2), (128, 64, 8, 3),
+                          (128, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 3), (128, 128, 4, 3))
+]
+
+
+def fp8_shapes(seqlens=(1024, 2048, 4096, 8192, 16384), head_dim=128) -> list[dict]:
+    """B * S = 16K, H * D = 2048, as the forward sweep in perf.json."""
+    return [dict(B=max(1, 16384 // s), H=2048 // head_dim, S=s, D=head_dim, causal=c)
+            for c in (False, True) for s in seqlens]
+
+
+__all__ = ["DISTRIBUTIONS", "P_SCALE", "VARIANTS", "make_qkv", "own_reference_bound", "error_rows", "summarize",
+           "bench_fp8", "tune_fp8", "fp8_shapes", "e4m3_round_trip", "rmse"]
