@@ -5,6 +5,8 @@
     python -m flashcore sanitize            # compute-sanitizer memcheck + racecheck (GPU)
     python -m flashcore bench --suite forward --d 128 --s 4096 8192 --record   (GPU)
     python -m flashcore tune --record       # launch-config sweep of the forward kernel (GPU)
+    python -m flashcore fp8 --record        # FP8 errors (any machine) and speed (GPU)
+    python -m flashcore long --record       # long-context sweep, windows, 2^31 offsets (GPU)
 
 On a machine without a GPU, set TRITON_INTERPRET=1 (the CLI does it for you) and use
 ``--grid cpu``.
@@ -276,6 +278,98 @@ def cmd_e2e(args) -> int:
     return 0 if result["logits"]["passed"] and g["identical"] else 1
 
 
+def cmd_fp8(args) -> int:
+    """FP8 study: errors against float64 (many seeds), launch-config sweep, speed."""
+    _ensure_backend()
+    from tqdm import tqdm
+
+    from . import fp8_study as F
+    from .results import write_result
+
+    device = _device()
+    on_gpu = device == "cuda"
+    payload: dict = {"variants": list(F.VARIANTS), "p_scale": F.P_SCALE}
+    rows = []
+    combos = [(dist, causal, s) for dist in args.dists for causal in (False, True) for s in args.s]
+    baselines = ("bfloat16", "float16") if on_gpu else ("float16",)
+    for dist, causal, seqlen in tqdm(combos, desc="fp8 errors", mininterval=5):
+        rows += F.error_rows(dist, heads=args.heads, seqlen=seqlen, head_dim=128, causal=causal,
+                             seeds=tuple(range(args.seeds)), baselines=baselines, device=device)
+    payload["error_shape"] = dict(B=1, H=args.heads, D=128, S=list(args.s), seeds=args.seeds)
+    payload["errors"] = rows
+    payload["error_summary"] = F.summarize(rows)
+    for r in payload["error_summary"]:
+        print(f"{r['dist']:>16} causal={r['causal']!s:5} S={r['S']:<6} {r['impl']:<24} "
+              f"rmse {r['rmse_median']:.2e} [{r['rmse_min']:.2e}, {r['rmse_max']:.2e}] "
+              f"max {r['max_err']:.2e} own-bound {r['own_bound_ratio']:.2f}")
+    if on_gpu and not args.no_speed:
+        tuning = []
+        for causal in (False, True):
+            tuning += F.tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=causal), F.FP8_TUNING_CONFIGS)
+        payload["tuning"] = tuning
+        best = {c: min((t for t in tuning if t["causal"] == c and "median_ms" in t), key=lambda t: t["median_ms"])["config"]
+                for c in (False, True)}
+        payload["tuned_config"] = {str(c): cfg for c, cfg in best.items()}
+        speed = []
+        for shape in tqdm(F.fp8_shapes(), desc="fp8 speed"):
+            speed += F.bench_fp8([shape], config=best[shape["causal"]], reps=args.reps)
+        payload["speed"] = speed
+        for r in speed:
+            print(f"{r['impl']:<14} causal={r['causal']!s:5} S={r['S']:<6} {r['tflops']:7.1f} TFLOP/s"
+                  + (f"  quantize {r['quantize_ms']:.3f} ms" if "quantize_ms" in r else ""))
+    if args.record:
+        print("recorded:", write_result("fp8", payload, command=" ".join(sys.argv)))
+    return 0
+
+
+def cmd_long(args) -> int:
+    """Long-context study: the S sweep, sliding window, >2^31 offsets, decode on long caches."""
+    _ensure_backend()
+    from . import long_context as L
+    from .results import write_result
+
+    if _device() != "cuda":
+        print("the long-context measurements need a CUDA device")
+        return 2
+    payload: dict = {}
+    if "sweep" in args.parts:
+        def show(r):
+            t = r.get("timing", {}).get("median_ms")
+            print(f"S={r['S']:<8} causal={r['causal']!s:5} {r['impl']:<24} "
+                  + (f"{t:10.3f} ms {r['tflops']:6.1f} TFLOP/s extra {r['extra_bytes'] / 2**20:8.1f} MiB" if t
+                     else r.get("error", r.get("skipped", ""))), flush=True)
+        rows = L.bench_long_context(args.s, heads=args.heads, windows=tuple(args.windows),
+                                    max_seconds_per_call=args.max_seconds, progress=show)
+        payload["sweep"] = rows
+        payload["sweep_shape"] = dict(B=1, H=args.heads, D=128, dtype="bfloat16")
+        payload["slopes"] = {f"{impl} causal={c}": L.loglog_slope(rows, impl, c)
+                             for impl in {r["impl"] for r in rows} for c in (False, True)}
+        print(payload["slopes"])
+    if "offsets" in args.parts:
+        from .validate import check_large_offsets
+        payload["large_offsets"] = check_large_offsets("cuda", seqlen=2**20)
+        payload["int32_demo"] = L.int32_offset_demo()
+        print(payload["large_offsets"], payload["int32_demo"])
+    if "window" in args.parts:
+        from .validate import correctness_grid, run_grid, summarize
+        rows = run_grid(correctness_grid("window"), "cuda", progress=False)
+        payload["window_correctness"] = {"summary": summarize(rows), "cases": rows}
+        print(payload["window_correctness"]["summary"])
+    if "decode" in args.parts:
+        from .bench import bench_attention_shape
+        rows = []
+        for shape in L.long_decode_shapes():
+            rows += bench_attention_shape(shape, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True)
+            print([(r["impl"], r.get("graph_timing", {}).get("median_ms"), r.get("error")) for r in rows[-3:]], flush=True)
+        payload["decode"] = rows
+    if "compile32k" in args.parts:
+        payload["whole_sequence_tile"] = {str(s): L.whole_sequence_tile_compile(s) for s in (32768,)}
+        print(payload["whole_sequence_tile"])
+    if args.record:
+        print("recorded:", write_result(args.topic, payload, command=" ".join(sys.argv)))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="flashcore", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -336,6 +430,26 @@ def main(argv=None) -> int:
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/e2e_transformers.json")
     p.set_defaults(fn=cmd_e2e)
+
+    p = sub.add_parser("fp8", help="FP8 study: errors vs float64 over seeds; tuning and speed on a GPU")
+    p.add_argument("--dists", nargs="+", default=["normal", "outlier", "massive_channels"])
+    p.add_argument("--s", type=int, nargs="+", default=[1024, 4096])
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/fp8.json")
+    p.set_defaults(fn=cmd_fp8)
+
+    p = sub.add_parser("long", help="long-context study: S sweep to 1M, window, 2^31 offsets, long decode (GPU)")
+    p.add_argument("--parts", nargs="+", default=["sweep", "offsets", "window", "decode", "compile32k"])
+    p.add_argument("--s", type=int, nargs="+", default=[2**i for i in range(10, 21)])
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--windows", type=int, nargs="*", default=[4096])
+    p.add_argument("--max-seconds", type=float, default=6.0, help="skip an impl once a call would exceed this")
+    p.add_argument("--topic", default="long_context")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/long_context.json")
+    p.set_defaults(fn=cmd_long)
 
     args = parser.parse_args(argv)
     return args.fn(args)

@@ -1,0 +1,221 @@
+"""The long-context study behind notebooks/05_long_context.ipynb.
+
+* ``bench_long_context``: time, TFLOP/s and peak extra memory from S = 1K upwards, B = 1,
+  flashcore beside SDPA's flash / cuDNN / math backends in one process (math until it runs
+  out of memory), causal and non-causal, and the sliding-window variant.
+* ``loglog_slope``: the exponent of time ~ S^k fitted over the long end of a sweep.
+* ``whole_sequence_tile_compile``: the prior report's S = 32K "compile failure", reproduced
+  with a kernel that holds every key of a row in one tile (Triton caps a tile at 2^20
+  elements: S * D = 16K * 64 fits, 32K * 64 does not).
+* ``int32_offset_demo``: the failure a long-context kernel meets next, row offsets computed
+  in int32 past 2^31 elements, and the int64 fix.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+# ----------------------------------------------------------------------------- timing
+
+
+def _peak_extra_bytes(fn, args, out_bytes: int) -> int:
+    """Device memory the call allocates beyond its inputs and its output, at its peak."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn(*args)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del out
+    return int(peak - before - out_bytes)
+
+
+def _time_adaptive(fn, args, *, budget_s: float, max_reps: int = 50) -> dict:
+    """Median over as many launches as fit in ``budget_s`` (at least 3, after one warm-up),
+    each bracketed by CUDA events. Long kernels need no L2 rotation (their inputs are far
+    larger than L2); short ones get many repeats instead."""
+    from .bench import summarize_samples
+
+    fn(*args)  # compile / warm-up
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(*args)
+    end.record()
+    end.synchronize()
+    first_ms = start.elapsed_time(end)
+    reps = int(min(max_reps, max(3, budget_s * 1e3 / max(first_ms, 1e-3))))
+    samples = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn(*args)
+        e.record()
+        samples.append((s, e))
+    torch.cuda.synchronize()
+    return summarize_samples([s.elapsed_time(e) for s, e in samples]).as_dict()
+
+
+def window_flops(heads: int, seqlen: int, head_dim: int, window: int, batch: int = 1) -> float:
+    """4 * D per visible (query, key) pair of a causal sliding window (top-left)."""
+    w = min(window, seqlen)
+    pairs = w * (w + 1) // 2 + (seqlen - w) * w
+    return 4.0 * batch * heads * pairs * head_dim
+
+
+def bench_long_context(seqlens, *, heads: int = 8, head_dim: int = 128, impls=("flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_math"),
+                       causal_modes=(False, True), windows=(), budget_s: float = 1.5, max_seconds_per_call: float = 12.0,
+                       progress=None) -> list[dict]:
+    """One row per (S, causal, impl) on B = 1, bf16, (1, H, S, D) inputs. ``windows`` adds
+    flashcore with ``window=W`` (causal). An implementation that fails (out of memory,
+    unsupported) is recorded with its error; one whose previous point took longer than
+    ``max_seconds_per_call`` / 4 is not run at the next, 4x costlier, S."""
+    from .bench import attention_flops, make_flashcore, make_sdpa
+    from .kernels.forward import attention
+
+    rows = []
+    last_ms: dict = {}
+    for seqlen in seqlens:
+        gen = torch.Generator(device="cuda").manual_seed(seqlen)
+        q, k, v = (torch.randn(1, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for _ in range(3))
+        out_bytes = q.numel() * q.element_size()
+        input_bytes = 3 * out_bytes
+        runs = [(impl, causal, None) for causal in causal_modes for impl in impls]
+        runs += [("flashcore", True, w) for w in windows]
+        for impl, causal, window in runs:
+            name = impl if window is None else f"flashcore_window{window}"
+            key = (name, causal)
+            row = dict(S=seqlen, B=1, H=heads, D=head_dim, causal=causal, impl=name, window=window,
+                       input_bytes=input_bytes, output_bytes=out_bytes)
+            row["flops"] = (window_flops(heads, seqlen, head_dim, window) if window
+                            else attention_flops(1, heads, seqlen, seqlen, head_dim, causal))
+            growth = 2.0 if window else 4.0
+            if key in last_ms and last_ms[key] * growth > max_seconds_per_call * 1e3:
+                row["skipped"] = f"previous point took {last_ms[key] / 1e3:.1f} s"
+                rows.append(row)
+                continue
+            if impl == "flashcore":
+                fn = (make_flashcore(causal) if window is None else
+                      (lambda q_, k_, v_, w=window: attention(q_, k_, v_, causal=True, window=w)))
+            else:
+                fn = make_sdpa(impl[len("sdpa_"):], causal, False)
+            try:
+                with torch.inference_mode():
+                    row["timing"] = _time_adaptive(fn, (q, k, v), budget_s=budget_s)
+                    row["extra_bytes"] = _peak_extra_bytes(fn, (q, k, v), out_bytes)
+                row["tflops"] = row["flops"] / row["timing"]["median_ms"] / 1e9
+                last_ms[key] = row["timing"]["median_ms"]
+            except torch.OutOfMemoryError:
+                row["error"] = "out of memory"
+                last_ms[key] = math.inf
+            except Exception as exc:  # an unsupported size is a result too
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                last_ms[key] = math.inf
+            torch.cuda.empty_cache()
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
+def loglog_slope(rows: list[dict], impl: str, causal: bool, *, min_seqlen: int = 8192) -> float | None:
+    """Least-squares slope of log(time) against log(S) for S >= min_seqlen."""
+    pts = [(r["S"], r["timing"]["median_ms"]) for r in rows
+           if r["impl"] == impl and r["causal"] == causal and "timing" in r and r["S"] >= min_seqlen]
+    if len(pts) < 2:
+        return None
+    s, t = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return float(np.polyfit(s, t, 1)[0])
+
+
+def long_decode_shapes(lengths=(32768, 131072, 524288, 1048576, 2097152, 4194304)) -> list[dict]:
+    """Single-request decode (B = 1, q_len 1, GQA 32/8, D = 128) over ever longer caches."""
+    return [dict(B=1, Hq=32, Hkv=8, S=1, Sk=n, D=128, causal=False, dtype="bfloat16") for n in lengths]
+
+
+# ------------------------------------------------------------ what broke at S = 32K
+
+
+@triton.jit
+def _whole_row_attention(Q, K, V, Out, seqlen, scale,
+                         SEQ_BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The shape of a kernel that fails at 32K: one program per query row, every key of the
+    row in one tile. Correct, but the tile grows with S, and Triton caps a tile at 2^20
+    elements (and the registers run out long before)."""
+    row = tl.program_id(0)
+    keys = tl.arange(0, SEQ_BLOCK)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + row * HEAD_DIM + dims)
+    k = tl.load(K + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seqlen, other=0.0)
+    s = tl.where(keys < seqlen, tl.sum(q[None, :] * k, 1) * scale, float("-inf"))
+    p = tl.exp(s - tl.max(s, 0))
+    v = tl.load(V + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seqlen, other=0.0)
+    tl.store(Out + row * HEAD_DIM + dims, tl.sum(p[:, None] * v, 0) / tl.sum(p, 0))
+
+
+def whole_sequence_tile_compile(seqlen: int, head_dim: int = 64, arch: int = 90) -> str:
+    """Compile ``_whole_row_attention`` for one S (offline, sm_90, no GPU needed) in a fresh
+    process with the interpreter off; returns "compiles" or the compiler's error line."""
+    code = (
+        "import triton\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "from triton.compiler import ASTSource\n"
+        "from flashcore.long_context import _whole_row_attention as fn\n"
+        "sig = {'Q': '*fp32', 'K': '*fp32', 'V': '*fp32', 'Out': '*fp32', 'seqlen': 'i32', 'scale': 'fp32',\n"
+        "       'SEQ_BLOCK': 'constexpr', 'HEAD_DIM': 'constexpr'}\n"
+        f"src = ASTSource(fn, sig, {{'SEQ_BLOCK': {seqlen}, 'HEAD_DIM': {head_dim}}})\n"
+        f"triton.compile(src, target=GPUTarget('cuda', {arch}, 32), options={{'num_warps': 8}})\n"
+        "print('compiles')\n")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode == 0:
+        return "compiles"
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if "numel" in ln or "Error" in ln]
+    return lines[-1] if lines else proc.stderr.strip().splitlines()[-1]
+
+
+@triton.jit
+def _gather_rows(X, Out, rows, row_stride, WIDTH: tl.constexpr, INT64_OFFSETS: tl.constexpr):
+    """Out[i, :] = X[rows[i], :]. With INT64_OFFSETS=False the row offset rows[i] * row_stride
+    is computed in int32, as a kernel written without the cast would."""
+    i = tl.program_id(0)
+    row = tl.load(rows + i)
+    if INT64_OFFSETS:
+        row = row.to(tl.int64)
+    cols = tl.arange(0, WIDTH)
+    tl.store(Out + i * WIDTH + cols, tl.load(X + row * row_stride + cols))
+
+
+def int32_offset_demo(device="cuda", width: int = 4096) -> dict:
+    """Read rows of a (2^20 + 8, 4096) bf16 matrix (2^32 + 32K elements, 8.6 GB) with int32
+    and with int64 row offsets. Row 2^20 + 5 starts at element 2^32 + 5 * 4096: in int32 the
+    offset wraps to 5 * 4096, so the int32 kernel silently returns row 5. Rows 2^19 + 3 (offset
+    in [2^31, 2^32): negative in int32) are not read: that would fault, not return."""
+    nrows = 2**20 + 8
+    x = torch.empty(nrows, width, dtype=torch.bfloat16, device=device)
+    # Row r holds the value r mod 251 in every column (exact in bf16): rows are identifiable.
+    x.copy_((torch.arange(nrows, device=device) % 251).to(torch.bfloat16)[:, None].expand(nrows, width))
+    rows = torch.tensor([0, 5, 2**19 - 1, 2**20 + 5, nrows - 1], dtype=torch.int32, device=device)
+    result = {"elements": x.numel(), "rows": rows.tolist(),
+              "row_offsets": [r * width for r in rows.tolist()]}
+    for int64 in (False, True):
+        out = torch.empty(rows.numel(), width, dtype=x.dtype, device=device)
+        _gather_rows[(rows.numel(),)](x, out, rows, width, WIDTH=width, INT64_OFFSETS=int64)
+        got = out[:, 0].float().tolist()
+        result["int64" if int64 else "int32"] = {
+            "values_read": got, "expected": [float(r % 251) for r in rows.tolist()],
+            "correct": [g == float(r % 251) for g, r in zip(got, rows.tolist())]}
+    del x
+    torch.cuda.empty_cache()
+    return result
