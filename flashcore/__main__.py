@@ -318,7 +318,7 @@ def cmd_fp8(args) -> int:
             print(f"{r['impl']:<14} causal={r['causal']!s:5} S={r['S']:<6} {r['tflops']:7.1f} TFLOP/s"
                   + (f"  quantize {r['quantize_ms']:.3f} ms" if "quantize_ms" in r else ""))
     if args.record:
-        print("recorded:", write_result("fp8", payload, command=" ".join(sys.argv)))
+        print("recorded:", write_result("fp8", payload))
     return 0
 
 
@@ -366,7 +366,7 @@ def cmd_long(args) -> int:
         payload["whole_sequence_tile"] = {str(s): L.whole_sequence_tile_compile(s) for s in (32768,)}
         print(payload["whole_sequence_tile"])
     if args.record:
-        print("recorded:", write_result(args.topic, payload, command=" ".join(sys.argv)))
+        print("recorded:", write_result(args.topic, payload))
     return 0
 
 
