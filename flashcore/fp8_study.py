@@ -235,5 +235,28 @@ def fp8_shapes(seqlens=(1024, 2048, 4096, 8192, 16384), head_dim=128) -> list[di
             for c in (False, True) for s in seqlens]
 
 
+def speed_table(speed_rows: list[dict]) -> list[dict]:
+    """One line per shape: TFLOP/s of each implementation and the fp8 / bf16 ratio."""
+    lines = {}
+    for r in speed_rows:
+        key = (r["causal"], r["S"])
+        line = lines.setdefault(key, {"causal": r["causal"], "S": r["S"], "B": r["B"], "H": r["H"]})
+        line[r["impl"]] = r["tflops"]
+        if "quantize_ms" in r:
+            line[f"quantize_ms_{r['impl'][4:]}"] = r["quantize_ms"]
+            line[f"attn_ms_{r['impl'][4:]}"] = r["timing"]["median_ms"]
+    out = []
+    for line in lines.values():
+        line["x_bf16"] = line["fp8_per_block"] / line["flashcore"]
+        line["x_cudnn"] = line["fp8_per_block"] / line["sdpa_cudnn"]
+        out.append(line)
+    return sorted(out, key=lambda l: (l["causal"], l["S"]))
+
+
+def summary_lookup(summary: list[dict], dist: str, causal: bool, seqlen: int, impl: str) -> dict:
+    return next(r for r in summary if r["dist"] == dist and r["causal"] == causal and r["S"] == seqlen and r["impl"] == impl)
+
+
 __all__ = ["DISTRIBUTIONS", "P_SCALE", "VARIANTS", "make_qkv", "own_reference_bound", "error_rows", "summarize",
-           "bench_fp8", "tune_fp8", "fp8_shapes", "e4m3_round_trip", "rmse"]
+           "bench_fp8", "tune_fp8", "fp8_shapes", "e4m3_round_trip", "rmse",
+           "bound_ratio", "speed_table", "summary_lookup"]

@@ -100,7 +100,8 @@ def bench_long_context(seqlens, *, heads: int = 8, head_dim: int = 128, impls=("
                             else attention_flops(1, heads, seqlen, seqlen, head_dim, causal))
             growth = 2.0 if window else 4.0
             if key in last_ms and last_ms[key] * growth > max_seconds_per_call * 1e3:
-                row["skipped"] = f"previous point took {last_ms[key] / 1e3:.1f} s"
+                row["skipped"] = (f"previous point took {last_ms[key] / 1e3:.1f} s" if math.isfinite(last_ms[key])
+                                  else "failed at a smaller S")
                 rows.append(row)
                 continue
             if impl == "flashcore":
@@ -219,3 +220,39 @@ def int32_offset_demo(device="cuda", width: int = 4096) -> dict:
     del x
     torch.cuda.empty_cache()
     return result
+
+
+# ------------------------------------------------------------------ notebook tables
+
+PRIOR_REPORT_US = {1024: 10.9, 2048: 61.7, 4096: 337.1, 16384: 11746.0, 32768: None}  # None: failed to compile
+
+
+def status(row: dict) -> str:
+    """How a sweep point ended, in words, for tables."""
+    if "timing" in row:
+        return "ok"
+    if row.get("error") == "out of memory" or row.get("skipped") == "failed at a smaller S":
+        return "out of memory"
+    return "skipped (too slow)" if "skipped" in row else row.get("error", "?")
+
+
+def sweep_table(rows: list[dict], causal: bool, impls) -> list[dict]:
+    """One line per S: each implementation's time (ms) and TFLOP/s, or its status."""
+    out = []
+    for seqlen in sorted({r["S"] for r in rows}):
+        line = {"S": seqlen}
+        for impl in impls:
+            r = next((r for r in rows if r["S"] == seqlen and r["impl"] == impl and r["causal"] == causal), None)
+            if r is None:
+                line[impl] = "-"
+            elif "timing" in r:
+                line[impl] = f"{r['timing']['median_ms']:.3f} ms / {r['tflops']:.0f}"
+            else:
+                line[impl] = status(r)
+        out.append(line)
+    return out
+
+
+def tflops_at(rows: list[dict], impl: str, causal: bool, seqlen: int) -> float | None:
+    r = next((r for r in rows if r["S"] == seqlen and r["impl"] == impl and r["causal"] == causal and "tflops" in r), None)
+    return r["tflops"] if r else None
