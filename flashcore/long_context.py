@@ -186,6 +186,21 @@ def whole_sequence_tile_compile(seqlen: int, head_dim: int = 64, arch: int = 90)
     return lines[-1] if lines else proc.stderr.strip().splitlines()[-1]
 
 
+def tile_fits(shape) -> tuple[bool, str]:
+    """Triton's front-end limit on one tile (2^20 elements), as the compiler applies it."""
+    try:
+        from triton._utils import validate_block_shape
+    except ImportError:  # older layout: apply the documented limit directly
+        numel = math.prod(shape)
+        ok = numel <= 2**20
+        return ok, "" if ok else f"numel ({numel}) exceeds triton maximum tensor numel (1048576)"
+    try:
+        validate_block_shape(list(shape))
+        return True, ""
+    except ValueError as exc:
+        return False, str(exc)
+
+
 @triton.jit
 def _gather_rows(X, Out, rows, row_stride, WIDTH: tl.constexpr, INT64_OFFSETS: tl.constexpr):
     """Out[i, :] = X[rows[i], :]. With INT64_OFFSETS=False the row offset rows[i] * row_stride
