@@ -1448,10 +1448,11 @@ log-sum-exp only when asked.
 '''),
     code('''
 fig, ax = plt.subplots(figsize=(7, 3.4))
-for impl in IMPLS:
+for impl, style in zip(IMPLS, ("o-", "s:", "^--", "v-")):
     pts = [(r["S"], r["extra_bytes"] / 2**20) for r in sweep if r["impl"] == impl and not r["causal"] and "extra_bytes" in r]
-    ax.plot(*zip(*pts), "o-", ms=3, label=impl)
+    ax.plot(*zip(*pts), style, ms=4, lw=2 if impl == "flashcore" else 1, label=impl)
 ax.set(xscale="log", yscale="symlog", xlabel="S (tokens)", ylabel="extra MiB (symlog)", title="memory beyond inputs + output, non-causal")
+ax.set_ylim(bottom=-0.1)
 ax.legend(fontsize=8)
 save_figure(fig, "05_memory")
 for causal in (False, True):
