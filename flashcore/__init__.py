@@ -13,6 +13,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "attention": "flashcore.kernels.forward",
     "attention_with_kvcache": "flashcore.kernels.decode",
+    "fp8_attention": "flashcore.kernels.fp8",
+    "quantize_fp8": "flashcore.kernels.fp8",
     "kvcache_reference": "flashcore.reference",
     "attention_reference": "flashcore.reference",
     "error_rule": "flashcore.validate",

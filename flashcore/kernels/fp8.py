@@ -153,6 +153,9 @@ def quantize(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str, *,
                      seqlen_k, 1.0 if variant == "naive" else P_SCALE, q.dtype, rotation)
 
 
+quantize_fp8 = quantize  # the name flashcore exports
+
+
 def dequantized(x: Fp8Inputs, dtype=torch.float64):
     """The (q, k, v) the kernel computes with, in ``dtype``: x8 * scale, padding dropped,
     rotation kept (it does not change q k^T). Attention of these in float64 is the variant's
