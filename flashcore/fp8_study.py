@@ -223,9 +223,11 @@ def tune_fp8(shape: dict, configs: list[dict], *, reps: int = 30) -> list[dict]:
 
 
 FP8_TUNING_CONFIGS = [
-    dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
-    for bm, bn, w, st in ((128, 128, 8, 3), (128, 128, 8, 4), (128, 128, 8, 2), (128, 64, 8, 3),
-                          (128, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 3), (128, 128, 4, 3))
+    dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPECIALIZE=ws)
+    for bm, bn, w, st, ws in ((128, 128, 8, 3, False), (128, 128, 8, 4, False), (128, 128, 8, 2, False),
+                              (128, 64, 8, 3, False), (128, 64, 4, 3, False), (64, 128, 4, 3, False),
+                              (64, 128, 4, 4, False), (64, 64, 4, 3, False), (128, 128, 4, 3, False),
+                              (128, 128, 8, 3, True), (128, 64, 8, 3, True), (64, 128, 4, 3, True))
 ]
 
 

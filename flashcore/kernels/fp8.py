@@ -188,11 +188,11 @@ def _fp8_key_tiles(acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k
                    key_lo, key_hi, seqlen_k, qk_scale,
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, QUANT_BLOCK: tl.constexpr,
                    P_SCALE: tl.constexpr, APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr):
+                   USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """Fold key tiles [key_lo, key_hi) into (acc, l_i, m_i), as forward.py's loop, with fp8
     dots. Keys are padded to whole QUANT_BLOCKs with zeros, so every load is in bounds;
     the masked phase sets padded and future keys' scores to -inf."""
-    for start_n in tl.range(key_lo, key_hi, BLOCK_N):
+    for start_n in tl.range(key_lo, key_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         if USE_TMA:
             k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
@@ -246,6 +246,7 @@ def _fp8_attn_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     QUANT_BLOCK: tl.constexpr, P_SCALE: tl.constexpr,
     IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr = False,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -289,11 +290,11 @@ def _fp8_attn_fwd_kernel(
     acc, l_i, m_i = _fp8_key_tiles(
         acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales, batch, kv_head,
         stride_kn, stride_vn, offs_m, offs_n, 0, unmasked_end, seqlen_k, qk_scale,
-        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, False, IS_CAUSAL, USE_TMA, EMULATE_P_CAST)
+        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, False, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE)
     acc, l_i, m_i = _fp8_key_tiles(
         acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales, batch, kv_head,
         stride_kn, stride_vn, offs_m, offs_n, unmasked_end, key_end, seqlen_k, qk_scale,
-        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, True, IS_CAUSAL, USE_TMA, EMULATE_P_CAST)
+        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, True, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE)
 
     # Epilogue: undo P_SCALE, apply v's per-channel scale, normalize.
     v_scale = tl.load(VScale + kv_batch_head.to(tl.int64) * HEAD_DIM + offs_d)
@@ -346,6 +347,7 @@ def fp8_attention(x: Fp8Inputs, *, causal: bool = False, scale: float | None = N
     if QUANT_BLOCK % cfg["BLOCK_M"] or QUANT_BLOCK % cfg["BLOCK_N"]:
         raise ValueError(f"BLOCK_M and BLOCK_N must divide the quantization block {QUANT_BLOCK}")
     use_tma = cfg.pop("USE_TMA", True) and not interpreted and q8.device.type == "cuda"
+    cfg["WARP_SPECIALIZE"] = cfg.get("WARP_SPECIALIZE", False) and use_tma  # Triton's producer/consumer split
     k_desc = v_desc = None
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
