@@ -418,16 +418,29 @@ def _variants():
     from .kernels.decode import _decode_combine_kernel, _decode_split_kernel
     from .kernels.forward import _HOPPER_TABLE, _attn_fwd_kernel
 
-    def fwd(d, causal, long_keys, leaky=0, dtype="bf16"):
+    def fwd(d, causal, long_keys, leaky=0, dtype="bf16", window=False):
         bm, bn, w, st, mode = _HOPPER_TABLE[(d, causal, long_keys)]
         tma = mode in ("tma", "ws")
         consts = dict(HEAD_DIM=d, HEAD_DIM_PADDED=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
-                      STORE_LSE=False, FP32_IEEE=False, USE_TMA=tma, WARP_SPECIALIZE=mode == "ws",
-                      LEAKY_CONTROL=leaky)
+                      HAS_WINDOW=window, STORE_LSE=False, FP32_IEEE=False, USE_TMA=tma,
+                      WARP_SPECIALIZE=mode == "ws", LEAKY_CONTROL=leaky)
         desc = f"tensordesc<{dtype}[1, 1, {bn}, {d}]>" if tma else None
         ptrs = {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "Out": f"*{dtype}", "Lse": "*fp32"}
         return dict(fn=_attn_fwd_kernel, pointers=ptrs, floats={"qk_scale"}, consts=consts,
                     descs={"k_desc": desc, "v_desc": desc}, num_warps=w, num_stages=st)
+
+    def fp8_forward(causal):
+        from .kernels.fp8 import _HOPPER_FP8, P_SCALE, QUANT_BLOCK, _fp8_attn_fwd_kernel
+        bm, bn, w, st = _HOPPER_FP8[causal]
+        consts = dict(HEAD_DIM=128, BLOCK_M=bm, BLOCK_N=bn, QUANT_BLOCK=QUANT_BLOCK, P_SCALE=P_SCALE,
+                      IS_CAUSAL=causal, USE_TMA=True, EMULATE_P_CAST=False, WARP_SPECIALIZE=False)
+        ptrs = {"Q8": "*fp8e4nv", "K8": "*fp8e4nv", "V8T": "*fp8e4nv", "QScale": "*fp32", "KScale": "*fp32",
+                "VScale": "*fp32", "Out": "*bf16"}
+        descs = {"k_desc": f"tensordesc<fp8e4nv[1, 1, {bn}, 128]>", "v_desc": f"tensordesc<fp8e4nv[1, 1, 128, {bn}]>"}
+        # v is stored transposed: its unit stride is along the keys (stride_vn), not along D.
+        return dict(fn=_fp8_attn_fwd_kernel, pointers=ptrs, floats={"qk_scale", "inv_p_scale"}, consts=consts,
+                    descs=descs, num_warps=w, num_stages=st,
+                    unit_strides={"stride_qk", "stride_kk", "stride_vn", "stride_ok"})
 
     def decode_split():
         consts = dict(HEAD_DIM=128, HEAD_DIM_PADDED=128, BLOCK_M=16, BLOCK_N=64, SINGLE_SPLIT=False)
@@ -446,8 +459,10 @@ def _variants():
     return {
         "forward D128 non-causal (TMA)": (fwd(128, False, True), "shipped"),
         "forward D128 causal (TMA)": (fwd(128, True, True), "shipped"),
+        "forward D128 causal sliding window (TMA)": (fwd(128, True, True, window=True), "shipped"),
         "forward D64 non-causal (warp-specialized)": (fwd(64, False, True), "shipped"),
         "forward D64 causal (pointer loads)": (fwd(64, True, True), "shipped"),
+        "fp8 forward D128 causal (TMA)": (fp8_forward(True), "shipped"),
         "decode split-KV": (decode_split(), "shipped"),
         "decode combine": (decode_combine(), "shipped"),
         "control: skip rescale if max unchanged": (fwd(64, True, True, leaky=1), "leaky control"),
@@ -475,7 +490,8 @@ def compile_sass(spec: dict, arch: int = 90) -> str:
                 signature[name] = spec["descs"][name]
         elif name in spec["floats"]:
             signature[name] = "fp32"
-        elif name.startswith("stride") and name.endswith("k"):
+        elif name in spec.get("unit_strides", ()) or (
+                "unit_strides" not in spec and name.startswith("stride") and name.endswith("k")):
             signature[name] = "constexpr"  # unit inner stride: Triton specializes 1 at launch
             constexprs[name] = 1
         else:
