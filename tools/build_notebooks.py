@@ -839,8 +839,8 @@ print("shipped forward kernels (bf16/fp16, sliding window, fp8): no data-depende
       all(r["branches"]["data"] == 0 for n, r in shipped.items() if "forward" in n))
 print("decode split-KV: its conditional branches depend on the cache lengths (public metadata), not on data:",
       shipped["decode split-KV"]["branches"]["data"] == 0 and shipped["decode split-KV"]["branches"]["metadata"] > 0)
-print("shipped forward kernels use warpgroup tensor-core instructions (HGMMA):",
-      all("HGMMA" in r["opcode_histogram"] for n, r in shipped.items() if n.startswith("forward")))
+print("shipped forward kernels use warpgroup tensor-core instructions (HGMMA; QGMMA for fp8):",
+      all(("QGMMA" if n.startswith("fp8") else "HGMMA") in r["opcode_histogram"] for n, r in shipped.items() if "forward" in n))
 ''', check=True),
     code('''
 name = "forward D128 causal (TMA)"
