@@ -140,8 +140,9 @@ def loglog_slope(rows: list[dict], impl: str, causal: bool, *, min_seqlen: int =
     return float(np.polyfit(s, t, 1)[0])
 
 
-def long_decode_shapes(lengths=(32768, 131072, 524288, 1048576, 2097152, 4194304)) -> list[dict]:
-    """Single-request decode (B = 1, q_len 1, GQA 32/8, D = 128) over ever longer caches."""
+def long_decode_shapes(lengths=(32768, 131072, 524288, 1048576, 2097152, 4194304, 8388608, 16777216)) -> list[dict]:
+    """Single-request decode (B = 1, q_len 1, GQA 32/8, D = 128) over ever longer caches, up
+    to 16M tokens (69 GB of K and V in bf16: the largest power of two that fits in 80 GB)."""
     return [dict(B=1, Hq=32, Hkv=8, S=1, Sk=n, D=128, causal=False, dtype="bfloat16") for n in lengths]
 
 
