@@ -221,6 +221,8 @@ def correctness_grid(name: str) -> list[AttentionCase]:
             AttentionCase(1, 2, 1, 1, 1023, 80, "float16", True, "bottom_right"),
             AttentionCase(1, 2, 2, 63, 63, 32, "float32", True, "top_left"),
             AttentionCase(1, 4, 2, 113, 239, 64, "float16", False, "top_left", "bshd"),
+            AttentionCase(1, 4, 2, 239, 239, 128, "bfloat16", True, "top_left", window=100),
+            AttentionCase(1, 2, 1, 113, 239, 64, "float16", True, "bottom_right", window=17),
         ]
     raise ValueError(f"unknown grid {name!r}; expected 'full', 'cpu', 'window', 'window-cpu' or 'sanitizer'")
 
