@@ -109,7 +109,8 @@ def cmd_sanitize(args) -> int:
             found = m or hazards
             entry = {"tool": tool, "workload": workload, "returncode": proc.returncode,
                      "errors": int(found.group(1)) if found else None,
-                     "summary_lines": [ln for ln in text.splitlines() if "SUMMARY" in ln or "cases," in ln]}
+                     "summary_lines": [ln for ln in text.splitlines()
+                                       if "SUMMARY" in ln or "cases," in ln or "own-bound" in ln]}
             report.append(entry)
             print(f"{tool} on {workload}: exit {proc.returncode}, errors/hazards reported: {entry['errors']}")
             if proc.returncode not in (0,):
