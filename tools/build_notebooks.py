@@ -478,8 +478,10 @@ try:
     san = read_result("sanitizer", RECORDED_GPU)
     print(describe(san))
     for run in san["runs"]:
-        print(f"compute-sanitizer --tool {run['tool']}: {run['errors']} errors/hazards, exit {run['returncode']}  |  "
-              + " | ".join(run["summary_lines"]))
+        lines = [ln for ln in run["summary_lines"] if "own-bound" not in ln]
+        fp8_runs = len(run["summary_lines"]) - len(lines)
+        print(f"compute-sanitizer --tool {run['tool']} on {run.get('workload', 'forward')}: {run['errors']} errors/hazards, "
+              f"exit {run['returncode']}  |  " + " | ".join(lines) + (f" | {fp8_runs} runs of the fp8 study (recipes and baselines)" if fp8_runs else ""))
     sanitizer_clean = all(r["errors"] == 0 and r["returncode"] == 0 for r in san["runs"])
 except FileNotFoundError:
     sanitizer_clean = None
@@ -490,7 +492,7 @@ print("recorded: memcheck and racecheck clean on the sanitizer sample:", sanitiz
 ''', check=True),
     md(r"""
 The sanitizer sample (awkward lengths, both alignments, GQA, padded head dim, fp32, a
-transposed layout) ran with PyTorch's caching allocator off, so every tensor is its own
+transposed layout, sliding windows; then the fp8 kernel, every recipe, at S = 200) ran with PyTorch's caching allocator off, so every tensor is its own
 allocation and a masked load that strayed past a tensor's end would be reported rather than
 land silently in a neighbour's memory.
 
