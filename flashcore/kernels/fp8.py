@@ -182,46 +182,13 @@ def _round_to_e4m3(x):
     return r * step
 
 
-# 2^f on [0, 1) as 1 + f (c1 + f (c2 + f c3)): least-squares fit of the relative error,
-# max relative error 1.7e-4 (p is rounded to e4m3, 6.25%, right after).
-EXP2_POLY = (0.69503617, 0.22830825, 0.07632546)
-EXP2_POLY_REL_ERR = 1.7e-4
-
-
-@triton.jit
-def _exp2_fma(x):
-    """2^x for x <= 0 on the FMA pipe instead of the special-function unit (MUFU.EX2, 16 per
-    SM per clock, the bottleneck of an fp8 attention tile): x = j + f with j = floor(x),
-    2^f by a cubic, 2^j added to the exponent bits. -inf and x < -127 give +0."""
-    x = tl.maximum(x, -127.0)
-    j = tl.floor(x)
-    f = x - j
-    poly = tl.fma(tl.fma(tl.fma(f, 0.07632546, 0.22830825), f, 0.69503617), f, 1.0)
-    bits = poly.to(tl.int32, bitcast=True) + (j.to(tl.int32) << 23)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _exp2_tile(z, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXP2_ON_FMA: tl.constexpr):
-    """exp2 of a score tile: on the MUFU unit (0), all on the FMA pipe (1), or half and half,
-    even columns on MUFU and odd columns on FMA, so both units work at once (2)."""
-    if EXP2_ON_FMA == 1:
-        return _exp2_fma(z)
-    elif EXP2_ON_FMA == 2:
-        z_even, z_odd = tl.split(z.reshape(BLOCK_M, BLOCK_N // 2, 2))
-        return tl.join(tl.math.exp2(z_even), _exp2_fma(z_odd)).reshape(BLOCK_M, BLOCK_N)
-    else:
-        return tl.math.exp2(z)
-
-
 @triton.jit
 def _fp8_key_tiles(acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales,
                    batch, kv_head, stride_kn, stride_vn, offs_m, offs_n,
                    key_lo, key_hi, seqlen_k, qk_scale,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, QUANT_BLOCK: tl.constexpr,
+                   BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, QUANT_BLOCK: tl.constexpr,
                    P_SCALE: tl.constexpr, APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                   EXP2_ON_FMA: tl.constexpr):
+                   USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """Fold key tiles [key_lo, key_hi) into (acc, l_i, m_i), as forward.py's loop, with fp8
     dots. Keys are padded to whole QUANT_BLOCKs with zeros, so every load is in bounds;
     the masked phase sets padded and future keys' scores to -inf."""
@@ -242,11 +209,11 @@ def _fp8_key_tiles(acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k
             s = tl.where(visible, s * tile_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no key yet
-            p = _exp2_tile(s - m_use[:, None], BLOCK_M, BLOCK_N, EXP2_ON_FMA)
+            p = tl.math.exp2(s - m_use[:, None])
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1) * tile_scale)
             m_use = m_new
-            p = _exp2_tile(s * tile_scale - m_use[:, None], BLOCK_M, BLOCK_N, EXP2_ON_FMA)
+            p = tl.math.exp2(s * tile_scale - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -279,7 +246,7 @@ def _fp8_attn_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     QUANT_BLOCK: tl.constexpr, P_SCALE: tl.constexpr,
     IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr = False, EXP2_ON_FMA: tl.constexpr = 0,
+    WARP_SPECIALIZE: tl.constexpr = False,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -323,11 +290,11 @@ def _fp8_attn_fwd_kernel(
     acc, l_i, m_i = _fp8_key_tiles(
         acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales, batch, kv_head,
         stride_kn, stride_vn, offs_m, offs_n, 0, unmasked_end, seqlen_k, qk_scale,
-        BLOCK_M, BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, False, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE, EXP2_ON_FMA)
+        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, False, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE)
     acc, l_i, m_i = _fp8_key_tiles(
         acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales, batch, kv_head,
         stride_kn, stride_vn, offs_m, offs_n, unmasked_end, key_end, seqlen_k, qk_scale,
-        BLOCK_M, BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, True, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE, EXP2_ON_FMA)
+        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, True, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE)
 
     # Epilogue: undo P_SCALE, apply v's per-channel scale, normalize.
     v_scale = tl.load(VScale + kv_batch_head.to(tl.int64) * HEAD_DIM + offs_d)
