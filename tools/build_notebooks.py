@@ -1257,14 +1257,15 @@ for causal in (False, True):
   every seed. It does not reach FA3's 2.6× gap to per-tensor: the measured ratio is 2.3×
   non-causal and 1.9× causal, so the 2.5× target is missed. On massive-channel activations
   the rotation buys about 3.5×.
-* **Speed.** One fp8 kernel in Triton reaches 1.35–1.51× flashcore's bf16 throughput
-  at S ≥ 4096 (≈ 700 TFLOP/s, 1.1–1.3× cuDNN's bf16 there). The 1.5× target is met at 2 of
-  the 6 shapes (causal, S ≥ 8192), and a repeat run moves the ratios by a few percent either
-  way, so the target is missed; the trade-off curve above is the honest statement. Triton's
-  warp specialization did not help (the `ws` rows of the tuning sweep in the record). FA3's ~1 PFLOP/s needs what the bf16 kernel also lacks (warpgroup ping-pong,
-  softmax/GEMM overlap), plus in-register fp8 layout shuffles for p. An unfused `quantize`
-  from bf16 costs a large fraction of the attention time, and more than all of it at short S
-  (ratio printed above), so fp8 pays only when the producer already emits fp8.
+* **Speed.** One fp8 kernel in Triton reaches 1.36–1.50× flashcore's bf16 throughput at
+  S ≥ 4096 (geomean 1.44; ≈ 710 TFLOP/s, 1.1–1.3× cuDNN's bf16 there). No shape reaches 1.5×
+  (the best is 1.497, causal S = 16K), and a repeat run spreads the ratios over 1.31–1.58 with
+  the same geomean, so the target is missed; the trade-off curve above is the honest statement.
+  Triton's warp specialization did not help (the `ws` rows of the sweep). FlashAttention-3's
+  ~1 PFLOP/s needs what the bf16 kernel also lacks (warpgroup ping-pong, softmax/GEMM overlap),
+  plus in-register fp8 layout shuffles for p. An unfused `quantize` from bf16 costs a large
+  fraction of the attention time, and more than all of it at short S (ratio printed above), so
+  fp8 pays only when the producer already emits fp8.
 * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
   p-rounding bound), live and in the record, so the errors above belong to the format, not
   to kernel bugs.
