@@ -61,6 +61,29 @@ def _load_kv_tile(ptrs, desc, batch, kv_head, start_n, stride_n, kv_mask,
 
 
 @triton.jit
+def _online_softmax_tile(s, m_i, l_i, qk_scale, PRESCALED: tl.constexpr):
+    """One key tile of the online softmax: the new running max, p = exp2(s - max), the factor
+    alpha that rescales what was accumulated before, and the new running denominator.
+
+    PRESCALED: s is already multiplied by qk_scale (softmax scale * log2 e) and holds -inf at
+    invisible keys (the masked tiles). Otherwise every score is visible and the scale is
+    folded into the max and into one fused multiply-add, s * scale - m, per element.
+    """
+    if PRESCALED:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
+        # exp2(-inf - -inf) = NaN out of p and alpha (both become exactly 0).
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_use[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_use = m_new
+        p = tl.math.exp2(s * qk_scale - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
 def _attend_key_tiles(
     acc, l_i, m_i, q,
     k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
@@ -98,19 +121,7 @@ def _attend_key_tiles(
             if HAS_WINDOW:  # sliding window: only the `window` most recent keys
                 visible = visible & (cols[None, :] > offs_m[:, None] + causal_offset - window)
             s = tl.where(visible, s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            # A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
-            # exp2(-inf - -inf) = NaN out of p and alpha (both become exactly 0).
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(s - m_use[:, None])
-        else:
-            # Every score is visible: fold the scale (softmax scale * log2 e) into the
-            # max and into one fused multiply-add, s * scale - m, per element.
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            m_use = m_new
-            p = tl.math.exp2(s * qk_scale - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = _online_softmax_tile(s, m_i, l_i, qk_scale, APPLY_MASK)
         if LEAKY_CONTROL == 1:
             # Positive control for notebook 06, never launched by `attention`: skip the
             # rescale when no row's running max moved. Same result, value-dependent time.

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from .._checks import check_attention_inputs, on_interpreter
-from .forward import LOG2E, _compute_capability
+from .forward import LOG2E, _compute_capability, _online_softmax_tile
 
 VARIANTS = ("naive", "per_tensor", "per_block", "per_block_hadamard")
 E4M3_MAX = 448.0
@@ -189,8 +189,8 @@ def _fp8_key_tiles(acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k
                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, QUANT_BLOCK: tl.constexpr,
                    P_SCALE: tl.constexpr, APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
-    """Fold key tiles [key_lo, key_hi) into (acc, l_i, m_i), as forward.py's loop, with fp8
-    dots. Keys are padded to whole QUANT_BLOCKs with zeros, so every load is in bounds;
+    """Fold key tiles [key_lo, key_hi) into (acc, l_i, m_i): forward.py's loop and its online
+    softmax step, with fp8 dots. Keys are padded to whole QUANT_BLOCKs with zeros, so every load is in bounds;
     the masked phase sets padded and future keys' scores to -inf."""
     for start_n in tl.range(key_lo, key_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -207,15 +207,7 @@ def _fp8_key_tiles(acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k
             if IS_CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None])
             s = tl.where(visible, s * tile_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no key yet
-            p = tl.math.exp2(s - m_use[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * tile_scale)
-            m_use = m_new
-            p = tl.math.exp2(s * tile_scale - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = _online_softmax_tile(s, m_i, l_i, tile_scale, APPLY_MASK)
         acc = acc * alpha[:, None]
         if USE_TMA:
             vt = v_desc.load([batch, kv_head, 0, start_n]).reshape(HEAD_DIM, BLOCK_N)
