@@ -137,7 +137,7 @@ def _print_perf_rows(rows):
 
 
 def cmd_bench(args) -> int:
-    from . import bench as Bm
+    from .studies import bench as Bm
     from .results import write_result
 
     shapes = []
@@ -197,7 +197,7 @@ def _causal_choice(text):
 
 
 def cmd_tune(args) -> int:
-    from . import bench as Bm
+    from .studies import bench as Bm
     from .results import write_result
 
     shapes = Bm.forward_shapes(head_dims=args.d or (64, 128, 256), seqlens=args.s or (1024, 8192),
@@ -222,7 +222,7 @@ def cmd_tune(args) -> int:
 def cmd_sass(args) -> int:
     import json as _json
 
-    from .sass import analyze_variants
+    from .studies.sass import analyze_variants
 
     report = analyze_variants(keep_sass=args.keep_sass)
     if args.json:
@@ -242,7 +242,7 @@ def cmd_sass(args) -> int:
 
 
 def cmd_leak(args) -> int:
-    from . import timing_leak as TL
+    from .studies import timing_leak as TL
     from .results import write_result
 
     classes = args.classes or TL.SPECIAL_CLASSES
@@ -263,7 +263,7 @@ def cmd_leak(args) -> int:
 def cmd_e2e(args) -> int:
     import torch
 
-    from . import e2e
+    from .studies import e2e
     from .results import write_result
 
     _ensure_backend()
@@ -289,7 +289,7 @@ def cmd_fp8(args) -> int:
     _ensure_backend()
     from tqdm import tqdm
 
-    from . import fp8_study as F
+    from .studies import fp8_study as F
     from .results import write_result
 
     device = _device()
@@ -331,7 +331,7 @@ def cmd_fp8(args) -> int:
 def cmd_long(args) -> int:
     """Long-context study: the S sweep, sliding window, >2^31 offsets, decode on long caches."""
     _ensure_backend()
-    from . import long_context as L
+    from .studies import long_context as L
     from .results import write_result
 
     if _device() != "cuda":
@@ -362,7 +362,7 @@ def cmd_long(args) -> int:
         payload["window_correctness"] = {"summary": summarize(rows), "cases": rows}
         print(payload["window_correctness"]["summary"])
     if "decode" in args.parts:
-        from .bench import bench_attention_shape
+        from .studies.bench import bench_attention_shape
         rows = []
         for shape in L.long_decode_shapes():
             rows += bench_attention_shape(shape, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True)

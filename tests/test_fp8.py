@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import DEVICE
-from flashcore import fp8_study
+from flashcore.studies import fp8_study
 from flashcore.kernels.fp8 import VARIANTS, dequantized, fp8_attention, quantize, random_hadamard
 
 IN_DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16

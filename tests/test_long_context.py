@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from flashcore import long_context as L
-from flashcore.bench import attention_flops
+from flashcore.studies import long_context as L
+from flashcore.studies.bench import attention_flops
 
 
 def test_whole_sequence_tile_limit_is_between_16k_and_32k():

@@ -74,7 +74,7 @@ def test_sdpa_errors():
 
 def _e2e(device, dtype):
     pytest.importorskip("transformers")
-    from flashcore.e2e import run_e2e
+    from flashcore.studies.e2e import run_e2e
     return run_e2e(device, dtype, steps=32)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from flashcore import sass
+from flashcore.studies import sass
 
 SYNTHETIC = """
         /*0000*/   S2R R0, SR_TID.X ;

@@ -54,7 +54,7 @@ an unnormalised output per query row. This notebook derives that loop one step a
 checks each step numerically against float64, ending at the Triton kernel
 (`flashcore/kernels/forward.py`), which is the last step compiled.
 
-Every number below is computed live. The helpers are in `flashcore/derivation.py`; all of
+Every number below is computed live. The helpers are in `flashcore/studies/derivation.py`; all of
 this runs on a CPU, so both profiles print the same verdicts.
 """),
     code('''
@@ -66,7 +66,7 @@ SAVE_FIGURES = True
     code('''
 import math
 import matplotlib.pyplot as plt
-from flashcore import derivation as drv
+from flashcore.studies import derivation as drv
 from flashcore.plots import save_figure
 from flashcore.reference import attention_reference
 from flashcore.validate import error_rule
@@ -578,7 +578,7 @@ PERFORMANCE = [
 How fast is flashcore's forward kernel next to the attention kernels people actually call:
 PyTorch SDPA's flash (FlashAttention-2), cuDNN (FA3-class), memory-efficient and math
 backends, and FlexAttention compiled once per shape? Every ratio here comes from one process
-on one GPU, on the same rotated inputs (`flashcore/bench.py` says exactly how timing works).
+on one GPU, on the same rotated inputs (`flashcore/studies/bench.py` says exactly how timing works).
 
 The GPU profile measures and records (`RECORD_TOPIC`); the CPU profile renders the recorded
 H100 run and names its device, date and commit. Nothing on this page is typed in by hand.
@@ -595,7 +595,7 @@ MEASURE_DECODE = True
 REPS = 60
 ''', params=True),
     code(SETUP + '''
-from flashcore import bench, report
+from flashcore.studies import bench, report
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
 '''),
@@ -785,7 +785,7 @@ looking. What can the phrase mean for attention? The time may depend on the **sh
    predicate comes from: public (parameters, thread/block ids, loop counters), metadata (the
    decode kernel's cache lengths, read from memory but public), synchronization (waiting on
    asynchronous copies), or **data** (values loaded from memory or produced by the tensor
-   cores). The method is in `flashcore/sass.py`.
+   cores). The method is in `flashcore/studies/sass.py`.
 2. **Timing.** dudect: interleave launches on random inputs and on fixed special inputs, and
    test whether the two timing distributions differ (Welch's t, cropped, plus a second-order
    test).
@@ -801,7 +801,7 @@ MEASURE_TIMING = False     # GPU profile: re-run the timing test (about 2 minute
 TIMING_N = 10000
 ''', params=True),
     code(SETUP + '''
-from flashcore import report, sass
+from flashcore.studies import report, sass
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
 '''),
@@ -874,7 +874,7 @@ value-dependent control flow at all, is measured the same way as a hardware refe
 """),
     code('''
 if PROFILE == "gpu" and MEASURE_TIMING:
-    from flashcore import timing_leak
+    from flashcore.studies import timing_leak
     rows = timing_leak.run_suite(TIMING_N)
     write_result("timing_leak", {"method": timing_leak.__doc__.strip(), "threshold": timing_leak.THRESHOLD,
                                  "n_per_class": TIMING_N, "rows": rows},
@@ -970,7 +970,7 @@ MEASURE_SPEED = True      # GPU profile only
     code(SETUP + '''
 import math
 import matplotlib.pyplot as plt
-from flashcore import fp8_study as F
+from flashcore.studies import fp8_study as F
 from flashcore.kernels.fp8 import quantize, random_hadamard, VARIANTS
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
@@ -1085,7 +1085,7 @@ baselines (`python -m flashcore fp8 --record`).
 """),
     code('''
 if PROFILE == "gpu":
-    from flashcore import bench
+    from flashcore.studies import bench
     payload = {"variants": list(VARIANTS), "p_scale": F.P_SCALE, "errors": []}
     for dist in F.DISTRIBUTIONS:
         for causal in (False, True):
@@ -1194,7 +1194,7 @@ axes[0].legend(fontsize=8)
 save_figure(fig, "04_fp8_speed")
 '''),
     code('''
-from flashcore.bench import geomean
+from flashcore.studies.bench import geomean
 long = [l for l in speed if l["S"] >= 4096]
 fp8_tflops = geomean([l["fp8_per_block"] for l in long])
 bf16_tflops = geomean([l["flashcore"] for l in long])
@@ -1300,14 +1300,14 @@ MEASURE_HEADS = 8
 import math
 import numpy as np
 import matplotlib.pyplot as plt
-from flashcore import long_context as L
+from flashcore.studies import long_context as L
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
 '''),
     code('''
 if PROFILE == "gpu":
     from flashcore.validate import check_large_offsets, correctness_grid, run_grid, summarize
-    from flashcore.bench import bench_attention_shape
+    from flashcore.studies.bench import bench_attention_shape
     payload = {"sweep": L.bench_long_context(MEASURE_SEQLENS, heads=MEASURE_HEADS, windows=(4096,)),
                "sweep_shape": dict(B=1, H=MEASURE_HEADS, D=128, dtype="bfloat16")}
     payload["large_offsets"] = check_large_offsets("cuda", seqlen=2**20)
@@ -1522,7 +1522,7 @@ a peer's output and flashcore's on the same cache. From 2M tokens on, the K tens
 at least $2^{31}$ elements.
 '''),
     code('''
-from flashcore.bench import kv_bytes
+from flashcore.studies.bench import kv_bytes
 lines = []
 for n in sorted({r["Sk"] for r in record["decode"]}):
     line = {"cache_tokens": n, "GB": kv_bytes(next(r for r in record["decode"] if r["Sk"] == n)) / 1e9}

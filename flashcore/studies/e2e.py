@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from .ops import register_transformers
-from .validate import error_rule
+from ..ops import register_transformers
+from ..validate import error_rule
 
 
 def small_llama_config(**overrides):

@@ -79,7 +79,7 @@ def bench_long_context(seqlens, *, heads: int = 8, head_dim: int = 128, impls=("
     unsupported) is recorded with its error; one whose previous point took longer than
     ``max_seconds_per_call`` / 4 is not run at the next, 4x costlier, S."""
     from .bench import attention_flops, make_flashcore, make_sdpa
-    from .kernels.forward import attention
+    from ..kernels.forward import attention
 
     rows = []
     last_ms: dict = {}
@@ -173,7 +173,7 @@ def whole_sequence_tile_compile(seqlen: int, head_dim: int = 64, arch: int = 90)
         "import triton\n"
         "from triton.backends.compiler import GPUTarget\n"
         "from triton.compiler import ASTSource\n"
-        "from flashcore.long_context import _whole_row_attention as fn\n"
+        "from flashcore.studies.long_context import _whole_row_attention as fn\n"
         "sig = {'Q': '*fp32', 'K': '*fp32', 'V': '*fp32', 'Out': '*fp32', 'seqlen': 'i32', 'scale': 'fp32',\n"
         "       'SEQ_BLOCK': 'constexpr', 'HEAD_DIM': 'constexpr'}\n"
         f"src = ASTSource(fn, sig, {{'SEQ_BLOCK': {seqlen}, 'HEAD_DIM': {head_dim}}})\n"

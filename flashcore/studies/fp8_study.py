@@ -20,9 +20,9 @@ import math
 
 import torch
 
-from .kernels.fp8 import P_SCALE, VARIANTS, dequantized, fp8_attention, quantize
-from .reference import attention_reference, expand_kv_heads, visible_keys
-from .validate import UNIT_ROUNDOFF
+from ..kernels.fp8 import P_SCALE, VARIANTS, dequantized, fp8_attention, quantize
+from ..reference import attention_reference, expand_kv_heads, visible_keys
+from ..validate import UNIT_ROUNDOFF
 
 DISTRIBUTIONS = ("normal", "outlier", "massive_channels")
 E4M3_HALF_ULP = 2.0**-4     # relative rounding error of a normal e4m3 number (3 mantissa bits)
@@ -111,7 +111,7 @@ def error_rows(dist: str, *, batch=1, heads=4, kv_heads=None, seqlen=512, head_d
     """One row per (seed, implementation): RMSE and max error against float64 of the
     original inputs; for fp8 variants also the input-quantization part and the ratio of the
     kernel's deviation from its own reference to ``own_reference_bound``."""
-    from .kernels.forward import attention
+    from ..kernels.forward import attention
 
     kv_heads = heads if kv_heads is None else kv_heads
     rows = []

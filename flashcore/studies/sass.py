@@ -415,8 +415,8 @@ def _variants():
     """Every kernel flashcore ships, in the configs the launchers pick on Hopper (bf16), plus
     the two positive controls. GQA needs no variant of its own: the group size is a runtime
     integer, so GQA runs the same binary as MHA."""
-    from .kernels.decode import _decode_combine_kernel, _decode_split_kernel
-    from .kernels.forward import _HOPPER_TABLE, _attn_fwd_kernel
+    from ..kernels.decode import _decode_combine_kernel, _decode_split_kernel
+    from ..kernels.forward import _HOPPER_TABLE, _attn_fwd_kernel
 
     def fwd(d, causal, long_keys, leaky=0, dtype="bf16", window=False):
         bm, bn, w, st, mode = _HOPPER_TABLE[(d, causal, long_keys)]
@@ -430,7 +430,7 @@ def _variants():
                     descs={"k_desc": desc, "v_desc": desc}, num_warps=w, num_stages=st)
 
     def fp8_forward(causal):
-        from .kernels.fp8 import _HOPPER_FP8, P_SCALE, QUANT_BLOCK, _fp8_attn_fwd_kernel
+        from ..kernels.fp8 import _HOPPER_FP8, P_SCALE, QUANT_BLOCK, _fp8_attn_fwd_kernel
         bm, bn, w, st = _HOPPER_FP8[causal]
         consts = dict(HEAD_DIM=128, BLOCK_M=bm, BLOCK_N=bn, QUANT_BLOCK=QUANT_BLOCK, P_SCALE=P_SCALE,
                       IS_CAUSAL=causal, USE_TMA=True, EMULATE_P_CAST=False, WARP_SPECIALIZE=False)
