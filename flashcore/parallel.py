@@ -1,0 +1,381 @@
+"""Context parallelism: exact attention over a sequence split across processes (ring attention).
+
+One process per device, in a ``torch.distributed`` process group of N ranks (NCCL on GPUs,
+gloo on CPU, where the kernels run under the Triton interpreter). Every rank holds its shard
+of the sequence of Q, K and V. The K/V shards travel around the ring: at step t rank r holds
+the K/V of rank (r - t) mod N, sends it on to rank r + 1 and receives the next one from rank
+r - 1 while it attends its queries to the block in hand (two buffers, the transfer of step
+t + 1 overlapped with the attention of step t). Each (query chunk, key chunk) pair is
+
+    skip      the mask hides every pair (causal: keys after all queries; window: keys
+              before every query's window),
+    full      every query sees every key: the kernel without a mask,
+    masked    the causal diagonal, or the edge of a sliding window: the kernel with the
+              causal mask at the pair's global offset (query i sees key j iff
+              k_start + j <= q_start + i, and > q_start + i - window with a window).
+
+Each pair returns its partial output O_b and log-sum-exp L_b (natural log) over the keys it
+saw; partials over disjoint key sets merge exactly:
+
+    L = log(exp(L_a) + exp(L_b)),   O = exp(L_a - L) O_a + exp(L_b - L) O_b,
+
+computed with the larger of L_a, L_b subtracted first, so nothing overflows; a row that has
+seen no key keeps L = -inf and O = 0 (no NaN). ``merge_partials`` is that step.
+
+Sharding. ``"zigzag"`` (the causal load balance): the sequence is cut into 2N chunks and rank
+r holds chunks r and 2N - 1 - r, one early and one late, so every rank does the same causal
+work. ``"contiguous"``: rank r holds chunk r of N (non-causal; for causal it is the unbalanced
+baseline: the last rank does about 2N - 1 times the work of the first). Uneven S: chunks
+are uneven, not padded: the first S mod C of the C chunks hold one row more. Every position
+is a real token, so no padding needs masking; the ring buffers are sized for the largest
+shard and each step views the sender's length. ``shard`` / ``unshard`` move between the
+global sequence and the shards.
+
+GQA: only the Hkv key/value heads travel. Sliding windows are in global positions; pairs the
+window never reaches are skipped, so a windowed ring does O(S * window) work.
+
+Forward only: the backward kernel has not landed, so inputs that require grad (with grad
+mode on) raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from ._checks import check_attention_inputs, check_window, on_interpreter
+
+SHARDINGS = ("zigzag", "contiguous")
+# Planted bugs, for the tests and the notebook only: the checker must catch each of them.
+PLANTED_BUGS = (
+    "merge_without_rescale",   # the running output is not rescaled when a block is merged
+    "zigzag_off_by_one",       # masks computed as if rank r held chunk 2N - 2 - r, not 2N - 1 - r
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Sharding: which global positions each rank holds.
+
+def chunk_bounds(seqlen: int, num_chunks: int) -> list[int]:
+    """Boundaries of ``num_chunks`` chunks of ``seqlen`` positions: the first
+    ``seqlen % num_chunks`` chunks hold one position more. ``len(result) == num_chunks + 1``."""
+    base, extra = divmod(seqlen, num_chunks)
+    bounds = [0]
+    for c in range(num_chunks):
+        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
+    return bounds
+
+
+def zigzag_chunks(rank: int, world_size: int, *, _planted_bug: str | None = None) -> tuple[int, int]:
+    """The two chunks (of 2N) that rank r holds under zigzag sharding: r and 2N - 1 - r."""
+    second = 2 * world_size - 1 - rank
+    if _planted_bug == "zigzag_off_by_one":
+        second -= 1
+    return rank, second
+
+
+def shard_spans(seqlen: int, world_size: int, rank: int, sharding: str = "zigzag",
+                *, _planted_bug: str | None = None) -> list[tuple[int, int]]:
+    """Global ``[start, end)`` spans of rank's shard, in the order they are stored locally."""
+    if sharding == "zigzag":
+        bounds = chunk_bounds(seqlen, 2 * world_size)
+        return [(bounds[c], bounds[c + 1])
+                for c in zigzag_chunks(rank, world_size, _planted_bug=_planted_bug)]
+    if sharding == "contiguous":
+        bounds = chunk_bounds(seqlen, world_size)
+        return [(bounds[rank], bounds[rank + 1])]
+    raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+
+
+def shard_positions(seqlen: int, world_size: int, rank: int, sharding: str = "zigzag") -> torch.Tensor:
+    """The global positions of rank's shard, one per local row (int64)."""
+    return torch.cat([torch.arange(a, b) for a, b in shard_spans(seqlen, world_size, rank, sharding)])
+
+
+def shard(x: torch.Tensor, world_size: int, rank: int, sharding: str = "zigzag",
+          seq_dim: int = 2) -> torch.Tensor:
+    """Rank's shard of a global tensor along ``seq_dim`` (a contiguous copy)."""
+    spans = shard_spans(x.shape[seq_dim], world_size, rank, sharding)
+    return torch.cat([x.narrow(seq_dim, a, b - a) for a, b in spans], dim=seq_dim).contiguous()
+
+
+def unshard(shards: list[torch.Tensor], sharding: str = "zigzag", seq_dim: int = 2) -> torch.Tensor:
+    """The global tensor from all ranks' shards (``shards[r]`` from rank r)."""
+    world_size = len(shards)
+    seqlen = sum(s.shape[seq_dim] for s in shards)
+    shape = list(shards[0].shape)
+    shape[seq_dim] = seqlen
+    out = shards[0].new_empty(shape)
+    for rank, local in enumerate(shards):
+        spans = shard_spans(seqlen, world_size, rank, sharding)
+        expected = sum(b - a for a, b in spans)
+        if local.shape[seq_dim] != expected:
+            raise ValueError(f"shard of rank {rank} has {local.shape[seq_dim]} positions along dim "
+                             f"{seq_dim}, expected {expected} for S={seqlen}, N={world_size}, {sharding}")
+        offset = 0
+        for a, b in spans:
+            out.narrow(seq_dim, a, b - a).copy_(local.narrow(seq_dim, offset, b - a))
+            offset += b - a
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Which (query chunk, key chunk) pairs to compute.
+
+def classify_pair(q_span: tuple[int, int], k_span: tuple[int, int], causal: bool,
+                  window: int | None) -> str:
+    """``"skip"``, ``"full"`` or ``"masked"`` for queries ``q_span`` and keys ``k_span``
+    (global [start, end) positions). Causal: query p sees key j iff j <= p (and
+    j > p - window with a window)."""
+    (qs, qe), (ks, ke) = q_span, k_span
+    if qe <= qs or ke <= ks:
+        return "skip"
+    if not causal:
+        return "full"
+    if ks > qe - 1:                               # every key after the last query
+        return "skip"
+    if window is not None and ke - 1 <= qs - window:  # every key before the first window
+        return "skip"
+    sees_all = ke - 1 <= qs and (window is None or ks > qe - 1 - window)
+    return "full" if sees_all else "masked"
+
+
+def work_per_rank(seqlen: int, world_size: int, sharding: str, causal: bool,
+                  window: int | None = None) -> list[int]:
+    """Visible (query, key) pairs each rank computes: the load-balance picture."""
+    work = []
+    for rank in range(world_size):
+        total = 0
+        for qs, qe in shard_spans(seqlen, world_size, rank, sharding):
+            pos = torch.arange(qs, qe, dtype=torch.int64)
+            if not causal:
+                total += (qe - qs) * seqlen
+            elif window is None:
+                total += int((pos + 1).sum())
+            else:
+                total += int(torch.clamp(pos + 1, max=window).sum())
+        work.append(total)
+    return work
+
+
+# ---------------------------------------------------------------------------------------
+# The partial-output merge.
+
+def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
+                   lse_b: torch.Tensor, *, _planted_bug: str | None = None):
+    """Exact merge of two attention partials over disjoint key sets.
+
+    ``out_*``: (..., S, D) normalised partial outputs; ``lse_*``: (..., S) natural-log
+    log-sum-exp of the scaled scores each partial saw (-inf: saw no key, its output is
+    ignored). Returns (out, lse) in float32. A row where both are -inf stays -inf with zero
+    output."""
+    lse_a = lse_a.float()
+    lse_b = lse_b.float()
+    top = torch.maximum(lse_a, lse_b)
+    # Rows that saw nothing on both sides: subtract 0, so exp(-inf - 0) = 0, not NaN.
+    top = torch.where(top == float("-inf"), torch.zeros_like(top), top)
+    w_a = torch.exp(lse_a - top)
+    w_b = torch.exp(lse_b - top)
+    total = w_a + w_b
+    lse = top + torch.log(total)           # log(0) = -inf for rows that saw nothing
+    inv = 1.0 / torch.where(total == 0, torch.ones_like(total), total)
+    if _planted_bug == "merge_without_rescale":
+        out = out_a.float() + out_b.float() * (w_b * inv)[..., None]
+    else:
+        out = out_a.float() * (w_a * inv)[..., None] + out_b.float() * (w_b * inv)[..., None]
+    return out, lse
+
+
+def _merge_into(acc: torch.Tensor, acc_lse: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor,
+                _planted_bug: str | None) -> None:
+    """In-place merge of a block's fp32 partial into the running (acc, acc_lse) rows."""
+    out, lse = merge_partials(acc, acc_lse, out_b, lse_b, _planted_bug=_planted_bug)
+    acc.copy_(out)
+    acc_lse.copy_(lse)
+
+
+# ---------------------------------------------------------------------------------------
+# One block: the forward kernel at an arbitrary causal offset, fp32 partial output.
+
+def _block_attention(q, k, v, out, lse, *, causal_offset: int, causal: bool,
+                     window: int | None, scale: float) -> None:
+    """Launch the forward kernel on one (query chunk, key chunk) pair.
+
+    The kernel takes any causal offset (query i sees key j iff j <= i + offset); here it is
+    k_start - q_start in global positions. ``out`` is float32: the partial is not rounded
+    to the inputs' precision before the merge. ``lse`` (B, Hq, Sq) float32 contiguous."""
+    import triton
+
+    from .kernels.forward import (LOG2E, _attn_fwd_kernel, _kv_descriptors, _pick_config,
+                                  _tma_usable)
+
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    cfg = _pick_config(head_dim_padded, q.dtype, seqlen_q, seqlen_k, causal, on_interpreter(q))
+    use_tma = cfg.pop("USE_TMA", True) and _tma_usable(k, v, head_dim)
+    warp_specialize = cfg.pop("WARP_SPECIALIZE", False) and use_tma
+    if not use_tma and cfg["BLOCK_N"] * head_dim_padded >= 128 * 128:
+        cfg["num_stages"] = min(cfg["num_stages"], 2)
+    k_desc = v_desc = None
+    if use_tma:
+        k_desc, v_desc = _kv_descriptors(k, v, cfg["BLOCK_N"], head_dim)
+    grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]) * batch * num_q_heads,)
+    _attn_fwd_kernel[grid](
+        q, k, v, out, lse, k_desc, v_desc,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
+        window or 0, scale * LOG2E,
+        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
+        IS_CAUSAL=bool(causal), HAS_WINDOW=window is not None, STORE_LSE=True,
+        FP32_IEEE=q.dtype == torch.float32,
+        USE_TMA=use_tma, WARP_SPECIALIZE=warp_specialize,
+        **cfg,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The ring.
+
+def _global_rank(group, group_rank: int) -> int:
+    return group_rank if group is None else dist.get_global_rank(group, group_rank)
+
+
+def ring_exchange(send: torch.Tensor, recv: torch.Tensor, group=None) -> list:
+    """Post one ring step: send ``send`` to the next rank, receive the previous rank's into
+    ``recv``. Returns the works to wait on (``batch_isend_irecv``)."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    ops = [dist.P2POp(dist.isend, send, _global_rank(group, (rank + 1) % world_size), group),
+           dist.P2POp(dist.irecv, recv, _global_rank(group, (rank - 1) % world_size), group)]
+    return dist.batch_isend_irecv(ops)
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen: int,
+                   causal: bool = False, window: int | None = None, scale: float | None = None,
+                   sharding: str = "zigzag", group=None, return_lse: bool = False,
+                   skip_comm: bool = False, _planted_bug: str | None = None):
+    """Context-parallel exact attention (forward), called by every rank of ``group``.
+
+    Args:
+        q: this rank's query shard ``(B, Hq, L, D)``; k, v: its key/value shard
+            ``(B, Hkv, L, D)``, where L is the shard length ``shard`` gives for global
+            length ``seqlen`` (any strides). Same dtype/device rules as
+            ``flashcore.attention`` (fp16/bf16 on CUDA, fp32 anywhere, fp16/fp32 on CPU
+            under the Triton interpreter).
+        seqlen: the global sequence length S (fixes every rank's positions).
+        causal: causal mask in global positions (query p sees key j <= p).
+        window: causal sliding window in global positions (requires causal).
+        sharding: ``"zigzag"`` (chunks r and 2N-1-r of 2N; balanced causal work) or
+            ``"contiguous"`` (chunk r of N). Both must match how the shards were cut.
+        group: the process group (default: the world).
+        return_lse: also return the (B, Hq, L) float32 natural-log log-sum-exp.
+        skip_comm: benchmarks only: the same compute with every transfer skipped (each
+            step attends to the local buffer as if it had arrived). The result is wrong.
+
+    Returns ``out`` (q's shape and dtype) or ``(out, lse)``.
+
+    Not supported (raises NotImplementedError): gradients. The ring backward needs the
+    backward kernel, which has not landed.
+    """
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            "ring_attention is forward-only: the ring backward needs the backward kernel, "
+            "which flashcore does not have yet; call it under torch.no_grad()")
+    check_attention_inputs(q, k, v, max_head_dim=256)
+    check_window(window, causal)
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    if _planted_bug is not None and _planted_bug not in PLANTED_BUGS:
+        raise ValueError(f"unknown planted bug {_planted_bug!r}; known: {PLANTED_BUGS}")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("ring_attention needs an initialised torch.distributed process group "
+                           "(e.g. run under torchrun and call dist.init_process_group)")
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    if not isinstance(seqlen, int) or seqlen < 0:
+        raise ValueError(f"expected seqlen to be a non-negative int, got {seqlen!r}")
+    my_spans = shard_spans(seqlen, world_size, rank, sharding)
+    my_len = sum(b - a for a, b in my_spans)
+    if q.shape[2] != my_len or k.shape[2] != my_len:
+        raise ValueError(
+            f"rank {rank}: expected q, k, v shards of {my_len} positions (S={seqlen}, N={world_size}, "
+            f"{sharding}), got q {q.shape[2]}, k {k.shape[2]}")
+    batch, num_q_heads, _, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
+
+    # Positions as the masks see them (the planted off-by-one corrupts only these).
+    def spans_of(r):
+        return shard_spans(seqlen, world_size, r, sharding, _planted_bug=_planted_bug)
+    lengths = [sum(b - a for a, b in shard_spans(seqlen, world_size, r, sharding))
+               for r in range(world_size)]
+    max_len = max(lengths)
+
+    acc = torch.zeros((batch, num_q_heads, my_len, head_dim), dtype=torch.float32, device=q.device)
+    acc_lse = torch.full((batch, num_q_heads, my_len), float("-inf"), dtype=torch.float32,
+                         device=q.device)
+    if my_len == 0 or seqlen == 0:
+        out = acc.to(q.dtype)
+        return (out, acc_lse) if return_lse else out
+
+    # Two flat buffers of the largest shard, K then V: one message per step.
+    per_tensor = batch * num_kv_heads * max_len * head_dim
+    buffers = [torch.empty(2 * per_tensor, dtype=k.dtype, device=k.device)]
+    if world_size > 1 and not skip_comm:
+        buffers.append(torch.empty_like(buffers[0]))
+
+    def kv_views(buf, length):
+        n = batch * num_kv_heads * length * head_dim
+        shape = (batch, num_kv_heads, length, head_dim)
+        return buf[:n].view(shape), buf[n:2 * n].view(shape)
+
+    k0, v0 = kv_views(buffers[0], my_len)
+    k0.copy_(k)
+    v0.copy_(v)
+
+    my_q_spans = spans_of(rank)
+    # Query row offsets of each local chunk (storage order; real lengths).
+    q_offsets = []
+    offset = 0
+    for a, b in my_spans:
+        q_offsets.append(offset)
+        offset += b - a
+
+    # Each block's partial lands in a contiguous per-chunk scratch (the kernel writes lse
+    # as a contiguous (B, Hq, rows) array), then merges into the running rows.
+    scratch = [(torch.empty((batch, num_q_heads, b - a, head_dim), dtype=torch.float32, device=q.device),
+                torch.empty((batch, num_q_heads, b - a), dtype=torch.float32, device=q.device))
+               for a, b in my_spans]
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        current = buffers[step % len(buffers)]
+        works = []
+        if step + 1 < world_size and len(buffers) == 2:
+            works = ring_exchange(current, buffers[(step + 1) % 2], group)
+        k_blk, v_blk = kv_views(current, lengths[source])
+        k_offset = 0
+        src_true = shard_spans(seqlen, world_size, source, sharding)
+        for (ks, ke), (ks_true, ke_true) in zip(spans_of(source), src_true):
+            k_len = ke_true - ks_true
+            for (qs, _), (qs_true, qe_true), q_off, (out_b, lse_b) in zip(
+                    my_q_spans, my_spans, q_offsets, scratch):
+                q_len = qe_true - qs_true
+                kind = classify_pair((qs, qs + q_len), (ks, ks + k_len), causal, window)
+                if kind == "skip":
+                    continue
+                rows = slice(q_off, q_off + q_len)
+                out_b.fill_(float("nan"))  # poisoned: an element the kernel skips fails the check
+                _block_attention(
+                    q[:, :, rows], k_blk[:, :, k_offset:k_offset + k_len],
+                    v_blk[:, :, k_offset:k_offset + k_len], out_b, lse_b,
+                    causal_offset=qs - ks, causal=kind == "masked",
+                    window=window if kind == "masked" else None, scale=scale)
+                _merge_into(acc[:, :, rows], acc_lse[:, :, rows], out_b, lse_b, _planted_bug)
+            k_offset += k_len
+        for work in works:
+            work.wait()
+
+    out = acc.to(q.dtype)
+    return (out, acc_lse) if return_lse else out

@@ -1,0 +1,453 @@
+"""The context-parallel study behind notebooks/08_context_parallel.ipynb and
+``torchrun --nproc-per-node N -m flashcore cp {check,bench}``.
+
+* ``check_case`` / ``run_check``: one ring-attention case on every rank of the process
+  group, each rank checking its own rows against the float64 single-device reference; the
+  per-rank error terms are combined into the global error rule (max error, max baseline
+  error, max floor), so the verdict is the rule applied to the whole output.
+* ``spawn_check``: the same on N local gloo processes (CPU, Triton interpreter): the tests
+  and the notebook's CPU profile.
+* ``bench``: flashcore's ring beside the same compute with the transfers skipped, the
+  transfers alone, one GPU on the whole sequence, and PyTorch's
+  ``torch.distributed.tensor.experimental.context_parallel`` around SDPA (cuDNN and flash).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+
+@dataclasses.dataclass(frozen=True)
+class CPCase:
+    """One context-parallel correctness case (global shapes)."""
+    seqlen: int
+    num_q_heads: int = 2
+    num_kv_heads: int = 1
+    head_dim: int = 16
+    dtype: str = "float16"
+    causal: bool = True
+    sharding: str = "zigzag"
+    window: int | None = None
+    batch: int = 1
+    sample_rows: int | None = None      # None: check every row; else this many rows per rank
+    planted_bug: str | None = None
+
+    @property
+    def name(self) -> str:
+        mask = "causal" if self.causal else "full"
+        if self.window is not None:
+            mask += f" window{self.window}"
+        bug = f" PLANTED:{self.planted_bug}" if self.planted_bug else ""
+        rows = f" sampled{self.sample_rows}" if self.sample_rows else ""
+        return (f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} S{self.seqlen} "
+                f"D{self.head_dim} {self.dtype} {mask} {self.sharding}{rows}{bug}")
+
+
+def cpu_grid() -> list[CPCase]:
+    """Small cases for 2 gloo processes under the interpreter (fp16/fp32; bf16 cannot run)."""
+    return [
+        CPCase(96, causal=True, sharding="zigzag"),
+        CPCase(96, causal=True, sharding="contiguous"),
+        CPCase(80, causal=False, sharding="contiguous", dtype="float32"),
+        CPCase(64, causal=False, sharding="zigzag"),
+        CPCase(96, 4, 1, causal=True, sharding="zigzag", head_dim=32),          # GQA 4
+        CPCase(100, causal=True, sharding="zigzag", window=20),
+        CPCase(77, 2, 2, causal=True, sharding="contiguous", window=30),
+        CPCase(67, causal=True, sharding="zigzag"),                              # uneven: 67 = 17+17+17+16
+        CPCase(67, causal=False, sharding="contiguous", batch=2),                # uneven: 34 + 33
+        CPCase(3, causal=True, sharding="zigzag"),                               # empty chunks
+        CPCase(96, causal=True, sharding="zigzag", planted_bug="merge_without_rescale"),
+        CPCase(96, causal=True, sharding="zigzag", planted_bug="zigzag_off_by_one"),
+    ]
+
+
+def gpu_grid() -> list[CPCase]:
+    """The GPU grid: whole outputs at small S, sampled rows at long S; bf16 and fp16."""
+    cases = []
+    for dtype in ("bfloat16", "float16"):
+        for seqlen in (1024, 4099):
+            cases += [
+                CPCase(seqlen, 8, 2, 128, dtype, True, "zigzag"),
+                CPCase(seqlen, 8, 2, 128, dtype, True, "contiguous"),
+                CPCase(seqlen, 8, 2, 128, dtype, False, "contiguous"),
+                CPCase(seqlen, 4, 4, 64, dtype, True, "zigzag", batch=2),
+                CPCase(seqlen, 8, 1, 128, dtype, True, "zigzag", window=300),
+                CPCase(seqlen, 8, 8, 64, dtype, False, "zigzag", window=None),
+            ]
+    cases += [
+        CPCase(131072 + 3, 8, 2, 128, "bfloat16", True, "zigzag", sample_rows=256),
+        CPCase(131072 + 3, 8, 2, 128, "bfloat16", False, "contiguous", sample_rows=256),
+        CPCase(65536 + 5, 8, 2, 128, "bfloat16", True, "zigzag", window=4096, sample_rows=256),
+        CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", planted_bug="merge_without_rescale"),
+        CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", planted_bug="zigzag_off_by_one"),
+    ]
+    return cases
+
+
+def _sample_local_rows(num_rows: int, spans, count: int, seed: int) -> torch.Tensor:
+    """Local row indices to check: every chunk's first and last rows plus random ones."""
+    gen = torch.Generator().manual_seed(seed)
+    picks = set()
+    offset = 0
+    for a, b in spans:
+        for r in (0, 1, b - a - 2, b - a - 1):
+            if 0 <= r < b - a:
+                picks.add(offset + r)
+        offset += b - a
+    if num_rows:
+        picks.update(torch.randint(0, num_rows, (count,), generator=gen).tolist())
+    return torch.tensor(sorted(picks), dtype=torch.int64)
+
+
+def check_case(case: CPCase, device, seed: int, group=None) -> dict:
+    """Run one case on every rank; returns the global verdict (same dict on every rank)."""
+    from .. import parallel as P
+    from ..reference import attention_reference
+    from ..validate import UNIT_ROUNDOFF
+
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    dtype = getattr(torch, case.dtype)
+    # The same global inputs on every rank (seeded), each rank keeps its shard.
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shape_q = (case.batch, case.num_q_heads, case.seqlen, case.head_dim)
+    shape_kv = (case.batch, case.num_kv_heads, case.seqlen, case.head_dim)
+    q = torch.randn(shape_q, generator=gen, device=device).to(dtype)
+    k = torch.randn(shape_kv, generator=gen, device=device).to(dtype)
+    v = torch.randn(shape_kv, generator=gen, device=device).to(dtype)
+    args = (world_size, rank, case.sharding)
+    q_l, k_l, v_l = P.shard(q, *args), P.shard(k, *args), P.shard(v, *args)
+    with torch.no_grad():
+        out = P.ring_attention(q_l, k_l, v_l, seqlen=case.seqlen, causal=case.causal,
+                               window=case.window, sharding=case.sharding, group=group,
+                               _planted_bug=case.planted_bug)
+    spans = P.shard_spans(case.seqlen, world_size, rank, case.sharding)
+    positions = P.shard_positions(case.seqlen, world_size, rank, case.sharding).to(device)
+    if case.sample_rows:
+        local = _sample_local_rows(positions.numel(), spans, case.sample_rows, seed + rank).to(device)
+    else:
+        local = torch.arange(positions.numel(), device=device)
+    kwargs = dict(causal=case.causal, window=case.window, query_rows=positions[local])
+    ref64 = attention_reference(q, k, v, compute_dtype=torch.float64, **kwargs)
+    same = attention_reference(q, k, v, compute_dtype=dtype, **kwargs)
+    mine = out[:, :, local].double()
+    finite = ~torch.isnan(ref64)
+    terms = {
+        "max_abs_err": float((mine - ref64)[finite].abs().nan_to_num(nan=math.inf).max()) if local.numel() else 0.0,
+        "baseline_err": float((same.double() - ref64)[finite].abs().nan_to_num(nan=math.inf).max()) if local.numel() else 0.0,
+        "ref_max": float(ref64[finite].abs().max()) if local.numel() else 0.0,
+        "nan_mismatch": int((torch.isnan(mine) != torch.isnan(ref64)).sum()),
+        "err_sq": float(((mine - ref64)[finite] ** 2).sum()),
+        "ref_sq": float((ref64[finite] ** 2).sum()),
+        "rows": int(local.numel()),
+    }
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, terms, group=group)
+    max_err = max(t["max_abs_err"] for t in gathered)
+    baseline = max(t["baseline_err"] for t in gathered)
+    floor = UNIT_ROUNDOFF[dtype] * max(max(t["ref_max"] for t in gathered), 1e-30)
+    bound = 2 * baseline + floor
+    nan_mismatch = sum(t["nan_mismatch"] for t in gathered)
+    ref_norm = math.sqrt(sum(t["ref_sq"] for t in gathered))
+    return {
+        **dataclasses.asdict(case), "name": case.name, "seed": seed, "world_size": world_size,
+        "rows_checked": sum(t["rows"] for t in gathered),
+        "max_abs_err": max_err, "baseline_err": baseline, "floor": floor, "bound": bound,
+        "ratio": max_err / bound if bound > 0 else (0.0 if max_err == 0 else math.inf),
+        "rel_l2_err": math.sqrt(sum(t["err_sq"] for t in gathered)) / ref_norm if ref_norm else 0.0,
+        "nan_mismatch": nan_mismatch,
+        "passed": bool(nan_mismatch == 0 and max_err <= bound),
+    }
+
+
+def run_check(cases, device, *, base_seed: int = 0, group=None, progress: bool = False) -> list[dict]:
+    rows = []
+    rank = dist.get_rank(group)
+    for i, case in enumerate(cases):
+        row = check_case(case, device, base_seed + i, group)
+        rows.append(row)
+        if progress and rank == 0:
+            expect = "FAIL expected" if case.planted_bug else ""
+            print(f"[{i + 1}/{len(cases)}] {row['name']}: ratio {row['ratio']:.3f} "
+                  f"passed {row['passed']} {expect}", flush=True)
+    return rows
+
+
+def summarize_cases(rows: list[dict]) -> dict:
+    """Real cases must pass; planted bugs must fail (the checker can fail)."""
+    real = [r for r in rows if not r["planted_bug"]]
+    planted = [r for r in rows if r["planted_bug"]]
+    return {
+        "cases": len(real),
+        "failed": sum(not r["passed"] for r in real),
+        "worst_ratio": max((r["ratio"] for r in real), default=0.0),
+        "planted_bugs": len(planted),
+        "planted_bugs_caught": sum(not r["passed"] for r in planted),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Process groups.
+
+def init_from_env():
+    """Join the process group torchrun describes (NCCL on GPUs, gloo on CPU).
+    Returns (rank, world_size, device)."""
+    if not dist.is_initialized():
+        if torch.cuda.is_available():
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            torch.cuda.set_device(local)
+            dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        else:
+            dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    return rank, dist.get_world_size(), device
+
+
+def _spawned_check(rank: int, world_size: int, store_path: str, out_path: str, cases, base_seed: int):
+    os.environ["TRITON_INTERPRET"] = "1"  # before flashcore's kernels are imported
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
+    try:
+        rows = run_check(cases, torch.device("cpu"), base_seed=base_seed)
+        if rank == 0:
+            with open(out_path, "w") as f:
+                json.dump(rows, f)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dict]:
+    """Run ``cases`` (default ``cpu_grid()``) on ``world_size`` local gloo processes, the
+    kernels under the Triton interpreter. Returns the rows of rank 0."""
+    import torch.multiprocessing as mp
+
+    cases = cpu_grid() if cases is None else cases
+    with tempfile.TemporaryDirectory() as tmp:
+        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "rows.json")
+        mp.start_processes(_spawned_check, args=(world_size, store, out, cases, base_seed),
+                           nprocs=world_size, start_method="spawn")
+        with open(out) as f:
+            return json.load(f)
+
+
+# ---------------------------------------------------------------------------------------
+# Timing (GPU).
+
+def _timed(fn, *, reps: int, warmup: int, group=None) -> float:
+    """Median wall time (ms) of ``fn`` over ``reps`` calls, each started together on every
+    rank (barrier) and ended when this rank's device is idle; the slowest rank counts."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        dist.barrier(group=group)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    t = torch.tensor([statistics.median(samples)], dtype=torch.float64, device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t)
+
+
+def _peak_gib(group=None) -> float:
+    t = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], dtype=torch.float64, device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return round(float(t), 3)
+
+
+def causal_flops(batch, heads, seqlen, head_dim, causal) -> float:
+    """4 B H D x (visible pairs): S^2 non-causal, S(S+1)/2 causal."""
+    pairs = seqlen * (seqlen + 1) / 2 if causal else seqlen * seqlen
+    return 4.0 * batch * heads * head_dim * pairs
+
+
+def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
+    """PyTorch's context_parallel around SDPA on global buffers q, k, v (sharded in place by
+    the context). Returns (time_ms, peak_gib, global output for the rows check or None)."""
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend_name]
+    buffers = [q, k, v]
+    with sdpa_kernel(backend), context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2],
+                                                no_restore_buffers=set(buffers)):
+        def call():
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.cuda.reset_peak_memory_stats()
+        ms = _timed(call, reps=reps, warmup=warmup, group=group)
+        peak = _peak_gib(group)
+        out = call()
+        (out_global,) = context_parallel_unshard(mesh, [out], [2])
+    return ms, peak, out_global
+
+
+def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2, head_dim=128,
+          dtype=torch.bfloat16, impls=("flashcore_cp", "flashcore_cp_nocomm", "comm_only",
+                                       "flashcore_1gpu", "torch_cp_cudnn", "torch_cp_flash"),
+          cp_only_from: int | None = None, budget_s: float = 300.0, on_row=None, group=None,
+          log=print) -> dict:
+    """Time every impl at each global S. Every rank runs this (torchrun). Returns
+    {"rows": [...], "torch_cp_checks": [...], "skipped": [...]}; ``on_row`` is called after
+    each S (to record incrementally).
+
+    ``cp_only_from``: from this S on only flashcore's ring (with and without transfers) and
+    the transfers alone are timed (the 1-GPU run and PyTorch's CP take too long there).
+    ``budget_s``: stop before an S whose predicted time (quadratic from the last S) would
+    pass it.
+    """
+    from .. import parallel as P
+    from ..kernels.forward import attention
+    from ..reference import attention_reference
+    from torch.distributed.device_mesh import init_device_mesh
+
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    device = torch.device("cuda", torch.cuda.current_device())
+    mesh = init_device_mesh("cuda", (world_size,)) if any(i.startswith("torch_cp") for i in impls) else None
+    batch = 1
+    result = {"rows": [], "torch_cp_checks": [], "skipped": []}
+    start = time.perf_counter()
+    last_s, last_elapsed = None, None
+    compiled = set()
+    for seqlen in seqlens:
+        elapsed = time.perf_counter() - start
+        if last_s is not None:
+            predicted = last_elapsed * (seqlen / last_s) ** 2
+            if cp_only_from is not None and seqlen >= cp_only_from and last_s < cp_only_from:
+                predicted *= 0.4  # the ring alone is about 2/5 of the full set of impls
+            if elapsed + predicted > budget_s:
+                result["skipped"].append({"S": seqlen, "reason": f"predicted {predicted:.0f} s past the "
+                                          f"{budget_s:.0f} s budget (elapsed {elapsed:.0f} s)"})
+                log(f"S={seqlen}: skipped, predicted {predicted:.0f} s past the budget")
+                continue
+        s_start = time.perf_counter()
+        for causal in causal_modes:
+            sharding = "zigzag" if causal else "contiguous"
+            flops = causal_flops(batch, num_q_heads, seqlen, head_dim, causal)
+            reps = 3 if seqlen < (1 << 20) else 1
+            rows = {}
+
+            def add(impl, ms, peak, **extra):
+                rows[impl] = {"world_size": world_size, "S": seqlen, "causal": causal, "impl": impl,
+                              "sharding": sharding if impl.startswith("flashcore_cp") else None,
+                              "batch": batch, "num_q_heads": num_q_heads, "num_kv_heads": num_kv_heads,
+                              "head_dim": head_dim, "dtype": str(dtype).replace("torch.", ""),
+                              "time_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12 if ms else None,
+                              "peak_mem_gib": peak, **extra}
+                log(f"S={seqlen} causal={causal} {impl}: {ms:.1f} ms, peak {peak} GiB"
+                    + (f", {rows[impl]['tflops']:.0f} TFLOP/s" if ms else ""))
+
+            cp_only = cp_only_from is not None and seqlen >= cp_only_from
+            # The same global inputs on every rank (seeded): the 1-GPU run and PyTorch's CP
+            # need the whole sequence; flashcore's ring gets the shards.
+            gen = torch.Generator(device=device).manual_seed(seqlen + causal)
+            shards = []
+            for heads in (num_q_heads, num_kv_heads, num_kv_heads):
+                local_len = sum(b - a for a, b in P.shard_spans(seqlen, world_size, rank, sharding))
+                shards.append(torch.randn((batch, heads, local_len, head_dim), generator=gen,
+                                          device=device, dtype=dtype))
+            q_l, k_l, v_l = shards
+            key = ("cp", causal)
+            warm = 0 if key in compiled else 1
+            compiled.add(key)
+            kw = dict(seqlen=seqlen, causal=causal, sharding=sharding, group=group)
+            with torch.no_grad():
+                if "flashcore_cp" in impls:
+                    torch.cuda.reset_peak_memory_stats()
+                    ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, **kw), reps=reps, warmup=warm, group=group)
+                    add("flashcore_cp", ms, _peak_gib(group))
+                if "flashcore_cp_nocomm" in impls:
+                    torch.cuda.reset_peak_memory_stats()
+                    ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, skip_comm=True, **kw),
+                                reps=reps, warmup=0, group=group)
+                    add("flashcore_cp_nocomm", ms, _peak_gib(group))
+                if "comm_only" in impls and world_size > 1:
+                    buf = [torch.empty(2 * k_l.numel(), dtype=dtype, device=device) for _ in range(2)]
+
+                    def ring_only():
+                        for step in range(world_size - 1):
+                            for w in P.ring_exchange(buf[step % 2], buf[(step + 1) % 2], group):
+                                w.wait()
+                    torch.cuda.reset_peak_memory_stats()
+                    add("comm_only", _timed(ring_only, reps=reps, warmup=1, group=group), _peak_gib(group),
+                        bytes_per_step=2 * k_l.numel() * k_l.element_size())
+                    del buf
+            if not cp_only and "flashcore_1gpu" in impls:
+                gen = torch.Generator(device=device).manual_seed(7)
+                q = torch.randn((batch, num_q_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
+                k = torch.randn((batch, num_kv_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
+                v = torch.randn_like(k)
+                key1 = ("1gpu", causal)
+                warm1 = 0 if key1 in compiled else 1
+                compiled.add(key1)
+                torch.cuda.reset_peak_memory_stats()
+                with torch.no_grad():
+                    ms = _timed(lambda: attention(q, k, v, causal=causal), reps=reps, warmup=warm1, group=group)
+                add("flashcore_1gpu", ms, _peak_gib(group), note="each GPU runs the whole sequence alone")
+                del q, k, v
+            for backend in ("cudnn", "flash"):
+                impl = f"torch_cp_{backend}"
+                if cp_only or impl not in impls:
+                    continue
+                gen = torch.Generator(device=device).manual_seed(11)
+                q = torch.randn((batch, num_q_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
+                # PyTorch's ring SDPA takes no enable_gqa: K/V expanded to Hq heads (they travel
+                # Hq/Hkv times the bytes flashcore's ring sends).
+                k = torch.randn((batch, num_kv_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
+                v = torch.randn_like(k)
+                k_x = k.repeat_interleave(num_q_heads // num_kv_heads, dim=1)
+                v_x = v.repeat_interleave(num_q_heads // num_kv_heads, dim=1)
+                q_in = q.clone()
+                try:
+                    with torch.no_grad():
+                        ms, peak, out_global = _torch_cp_sdpa(mesh, q_in, k_x, v_x, causal, backend,
+                                                              reps, 1, group)
+                    add(impl, ms, peak, note="K/V expanded to Hq heads (no GQA in PyTorch's ring SDPA); "
+                        "peak includes the global buffers the context shards in place")
+                    if not result["torch_cp_checks"] or seqlen == result["torch_cp_checks"][0]["S"]:
+                        # Its output under the rule on sampled rows (the first S only).
+                        rows_idx = torch.randint(0, seqlen, (128,), generator=torch.Generator().manual_seed(3)).to(device)
+                        ref64 = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64, query_rows=rows_idx)
+                        same = attention_reference(q, k, v, causal=causal, compute_dtype=dtype, query_rows=rows_idx)
+                        from ..validate import error_rule
+                        rep = error_rule(out_global[:, :, rows_idx], ref64, same)
+                        result["torch_cp_checks"].append({"S": seqlen, "causal": causal, "impl": impl,
+                                                          "ratio": rep.ratio, "passed": rep.passed})
+                        log(f"  {impl} output vs float64 (128 sampled rows): ratio {rep.ratio:.3f}, passed {rep.passed}")
+                    del out_global
+                except Exception as exc:  # record why PyTorch's CP could not run
+                    msg = f"{type(exc).__name__}: {str(exc)[:400]}"
+                    result["skipped"].append({"S": seqlen, "causal": causal, "impl": impl, "reason": msg})
+                    log(f"S={seqlen} causal={causal} {impl}: FAILED {msg}")
+                del q, k, v, k_x, v_x, q_in
+                torch.cuda.empty_cache()
+            # Derived columns.
+            cp = rows.get("flashcore_cp")
+            if cp:
+                one = rows.get("flashcore_1gpu")
+                if one:
+                    cp["scaling_efficiency"] = one["time_ms"] / (world_size * cp["time_ms"])
+                nocomm, comm = rows.get("flashcore_cp_nocomm"), rows.get("comm_only")
+                if nocomm and comm:
+                    exposed = max(cp["time_ms"] - nocomm["time_ms"], 0.0)
+                    cp["comm_exposed_ms"] = exposed
+                    cp["comm_hidden_fraction"] = max(0.0, 1.0 - exposed / comm["time_ms"]) if comm["time_ms"] > 0 else None
+            result["rows"] += list(rows.values())
+            del q_l, k_l, v_l, shards
+            torch.cuda.empty_cache()
+        last_s, last_elapsed = seqlen, time.perf_counter() - s_start
+        if on_row is not None:
+            on_row(result)
+    return result

@@ -1,0 +1,130 @@
+"""Context parallelism (flashcore.parallel): the merge identity, sharding helpers, and ring
+attention on 2 gloo processes under the Triton interpreter, under the error rule vs float64."""
+
+import math
+
+import pytest
+import torch
+
+from flashcore import parallel as P
+from flashcore.studies import context_parallel as CP
+
+
+# ----------------------------------------------------------------------------- pure units
+
+def _partial(q, k, v, scale):
+    """Attention of q over one key subset in float64: (normalised output, natural-log lse)."""
+    s = (q @ k.transpose(-1, -2)) * scale
+    lse = torch.logsumexp(s, -1)
+    return torch.softmax(s, -1) @ v, lse
+
+
+def test_merge_identity_is_exact():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 16, generator=gen, dtype=torch.float64) for n in (5, 40, 40))
+    k = k * 4  # large scores: the merge must not overflow
+    scale = 1 / math.sqrt(16)
+    whole, whole_lse = _partial(q, k, v, scale)
+    a, la = _partial(q, k[:, :, :13], v[:, :, :13], scale)
+    b, lb = _partial(q, k[:, :, 13:], v[:, :, 13:], scale)
+    out, lse = P.merge_partials(a, la, b, lb)
+    assert torch.allclose(out.double(), whole, rtol=0, atol=1e-5)
+    assert torch.allclose(lse.double(), whole_lse, rtol=0, atol=1e-5)
+    # Order does not matter; a block that saw nothing (-inf, any output) changes nothing.
+    out2, _ = P.merge_partials(b, lb, a, la)
+    assert torch.allclose(out2, out, rtol=0, atol=1e-6)
+    empty = torch.full_like(la, float("-inf"))
+    out3, lse3 = P.merge_partials(a, la, torch.full_like(a, 123.0), empty)
+    assert torch.equal(out3, a.float()) and torch.equal(lse3, la.float())
+    # The planted bug (no rescale of the running output) is not the identity.
+    bad, _ = P.merge_partials(a, la, b, lb, _planted_bug="merge_without_rescale")
+    assert (bad.double() - whole).abs().max() > 0.1
+
+
+def test_merge_of_rows_that_see_nothing_is_zero_not_nan():
+    none = torch.full((1, 1, 4), float("-inf"))
+    out, lse = P.merge_partials(torch.zeros(1, 1, 4, 8), none, torch.zeros(1, 1, 4, 8), none)
+    assert not torch.isnan(out).any() and torch.equal(out, torch.zeros_like(out))
+    assert torch.isinf(lse).all() and (lse < 0).all()
+
+
+def test_merge_is_stable_for_huge_lse():
+    big = torch.tensor([[[1e4, -1e4]]])
+    out, lse = P.merge_partials(torch.ones(1, 1, 2, 2), big, 3 * torch.ones(1, 1, 2, 2), big - 1.0)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    w = 1 / (1 + math.exp(-1))
+    assert torch.allclose(out[0, 0, 0], torch.tensor([w + 3 * (1 - w)] * 2), atol=1e-6)
+
+
+@pytest.mark.parametrize("seqlen", [0, 1, 3, 16, 67, 100])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("sharding", P.SHARDINGS)
+def test_shard_unshard_roundtrip_covers_every_position_once(seqlen, world_size, sharding):
+    x = torch.arange(seqlen, dtype=torch.float32).view(1, 1, seqlen, 1)
+    shards = [P.shard(x, world_size, r, sharding) for r in range(world_size)]
+    assert torch.equal(P.unshard(shards, sharding), x)
+    positions = torch.cat([P.shard_positions(seqlen, world_size, r, sharding) for r in range(world_size)])
+    assert sorted(positions.tolist()) == list(range(seqlen))
+    lengths = [s.shape[2] for s in shards]
+    assert max(lengths) - min(lengths) <= (2 if sharding == "zigzag" else 1)
+
+
+def test_zigzag_chunks_and_planted_off_by_one():
+    assert [P.zigzag_chunks(r, 4) for r in range(4)] == [(0, 7), (1, 6), (2, 5), (3, 4)]
+    assert P.zigzag_chunks(0, 2, _planted_bug="zigzag_off_by_one") == (0, 2)
+
+
+def test_zigzag_balances_causal_work_and_contiguous_does_not():
+    for n in (2, 4, 8):
+        zig = P.work_per_rank(4096, n, "zigzag", causal=True)
+        cont = P.work_per_rank(4096, n, "contiguous", causal=True)
+        assert sum(zig) == sum(cont) == 4096 * 4097 // 2
+        assert max(zig) / min(zig) < 1.01
+        assert max(cont) / min(cont) > 2 * n - 2
+
+
+def test_classify_pair():
+    assert P.classify_pair((10, 20), (0, 10), True, None) == "full"
+    assert P.classify_pair((10, 20), (10, 20), True, None) == "masked"
+    assert P.classify_pair((0, 10), (10, 20), True, None) == "skip"
+    assert P.classify_pair((0, 10), (10, 20), False, None) == "full"
+    assert P.classify_pair((100, 110), (0, 10), True, 50) == "skip"      # window never reaches
+    assert P.classify_pair((100, 110), (40, 60), True, 50) == "masked"   # window edge
+    assert P.classify_pair((100, 110), (60, 90), True, 50) == "full"
+    assert P.classify_pair((5, 5), (0, 10), True, None) == "skip"        # empty chunk
+
+
+def test_ring_attention_needs_a_process_group_and_refuses_gradients():
+    q = torch.randn(1, 2, 8, 16, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="process group"):
+        with torch.no_grad():
+            P.ring_attention(q, q[:, :1], q[:, :1], seqlen=8)
+    with pytest.raises(NotImplementedError, match="forward-only"):
+        P.ring_attention(q.float().requires_grad_(), q[:, :1].float(), q[:, :1].float(), seqlen=8)
+    with pytest.raises(ValueError, match="sharding"):
+        with torch.no_grad():
+            P.ring_attention(q, q[:, :1], q[:, :1], seqlen=8, sharding="striped")
+
+
+# ----------------------------------------------------------------------------- 2 processes
+
+@pytest.fixture(scope="module")
+def two_rank_rows():
+    """The CPU grid on 2 gloo processes (one spawn for every case: imports dominate)."""
+    return {r["name"]: r for r in CP.spawn_check(CP.cpu_grid(), world_size=2)}
+
+
+@pytest.mark.parametrize("case", [c for c in CP.cpu_grid() if not c.planted_bug], ids=lambda c: c.name)
+def test_ring_attention_two_ranks_passes_the_error_rule(two_rank_rows, case):
+    row = two_rank_rows[case.name]
+    assert row["world_size"] == 2
+    assert row["rows_checked"] == case.seqlen  # every row, whole output
+    assert row["nan_mismatch"] == 0
+    assert row["passed"], f"{case.name}: max err {row['max_abs_err']:.3e} > bound {row['bound']:.3e}"
+
+
+@pytest.mark.parametrize("case", [c for c in CP.cpu_grid() if c.planted_bug], ids=lambda c: c.name)
+def test_planted_bugs_fail_the_error_rule(two_rank_rows, case):
+    row = two_rank_rows[case.name]
+    assert not row["passed"], f"planted bug {case.planted_bug} passed: ratio {row['ratio']:.3f}"
+    assert row["ratio"] > 2 or row["nan_mismatch"] > 0
