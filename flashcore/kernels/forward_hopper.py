@@ -1,0 +1,391 @@
+"""Hopper forward attention with FlashAttention-3's structure, written in Gluon.
+
+One program computes one 128-row query tile for one (batch, query head), with three kinds
+of warps that never wait on each other except through shared-memory barriers:
+
+    producer (1 warp)      TMA: Q once, then K_j, V_j into a STAGES-deep shared-memory ring
+    consumer 0 (4 warps)   rows  0..63 of the tile: wgmma + online softmax
+    consumer 1 (4 warps)   rows 64..127 of the tile: the same, half a step out of phase
+
+Inside each consumer warpgroup the softmax of key tile j overlaps the tensor cores'
+P_{j-1} @ V_{j-1} (issued asynchronously just before, with S_j = Q @ K_j^T):
+
+    issue S_j = Q K_j^T          (async)
+    issue O  += P_{j-1} V_{j-1}  (async)
+    wait S_j; release K_j; softmax(S_j) -> P_j, alpha_j     # runs while P V runs
+    wait O; release V_{j-1}; O *= alpha_j
+
+Ping-pong (PINGPONG=True): the two warpgroups take turns issuing their GEMMs (a pair of
+mbarriers passes the turn), so one warpgroup's softmax runs while the other's GEMMs
+occupy the tensor cores. Causal launches start with the longest (last) query tiles.
+
+Which calls take this path (``supports``; everything else runs the Triton kernel in
+forward.py, with the same numerics contract):
+
+- CUDA device of compute capability 9.x (Hopper) and a triton with Gluon's Hopper API
+  (``GLUON_AVAILABLE``; when the import fails, flashcore imports fine and never dispatches
+  here);
+- float16 or bfloat16; head dim 64, 128 or 256;
+- q, k, v with unit stride along D, 16-byte aligned base pointers and every other stride a
+  nonzero multiple of 16 bytes (TMA descriptors); ``out`` any strides (pointer stores);
+- any Sq, Sk >= 1 (TMA zero-fills rows past the end; keys past Sk are masked), GQA/MQA
+  (query head h reads KV head h // (Hq // Hkv)), non-causal and both causal alignments
+  (``causal_offset`` as in forward.py), ``return_lse``;
+- not: sliding windows, float32, other head dims (forward.py takes them).
+
+Offsets: TMA coordinates are per-dimension int32 (B, H, S, D each < 2^31), addresses
+64-bit; the output and lse pointers are formed in int64, so tensors past 2^31 elements
+are exact.
+
+``attention_hopper`` launches it; forward.attention calls ``maybe_dispatch`` which launches
+it only where ``_DISPATCH`` says it was measured faster than the Triton kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+try:  # Gluon is experimental; its API moves between triton releases.
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    GLUON_AVAILABLE = hasattr(gl, "warp_specialize") and hasattr(gl, "NVMMADistributedLayout")
+except Exception:  # pragma: no cover - depends on the installed triton
+    GLUON_AVAILABLE = False
+
+LOG2E = 1.4426950408889634
+HEAD_DIMS = (64, 128, 256)
+BLOCK_M_WG = 64  # query rows per consumer warpgroup (wgmma's M per warpgroup)
+
+# Tile configs per head dim: (BLOCK_N, STAGES). Shared memory: Q 2*64*D, ring 2*STAGES*BN*D
+# elements; D=256 with BN=64 and 2 stages uses 192 KB of the 227 KB.
+VARIANTS = {
+    64: dict(BLOCK_N=128, STAGES=3),
+    128: dict(BLOCK_N=128, STAGES=2),
+    256: dict(BLOCK_N=64, STAGES=2),
+}
+
+if GLUON_AVAILABLE:
+
+    @gluon.jit
+    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                  q_ready, k_ready, k_empty, v_ready, v_empty,
+                  batch, q_head, kv_head, q_row0, n_tiles,
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        """One warp: TMA loads only. A stage is reused once both consumers released it."""
+        HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+        ROWS: gl.constexpr = q_desc.block_type.shape[2]
+        for wg in gl.static_range(2):
+            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [batch, q_head, q_row0 + wg * ROWS, 0],
+                                            q_ready.index(wg), q_smem.index(wg))
+        for j in range(n_tiles):
+            stage = j % STAGES
+            # The first pass over the ring waits on parity 1, which a fresh barrier
+            # reports as complete: the stages start empty.
+            empty_phase = ((j // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(stage), empty_phase)
+            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [batch, kv_head, j * BLOCK_N, 0],
+                                            k_ready.index(stage), k_smem.index(stage))
+            mbarrier.wait(v_empty.index(stage), empty_phase)
+            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [batch, kv_head, j * BLOCK_N, 0],
+                                            v_ready.index(stage), v_smem.index(stage))
+
+    @gluon.jit
+    def _softmax_step(s, m_i, l_i, qk_scale, rows, start_n, seqlen_k, causal_offset,
+                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+                      MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+        """Online softmax over one key tile: p = exp2(s*scale - m_new), the rescale factor
+        alpha for what was accumulated before, the new running max and denominator."""
+        if MASKED:
+            cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            visible = gl.expand_dims(cols < seqlen_k, 0)
+            if IS_CAUSAL:
+                visible = visible & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_offset, 1))
+            s = gl.where(visible, s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 1))
+            # A row that has seen no key keeps m = -inf: subtract 0 instead so p and
+            # alpha are exactly 0, never NaN.
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+            p = gl.exp2(s - gl.expand_dims(m_use, 1))
+        else:
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            m_use = m_new
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
+        alpha = gl.exp2(m_i - m_use)
+        return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
+
+    @gluon.jit
+    def _take_turn(turn, wg: gl.constexpr, turn_phase, PINGPONG: gl.constexpr):
+        if PINGPONG:
+            mbarrier.wait(turn.index(wg), turn_phase)
+        return turn_phase ^ 1
+
+    @gluon.jit
+    def _pass_turn(turn, wg: gl.constexpr, PINGPONG: gl.constexpr):
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - wg), count=1)
+
+    @gluon.jit
+    def _attend_tiles(acc, p_op, m_i, l_i, turn_phase, q_tile, k_smem, v_smem,
+                      k_ready, k_empty, v_ready, v_empty, turn, rows,
+                      first, last, seqlen_k, causal_offset, qk_scale,
+                      wg: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
+                      BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                      MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+        """Key tiles [first, last) of one warpgroup; tile j's softmax overlaps P_{j-1} V_{j-1}."""
+        ROWS: gl.constexpr = q_tile.shape[0]
+        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+        for j in range(first, last):
+            stage = j % STAGES
+            prev = (j - 1) % STAGES
+            mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+            mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+            turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+            s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), zero_s,
+                                  use_acc=False, is_async=True)
+            o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            _pass_turn(turn, wg, PINGPONG)
+            # Groups retire in order: one outstanding means S_j is done, P V may run on.
+            s = warpgroup_mma_wait(1, deps=(s_tok,))
+            mbarrier.arrive(k_empty.index(stage), count=1)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, rows, j * BLOCK_N, seqlen_k,
+                                               causal_offset, s_layout, BLOCK_N, MASKED, IS_CAUSAL)
+            acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            p_op = gl.convert_layout(p.to(q_tile.dtype), p_op.type.layout)
+        return acc, p_op, m_i, l_i, turn_phase
+
+    @gluon.jit
+    def _consumer(wg: gl.constexpr, Out, Lse, q_smem, k_smem, v_smem,
+                  q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                  HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+        ROWS: gl.constexpr = 64
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_DIM, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+        rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([ROWS], gl.float32, row_layout)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+        q_tile = q_smem.index(wg)
+        mbarrier.wait(q_ready.index(wg), 0)
+
+        # Tile 0 (always masked: it may be the only tile, or cross the diagonal).
+        turn_phase = 0
+        mbarrier.wait(k_ready.index(0), 0)
+        turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)),
+                              gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        _pass_turn(turn, wg, PINGPONG)
+        s = warpgroup_mma_wait(0, deps=(s_tok,))
+        mbarrier.arrive(k_empty.index(0), count=1)
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
+                                           s_layout, BLOCK_N, True, IS_CAUSAL)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        # Tiles every row sees whole, then the tiles that need a mask.
+        mid = gl.maximum(n_unmasked, 1)
+        acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+            acc, p_op, m_i, l_i, turn_phase, q_tile, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+            turn, rows, 1, mid, seqlen_k, causal_offset, qk_scale,
+            wg, s_layout, o_layout, BLOCK_N, STAGES, False, IS_CAUSAL, PINGPONG)
+        acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+            acc, p_op, m_i, l_i, turn_phase, q_tile, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+            turn, rows, mid, n_tiles, seqlen_k, causal_offset, qk_scale,
+            wg, s_layout, o_layout, BLOCK_N, STAGES, True, IS_CAUSAL, PINGPONG)
+
+        # The last P V.
+        last = (n_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+        turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+        o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+        _pass_turn(turn, wg, PINGPONG)
+        acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
+        mbarrier.arrive(v_empty.index(last), count=1)
+
+        # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
+        sees_nothing = l_i == 0.0
+        l_safe = gl.where(sees_nothing, 1.0, l_i)
+        out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1)
+        o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+        o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        o_ptrs = (Out + o_offset + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
+                  + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0))
+        o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
+        gl.store(o_ptrs, out.to(dtype), mask=o_mask)
+        if STORE_LSE:
+            lse = gl.where(sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634)
+            gl.store(Lse + lse_offset + rows.to(gl.int64), lse, mask=rows < seqlen_q)
+
+    @gluon.jit
+    def _consumer_wg0(Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                      stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                      n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+        _consumer(0, Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)
+
+    @gluon.jit
+    def _consumer_wg1(Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                      stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                      n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+        _consumer(1, Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)
+
+    @gluon.jit
+    def _fa3_fwd_kernel(q_desc, k_desc, v_desc, Out, Lse,
+                        stride_oz, stride_oh, stride_om, stride_ok,
+                        num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                        HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                        IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
+                        CONSUMER_REGS: gl.constexpr):
+        ROWS: gl.constexpr = 64
+        BLOCK_M: gl.constexpr = 2 * ROWS
+        dtype: gl.constexpr = q_desc.dtype
+        # 1-D grid, query tile fastest (programs running together share a head's K/V in L2).
+        num_m_tiles = gl.cdiv(seqlen_q, BLOCK_M)
+        pid = gl.program_id(0)
+        tile_m = pid % num_m_tiles
+        if IS_CAUSAL:
+            tile_m = num_m_tiles - 1 - tile_m  # longest rows first
+        batch_head = pid // num_m_tiles
+        batch = batch_head // num_q_heads
+        q_head = batch_head % num_q_heads
+        kv_head = q_head // gqa_group_size
+        q_row0 = tile_m * BLOCK_M
+
+        # Key tiles of this query tile: [0, n_unmasked) seen whole by every row, the rest
+        # (causal diagonal, end of the keys) masked. At least one tile, so the pipeline
+        # always runs; a tile no row sees is fully masked and contributes exact zeros.
+        full_tiles = seqlen_k // BLOCK_N
+        if IS_CAUSAL:
+            key_end = gl.minimum(q_row0 + BLOCK_M + causal_offset, seqlen_k)
+            n_unmasked = gl.minimum(gl.maximum((q_row0 + causal_offset + 1) // BLOCK_N, 0), full_tiles)
+        else:
+            key_end = seqlen_k
+            n_unmasked = full_tiles
+        n_tiles = gl.maximum(gl.cdiv(gl.maximum(key_end, 0), BLOCK_N), 1)
+        n_unmasked = gl.minimum(n_unmasked, n_tiles)
+
+        o_offset = batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh
+        lse_offset = batch_head.to(gl.int64) * seqlen_q
+
+        q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM],
+                                           gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype))
+        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+        q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(turn.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)  # both consumer warpgroups release
+            mbarrier.init(v_empty.index(i), count=2)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
+
+        gl.warp_specialize([
+            (_consumer_wg0, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                              stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                              n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                              HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
+            (_consumer_wg1, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                              stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                              n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                              HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                         q_ready, k_ready, k_empty, v_ready, v_empty,
+                         batch, q_head, kv_head, q_row0, n_tiles, BLOCK_N, STAGES)),
+        ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def _tma_ok(t: torch.Tensor) -> bool:
+    if t.stride(3) != 1 or t.data_ptr() % 16:
+        return False
+    return all(st > 0 and (st * t.element_size()) % 16 == 0 for st in t.stride()[:3])
+
+
+@functools.lru_cache(maxsize=None)
+def _is_hopper(index) -> bool:
+    return torch.cuda.get_device_capability(index)[0] == 9
+
+
+def supports(q, k, v, *, window=None) -> bool:
+    """True when this kernel computes these inputs (see the module docstring)."""
+    if not GLUON_AVAILABLE or q.device.type != "cuda" or window is not None:
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in HEAD_DIMS:
+        return False
+    if not _is_hopper(q.device.index):
+        return False
+    return all(_tma_ok(t) for t in (q, k, v))
+
+
+def _descriptor(t, block_rows, head_dim):
+    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    # 4-D over the whole (B, H, S, D) tensor: rows past S come back as zeros.
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, head_dim], dtype)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_rows, head_dim], layout)
+
+
+def attention_hopper(q, k, v, out, lse, *, causal_offset: int, is_causal: bool, qk_scale: float,
+                     store_lse: bool, block_n: int | None = None, stages: int | None = None,
+                     pingpong: bool = True, consumer_regs: int = 240):
+    """Launch the Gluon kernel on validated inputs (``supports`` true). ``out`` (B, Hq, Sq, D)
+    any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
+    ``qk_scale`` = softmax scale * log2(e)."""
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    cfg = VARIANTS[head_dim]
+    block_n = block_n or cfg["BLOCK_N"]
+    stages = stages or cfg["STAGES"]
+    q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
+    k_desc = _descriptor(k, block_n, head_dim)
+    v_desc = _descriptor(v, block_n, head_dim)
+    grid = (triton_cdiv(seqlen_q, 2 * BLOCK_M_WG) * batch * num_q_heads,)
+    _fa3_fwd_kernel[grid](
+        q_desc, k_desc, v_desc, out, lse, *out.stride(),
+        num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale,
+        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages, IS_CAUSAL=bool(is_causal),
+        STORE_LSE=bool(store_lse), PINGPONG=bool(pingpong), CONSUMER_REGS=consumer_regs,
+        num_warps=4)
+    return out
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)

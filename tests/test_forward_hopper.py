@@ -1,0 +1,103 @@
+"""The Gluon Hopper forward kernel (flashcore/kernels/forward_hopper.py) against the float64
+reference under the error rule: fresh random inputs, NaN-poisoned outputs, ragged tails,
+Sq != Sk, both causal alignments, GQA, (B, S, H, D) strides, lse, both schedules
+(ping-pong on and off). Needs a Hopper GPU; the CPU suite only checks the import guard."""
+
+import math
+
+import pytest
+import torch
+
+from flashcore.kernels import forward_hopper as fh
+from flashcore.reference import attention_reference, causal_offset
+from flashcore.validate import error_rule
+
+HAS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+needs_hopper = pytest.mark.skipif(not (HAS_HOPPER and fh.GLUON_AVAILABLE),
+                                  reason="needs a Hopper GPU and triton with Gluon")
+
+
+def test_import_guard_never_breaks_flashcore():
+    import flashcore  # noqa: F401  (must import whatever triton is installed)
+    assert isinstance(fh.GLUON_AVAILABLE, bool)
+    q = torch.zeros(1, 1, 4, 64, dtype=torch.float16)
+    assert not fh.supports(q, q, q)  # CPU tensors never take the Gluon path
+
+
+def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def rand(h, s):
+        if layout == "bshd":
+            return torch.randn(b, s, h, d, generator=gen).to("cuda", dtype).transpose(1, 2)
+        return torch.randn(b, h, s, d, generator=gen).to("cuda", dtype)
+    return rand(hq, sq), rand(hkv, sk), rand(hkv, sk)
+
+
+def _run(q, k, v, *, causal, alignment, pingpong, lse=True):
+    sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
+    lse_t = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
+    off = causal_offset(sq, sk, alignment) if causal else 0
+    fh.attention_hopper(q, k, v, out, lse_t, causal_offset=off, is_causal=causal,
+                        qk_scale=fh.LOG2E / math.sqrt(d), store_lse=lse, pingpong=pingpong)
+    return out, lse_t
+
+
+CASES = [
+    # (B, Hq, Hkv, Sq, Sk, D, causal, alignment, layout)
+    (1, 2, 2, 1, 1, 64, False, "top_left", "bhsd"),
+    (2, 3, 3, 17, 17, 128, True, "top_left", "bhsd"),
+    (1, 4, 2, 113, 239, 64, True, "bottom_right", "bhsd"),
+    (1, 4, 2, 239, 113, 128, True, "bottom_right", "bhsd"),  # first rows see no key
+    (1, 2, 1, 1023, 1023, 256, True, "top_left", "bhsd"),
+    (1, 8, 1, 2049, 2049, 128, False, "top_left", "bshd"),
+    (2, 2, 2, 2049, 1023, 256, False, "top_left", "bshd"),
+    (1, 7, 1, 65, 2049, 64, True, "bottom_right", "bshd"),
+    (1, 2, 2, 1024, 4096, 128, True, "top_left", "bhsd"),
+    (1, 2, 2, 3000, 3000, 64, True, "top_left", "bhsd"),
+]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("pingpong", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
+def test_error_rule(case, dtype, pingpong):
+    b, hq, hkv, sq, sk, d, causal, alignment, layout = case
+    q, k, v = _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed=CASES.index(case))
+    out, lse = _run(q, k, v, causal=causal, alignment=alignment, pingpong=pingpong)
+    kw = dict(causal=causal, causal_alignment=alignment)
+    ref64, lse64 = attention_reference(q, k, v, compute_dtype=torch.float64, return_lse=True, **kw)
+    same = attention_reference(q, k, v, compute_dtype=dtype, **kw)
+    report = error_rule(out, ref64, same)
+    assert report.passed, report
+    seen = torch.isfinite(lse64)
+    assert torch.equal(torch.isneginf(lse), ~seen)  # rows with no key: -inf, not NaN
+    assert torch.allclose(lse[seen].double(), lse64[seen], rtol=0, atol=1e-4)
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_bitwise_deterministic():
+    q, k, v = _inputs(2, 4, 2, 2049, 2049, 128, torch.bfloat16, "bhsd", seed=7)
+    first, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True)
+    for _ in range(4):
+        again, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True)
+        assert torch.equal(first, again)
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_supports_routes_the_rest():
+    q = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.bfloat16)
+    assert fh.supports(q, q, q)
+    assert not fh.supports(q.float(), q.float(), q.float())
+    assert not fh.supports(q, q, q, window=16)
+    q96 = torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.bfloat16)
+    assert not fh.supports(q96, q96, q96)
+    strided = torch.randn(1, 2, 64, 256, device="cuda", dtype=torch.bfloat16)[..., ::2]
+    assert not fh.supports(strided, strided, strided)
+    broadcast = torch.randn(1, 1, 64, 128, device="cuda", dtype=torch.bfloat16).expand(1, 4, 64, 128)
+    assert not fh.supports(q, broadcast, broadcast)

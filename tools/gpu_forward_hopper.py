@@ -1,0 +1,94 @@
+"""Side-by-side sweep of the Gluon Hopper forward kernel's variants against today's Triton
+kernel and SDPA cuDNN (one process, rotated inputs, CUDA events; the perf.json harness).
+
+    python tools/gpu_forward_hopper.py OUT.json [--quick] [--dtypes bfloat16,float16]
+
+Writes per shape and implementation the median time and TFLOP/s, and prints a table."""
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+from flashcore.kernels import forward_hopper as fh
+from flashcore.kernels.forward import attention as triton_attention
+from flashcore.studies import bench
+
+VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper)
+    64: {"pp_bn128_s3": dict(block_n=128, stages=3), "nopp_bn128_s3": dict(block_n=128, stages=3, pingpong=False),
+         "pp_bn64_s4": dict(block_n=64, stages=4)},
+    128: {"pp_bn128_s2": dict(block_n=128, stages=2), "nopp_bn128_s2": dict(block_n=128, stages=2, pingpong=False),
+          "pp_bn64_s3": dict(block_n=64, stages=3)},
+    256: {"pp_bn64_s2": dict(block_n=64, stages=2), "nopp_bn64_s2": dict(block_n=64, stages=2, pingpong=False)},
+}
+
+
+def hopper_fn(causal, kw):
+    def run(q, k, v):
+        out = torch.empty_like(q)
+        return fh.attention_hopper(q, k, v, out, out, causal_offset=0, is_causal=causal,
+                                   qk_scale=fh.LOG2E / math.sqrt(q.shape[3]), store_lse=False, **kw)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--dtypes", default="bfloat16")
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    seqlens = [int(s) for s in args.seqlens.split(",")]
+    rows = []
+    t0 = time.time()
+    for dtype in args.dtypes.split(","):
+        for d in [int(x) for x in args.head_dims.split(",")]:
+            for s in seqlens:
+                for causal in (False, True):
+                    h = 2048 // d
+                    b = max(1, bench.TOKENS_PER_BATCH // s)
+                    shape = dict(B=b, Hq=h, S=s, D=d, causal=causal, dtype=dtype)
+                    dt = getattr(torch, dtype)
+                    gen = torch.Generator(device="cuda").manual_seed(0)
+                    per_set = 3 * b * h * s * d * 2
+                    n_sets = bench.rotation_count(per_set)
+                    sets = [tuple(torch.randn(b, h, s, d, device="cuda", dtype=dt, generator=gen) for _ in range(3))
+                            for _ in range(n_sets)]
+                    flops = bench.attention_flops(b, h, s, s, d, causal)
+                    impls = {"triton": lambda q, k, v, c=causal: triton_attention(q, k, v, causal=c),
+                             "cudnn": bench.make_sdpa("cudnn", causal, False)}
+                    for name, kw in VARIANTS[d].items():
+                        impls[name] = hopper_fn(causal, kw)
+                    ref = None
+                    line = [f"{dtype[:4]} D{d} S{s:5d} {'causal' if causal else 'full  '}"]
+                    for name, fn in impls.items():
+                        row = {**shape, "impl": name, "flops": flops}
+                        try:
+                            with torch.inference_mode():
+                                o = fn(*sets[0]).float()
+                                if ref is None:
+                                    ref = o
+                                row["max_abs_diff_vs_triton"] = float((o - ref).abs().max())
+                                t = bench.time_launches(lambda i: fn(*sets[i]), n_sets, warmup=5, reps=args.reps)
+                            row["median_ms"] = t.median_ms
+                            row["tflops"] = flops / t.median_ms / 1e9
+                            line.append(f"{name}={row['tflops']:.0f}")
+                        except Exception as exc:
+                            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                            line.append(f"{name}=ERR")
+                        rows.append(row)
+                    print(" ".join(line), f"[{time.time() - t0:.0f}s]", flush=True)
+                    del sets
+                    torch.cuda.empty_cache()
+                    json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, open(args.out, "w"), indent=1)
+    errs = [r for r in rows if "error" in r]
+    for r in errs[:5]:
+        print("ERROR", r["impl"], r["D"], r["S"], r["causal"], r["error"], file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
