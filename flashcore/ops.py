@@ -66,6 +66,52 @@ def _attention_fake(q, k, v, is_causal, bottom_right, scale):
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
+# --- autograd for flashcore::attention (kernels/backward.py). Arguments are read by name
+# from the op's schema, so arguments added to the op later reach this code by name: those
+# with a gradient here (window) are passed on, any other one set to a non-default value
+# raises rather than give a wrong gradient.
+_GRAD_ARGS = ("q", "k", "v", "is_causal", "bottom_right", "scale", "window")
+
+
+@torch.library.custom_op("flashcore::attention_backward", mutates_args=(), device_types=("cuda", "cpu"))
+def attention_backward_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          is_causal: bool, bottom_right: bool, scale: float | None,
+                          window: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of flashcore::attention; contiguous, in the inputs' dtype."""
+    from .kernels.backward import op_backward
+    return tuple(g.contiguous() for g in op_backward(grad_out, q, k, v, is_causal, bottom_right, scale, window))
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(grad_out, q, k, v, is_causal, bottom_right, scale, window):
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty(k.shape, dtype=k.dtype, device=k.device),
+            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+
+
+def _attention_setup_context(ctx, inputs, output):
+    names = [a.name for a in torch.ops.flashcore.attention.default._schema.arguments]
+    args = dict(zip(names, inputs))
+    for name, value in args.items():
+        if name not in _GRAD_ARGS and value not in (None, False, 0, 0.0):
+            raise NotImplementedError(
+                f"flashcore::attention has no backward for {name}={value!r}; run it under "
+                "torch.no_grad() or detach the inputs")
+    ctx.save_for_backward(args["q"], args["k"], args["v"])
+    ctx.options = (args["is_causal"], args["bottom_right"], args["scale"], args.get("window"))
+    ctx.num_inputs = len(inputs)
+
+
+def _attention_backward_formula(ctx, grad_out):
+    q, k, v = ctx.saved_tensors
+    dq, dk, dv = torch.ops.flashcore.attention_backward(grad_out, q, k, v, *ctx.options)
+    return (dq, dk, dv) + (None,) * (ctx.num_inputs - 3)
+
+
+attention_op.register_autograd(_attention_backward_formula, setup_context=_attention_setup_context)
+# --- end of autograd for flashcore::attention
+
+
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
          enable_gqa=False):
     """``torch.nn.functional.scaled_dot_product_attention`` for the cases flashcore computes.
@@ -141,4 +187,3 @@ def register_transformers(name: str = TRANSFORMERS_NAME) -> str:
     AttentionInterface.register(name, _transformers_attention)
     AttentionMaskInterface.register(name, _padding_only_mask)
     return name
-

@@ -85,10 +85,11 @@ def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", w
         mask = visible_keys(seqlen_q, seqlen_k, causal=causal, alignment=causal_alignment,
                             window=window, rows=rows)
         scores = scores.masked_fill(~mask, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        # softmax of an all -inf row is NaN; such a row sees no key and is defined as zeros.
+        # softmax of an all -inf row is NaN (and so is its gradient, which would spread to
+        # every dK/dV): such a row sees no key, gets finite scores here and zeros below.
         # (NaN from NaN inputs is kept: only rows with no visible key are zeroed.)
         has_key = mask.any(dim=-1)
+        probs = torch.softmax(scores.masked_fill(~has_key[:, None], 0.0), dim=-1)
         probs = torch.where(has_key[:, None], probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
         out[:, :, local] = torch.matmul(probs, v_c)
         if return_lse:

@@ -45,8 +45,12 @@ class ErrorReport:
     row_ratio: float = 0.0
 
 
-def error_rule(out: torch.Tensor, ref64: torch.Tensor, out_same_precision: torch.Tensor) -> ErrorReport:
-    """Apply the rule to one output. All three tensors have the same shape."""
+def error_rule(out: torch.Tensor, ref64: torch.Tensor, out_same_precision: torch.Tensor,
+               *, floor_magnitude: float = 0.0) -> ErrorReport:
+    """Apply the rule to one output. All three tensors have the same shape.
+
+    ``floor_magnitude``: the floor is one unit roundoff at max(max|ref64|, this). The
+    gradient rule passes the size of the terms that cancel in dS (validate_backward.py)."""
     out64 = out.double()
     base64 = out_same_precision.double()
     ref_nan = torch.isnan(ref64)
@@ -60,7 +64,7 @@ def error_rule(out: torch.Tensor, ref64: torch.Tensor, out_same_precision: torch
     if math.isnan(max_err):  # NaN where the reference is finite (caught above too)
         max_err = math.inf
     baseline = float(base_err.nan_to_num(nan=math.inf).max()) if base_err.numel() else 0.0
-    floor = UNIT_ROUNDOFF[out.dtype] * max(ref_max, 1e-30)
+    floor = UNIT_ROUNDOFF[out.dtype] * max(ref_max, floor_magnitude, 1e-30)
     bound = 2.0 * baseline + floor
     ref_norm = float(ref_f.norm()) if ref_f.numel() else 0.0
     rel = float((out64 - ref64)[finite].norm()) / ref_norm if ref_norm > 0 else float(max_err > 0)
@@ -412,5 +416,3 @@ def kvcache_session(batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=torch
             raise RuntimeError("the append did not write the new keys at cache_seqlens")
         lengths = lengths + 1
     return reports
-
-

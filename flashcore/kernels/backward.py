@@ -1,0 +1,589 @@
+"""Backward attention (FlashAttention-2): dQ, dK, dV from dO, without an S x S buffer.
+
+With P = softmax(S), S = scale * Q K^T, O = P V and the upstream gradient dO:
+
+    dV = P^T dO
+    dP = dO V^T
+    dS = P o (dP - delta),      delta_i = sum_j P_ij dP_ij = rowsum(dO o O)_i
+    dQ = scale * dS K,          dK = scale * dS^T Q
+
+P is never stored: each tile is recomputed from the forward's log-sum-exp,
+P_ij = exp(S_ij - lse_i) (here exp2 with log2 e folded into the scale). Three kernels:
+
+1. ``_bwd_preprocess``: delta = rowsum(dO o O), (B, Hq, Sq) fp32.
+2. ``_bwd_dkdv_kernel``: one program per (key tile, batch, KV head) holds a K and a V tile
+   and their fp32 dK/dV accumulators, and sweeps the query tiles that see the key tile, for
+   every query head of the GQA group in turn: dK/dV are summed over the group inside the
+   program, with no atomics. In atomic mode the same program also adds each tile's
+   contribution dS K to an fp32 dQ buffer with atomics (5 matmuls per tile pair).
+3. ``_bwd_dq_kernel`` (deterministic mode): one program per (query tile, batch, query head)
+   sweeps the key tiles it sees and accumulates dQ in registers: 3 more matmuls per tile
+   pair (S and dP recomputed) but no atomics, so the summation order is fixed and repeated
+   calls are bitwise identical.
+
+The default is deterministic (``deterministic=True``); ``deterministic=False`` selects the
+atomic dQ, whose fp32 sums depend on the order the key tiles finish in.
+
+Masks, GQA, strides, head-dim padding and causal alignment follow forward.py: query i sees
+key j iff j <= i + causal_offset (causal) and j > i + causal_offset - window (window). A
+query row that sees no key (lse = -inf) contributes nothing: its dQ is zero and it adds
+nothing to dK/dV.
+
+Not supported (raises): gradients through ``out=``, softcap, dropout, masks; head dims
+above 256. bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .._checks import on_interpreter
+
+LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
+
+
+@triton.jit
+def _bwd_preprocess(
+    Out, dOut, Delta,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    stride_dz, stride_dh, stride_dm, stride_dk,
+    num_heads, seqlen_q,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """delta = rowsum(dO o O) in fp32, (B, H, Sq) contiguous."""
+    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    tile_m = pid % num_m_tiles
+    batch_head = pid // num_m_tiles
+    batch = batch_head // num_heads
+    head = batch_head % num_heads
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    rows = offs_m[:, None].to(tl.int64)
+    o = tl.load(Out + batch.to(tl.int64) * stride_oz + head.to(tl.int64) * stride_oh
+                + rows * stride_om + offs_d[None, :] * stride_ok, mask=mask, other=0.0)
+    do = tl.load(dOut + batch.to(tl.int64) * stride_dz + head.to(tl.int64) * stride_dh
+                 + rows * stride_dm + offs_d[None, :] * stride_dk, mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, delta, mask=offs_m < seqlen_q)
+
+
+@triton.jit
+def _visible(rows, cols, seqlen_q, seqlen_k, causal_offset, window,
+             IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Boolean mask of (row, col) pairs that attend: in bounds, causal, inside the window.
+    rows and cols are broadcastable index tensors."""
+    visible = (rows < seqlen_q) & (cols < seqlen_k)
+    if IS_CAUSAL:
+        visible = visible & (cols <= rows + causal_offset)
+    if HAS_WINDOW:
+        visible = visible & (cols > rows + causal_offset - window)
+    return visible
+
+
+@triton.jit
+def _dkdv_query_tiles(
+    dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
+    stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
+    offs_n, offs_d, m_lo, m_hi, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
+    BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
+    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    FP32_IEEE: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+):
+    """Fold query tiles [m_lo, m_hi) of one query head into the key tile's dK, dV.
+
+    Works on transposed tiles (keys along rows): s^T = k q^T, so p^T @ dO and dS^T @ q
+    need no transpose of the accumulators. With APPLY_MASK=False the caller guarantees that
+    every row of every tile in the range exists and sees every key of the tile.
+    """
+    PADDED: tl.constexpr = HEAD_DIM != HEAD_DIM_PADDED
+    offs_m0 = tl.arange(0, BLOCK_M)
+    d_in = offs_d[None, :] < HEAD_DIM
+    for start_m in range(m_lo, m_hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + offs_m0
+        rows = offs_m[:, None].to(tl.int64)
+        q_ptrs = q_base + rows * stride_qm + offs_d[None, :] * stride_qk
+        do_ptrs = do_base + rows * stride_dom + offs_d[None, :] * stride_dok
+        if APPLY_MASK:
+            row_mask = (offs_m[:, None] < seqlen_q) & d_in
+            q = tl.load(q_ptrs, mask=row_mask, other=0.0)
+            do = tl.load(do_ptrs, mask=row_mask, other=0.0)
+            # Rows past the end: lse 0 and delta 0 keep the arithmetic finite; the mask
+            # below zeroes their p.
+            lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+        else:
+            if PADDED:
+                q = tl.load(q_ptrs, mask=d_in, other=0.0)
+                do = tl.load(do_ptrs, mask=d_in, other=0.0)
+            else:
+                q = tl.load(q_ptrs)
+                do = tl.load(do_ptrs)
+            lse = tl.load(lse_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        lse2 = lse * 1.4426950408889634  # natural log -> log2 domain of exp2
+
+        if FP32_IEEE:
+            s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
+        else:
+            s_t = tl.dot(k, tl.trans(q))
+        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+        if APPLY_MASK:
+            # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
+            # where exp2 gives inf), are exactly zero.
+            visible = _visible(offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k,
+                               causal_offset, window, IS_CAUSAL, HAS_WINDOW)
+            p_t = tl.where(visible, p_t, 0.0)
+
+        if FP32_IEEE:
+            dv = tl.dot(p_t, do, dv, input_precision="ieee")
+            dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
+            dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])  # dS^T, in units of the scaled scores
+        if FP32_IEEE:
+            dk = tl.dot(ds_t, q, dk, input_precision="ieee")
+        else:
+            dk = tl.dot(ds_t.to(q.dtype), q, dk)
+
+        if ATOMIC_DQ:
+            # dQ[m] += dS[m, n] K[n] for this key tile; fp32 sums, order not fixed.
+            if FP32_IEEE:
+                dq = tl.dot(tl.trans(ds_t), k, input_precision="ieee")
+            else:
+                dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k)
+            dq_ptrs = dq_base + rows * stride_dqm + offs_d[None, :] * stride_dqk
+            tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen_q) & d_in, sem="relaxed")
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    Q, K, V, dOut, Lse, Delta, dQacc, dK, dV,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
+    stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+    stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+    num_q_heads, num_kv_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, window,
+    qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, FP32_IEEE: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
+):
+    num_n_tiles = tl.cdiv(seqlen_k, BLOCK_N)
+    pid = tl.program_id(0)
+    tile_n = pid % num_n_tiles
+    batch_head = pid // num_n_tiles
+    batch = batch_head // num_kv_heads
+    kv_head = batch_head % num_kv_heads
+
+    start_n = tile_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    cols = offs_n[:, None].to(tl.int64)
+    k = tl.load(K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
+                + cols * stride_kn + offs_d[None, :] * stride_kk, mask=kv_mask, other=0.0)
+    v = tl.load(V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
+                + cols * stride_vn + offs_d[None, :] * stride_vk, mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
+
+    # Query range of this key tile in up to three phases: [m_lo, m_full) masked (rows at
+    # the causal diagonal), [m_full, m_full_end) unmasked (every row exists and sees the
+    # whole key tile), [m_full_end, m_hi) masked (window edge, end of the queries).
+    last_key = start_n + BLOCK_N - 1
+    tile_complete = start_n + BLOCK_N <= seqlen_k
+    full_rows_end = (seqlen_q // BLOCK_M) * BLOCK_M
+    if IS_CAUSAL:
+        # Row i sees key start_n iff i >= start_n - offset; sees the whole tile iff
+        # i >= last_key - offset.
+        m_lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+        m_full = tl.cdiv(tl.maximum(last_key - causal_offset, 0), BLOCK_M) * BLOCK_M
+    else:
+        m_lo = 0
+        m_full = 0
+    m_full = tl.maximum(m_full, m_lo)
+    if HAS_WINDOW:
+        # Row i sees key j only if i < j - offset + window.
+        m_hi = tl.minimum(tl.maximum(last_key - causal_offset + window, 0), seqlen_q)
+        m_full_end = tl.minimum(((tl.maximum(start_n - causal_offset + window, 0)) // BLOCK_M) * BLOCK_M,
+                                full_rows_end)
+    else:
+        m_hi = seqlen_q
+        m_full_end = full_rows_end
+    if not tile_complete:
+        m_full_end = m_full  # a partial key tile is masked throughout
+    m_full_end = tl.maximum(m_full_end, m_full)
+    m_mask1_end = tl.minimum(m_full, m_hi)
+
+    for g in range(0, gqa_group_size):
+        q_head = kv_head * gqa_group_size + g
+        bh_q = batch * num_q_heads + q_head
+        q_base = Q + batch.to(tl.int64) * stride_qz + q_head.to(tl.int64) * stride_qh
+        do_base = dOut + batch.to(tl.int64) * stride_doz + q_head.to(tl.int64) * stride_doh
+        dq_base = dQacc + batch.to(tl.int64) * stride_dqz + q_head.to(tl.int64) * stride_dqh
+        lse_base = Lse + bh_q.to(tl.int64) * seqlen_q
+        delta_base = Delta + bh_q.to(tl.int64) * seqlen_q
+        dk, dv = _dkdv_query_tiles(
+            dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
+            stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
+            offs_n, offs_d, m_lo, m_mask1_end, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
+            BLOCK_M, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, ATOMIC_DQ)
+        dk, dv = _dkdv_query_tiles(
+            dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
+            stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
+            offs_n, offs_d, m_full, m_full_end, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
+            BLOCK_M, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, ATOMIC_DQ)
+        dk, dv = _dkdv_query_tiles(
+            dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
+            stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
+            offs_n, offs_d, m_full_end, m_hi, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
+            BLOCK_M, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, ATOMIC_DQ)
+
+    # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
+    # gives dK = scale * dS^T Q. dV needs no scale.
+    dk = dk * sm_scale
+    dk_ptrs = (dK + batch.to(tl.int64) * stride_dkz + kv_head.to(tl.int64) * stride_dkh
+               + cols * stride_dkn + offs_d[None, :] * stride_dkk)
+    dv_ptrs = (dV + batch.to(tl.int64) * stride_dvz + kv_head.to(tl.int64) * stride_dvh
+               + cols * stride_dvn + offs_d[None, :] * stride_dvk)
+    tl.store(dk_ptrs, dk.to(dK.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_key_tiles(
+    dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+    offs_m, offs_d, n_lo, n_hi, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
+    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
+    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    FP32_IEEE: tl.constexpr,
+):
+    """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
+    PADDED: tl.constexpr = HEAD_DIM != HEAD_DIM_PADDED
+    offs_n0 = tl.arange(0, BLOCK_N)
+    d_in = offs_d[None, :] < HEAD_DIM
+    for start_n in range(n_lo, n_hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + offs_n0
+        cols = offs_n[:, None].to(tl.int64)
+        k_ptrs = k_base + cols * stride_kn + offs_d[None, :] * stride_kk
+        v_ptrs = v_base + cols * stride_vn + offs_d[None, :] * stride_vk
+        if APPLY_MASK:
+            kv_mask = (offs_n[:, None] < seqlen_k) & d_in
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif PADDED:
+            k = tl.load(k_ptrs, mask=d_in, other=0.0)
+            v = tl.load(v_ptrs, mask=d_in, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        if FP32_IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+            dp = tl.dot(do, tl.trans(v))
+        p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        if APPLY_MASK:
+            visible = _visible(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k,
+                               causal_offset, window, IS_CAUSAL, HAS_WINDOW)
+            p = tl.where(visible, p, 0.0)
+        ds = p * (dp - delta[:, None])
+        if FP32_IEEE:
+            dq = tl.dot(ds, k, dq, input_precision="ieee")
+        else:
+            dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V, dOut, Lse, Delta, dQ,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
+    num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, window, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, FP32_IEEE: tl.constexpr,
+):
+    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    tile_m = pid % num_m_tiles
+    if IS_CAUSAL:
+        tile_m = num_m_tiles - 1 - tile_m  # longest rows first, as in the forward
+    batch_head = pid // num_m_tiles
+    batch = batch_head // num_q_heads
+    q_head = batch_head % num_q_heads
+    kv_head = q_head // gqa_group_size
+
+    tile_start = tile_m * BLOCK_M
+    offs_m = tile_start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    row_in = offs_m < seqlen_q
+    mask = row_in[:, None] & (offs_d[None, :] < HEAD_DIM)
+    rows = offs_m[:, None].to(tl.int64)
+    q = tl.load(Q + batch.to(tl.int64) * stride_qz + q_head.to(tl.int64) * stride_qh
+                + rows * stride_qm + offs_d[None, :] * stride_qk, mask=mask, other=0.0)
+    do = tl.load(dOut + batch.to(tl.int64) * stride_doz + q_head.to(tl.int64) * stride_doh
+                 + rows * stride_dom + offs_d[None, :] * stride_dok, mask=mask, other=0.0)
+    lse = tl.load(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
+    delta = tl.load(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
+    lse2 = lse * 1.4426950408889634
+    k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
+    v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
+    dq = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
+
+    # Key phases exactly as the forward kernel's: masked window edge, unmasked interior,
+    # masked diagonal / end of the keys.
+    full_tiles_end = (seqlen_k // BLOCK_N) * BLOCK_N
+    rows_complete = tile_start + BLOCK_M <= seqlen_q
+    if IS_CAUSAL:
+        first_row_sees = tile_start + causal_offset + 1
+        unmasked_end = tl.maximum(tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0)
+        key_end = tl.maximum(tl.minimum(tile_start + BLOCK_M + causal_offset, seqlen_k), 0)
+    else:
+        unmasked_end = full_tiles_end
+        key_end = seqlen_k
+    if HAS_WINDOW:
+        lowest_key = tl.maximum(tile_start + causal_offset + 1 - window, 0)
+        key_start = (lowest_key // BLOCK_N) * BLOCK_N
+        last_row_lowest = tile_start + BLOCK_M + causal_offset - window
+        full_start = tl.maximum(tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start)
+    else:
+        key_start = 0
+        full_start = 0
+    if not rows_complete:
+        unmasked_end = full_start  # a partial query tile is masked throughout
+    unmasked_end = tl.maximum(unmasked_end, full_start)
+    lower_end = tl.minimum(full_start, key_end)
+
+    dq = _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                       offs_m, offs_d, key_start, lower_end, seqlen_q, seqlen_k, causal_offset, window,
+                       qk_scale, BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE)
+    dq = _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                       offs_m, offs_d, full_start, unmasked_end, seqlen_q, seqlen_k, causal_offset, window,
+                       qk_scale, BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, HAS_WINDOW, FP32_IEEE)
+    dq = _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                       offs_m, offs_d, unmasked_end, key_end, seqlen_q, seqlen_k, causal_offset, window,
+                       qk_scale, BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE)
+    dq = dq * sm_scale
+    tl.store(dQ + batch.to(tl.int64) * stride_dqz + q_head.to(tl.int64) * stride_dqh
+             + rows * stride_dqm + offs_d[None, :] * stride_dqk, dq.to(dQ.dtype.element_ty), mask=mask)
+
+
+# Launch configs for half precision on Hopper: (dK/dV kernel: BLOCK_M, BLOCK_N, warps,
+# stages), (dQ kernel: BLOCK_M, BLOCK_N, warps, stages), by padded head dim.
+_HOPPER_TABLE = {
+    64: ((64, 128, 8, 2), (128, 64, 8, 2)),
+    128: ((64, 128, 8, 2), (128, 64, 8, 2)),
+    256: ((32, 64, 4, 1), (64, 32, 4, 1)),
+}
+
+
+def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) -> dict:
+    if interpreted:
+        return dict(dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
+    if dtype == torch.float32:  # IEEE fp32 dots: small tiles (untuned, correct)
+        if head_dim_padded <= 64:
+            return dict(dkdv=(32, 64, 4, 1), dq=(64, 32, 4, 1))
+        return dict(dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
+    bucket = 64 if head_dim_padded <= 64 else head_dim_padded
+    dkdv, dq = _HOPPER_TABLE[bucket]
+    return dict(dkdv=dkdv, dq=dq)
+
+
+def _gradient_buffer(name, buf, like):
+    if buf is None:
+        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+    if buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
+        raise ValueError(f"expected {name} of shape {tuple(like.shape)}, {like.dtype}, {like.device}, "
+                         f"got shape {tuple(buf.shape)}, {buf.dtype}, {buf.device}")
+    return buf
+
+
+def attention_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "top_left",
+    window: int | None = None,
+    scale: float | None = None,
+    deterministic: bool = True,
+    config: dict | None = None,
+    dq: torch.Tensor | None = None,
+    dk: torch.Tensor | None = None,
+    dv: torch.Tensor | None = None,
+):
+    """Gradients of ``flashcore.attention``: returns ``(dq, dk, dv)``.
+
+    Args:
+        grad_out: dO, q's shape and dtype (any strides).
+        q, k, v, out: as in / returned by the forward; ``out`` is the forward's output.
+        lse: the forward's ``(B, Hq, Sq)`` float32 natural-log log-sum-exp
+            (``attention(..., return_lse=True)``); -inf for rows that see no key.
+        causal, causal_alignment, window, scale: exactly as given to the forward.
+        deterministic: True (default): dQ in a second pass per query tile, no atomics;
+            repeated calls are bitwise identical. False: dQ accumulated with fp32 atomics
+            inside the dK/dV pass (fewer matmuls, run-to-run differences in the last bits).
+        config: override launch configs, ``dict(dkdv=(BLOCK_M, BLOCK_N, warps, stages),
+            dq=(...))``; for tuning sweeps.
+        dq, dk, dv: optional preallocated gradients (q's / k's shape, dtype and device, any
+            strides); the validation poisons them with NaN so an unwritten element fails.
+
+    dq has q's shape, dk/dv have k's shape (contiguous unless given), in the inputs' dtype. Work is
+    O(Sq * Sk), memory O(S): dQ's fp32 buffer (atomic mode) and delta are the only
+    temporaries.
+    """
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    if grad_out.shape != q.shape or grad_out.dtype != q.dtype or grad_out.device != q.device:
+        raise ValueError(f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
+                         f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}")
+    if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype != torch.float32:
+        raise ValueError(f"expected lse of shape {(batch, num_q_heads, seqlen_q)} float32, "
+                         f"got {tuple(lse.shape)} {lse.dtype}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    dq, dk, dv = (_gradient_buffer(name, buf, like) for name, buf, like in
+                  (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)))
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    lse = lse.contiguous()
+
+    causal_offset = seqlen_k - seqlen_q if (causal and causal_alignment == "bottom_right") else 0
+    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    cfg = config if config is not None else _pick_config(head_dim_padded, q.dtype, on_interpreter(q))
+    fp32 = q.dtype == torch.float32
+
+    delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
+    pre_m = 64 if head_dim_padded <= 128 else 32
+    _bwd_preprocess[(triton.cdiv(seqlen_q, pre_m) * batch * num_q_heads,)](
+        out, grad_out, delta, *out.stride(), *grad_out.stride(), num_q_heads, seqlen_q,
+        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, BLOCK_M=pre_m)
+
+    common = dict(HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, IS_CAUSAL=bool(causal),
+                  HAS_WINDOW=window is not None, FP32_IEEE=fp32)
+    dq_acc = dq if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    bm, bn, warps, stages = cfg["dkdv"]
+    _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, bn) * batch * num_kv_heads,)](
+        q, k, v, grad_out, lse, delta, dq_acc, dk, dv,
+        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq_acc.stride(),
+        *dk.stride(), *dv.stride(),
+        num_q_heads, num_kv_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
+        window or 0, scale * LOG2E, scale,
+        BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, ATOMIC_DQ=not deterministic, **common)
+    if not deterministic:
+        dq.copy_(dq_acc.mul_(scale))
+        return dq, dk, dv
+    bm, bn, warps, stages = cfg["dq"]
+    _bwd_dq_kernel[(triton.cdiv(seqlen_q, bm) * batch * num_q_heads,)](
+        q, k, v, grad_out, lse, delta, dq,
+        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
+        num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
+        window or 0, scale * LOG2E, scale,
+        BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **common)
+    return dq, dk, dv
+
+
+# ------------------------------------------------------------------------- autograd
+
+# Forward keyword arguments whose gradient this file computes; anything else the forward
+# grows (softcap, varlen, ...) is refused for differentiable inputs unless left at its
+# default, so a new feature can never get a silently wrong gradient.
+_DIFFERENTIABLE_KWARGS = ("causal", "causal_alignment", "window", "scale", "return_lse", "config")
+
+
+class _AttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, forward_fn, kwargs, deterministic):
+        out, lse = forward_fn(q, k, v, **{**kwargs, "return_lse": True})
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.kwargs = kwargs
+        ctx.deterministic = deterministic
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        kw = ctx.kwargs
+        dq, dk, dv = attention_backward(
+            grad_out.to(q.dtype), q, k, v, out, lse, causal=kw.get("causal", False),
+            causal_alignment=kw.get("causal_alignment", "top_left"), window=kw.get("window"),
+            scale=kw.get("scale"), deterministic=ctx.deterministic)
+        return dq, dk, dv, None, None, None
+
+
+def differentiable_attention(forward_fn, q, k, v, *, deterministic: bool = True, **kwargs):
+    """``forward_fn(q, k, v, **kwargs)`` (``flashcore.attention``) as an autograd Function.
+
+    Called by the hook at the top of ``flashcore.attention`` when an input requires grad;
+    returns what the forward returns (``out``, or ``(out, lse)`` with ``return_lse``; lse
+    carries no gradient). Raises for forward options whose gradient is not computed here.
+    """
+    defaults = {name: p.default for name, p in inspect.signature(forward_fn).parameters.items()
+                if p.kind == p.KEYWORD_ONLY}
+    for name, value in kwargs.items():
+        if name in _DIFFERENTIABLE_KWARGS or name == "out" and value is None:
+            continue
+        if name == "out":
+            raise RuntimeError("attention(..., out=...) does not support autograd: the inputs "
+                               "require grad; drop out= (or run under torch.no_grad())")
+        if name in defaults and value is defaults[name] or value is None:
+            continue
+        raise NotImplementedError(
+            f"flashcore's backward does not support {name}={value!r}: call it under "
+            f"torch.no_grad() or detach the inputs")
+    return_lse = kwargs.pop("return_lse", False)
+    kwargs.pop("out", None)
+    out, lse = _AttentionFunction.apply(q, k, v, forward_fn, kwargs, deterministic)
+    return (out, lse) if return_lse else out
+
+
+# ------------------------------------------------------------- torch.library backward
+
+def op_backward(grad_out, q, k, v, is_causal: bool, bottom_right: bool, scale, window):
+    """The backward of ``torch.ops.flashcore.attention``: (dq, dk, dv).
+
+    The op returns only ``out``, so the log-sum-exp is recomputed here by one forward
+    pass (about 40% of the backward's work; ``flashcore.attention`` saves it instead).
+    CPU without the interpreter, or bfloat16 on CPU: float32 PyTorch autograd."""
+    from .._checks import interpreter_enabled
+    from .forward import attention
+
+    align = "bottom_right" if bottom_right else "top_left"
+    kwargs = dict(causal=is_causal, causal_alignment=align, scale=scale, window=window)
+    if q.device.type == "cpu" and not (interpreter_enabled() and q.dtype in (torch.float16, torch.float32)):
+        from ..reference import attention_reference
+
+        with torch.enable_grad():
+            leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+            out = attention_reference(*leaves, compute_dtype=torch.float32, **kwargs)
+            grads = torch.autograd.grad(out, leaves, grad_out.float())
+        return tuple(g.to(q.dtype) for g in grads)
+    with torch.no_grad():
+        out, lse = attention(q, k, v, return_lse=True, **kwargs)
+        return attention_backward(grad_out.to(q.dtype), q, k, v, out, lse, **kwargs)
