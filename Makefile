@@ -17,6 +17,10 @@ ENV   :=
 endif
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+# After papermill: drop its injected-parameters cell and run metadata (timings, versions),
+# keep outputs, execution counts and tags, so a committed notebook changes only with its content.
+STRIP := -m nbstripout --keep-output --keep-count --drop-tagged-cells injected-parameters \
+         --extra-keys "metadata.papermill cell.metadata.papermill cell.metadata.execution metadata.language_info.version"
 
 .PHONY: env reproduce test test-fast lab gpu-record clean-env
 
@@ -37,17 +41,22 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-# Execute every notebook in place (papermill), which re-renders figures/.
-# PROFILE=auto picks "gpu" when CUDA is available, else "cpu".
+# Execute every notebook in place (papermill), which re-renders figures/, then strip the run
+# metadata and bring each .py source in step with its executed .ipynb (jupytext --sync).
+# PROFILE=auto picks "gpu" when CUDA is available, else "cpu". A pair must be in sync before
+# the run: papermill executes the .ipynb, so an unsynced edit to the .py would be overwritten.
 reproduce: $(ENV)
+	$(PY) -m pytest -q tests/test_notebook_pairs.py
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb (PROFILE=$(PROFILE))"; \
 	  $(PY) -m papermill --kernel python3 --cwd notebooks -p PROFILE $(PROFILE) "$$nb" "$$nb" || exit 1; \
-	  $(PY) tools/strip_nb_metadata.py "$$nb" || exit 1; \
+	  $(PY) $(STRIP) "$$nb" || exit 1; \
+	  $(PY) -m jupytext --quiet --sync "$$nb" || exit 1; \
 	done
 
 # Unit tests (Triton interpreter on CPU; GPU-marked tests run where CUDA exists),
 # then nbval: re-execute each committed notebook and compare NBVAL_CHECK_OUTPUT cells.
+# The pair check (tests/test_notebook_pairs.py) fails when a .py and its .ipynb differ.
 test: $(ENV)
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --nbval-kernel-name python3 notebooks

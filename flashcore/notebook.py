@@ -6,8 +6,12 @@ import os
 
 
 def setup(profile: str = "auto") -> tuple[str, str]:
-    """Resolve PROFILE ("auto" -> "gpu" with CUDA, else "cpu") and, for the CPU profile, switch
-    Triton to its interpreter before any kernel module is imported. Returns (profile, device)."""
+    """The first code cell of every notebook after its parameters.
+
+    Resolves PROFILE ("auto" -> "gpu" with CUDA, else "cpu"); for the CPU profile, switches
+    Triton to its interpreter before any kernel module is imported (the interpreter flag is
+    read when ``@triton.jit`` decorates); sets the figure style; prints the profile and device.
+    Returns (profile, device)."""
     import torch
 
     if profile == "auto":
@@ -21,6 +25,8 @@ def setup(profile: str = "auto") -> tuple[str, str]:
     from . import plots
 
     plots.use_style()
+    where = torch.cuda.get_device_name(0) if profile == "gpu" else "CPU (Triton interpreter)"
+    print(f"profile {profile!r} on {where}")
     return profile, ("cuda" if profile == "gpu" else "cpu")
 
 

@@ -1,0 +1,210 @@
+# %% [markdown]
+# # 01 · From softmax to FlashAttention's tiled online softmax
+#
+# Attention is $O = \mathrm{softmax}(Q K^\top \cdot s)\,V$ with $s = 1/\sqrt{D}$. Computed as
+# written it materialises an $S_q \times S_k$ score matrix. FlashAttention computes the same
+# function one key block at a time, keeping only a running maximum, a running denominator and
+# an unnormalised output per query row. This notebook derives that loop one step at a time and
+# checks each step numerically against float64, ending at the Triton kernel
+# (`flashcore/kernels/forward.py`), which is the last step compiled.
+#
+# Every number below is computed live. The helpers are in `flashcore/studies/derivation.py`; all of
+# this runs on a CPU, so both profiles print the same verdicts.
+
+# %% tags=["parameters"]
+PROFILE = "auto"      # "auto" | "gpu" | "cpu"
+SEED = 0
+SAVE_FIGURES = True
+
+# %%
+from flashcore.notebook import setup, table
+PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+import torch
+
+# %%
+import math
+import matplotlib.pyplot as plt
+from flashcore.studies import derivation as drv
+from flashcore.plots import save_figure
+from flashcore.reference import attention_reference
+from flashcore.validate import error_rule
+torch.manual_seed(SEED);
+
+# %% [markdown]
+# ## 1. Softmax overflows unless the maximum is subtracted
+#
+# $\mathrm{softmax}(x)_j = e^{x_j} / \sum_i e^{x_i}$. In fp32, $e^{x}$ overflows for
+# $x > 88.7$, and attention scores of that size are ordinary (large activations, unscaled
+# logits). Softmax is invariant to shifting $x$ by a constant, so subtracting the row maximum
+# $m$ makes every exponent $\le 0$: each term lies in $(0, 1]$ and the sum in $[1, n]$.
+
+# %%
+x = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 1001.0, 1002.0]], dtype=torch.float32)
+naive, safe = drv.naive_softmax(x), drv.safe_softmax(x)
+print("naive:", naive.tolist())
+print("safe: ", safe.tolist())
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("naive softmax overflows to NaN on scores near 1000:", bool(torch.isnan(naive[1]).any()))
+print("max-subtracted softmax is finite and shift-invariant:", bool(torch.isfinite(safe).all() and torch.allclose(safe[0], safe[1])))
+
+# %% [markdown]
+# ## 2. The rescaling identity: softmax statistics of two blocks combine exactly
+#
+# For a block $B$ keep $m_B = \max_{j\in B} x_j$ and $\ell_B = \sum_{j \in B} e^{x_j - m_B}$.
+# For the union of two blocks, with $m = \max(m_1, m_2)$:
+#
+# $$\ell = \ell_1 e^{m_1 - m} + \ell_2 e^{m_2 - m}.$$
+#
+# Both factors are $\le 1$, so the merge cannot overflow either. Applied block after block, the
+# statistics of a whole row are built in one pass with $O(1)$ state per row.
+
+# %%
+x = 3 * torch.randn(4, 4096, dtype=torch.float64)
+a, b = x[:, :1000], x[:, 1000:]
+m1, l1 = a.amax(-1), torch.exp(a - a.amax(-1, keepdim=True)).sum(-1)
+m2, l2 = b.amax(-1), torch.exp(b - b.amax(-1, keepdim=True)).sum(-1)
+m, l = drv.merge_stats(m1, l1, m2, l2)
+m_ref, l_ref = x.amax(-1), torch.exp(x - x.amax(-1, keepdim=True)).sum(-1)
+merge_err = float(((l - l_ref).abs() / l_ref).max())
+print(f"relative error of the merged denominator: {merge_err:.1e}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("merged statistics equal the one-pass ones to 1e-12:", merge_err < 1e-12 and bool(torch.equal(m, m_ref)))
+
+# %% [markdown]
+# ## 3. Online over many blocks
+#
+# The running maximum only ever rises; each time it does, the denominator accumulated so far is
+# multiplied by $e^{m_\text{old} - m_\text{new}} < 1$. The figure follows one row of 4096 scores
+# in blocks of 256: the running maximum (left) and the running denominator (right), which drops
+# each time the maximum jumps and ends exactly at the one-pass value.
+
+# %%
+ms, ls = drv.online_softmax_stats(x[:1], 256)
+ms = torch.stack(ms)[:, 0]; ls = torch.stack(ls)[:, 0]
+fig, ax = plt.subplots(1, 2, figsize=(9, 3))
+blocks = range(1, len(ms) + 1)
+ax[0].step(blocks, ms, where="post"); ax[0].axhline(float(m_ref[0]), ls=":", c="k", label="row max")
+ax[0].set(xlabel="key blocks seen", ylabel="running max m", title="running maximum"); ax[0].legend()
+ax[1].plot(blocks, ls, marker="o", ms=3); ax[1].axhline(float(l_ref[0]), ls=":", c="k", label="one-pass value")
+ax[1].set(xlabel="key blocks seen", ylabel="running denominator l", title="denominator, rescaled at each new max"); ax[1].legend()
+fig.tight_layout()
+if SAVE_FIGURES:
+    save_figure(fig, "01_online_softmax")
+print(f"final online denominator {float(ls[-1]):.12g} vs one-pass {float(l_ref[0]):.12g}")
+
+# %% [markdown]
+# ## 4. From softmax to attention: rescale the output too
+#
+# The output row is $o = \sum_j p_j v_j / \ell$. Keep the numerator unnormalised,
+# $\tilde o = \sum_j e^{x_j - m} v_j$, and when the maximum moves from $m$ to $m'$, multiply
+# it by the same factor $\alpha = e^{m - m'}$ as the denominator:
+#
+# $$\tilde o \leftarrow \alpha\,\tilde o + P_\text{block} V_\text{block}, \qquad
+# \ell \leftarrow \alpha\,\ell + \textstyle\sum P_\text{block}, \qquad o = \tilde o / \ell
+# \text{ once at the end.}$$
+#
+# That is FlashAttention-2's forward loop. Below, `tiled_attention` runs it in float64 on a
+# length that is not a multiple of the block; the same loop without $\alpha$ (the rescale) is a
+# bug that is right only while the running maximum never changes.
+
+# %%
+S, D = 1000, 64
+q, k, v = (torch.randn(S, D, dtype=torch.float64) for _ in range(3))
+ref = attention_reference(q[None, None], k[None, None], v[None, None])[0, 0]
+tiled = drv.tiled_attention(q, k, v, block_n=64)
+broken = drv.tiled_attention(q, k, v, block_n=64, rescale=False)
+tiled_err, broken_err = float((tiled - ref).abs().max()), float((broken - ref).abs().max())
+print(f"tiled online softmax, max |err| vs float64 softmax attention: {tiled_err:.1e}")
+print(f"same loop without the rescale:                             {broken_err:.1e}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("tiled online attention equals float64 attention (max err < 1e-12):", tiled_err < 1e-12)
+print("dropping the rescale breaks it (max err > 1e-2):", broken_err > 1e-2)
+
+# %% [markdown]
+# ## 5. The exp2 fold
+#
+# GPUs evaluate $2^x$ in one special-function instruction (`MUFU.EX2`); $e^x$ costs an extra
+# multiply by $\log_2 e$. Folding $\log_2 e$ into the softmax scale once,
+# `qk_scale = scale * 1.44269504`, makes the inner loop a single multiply and `exp2`. In exact
+# arithmetic nothing changes; in fp32 the folded constant and the argument are rounded
+# differently. The measurement below compares both paths against float64 on fp32 scores.
+
+# %%
+scores = (8 * torch.randn(256, 512)).float()
+scale = 1 / math.sqrt(128)
+m32 = scores.amax(-1, keepdim=True)
+exact = torch.exp((scores.double() - m32.double()) * scale)
+via_exp = torch.exp((scores - m32) * scale)
+via_exp2 = torch.exp2(scores * (scale * drv.LOG2E) - m32 * (scale * drv.LOG2E))
+rel = lambda a: float(((a.double() - exact).abs() / exact).max())
+e1, e2 = rel(via_exp), rel(via_exp2)
+print(f"max relative error, exp path:  {e1:.2e}  ({e1 / 2**-24:.1f} fp32 unit roundoffs)")
+print(f"max relative error, exp2 fold: {e2:.2e}  ({e2 / 2**-24:.1f} fp32 unit roundoffs)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("the exp2 fold costs at most a few fp32 roundoffs (< 16):", e2 < 16 * 2**-24)
+
+# %% [markdown]
+# ## 6. Why the accumulator is fp32
+#
+# The output sums $S_k$ terms $p_j v_j$. With fp16 operands and an fp16 running sum, each block
+# adds a rounding error of about half an fp16 ulp of the running value, and the errors grow
+# with the number of blocks; with an fp32 running sum they stay at the level of the final
+# rounding to fp16. Here the products are exact (float64) and only the accumulator's dtype
+# differs.
+
+# %%
+lengths = [64, 256, 1024, 4096, 16384]
+acc_err = {"float16": [], "float32": []}
+for n in lengths:
+    s = torch.randn(32, n, dtype=torch.float64)
+    p = torch.softmax(s, -1).half()
+    vv = torch.randn(n, 64, dtype=torch.float64).half()
+    exact = p.double() @ vv.double()
+    for name, dt in (("float16", torch.float16), ("float32", torch.float32)):
+        got = drv.accumulate_pv(p, vv, block_n=64, acc_dtype=dt)
+        acc_err[name].append(float((got.double() - exact).norm() / exact.norm()))
+fig, ax = plt.subplots(figsize=(5, 3.2))
+for name, errs in acc_err.items():
+    ax.loglog(lengths, errs, marker="o", label=f"{name} accumulator")
+ax.set(xlabel="keys summed (S_k)", ylabel="relative L2 error of P·V", title="accumulator precision")
+ax.legend(); fig.tight_layout()
+if SAVE_FIGURES:
+    save_figure(fig, "01_accumulation_error")
+for n, a, b in zip(lengths, acc_err["float16"], acc_err["float32"]):
+    print(f"S_k={n:6d}  fp16 acc {a:.2e}   fp32 acc {b:.2e}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("fp32 accumulation beats fp16 at every length:", all(b < a for a, b in zip(acc_err["float16"], acc_err["float32"])))
+print("fp16 accumulation error grows with S_k (x4 or more from 64 to 16384):", acc_err["float16"][-1] > 4 * acc_err["float16"][0])
+
+# %% [markdown]
+# ## 7. The compiled loop
+#
+# `flashcore.attention` is section 4's loop as a Triton kernel: a BLOCK_M × BLOCK_N tile of
+# scores per step on tensor cores, fp32 running statistics, `exp2` with the folded scale, and
+# one division at the end. Rows that see no key keep $m = -\infty$; the kernel subtracts 0
+# instead so $e^{-\infty - (-\infty)}$ never makes a NaN, and returns zeros for them.
+# It runs here on the same inputs (fp32 on CPU through the Triton interpreter, fp16 on a GPU),
+# judged by the error rule of notebook 02.
+
+# %%
+from flashcore import attention
+dt = torch.float16 if DEVICE == "cuda" else torch.float32
+q4, k4, v4 = (t[None, None].to(device=DEVICE, dtype=dt) for t in (q, k, v))
+out = attention(q4, k4, v4, causal=True)
+report = error_rule(out, attention_reference(q4, k4, v4, causal=True),
+                    attention_reference(q4, k4, v4, causal=True, compute_dtype=dt))
+print(f"{dt}: max |err| {report.max_abs_err:.2e}, bound {report.bound:.2e}, ratio {report.ratio:.2f}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("flashcore.attention passes the error rule on the derivation's input:", report.passed)

@@ -1,0 +1,328 @@
+# %% [markdown]
+# # 02 · Correctness: the error rule, the grid, and the prior reports' cases
+#
+# **What this notebook claims, and how it could fail.** The forward kernel computes exact
+# attention to within twice the error that the same computation in PyTorch at the same
+# precision makes, on every case of a grid built from the sizes where attention kernels break
+# (lengths that are not multiples of the tile, $S_q \ne S_k$, both causal alignments, every
+# GQA ratio, head dims 16–256, fp16/bf16/fp32, transposed layouts). Any case over the bound,
+# any unwritten element, any NaN the reference does not have, prints `False` below.
+#
+# Sections: (1) the rule, and why the checks the prior reports used are weak, tested against
+# planted bugs; (2) the grid, run live; (3) the recorded H100 grid; (4) the prior reports'
+# failing cases revisited.
+
+# %% tags=["parameters"]
+PROFILE = "auto"          # "auto" | "gpu" | "cpu"
+SEED = 0
+RECORD = True             # GPU profile: write results/<gpu>/correctness.json
+RECORDED_GPU = "nvidia-h100-80gb-hbm3"   # which recorded GPU run sections 3 render
+SAVE_FIGURES = True
+
+# %%
+from flashcore.notebook import setup, table
+PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+import torch
+
+# %%
+import math
+import matplotlib.pyplot as plt
+from flashcore import attention
+from flashcore import validate as V
+from flashcore.plots import DTYPE_COLORS, save_figure
+from flashcore.reference import attention_reference
+from flashcore.results import describe, read_result, write_result
+
+# %% [markdown]
+# ## 1. The rule
+#
+# For each case, fresh $N(0,1)$ inputs; the output buffer is filled with NaN before the launch.
+# Then
+#
+# $$\max|O - O_{64}| \;\le\; 2\,\max|O_\text{same} - O_{64}| + \text{floor},$$
+#
+# where $O_{64}$ is attention in float64 and $O_\text{same}$ is the plain PyTorch computation in
+# the inputs' precision (scores, softmax and $PV$ all in fp16/bf16/fp32). The bound therefore
+# scales with the dtype, the sequence length and the output's magnitude, all of which a fixed
+# tolerance ignores. The floor is one unit roundoff of the dtype at the largest $|O_{64}|$, so a
+# case whose baseline happens to be exact (e.g. $S_k = 1$, where the output is a copy of $V$)
+# does not demand bit-exactness. NaN must occur exactly where the reference has NaN.
+# Relative L2 error is recorded beside it.
+#
+# **Report 000** first tested `max_diff < 2e-3`, saw 0.003906 on every head count at
+# $S = 512$, $D = 64$, fp16, and switched to `allclose(rtol=1e-3, atol=2e-3)` until it passed.
+# What does the fp16 computation itself get wrong at that size, and what would the rule have
+# allowed?
+
+# %%
+case000 = V.AttentionCase(16, 8, 8, 512, 512, 64, "float16")
+q, k, v = V.make_inputs(case000, "cpu", SEED)
+ref = attention_reference(q, k, v)
+same = attention_reference(q, k, v, compute_dtype=q.dtype)
+r000 = V.error_rule(same, ref, same)
+print(f"fp16 PyTorch vs float64 at B=16, H=8, S=512, D=64: max |err| {r000.baseline_err:.2e}; "
+      f"the rule allows {r000.bound:.2e}; largest |output| {float(ref.abs().max()):.2f}")
+print(f"report 000's 0.003906 is {0.003906 / r000.bound:.1f}x the rule's bound")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("report 000's max diff (0.003906) is within the rule's bound at its own config:", 0.003906 <= r000.bound)
+
+# %% [markdown]
+# On N(0, 1) inputs at report 000's size, 0.003906 ($2^{-8}$) is more than the rule allows: it
+# would have failed. A maximum difference that is the same power of two at every head count
+# points at something systematic (an intermediate rounded to a coarser format, or one ulp at a
+# larger magnitude) and deserved an explanation; loosening the test made it disappear instead.
+#
+# **Planted bugs.** Each function below is attention with one bug that real kernels have
+# shipped: the tail key block dropped when $S$ is not a multiple of the tile, the causal
+# diagonal one key late, probabilities rounded to bf16 in an fp16 kernel, and the online
+# softmax without its rescale. Each check (the two from report 000 and the rule) is run on each
+# bug at three lengths, causal and not (fp16, $B=1$, $H_q = 4$, $H_{kv} = 2$, $D = 64$, on the
+# CPU, so both profiles compute the same table). `row_ratio` is a diagnostic: the rule applied
+# to each query row on its own (above 1 = that row alone would fail).
+
+# %%
+bug_rows = []
+for S in (113, 1023, 4097):
+    for causal in (False, True):
+        case = V.AttentionCase(1, 4, 2, S, S, 64, "float16", causal)
+        q, k, v = V.make_inputs(case, "cpu", SEED + S)
+        ref = attention_reference(q, k, v, causal=causal)
+        same = attention_reference(q, k, v, causal=causal, compute_dtype=q.dtype)
+        for name, bug in V.planted_bugs().items():
+            if name == "causal mask one key too late" and not causal:
+                continue
+            out = bug(q, k, v, causal)
+            rep = V.error_rule(out, ref, same)
+            row = {"bug": name, "S": S, "causal": causal, "max_err": rep.max_abs_err, "bound": rep.bound,
+                   "rule_rejects": not rep.passed, "row_ratio": rep.row_ratio}
+            for check, fn in V.weak_checks().items():
+                row[check + " rejects"] = not fn(out, ref)
+            bug_rows.append(row)
+print(table(bug_rows, list(bug_rows[0]), {"max_err": "{:.2e}", "bound": "{:.2e}", "row_ratio": "{:.2f}"}))
+
+# %%
+allclose = "allclose(rtol=1e-3, atol=2e-3) rejects"
+fig, ax = plt.subplots(figsize=(8, 3.6))
+names = list(V.planted_bugs())
+for i, name in enumerate(names):
+    rows = [r for r in bug_rows if r["bug"] == name]
+    xs = [i + (j - len(rows) / 2) * 0.12 for j in range(len(rows))]
+    ax.scatter(xs, [r["max_err"] for r in rows], c=["#d62728" if r["rule_rejects"] else "#7f7f7f" for r in rows],
+               marker="o", zorder=3)
+    ax.scatter(xs, [r["bound"] for r in rows], marker="_", c="k", s=120, zorder=2)
+ax.axhline(2e-3, ls=":", c="#1f77b4", label="report 000's atol 2e-3")
+ax.set_yscale("log"); ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 2) for n in names], fontsize=8)
+ax.set_ylabel("max |out - float64|")
+ax.set_title("planted bugs: error (dot; red = rule rejects) vs the rule's bound (dash)")
+ax.legend(loc="upper right"); fig.tight_layout()
+if SAVE_FIGURES:
+    save_figure(fig, "02_planted_bugs")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+label = lambda r: f"{r['bug']} @S={r['S']}{' causal' if r['causal'] else ''}"
+print("rejected by the rule but passed by allclose:", [label(r) for r in bug_rows if r["rule_rejects"] and not r[allclose]])
+print("rejected by allclose but passed by the rule:", [label(r) for r in bug_rows if r[allclose] and not r["rule_rejects"]])
+print("passed by both:", [label(r) for r in bug_rows if not r["rule_rejects"] and not r[allclose]])
+print(f"smallest row-wise ratio among the planted bugs: {min(r['row_ratio'] for r in bug_rows):.2f}")
+
+# %% [markdown]
+# What the table says, plainly:
+#
+# * The gross bugs (dropped tail block, late diagonal, missing rescale) are rejected by every
+#   check, almost everywhere. A loosened tolerance is dangerous near the noise floor, not here.
+# * Rounding the probabilities to bf16 in a non-causal fp16 kernel changes the output by less
+#   than fp16 arithmetic itself does; no comparison against float64 can single it out, and the
+#   rule does not pretend to.
+# * The global rule has a blind spot of its own: its bound comes from the *largest* error of the
+#   fp16 baseline, and in causal attention the first rows (which average few keys and are large)
+#   set it. A bug confined to small-magnitude rows, like dropping one key from the end of a
+#   causal sequence of 4097, can stay under that bound while `allclose`'s per-element tolerance
+#   sees it. Applied row by row, the rule separates every planted bug (see the smallest row-wise
+#   ratio above); section 3 shows where the kernel itself sits on that diagnostic. The pass/fail
+#   rule stays the agreed global one; the row-wise ratio is recorded beside it for every case.
+
+# %% [markdown]
+# ## 2. The grid, live
+#
+# GPU profile: the full grid (450 cases: fp16/bf16 at every awkward length, $S_q \ne S_k$,
+# both causal alignments, GQA ratios 1–32, head dims 16–256 and padded ones, fp32, transposed
+# layouts), bitwise repeatability, and views whose element offsets pass $2^{31}$; recorded to
+# `results/<gpu>/correctness.json`. CPU profile: the interpreter grid (fp16/fp32, small sizes);
+# bf16 cannot be checked under the interpreter (its `tl.dot` is wrong), so bf16 is GPU-only.
+
+# %%
+grid = "full" if PROFILE == "gpu" else "cpu"
+live = V.run_grid(V.correctness_grid(grid), DEVICE, base_seed=SEED)
+summary = V.summarize(live)
+determinism = V.check_determinism(V.determinism_cases(DEVICE), DEVICE)
+print(f"grid {grid!r}: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
+      f"{summary['worst_ratio']:.3f} ({summary['worst_case']}), max rel L2 {summary['max_rel_l2_err']:.2e}, "
+      f"worst row-wise ratio {summary['worst_row_ratio']:.2f}")
+if PROFILE == "gpu":
+    large = V.check_large_offsets(DEVICE)
+    if RECORD:
+        path = write_result("correctness", {"grid": grid, "summary": summary, "cases": live,
+                                            "determinism": determinism, "large_offsets": large},
+                            command="papermill notebooks/02_correctness.ipynb (PROFILE=gpu)")
+        print("recorded", "/".join(path.parts[-3:]))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("live grid: every case passes the error rule:", summary["failed"] == 0)
+print("live grid: repeated launches are bitwise identical:", all(r["bitwise_identical"] for r in determinism))
+
+# %% [markdown]
+# ## 3. The recorded GPU grid
+#
+# Rendered from `results/<gpu>/correctness.json`; the provenance line says which device, date
+# and commit produced it. On the CPU profile this is the record committed from the H100 run.
+
+# %%
+record = read_result("correctness", RECORDED_GPU)
+print(describe(record))
+rows = record["cases"]
+groups = {}
+for r in rows:
+    key = (r["dtype"], "causal " + r["alignment"] if r["causal"] else "non-causal")
+    groups.setdefault(key, []).append(r)
+summary_rows = [{"dtype": d, "mask": m, "cases": len(g), "worst ratio": max(r["ratio"] for r in g),
+                 "worst row ratio": max(r.get("row_ratio", float("nan")) for r in g),
+                 "median ratio": sorted(r["ratio"] for r in g)[len(g) // 2],
+                 "max rel L2": max(r["rel_l2_err"] for r in g)} for (d, m), g in sorted(groups.items())]
+print(table(summary_rows, list(summary_rows[0]), {"worst ratio": "{:.3f}", "worst row ratio": "{:.2f}", "median ratio": "{:.3f}", "max rel L2": "{:.2e}"}))
+by_d = {}
+for r in rows:
+    by_d.setdefault(r["head_dim"], []).append(r["ratio"])
+print()
+print(table([{"head_dim": d, "cases": len(x), "worst ratio": max(x)} for d, x in sorted(by_d.items())],
+            ["head_dim", "cases", "worst ratio"], {"worst ratio": "{:.3f}"}))
+
+# %%
+fig, ax = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+markers = {(False, "top_left"): "o", (True, "top_left"): "^", (True, "bottom_right"): "v"}
+for r in rows:
+    m = markers[(r["causal"], r["alignment"])]
+    ax[0].scatter(r["seqlen_k"], r["ratio"], c=DTYPE_COLORS[r["dtype"]], marker=m, s=14, alpha=0.7)
+    ax[1].scatter(r["num_q_heads"] // r["num_kv_heads"], r["ratio"], c=DTYPE_COLORS[r["dtype"]], marker=m, s=14, alpha=0.7)
+for a in ax:
+    a.axhline(1.0, c="k", ls="--", lw=1)
+    a.set_xscale("log", base=2)
+ax[0].set(xlabel="S_k", ylabel="max err / bound  (fails above 1)", title="every recorded case")
+ax[1].set(xlabel="GQA ratio Hq/Hkv", title="by GQA ratio")
+handles = [plt.Line2D([], [], ls="", marker="o", c=c, label=d) for d, c in DTYPE_COLORS.items()]
+handles += [plt.Line2D([], [], ls="", marker=m, c="grey", label=("causal " + a) if c else "non-causal") for (c, a), m in markers.items()]
+ax[1].legend(handles=handles, loc="upper right", fontsize=8)
+fig.tight_layout()
+if SAVE_FIGURES:
+    save_figure(fig, "02_error_ratio_grid")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+fails = sum(not r["passed"] for r in rows)
+print(f"recorded GPU grid: {len(rows)} cases, {fails} fail the rule, worst ratio below 1: {max(r['ratio'] for r in rows) < 1}")
+if "row_ratio" in rows[0]:
+    worst_row = max(r["row_ratio"] for r in rows)
+    print(f"recorded: worst row-wise ratio {worst_row:.2f}, below the smallest planted bug's "
+          f"({min(b['row_ratio'] for b in bug_rows):.2f}): {worst_row < min(b['row_ratio'] for b in bug_rows)}")
+print("recorded: repeated launches bitwise identical:", all(r["bitwise_identical"] for r in record["determinism"]))
+print("recorded: offsets past 2^31 elements correct:", all(r["passed"] and r["max_element_offset"] > 2**31 for r in record["large_offsets"]))
+
+# %%
+try:
+    san = read_result("sanitizer", RECORDED_GPU)
+    print(describe(san))
+    for run in san["runs"]:
+        lines = [ln for ln in run["summary_lines"] if "own-bound" not in ln]
+        fp8_runs = len(run["summary_lines"]) - len(lines)
+        print(f"compute-sanitizer --tool {run['tool']} on {run.get('workload', 'forward')}: {run['errors']} errors/hazards, "
+              f"exit {run['returncode']}  |  " + " | ".join(lines) + (f" | {fp8_runs} runs of the fp8 study (recipes and baselines)" if fp8_runs else ""))
+    sanitizer_clean = all(r["errors"] == 0 and r["returncode"] == 0 for r in san["runs"])
+except FileNotFoundError:
+    sanitizer_clean = None
+print("\n".join(f"  {r['name']}: offset {r['max_element_offset']:.3e} elements, ratio {r['ratio']:.3f}" for r in record["large_offsets"]))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("recorded: memcheck and racecheck clean on the sanitizer sample:", sanitizer_clean)
+
+# %% [markdown]
+# The sanitizer sample (awkward lengths, both alignments, GQA, padded head dim, fp32, a
+# transposed layout, sliding windows; then the fp8 kernel, every recipe, at S = 200) ran with PyTorch's caching allocator off, so every tensor is its own
+# allocation and a masked load that strayed past a tensor's end would be reported rather than
+# land silently in a neighbour's memory.
+#
+# ## 4. The prior reports' failing cases
+#
+# Report 003 called a 0.468 maximum difference at $S = 32$ ("47% error", "block size mismatch
+# for small sequences") an acceptable edge case, and KV-cache errors of 0.007–1.05 "minor
+# precision issues". Here are the same regimes through the forward kernel: $S = 32$ and other
+# short lengths, and single-query / short-query attention over a longer cache with bottom-right
+# alignment and GQA (the shape of a KV-cache step; the dedicated split-KV decode kernel is
+# checked the same way when it lands).
+
+# %%
+dt = "float16"
+prior = [V.AttentionCase(4, 8, 8, 32, 32, 64, dt, False), V.AttentionCase(4, 8, 8, 32, 32, 64, dt, True),
+         V.AttentionCase(4, 8, 8, 16, 16, 64, dt, True), V.AttentionCase(2, 8, 8, 48, 48, 128, dt, False),
+         V.AttentionCase(2, 32, 8, 1, 200, 64, dt, True, "bottom_right"),
+         V.AttentionCase(2, 32, 8, 7, 257, 64, dt, True, "bottom_right"),
+         V.AttentionCase(2, 8, 1, 1, 1, 64, dt, True, "bottom_right")]
+prior_rows = [V.check_case(c, DEVICE, SEED + i) for i, c in enumerate(prior)]
+print(table(prior_rows, ["name", "max_abs_err", "bound", "ratio", "passed"],
+            {"max_abs_err": "{:.2e}", "bound": "{:.2e}", "ratio": "{:.3f}"}))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("prior reports' short-sequence and cache-shaped cases all pass the rule:", all(r["passed"] for r in prior_rows))
+print("largest error among them below 1% of report 003's 0.468:", max(r["max_abs_err"] for r in prior_rows) < 0.00468)
+
+# %% [markdown]
+# ## KV-cache attention (decode and chunked prefill)
+#
+# `attention_with_kvcache` appends the new keys/values at each sequence's length and attends
+# with bottom-right causal alignment through split-KV partials and a deterministic combine. A
+# whole session is checked call by call against float64 under the same rule: a chunked
+# prefill of ragged prompts (one token up to nearly the full cache) into an empty cache, then
+# decode steps, with GQA and MQA. The prior reports called errors up to 1.05 on their GQA + cache
+# path "acceptable"; the largest error here is printed beside its bound.
+
+# %%
+from flashcore.validate import kvcache_session
+if PROFILE == "gpu":
+    sessions = [dict(batch=4, hq=32, hkv=8, capacity=4096, d=128, prompt_lens=[1, 300, 2047, 4000], steps=16,
+                     dtype=torch.bfloat16),
+                dict(batch=2, hq=16, hkv=1, capacity=2048, d=64, prompt_lens=[5, 2000], steps=16, dtype=torch.float16)]
+else:
+    sessions = [dict(batch=3, hq=8, hkv=2, capacity=96, d=32, prompt_lens=[1, 40, 89], steps=4, dtype=torch.float16),
+                dict(batch=2, hq=7, hkv=1, capacity=64, d=16, prompt_lens=[1, 63], steps=1, dtype=torch.float16)]
+kv_reports = []
+for cfg in sessions:
+    reps = kvcache_session(**cfg, device=DEVICE)
+    kv_reports += reps
+    worst = max(reps, key=lambda r: r.ratio)
+    print(f"Hq/Hkv {cfg['hq']}/{cfg['hkv']} D{cfg['d']} {str(cfg['dtype'])[6:]}: {len(reps)} calls, worst ratio "
+          f"{worst.ratio:.3f} (max err {worst.max_abs_err:.2e} <= bound {worst.bound:.2e})")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("every KV-cache call (prefill chunks and decode steps, GQA and MQA) passes the error rule:",
+      all(r.passed for r in kv_reports))
+print("largest KV-cache error below the prior reports' 1.05 by more than 100x:",
+      max(r.max_abs_err for r in kv_reports) < 1.05 / 100)
+
+# %% [markdown]
+# ## Conclusion
+#
+# What the verdict lines above establish, each from a measurement that printed `True` and
+# could have printed `False`: the forward kernel passes the error rule on every case of the live
+# grid and of the recorded GPU grid, repeated launches are bitwise identical, memcheck and
+# racecheck are clean on the sanitizer sample, and element offsets past $2^{31}$ are handled.
+# The rule beats the prior reports' fixed thresholds where it matters (its bound follows the
+# dtype and the size) but is not uniformly sharper than `allclose`: a bug confined to
+# small-magnitude rows can hide under a bound set by large rows, which is why the row-wise ratio
+# is recorded beside it.
+# What is not covered here: backward (flashcore is forward-only), attention masks/bias and
+# dropout (rejected with an error).

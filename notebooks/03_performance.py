@@ -1,0 +1,201 @@
+# %% [markdown]
+# # 03 · Performance on Hopper, side by side
+#
+# How fast is flashcore's forward kernel next to the attention kernels people actually call:
+# PyTorch SDPA's flash (FlashAttention-2), cuDNN (FA3-class), memory-efficient and math
+# backends, and FlexAttention compiled once per shape? Every ratio here comes from one process
+# on one GPU, on the same rotated inputs (`flashcore/studies/bench.py` says exactly how timing works).
+#
+# The GPU profile measures and records (`RECORD_TOPIC`); the CPU profile renders the recorded
+# H100 run and names its device, date and commit. Nothing on this page is typed in by hand.
+
+# %% tags=["parameters"]
+PROFILE = "auto"          # "gpu" measures live and records; "cpu" renders the recorded run
+RECORD_TOPIC = "perf"     # results/<gpu>/<topic>.json
+RECORDED_GPU = "nvidia-h100-80gb-hbm3"
+MEASURE_HEAD_DIMS = [64, 128, 256]      # narrow the live sweep from papermill (-p ...)
+MEASURE_SEQLENS = [1024, 2048, 4096, 8192, 16384]
+MEASURE_DTYPES = ["bfloat16", "float16"]
+MEASURE_PRIOR = True
+MEASURE_DECODE = True
+REPS = 60
+
+# %%
+from flashcore.notebook import setup, table
+PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+import torch
+from flashcore.studies import bench, report
+from flashcore.plots import save_figure
+from flashcore.results import describe, read_result, write_result
+
+# %% [markdown]
+# ## Measure (GPU profile) or load the record (CPU profile)
+#
+# The live sweep is the same code as `python -m flashcore bench --suite all --record`: ceilings
+# first (an 8192³ bf16 matmul and a 2 GiB device copy, same process), then every shape with
+# every implementation. B·S is held at 16K tokens and H·D at 2048, so each point moves the
+# same bytes per token.
+
+# %%
+if PROFILE == "gpu":
+    from tqdm.auto import tqdm
+    payload = {"method": bench.__doc__.strip(), "ceilings": bench.ceilings()}
+    shapes = bench.forward_shapes(MEASURE_HEAD_DIMS, MEASURE_SEQLENS, MEASURE_DTYPES)
+    payload["forward"] = [r for sh in tqdm(shapes, desc="forward") for r in
+                          bench.bench_attention_shape(sh, bench.PEERS, reps=REPS)]
+    payload["prior_regime"] = [r for sh in tqdm(bench.prior_report_shapes() if MEASURE_PRIOR else [], desc="prior")
+                               for r in bench.bench_attention_shape(sh, [i for i in bench.PEERS if i != "sdpa_math"],
+                                                                    reps=REPS, graph=True, keep_samples=True)]
+    payload["decode"] = [r for sh in tqdm(bench.decode_shapes() if MEASURE_DECODE else [], desc="decode")
+                         for r in bench.bench_attention_shape(sh, bench.DECODE_PEERS, reps=REPS, graph=True)]
+    write_result(RECORD_TOPIC, payload, command=f"notebooks/03_performance.ipynb (PROFILE=gpu, RECORD_TOPIC={RECORD_TOPIC})")
+record = read_result(RECORD_TOPIC, None if PROFILE == "gpu" else RECORDED_GPU)
+print("recorded on", describe(record))
+c = record["ceilings"]
+print(f"ceilings in the same run: {c['matmul']['what']} {c['matmul']['tflops']:.0f} TFLOP/s, "
+      f"{c['copy']['what']} {c['copy']['tbps']:.2f} TB/s")
+
+# %% [markdown]
+# ## TFLOP/s vs sequence length
+#
+# FLOPs are $4 \cdot B \cdot H \cdot S_q \cdot S_k \cdot D$, counting for causal only the pairs a
+# query may see. The horizontal line is the matmul ceiling measured in the same run.
+
+# %%
+for dtype in ("bfloat16", "float16"):
+    if any(r["dtype"] == dtype for r in record["forward"]):
+        fig = report.plot_tflops_vs_seqlen(record, dtype)
+        save_figure(fig, f"03_tflops_vs_seqlen_{dtype}")
+
+# %%
+for dtype in ("bfloat16", "float16"):
+    rows = report.forward_table(record, dtype)
+    if rows:
+        print(dtype)
+        print(table(rows, ["D", "S", "B", "H", "causal", "flashcore", "of_ceiling", "x_sdpa_flash", "x_sdpa_cudnn", "x_flex"],
+                    {"flashcore": "{:.0f}", "of_ceiling": "{:.2f}", "x_sdpa_flash": "{:.2f}", "x_sdpa_cudnn": "{:.2f}",
+                     "x_flex": "{:.2f}"}))
+fig = report.plot_speedups(record, "bfloat16")
+save_figure(fig, "03_speedups_bf16")
+fig = report.plot_ceiling_fraction(record)
+save_figure(fig, "03_ceiling_fraction")
+
+# %% [markdown]
+# ## The targets
+#
+# D=128, S ≥ 2048, causal and non-causal: the geometric mean over those shapes of flashcore's
+# TFLOP/s over each peer's should be ≥ 1.3× SDPA flash and ≥ 0.9× SDPA cuDNN (the goal: beat
+# cuDNN). D=64 and D=256 are reported the same way.
+
+# %%
+targets = {}
+for dtype in ("bfloat16", "float16"):
+    for d in (64, 128, 256):
+        g = report.forward_targets(record, dtype, d)
+        if g:
+            targets[(dtype, d)] = g
+            print(f"{dtype:>9} D{d:<3}: " + ", ".join(f"x{v:.2f} vs {k}" for k, v in sorted(g.items())))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+main = [targets[(dt, 128)] for dt in ("bfloat16", "float16") if (dt, 128) in targets]
+print("D=128, S>=2048: flashcore >= 1.3x SDPA flash (geomean, bf16 and fp16):",
+      all(g["sdpa_flash"] >= 1.3 for g in main))
+print("D=128, S>=2048: flashcore >= 0.9x SDPA cuDNN (geomean, bf16 and fp16):",
+      all(g["sdpa_cudnn"] >= 0.9 for g in main))
+print("D=128, S>=2048: flashcore faster than FlexAttention (geomean, bf16):",
+      targets.get(("bfloat16", 128), {}).get("flex", 0) > 1.0)
+
+# %% [markdown]
+# **Where the cuDNN target is missed, and why.** The kernel is FlashAttention-2's algorithm
+# with Hopper's bulk tensor copies (TMA descriptors), `wgmma` tensor-core instructions
+# (`HGMMA` in the SASS, notebook 06), software pipelining and an offline-tuned config per
+# (head dim, causal, length) bucket (`results/<gpu>/tuning.json`, `python -m flashcore tune`). It
+# does not have FlashAttention-3's two ingredients that cuDNN shares: ping-pong scheduling of two
+# consumer warpgroups (one runs its softmax while the other's GEMMs occupy the tensor cores) and
+# intra-warpgroup overlap of the softmax of one tile with the GEMMs of the next. On H100 the
+# exponentials alone cost about half as many cycles as the D=128 GEMMs (16 `MUFU.EX2` per SM per
+# clock against 4096 dense bf16 FLOPs), so without that overlap the kernel stalls on the
+# softmax for a fixed fraction of every tile. Triton 3.6's automatic warp specialization
+# (`tl.range(..., warp_specialize=True)`) compiled only with 8 warps here and did not beat the
+# plain pipelined kernel in the sweep (`tuning.json`, configs `ws-*`); with 4 warps it failed to
+# compile. The gap to cuDNN shrinks with sequence length (the ratio at S=16K is in the table).
+
+# %% [markdown]
+# ## The prior reports' regime: short sequences, latency per launch
+#
+# The reports claimed sub-5 µs "per sequence" at S ≤ 512, "0.49 µs per head" at H=96, and
+# "within 4–22% of SDPA". Honest definitions: **per launch** is the time of one call; **eager**
+# is a Python loop of calls (CUDA events, back to back), **graph** replays the same launches
+# from a CUDA graph (GPU time, no Python); **host** is the CPU time one call costs before it
+# returns. Per sequence and per head divide the graph time by B and by B·H: a throughput, not a
+# latency; no single sequence finishes faster than the launch it is part of.
+
+# %%
+rows = report.prior_table(record)
+print(table(rows, ["B", "H", "S", "impl", "eager_us", "eager_p99_us", "graph_us", "host_us", "per_seq_us", "per_head_us"],
+            {k: "{:.2f}" for k in ("eager_us", "eager_p99_us", "graph_us", "host_us", "per_seq_us", "per_head_us")}))
+fig = report.plot_latency_distributions(record)
+save_figure(fig, "03_latency_distributions")
+
+# %%
+verdicts = report.prior_verdicts(record)
+print(table(verdicts, ["B", "H", "S", "graph_ratio", "eager_ratio"], {"graph_ratio": "{:.2f}", "eager_ratio": "{:.2f}"}))
+print("(ratio = fastest SDPA backend's time / flashcore's time; >= 1 means flashcore is at least as fast)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+fc = {(r["B"], r["H"], r["S"]): r for r in report.prior_table(record) if r["impl"] == "flashcore"}
+print("graph replay: flashcore at least as fast as the fastest SDPA backend at every prior-regime shape:",
+      all(v["graph_ratio"] >= 1.0 for v in verdicts))
+print("eager Python loop: flashcore at least as fast as the fastest SDPA backend at every prior-regime shape:",
+      all(v["eager_ratio"] >= 1.0 for v in verdicts))
+print("flashcore's host-side launch cost exceeds its GPU time at S=128:",
+      all(r["host_us"] > r["graph_us"] for k, r in fc.items() if k[2] == 128))
+print("'0.49 us per head' at H=96, S=512, B=16 reproduced (flashcore per head <= 0.49 us):",
+      fc[(16, 96, 512)]["per_head_us"] <= 0.49)
+
+# %% [markdown]
+# What the table says about the reports' numbers. "Per sequence" figures under 5 µs are real
+# as throughput (graph time / B) for every backend, flashcore included; none of them is a
+# latency. At these sizes the GPU work is 5–60 µs and the eager time is set by the launch path:
+# flashcore's Python launcher (argument checks, Triton's argument binding and specialization,
+# building TMA descriptors) costs tens of microseconds of host time per call, more than PyTorch's
+# C++ dispatch into SDPA, so in an eager loop flashcore loses at small shapes even where its
+# kernel is faster. CUDA graphs (or `torch.compile` with `mode="reduce-overhead"`) remove that
+# cost; the graph column is the kernel-against-kernel comparison.
+
+# %% [markdown]
+# ## Decode: bytes over time
+#
+# q_len 1, bf16, D=128; K and V are read once, so the figure of merit is K+V bytes over time
+# against the copy ceiling. `flashcore split-KV decode` is `attention_with_kvcache`
+# (`flashcore/kernels/decode.py`); "forward kernel (no split)" is the forward kernel on the same
+# inputs, to show why split-KV exists: one query row per head leaves most SMs idle.
+
+# %%
+if record.get("decode"):
+    rows = report.decode_table(record)
+    print(table(rows, ["B", "Hq", "Hkv", "cache", "graph_us", "eager_us", "tbps", "of_copy", "x_sdpa_flash", "x_sdpa_cudnn"],
+                {"graph_us": "{:.1f}", "eager_us": "{:.1f}", "tbps": "{:.2f}", "of_copy": "{:.2f}",
+                 "x_sdpa_flash": "{:.2f}", "x_sdpa_cudnn": "{:.2f}"}))
+    print("(x_peer = peer's graph time / flashcore's; >= 1 means flashcore at least as fast)")
+    fig = report.plot_decode(record)
+    save_figure(fig, "03_decode_bandwidth")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rows = report.decode_table(record) if record.get("decode") else []
+long = [r for r in rows if r["cache"] >= 32768]
+print("decode, caches >= 32K: K+V bandwidth >= 90% of the copy ceiling at every shape:",
+      bool(long) and all(r["of_copy"] >= 0.9 for r in long))
+print("decode: at least as fast as SDPA flash at every shape (graph):",
+      bool(rows) and all(r["x_sdpa_flash"] >= 1.0 for r in rows))
+print("decode: at least as fast as SDPA cuDNN at every shape (graph):",
+      bool(rows) and all(r["x_sdpa_cudnn"] >= 1.0 for r in rows))
+
+# %% [markdown]
+# Decode reaches most of the copy ceiling on long caches and is within a few percent of cuDNN,
+# but not ahead of it at every shape; the short-cache, batch-1 case is latency-bound and two
+# launches (split + combine) cost a few microseconds of GPU time that cuDNN's single kernel does
+# not pay. The eager column again carries flashcore's Python launch cost.

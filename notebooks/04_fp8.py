@@ -1,0 +1,342 @@
+# %% [markdown]
+# # 04 · FP8 attention: the negative result, measured, and what fixes it
+#
+# A prior report (seed 001) cast Q, K, V to FP8 (e4m3) with no scaling, measured a 29% maximum
+# error, blamed the missing scale factors, and cancelled FP8 as "3–6 months" of work.
+# FlashAttention-3 reports FP8 at ~1 PFLOP/s on an H100 with RMSE 9.1e-3 against 2.4e-2 for a
+# per-tensor baseline on outlier inputs, and credits incoherent processing (a random Hadamard
+# rotation of Q and K) for the difference.
+#
+# This notebook measures all of it on the same inputs, with one kernel
+# (`flashcore/kernels/fp8.py`) and four quantization recipes:
+#
+# | recipe | Q, K | V | P (softmax probabilities) |
+# |---|---|---|---|
+# | `naive` | cast as is | cast as is | cast as is |
+# | `per_tensor` | one scale each (amax/448) | one scale | × 256 |
+# | `per_block` | one scale per 128 rows (per batch, head) | one scale per channel | × 256 |
+# | `per_block_hadamard` | rotate by $R = H\,\mathrm{diag}(\pm 1)/\sqrt{D}$, then per block | per channel | × 256 |
+#
+# Errors are measured against float64 attention of the original inputs. The CPU profile runs
+# the error analysis live at small sizes under the Triton interpreter and renders the recorded
+# H100 study (`results/<gpu>/fp8.json`: larger sizes, more seeds, speed). The GPU profile runs
+# both live.
+
+# %% tags=["parameters"]
+PROFILE = "auto"          # "gpu": errors and speed live, recorded; "cpu": errors live, speed from the record
+RECORD_TOPIC = "fp8"
+RECORDED_GPU = "nvidia-h100-80gb-hbm3"
+LIVE_SEQLEN = 256         # live error study: (1, LIVE_HEADS, S, 128) per distribution
+LIVE_HEADS = 2
+LIVE_SEEDS = 3
+MEASURE_SPEED = True      # GPU profile only
+
+# %%
+from flashcore.notebook import setup, table
+PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+import torch
+import math
+import matplotlib.pyplot as plt
+from flashcore.studies import fp8_study as F
+from flashcore.kernels.fp8 import quantize, random_hadamard, VARIANTS
+from flashcore.plots import save_figure
+from flashcore.results import describe, read_result, write_result
+
+# %% [markdown]
+# ## 1. The e4m3 format and its rounding error
+#
+# e4m3 has 1 sign bit, 4 exponent bits (bias 7) and 3 mantissa bits; the `fn` variant has no
+# infinities and one NaN pattern, so its largest finite value is 448. Below every one of its
+# 256 bit patterns is decoded, and values spread over its range are rounded to it.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
+finite = codes[torch.isfinite(codes)]
+positive = finite[finite > 0].unique()
+normals = positive[positive >= 2.0**-6]
+print(f"distinct finite values: {finite.unique().numel()}, NaN patterns: {int(torch.isnan(codes).sum())}")
+print(f"largest {positive.max().item():g}, smallest normal {normals.min().item():g} (2^-6), "
+      f"smallest subnormal {positive.min().item():g} (2^-9)")
+x = torch.logspace(-12, math.log2(440), 200_000, base=2, dtype=torch.float64)
+rel = ((F.e4m3_round_trip(x) - x).abs() / x)
+step = normals[1:] / normals[:-1] - 1
+print(f"max relative rounding error of values in the normal range: {rel[x >= 2**-6].max().item():.4f} (2^-4 = {2**-4:.4f})")
+print(f"largest relative gap between neighbouring normal values: {step.max().item():.4f} (2^-3)")
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.loglog(x, rel.clamp_min(1e-6), lw=0.5)
+ax.axhline(2**-4, color="k", ls="--", lw=0.8, label="2^-4: half a mantissa step")
+ax.axvline(2**-6, color="r", ls=":", lw=0.8, label="2^-6: subnormals below")
+ax.set(xlabel="|x|", ylabel="relative error of round(x)", title="e4m3 rounding error (round to nearest even)")
+ax.legend(loc="lower left")
+save_figure(fig, "04_e4m3_rounding")
+
+# %% [markdown]
+# Two facts carry the rest of the notebook. Inside the normal range the relative error is at
+# most $2^{-4} = 6.25\%$ **whatever the scale**: a scale factor only decides which values fall
+# outside $[2^{-6}, 448]$, where values saturate or lose relative precision. And the
+# prior report's "12.3% round-trip error" on N(0,1) data matches an absolute error: values in
+# $[2, 4)$ are spaced 0.25 apart, so rounding moves them by up to 0.125 (a sample large enough
+# to reach $[4, 8)$, spaced 0.5, shows up to 0.25).
+
+# %%
+g = torch.Generator().manual_seed(0)
+z = torch.randn(1_000_000, generator=g, dtype=torch.float64)
+err = (F.e4m3_round_trip(z) - z).abs()
+print(f"N(0,1), 10^6 samples, unscaled round trip: max abs error {err.max().item():.3f} "
+      f"(at |x| = {z.abs()[err.argmax()].item():.2f}), RMS {err.pow(2).mean().sqrt().item():.4f}")
+
+# %% [markdown]
+# ## 2. Incoherent processing in one picture
+#
+# $R = H\,\mathrm{diag}(s)/\sqrt{D}$ (Sylvester Hadamard $H$, random signs $s$) is orthogonal,
+# so $(QR)(KR)^\top = QK^\top$ exactly. What it changes is how the entries are spread: a vector
+# with one large channel becomes a vector whose every entry is $\pm$ that value $/\sqrt{D}$.
+# The per-block scale is set by the block's largest entry, and the error of a dot product
+# $\sum_d q_d k_d$ in a format with relative rounding grows with $\lVert q \circ k \rVert_2$; the
+# rotation flattens exactly the large terms that dominate both.
+
+# %%
+q = torch.randn(4, 128, generator=g)
+q[:, 7] += 40.0                        # one "massive" channel shared by every token
+rot = random_hadamard(128, seed=0)
+print(f"before rotation: max |q| = {q.abs().max():.1f}, RMS = {q.pow(2).mean().sqrt():.2f}")
+print(f"after rotation:  max |q| = {(q @ rot).abs().max():.1f}, RMS = {(q @ rot).pow(2).mean().sqrt():.2f}")
+print("q q^T unchanged by the rotation (float64):",
+      torch.allclose((q.double() @ rot.double()) @ (q.double() @ rot.double()).T, q.double() @ q.double().T, atol=1e-8))
+
+# %% [markdown]
+# ## 3. Error against float64, per recipe and input distribution (live)
+#
+# Three input distributions: `normal` N(0,1); `outlier`, FlashAttention-3's
+# N(0,1) + N(0,100)·Bernoulli(0.001); and `massive_channels`, real-looking activations with two
+# large channels shared by every token of q and k and v channel magnitudes spread over 100×
+# (`fp8_study.make_qkv`). The fp16 row is flashcore's fp16 kernel on the same inputs.
+#
+# Each fp8 run is also checked against **its own** float64 reference: attention of the
+# dequantized inputs the kernel actually receives. The only rounding the kernel may add is p's
+# cast to e4m3, whose worst case is computed per element (`own_reference_bound`); a wrong block
+# scale or a dropped tile breaks it (`tests/test_fp8.py` plants one). Under the interpreter the
+# p cast is emulated in fp32 arithmetic (the interpreter's own fp32→fp8 cast truncates; the GPU
+# converts in hardware).
+
+# %%
+from tqdm.auto import tqdm
+live_rows = []
+for dist in tqdm(F.DISTRIBUTIONS, desc="live error study"):
+    for causal in (False, True):
+        live_rows += F.error_rows(dist, heads=LIVE_HEADS, seqlen=LIVE_SEQLEN, head_dim=128, causal=causal,
+                                  seeds=tuple(range(LIVE_SEEDS)), device=DEVICE)
+live = F.summarize(live_rows)
+print(f"live: B=1 H={LIVE_HEADS} S={LIVE_SEQLEN} D=128, {LIVE_SEEDS} seeds, on {DEVICE}")
+print(table(live, ["dist", "causal", "impl", "rmse_median", "rmse_min", "rmse_max", "max_err", "own_bound_ratio"],
+            {k: "{:.2e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")} | {"own_bound_ratio": "{:.2f}"}))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+fp8_live = [r for r in live_rows if r["impl"].startswith("fp8")]
+print(f"every live fp8 run ({len(fp8_live)}) within its own-reference p-rounding bound:",
+      all(r["own_bound_ratio"] <= 1 for r in fp8_live))
+print("every live fp8 run is finite (no NaN):", all(r["nan"] == 0 for r in fp8_live))
+def median_rmse(dist, impl):
+    return sorted(r["rmse"] for r in live_rows if r["dist"] == dist and r["impl"] == impl)[LIVE_SEEDS]  # median of 2 x seeds
+for dist in ("outlier", "massive_channels"):
+    best = min(VARIANTS, key=lambda v: median_rmse(dist, f"fp8_{v}"))
+    print(f"{dist}: lowest median RMSE of the four recipes (live):", best)
+
+# %% [markdown]
+# ## 4. The recorded H100 study
+#
+# Same code at B=1, H=8, D=128, S ∈ {1024, 4096}, five seeds per point, bf16 and fp16
+# baselines (`python -m flashcore fp8 --record`).
+
+# %%
+if PROFILE == "gpu":
+    from flashcore.studies import bench
+    payload = {"variants": list(VARIANTS), "p_scale": F.P_SCALE, "errors": []}
+    for dist in F.DISTRIBUTIONS:
+        for causal in (False, True):
+            for s in (1024, 4096):
+                payload["errors"] += F.error_rows(dist, heads=8, seqlen=s, causal=causal, seeds=tuple(range(5)),
+                                                  baselines=("bfloat16", "float16"), device="cuda")
+    payload["error_summary"] = F.summarize(payload["errors"])
+    if MEASURE_SPEED:
+        payload["tuning"] = [t for c in (False, True) for t in F.tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=c), F.FP8_TUNING_CONFIGS)]
+        payload["speed"] = F.bench_fp8(F.fp8_shapes())
+    write_result(RECORD_TOPIC, payload, command=f"notebooks/04_fp8.ipynb (PROFILE=gpu, RECORD_TOPIC={RECORD_TOPIC})")
+record = read_result(RECORD_TOPIC, None if PROFILE == "gpu" else RECORDED_GPU)
+print("recorded on", describe(record))
+summary = record["error_summary"]
+show = [r for r in summary if r["S"] == 4096]
+print(table(show, ["dist", "causal", "impl", "rmse_median", "rmse_min", "rmse_max", "max_err", "own_bound_ratio"],
+            {k: "{:.2e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")} | {"own_bound_ratio": "{:.2f}"}))
+
+# %%
+impls = ["bfloat16", "fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"]
+fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=False)
+for ax, dist in zip(axes, F.DISTRIBUTIONS):
+    for j, causal in enumerate((False, True)):
+        pts = [F.summary_lookup(summary, dist, causal, 4096, i) for i in impls]
+        xs = [k + 0.2 * (j - 0.5) for k in range(len(impls))]
+        med = [p["rmse_median"] for p in pts]
+        lo = [p["rmse_median"] - p["rmse_min"] for p in pts]
+        hi = [p["rmse_max"] - p["rmse_median"] for p in pts]
+        ax.errorbar(xs, med, yerr=[lo, hi], fmt="o", ms=4, capsize=2, label="causal" if causal else "non-causal")
+    ax.axhline(9.1e-3, color="k", ls="--", lw=0.8, label="FA3 fp8: 9.1e-3")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(impls)), [i.replace("fp8_", "").replace("_hadamard", "+H") for i in impls], rotation=30)
+    ax.set_title(f"{dist} (S=4096, 5 seeds)")
+axes[0].set_ylabel("RMSE vs float64 (median, min-max)")
+axes[0].legend(fontsize=8)
+save_figure(fig, "04_rmse_by_recipe")
+
+# %% [markdown]
+# ## 5. The prior report's 29%, side by side
+#
+# The report gives no shape; it says the inputs were cast with no scale and that the max
+# error was 0.294 (and the e4m3 round trip 12.3%, matched in section 1). Our `naive` recipe is
+# that experiment. Its maximum error on N(0,1) inputs:
+
+# %%
+rows = [F.summary_lookup(summary, "normal", c, s, i) for c in (False, True) for s in (1024, 4096)
+        for i in ("fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard")]
+print(table(rows, ["causal", "S", "impl", "rmse_median", "max_err"], {"rmse_median": "{:.2e}", "max_err": "{:.3f}"}))
+naive = [r for r in rows if r["impl"] == "fp8_naive"]
+for c in (False, True):
+    for s in (1024, 4096):
+        group = [r["rmse_median"] for r in rows if r["causal"] == c and r["S"] == s]
+        print(f"causal={c!s:5} S={s}: RMSE of the four recipes within {100 * (max(group) / min(group) - 1):.1f}% of each other")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+worst_naive = max(r["max_err"] for r in naive)
+print(f"naive fp8, N(0,1): worst max error {worst_naive:.3f} (prior report: 0.294); same order: {0.1 < worst_naive < 1.0}")
+print("on N(0,1), scaling changes the RMSE by < 5% at every recorded shape:",
+      all(max(g) / min(g) < 1.05 for g in ([r["rmse_median"] for r in rows if r["causal"] == c and r["S"] == s]
+                                           for c in (False, True) for s in (1024, 4096))))
+
+# %% [markdown]
+# **Verdict on the prior report.** The size of the error is reproduced: a maximum error of a few
+# tenths on N(0,1) inputs, reached in the causal case, where the first queries see one or two
+# keys and their output is essentially one row of V, rounded. The diagnosis is **refuted**.
+# On these inputs the missing scale factors are not the cause: every recipe, scaled or not,
+# has the same RMSE within a few percent, because a scale cannot add mantissa bits. The error is
+# the 3-bit mantissa of e4m3 (relative rounding up to 6.25%), and most of it is p's
+# rounding, not the inputs' (`rmse_inputs_only` in the record). Scales matter where the range
+# matters, on outlier and massive-channel inputs (sections 4 and 6). The whole "scaling
+# infrastructure" is `quantize` in `flashcore/kernels/fp8.py`.
+
+# %% [markdown]
+# ## 6. Speed, and the error/speed trade-off
+#
+# All four recipes run the same kernel. `naive` differs only in the p scale constant, and the
+# three scaled recipes are identical at run time, so speed is measured for `naive` and
+# `per_block`. The kernel takes pre-quantized inputs, as it would from an fp8 model. The cost of
+# `quantize` from bf16 (plain PyTorch, unfused) is listed separately. The bf16 kernel and SDPA's
+# backends run on the same shapes in the same process (B·S = 16K, H = 16, D = 128).
+
+# %%
+speed = F.speed_table(record["speed"])
+print(table(speed, ["causal", "S", "B", "H", "flashcore", "sdpa_flash", "sdpa_cudnn", "fp8_naive", "fp8_per_block",
+                    "x_bf16", "x_cudnn", "quantize_ms_per_block", "attn_ms_per_block"],
+            {k: "{:.0f}" for k in ("flashcore", "sdpa_flash", "sdpa_cudnn", "fp8_naive", "fp8_per_block")}
+            | {"x_bf16": "{:.2f}", "x_cudnn": "{:.2f}", "quantize_ms_per_block": "{:.3f}", "attn_ms_per_block": "{:.3f}"}))
+print("(TFLOP/s; x_bf16 = fp8 per_block / flashcore bf16; x_cudnn = fp8 per_block / SDPA cuDNN bf16)")
+tuned = record.get("tuned_config")
+print("fp8 launch config from the sweep in the record:", tuned)
+def cfg_name(c):
+    return f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}" + (" ws" if c.get("WARP_SPECIALIZE") else "")
+print(table([{"config": cfg_name(t["config"]), "causal": t["causal"],
+              "TFLOP/s": f"{t['tflops']:.0f}" if "tflops" in t else t["error"][:50]} for t in record.get("tuning", [])],
+            ["config", "causal", "TFLOP/s"]))
+print("(launch-config sweep at B=2, H=16, S=8192, D=128; ws = Triton warp specialization)")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+for causal, ax in zip((False, True), axes):
+    lines = [l for l in speed if l["causal"] == causal]
+    for impl, style in (("fp8_per_block", "o-"), ("fp8_naive", "x:"), ("flashcore", "s-"), ("sdpa_cudnn", "^--"), ("sdpa_flash", "v--")):
+        ax.plot([l["S"] for l in lines], [l[impl] for l in lines], style, label=impl)
+    ax.set(xscale="log", xlabel="S", ylabel="TFLOP/s", title=f"D=128, {'causal' if causal else 'non-causal'}")
+axes[0].legend(fontsize=8)
+save_figure(fig, "04_fp8_speed")
+
+# %%
+from flashcore.studies.bench import geomean
+long = [l for l in speed if l["S"] >= 4096]
+fp8_tflops = geomean([l["fp8_per_block"] for l in long])
+bf16_tflops = geomean([l["flashcore"] for l in long])
+e2e_tflops = geomean([l["fp8_per_block"] * l["attn_ms_per_block"] / (l["attn_ms_per_block"] + l["quantize_ms_per_block"]) for l in long])
+fig, ax = plt.subplots(figsize=(6, 3.6))
+for dist, marker in (("outlier", "o"), ("massive_channels", "s")):
+    for impl in ("fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"):
+        r = F.summary_lookup(summary, dist, False, 4096, impl)
+        ax.scatter(fp8_tflops, r["rmse_median"], marker=marker, label=f"{dist}: {impl[4:]}")
+    b = F.summary_lookup(summary, dist, False, 4096, "bfloat16")
+    ax.scatter(bf16_tflops, b["rmse_median"], marker=marker, color="k")
+    h = F.summary_lookup(summary, dist, False, 4096, "fp8_per_block_hadamard")
+    ax.scatter(e2e_tflops, h["rmse_median"], marker=marker, facecolors="none", edgecolors="gray")
+ax.axhline(9.1e-3, color="k", ls="--", lw=0.8)
+ax.set(yscale="log", xlabel="TFLOP/s (geomean, D=128, S>=4096; hollow: incl. quantize)", ylabel="RMSE (S=4096, non-causal)",
+       title="error vs speed (black: bf16 kernel)")
+ax.legend(fontsize=6, ncol=2)
+save_figure(fig, "04_error_vs_speed")
+print(f"geomean TFLOP/s at S>=4096: fp8 {fp8_tflops:.0f}, bf16 {bf16_tflops:.0f}, fp8 incl. unfused quantize {e2e_tflops:.0f}")
+q_over_attn = [l["quantize_ms_per_block"] / l["attn_ms_per_block"] for l in speed]
+print(f"unfused quantize from bf16 / fp8 attention time: {min(q_over_attn):.2f}-{max(q_over_attn):.2f}")
+
+# %% [markdown]
+# ## 7. The targets
+#
+# On the H100 at D=128, S ≥ 4096: recipe 4 (per-block + Hadamard) at ≥ 1.5× flashcore's bf16
+# throughput, with RMSE on the outlier inputs ≤ 9.1e-3 (FlashAttention-3's figure) and ≥ 2.5×
+# below the per-tensor recipe.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ratios = [l["x_bf16"] for l in long]
+print(f"fp8 / bf16 throughput at D=128, S>=4096: per shape {min(ratios):.2f}-{max(ratios):.2f}, geomean {geomean(ratios):.2f}")
+try:  # the same measurement in another process: how much of the spread is run-to-run noise
+    other = read_result("fp8_notebook_check", RECORDED_GPU)
+    o = [l["x_bf16"] for l in F.speed_table(other["speed"]) if l["S"] >= 4096]
+    print(f"  repeat run ({describe(other)}): {min(o):.2f}-{max(o):.2f}, geomean {geomean(o):.2f}")
+except FileNotFoundError:
+    pass
+print("target: >= 1.5x bf16 at every shape:", all(r >= 1.5 for r in ratios))
+for causal in (False, True):
+    h = F.summary_lookup(summary, "outlier", causal, 4096, "fp8_per_block_hadamard")
+    t = F.summary_lookup(summary, "outlier", causal, 4096, "fp8_per_tensor")
+    print(f"outlier inputs, S=4096, causal={causal!s:5}: RMSE per-block+Hadamard {h['rmse_median']:.2e} "
+          f"(worst seed {h['rmse_max']:.2e}), per-tensor {t['rmse_median']:.2e}, ratio {t['rmse_median'] / h['rmse_median']:.2f}")
+    print(f"   target RMSE <= 9.1e-3 (every seed): {h['rmse_max'] <= 9.1e-3};  target >= 2.5x below per-tensor: "
+          f"{t['rmse_median'] / h['rmse_median'] >= 2.5}")
+
+# %% [markdown]
+# ## Conclusion
+#
+# (Numbers are from the recorded H100 run above.)
+#
+# * **The prior report's number is real; its diagnosis is not.** Unscaled e4m3 attention does
+#   have maximum errors of a few tenths on N(0,1) inputs. Scaling does not change that: on these
+#   inputs all four recipes agree within a few percent. The cause is e4m3's 3-bit mantissa,
+#   mostly through p. FP8 was never blocked on "scaling infrastructure".
+# * **Where scaling and rotation matter is outliers.** On FlashAttention-3's outlier inputs
+#   per-block scaling helps a little. The Hadamard rotation roughly halves the RMSE (median
+#   8.4e-3 against per-tensor 1.9e-2 at S=4096, non-causal) and meets FA3's 9.1e-3 in
+#   every seed. It does not reach FA3's 2.6× gap to per-tensor: the measured ratio is 2.3×
+#   non-causal and 1.9× causal, so the 2.5× target is missed. On massive-channel activations
+#   the rotation buys about 3.5×.
+# * **Speed.** One fp8 kernel in Triton reaches 1.36–1.50× flashcore's bf16 throughput at
+#   S ≥ 4096 (geomean 1.44; ≈ 710 TFLOP/s, 1.1–1.3× cuDNN's bf16 there). No shape reaches 1.5×
+#   (the best is 1.497, causal S = 16K), and a repeat run spreads the ratios over 1.31–1.58 with
+#   the same geomean, so the target is missed; the trade-off curve above is the honest statement.
+#   Triton's warp specialization did not help (the `ws` rows of the sweep). FlashAttention-3's
+#   ~1 PFLOP/s needs what the bf16 kernel also lacks (warpgroup ping-pong, softmax/GEMM overlap),
+#   plus in-register fp8 layout shuffles for p. An unfused `quantize` from bf16 costs a large
+#   fraction of the attention time, and more than all of it at short S (ratio printed above), so
+#   fp8 pays only when the producer already emits fp8.
+# * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
+#   p-rounding bound), live and in the record, so the errors above belong to the format, not
+#   to kernel bugs.
