@@ -26,13 +26,14 @@ STRIP := -m nbstripout --keep-output --keep-count --drop-tagged-cells injected-p
 
 env: $(ENV)
 
-# torch first, chosen for the machine: a CUDA build where nvidia-smi sees a GPU,
-# otherwise the CPU build (torch==2.13.0 is available offline on the CPU machines;
-# an unpinned `torch` there would pull several GB of CUDA packages).
+# torch first, chosen for the machine: where nvidia-smi sees a GPU, torch 2.11's CUDA build
+# (it pins triton 3.6.0, the one triton this package supports); otherwise the CPU build
+# (torch==2.13.0 is available offline on the CPU machines; an unpinned `torch` there would
+# pull several GB of CUDA packages), beside which pyproject.toml installs triton 3.6.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	if nvidia-smi -L >/dev/null 2>&1; then \
-	  $(VENV)/bin/python -m pip install -q torch ; \
+	  $(VENV)/bin/python -m pip install -q "torch==$${FLASHCORE_GPU_TORCH:-2.11.*}" ; \
 	else \
 	  $(VENV)/bin/python -m pip install -q torch==$${FLASHCORE_CPU_TORCH:-2.13.0} || \
 	  $(VENV)/bin/python -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu ; \
@@ -56,8 +57,12 @@ reproduce: $(ENV)
 
 # Unit tests (Triton interpreter on CPU; GPU-marked tests run where CUDA exists),
 # then nbval: re-execute each committed notebook and compare NBVAL_CHECK_OUTPUT cells.
-# The pair check (tests/test_notebook_pairs.py) fails when a .py and its .ipynb differ.
+# Lint and format check first (ruff, configured in pyproject.toml; `ruff format` and
+# `ruff check --fix` apply them). The pair check (tests/test_notebook_pairs.py) fails when a
+# .py and its .ipynb differ.
 test: $(ENV)
+	$(PY) -m ruff check
+	$(PY) -m ruff format --check
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --nbval-kernel-name python3 notebooks
 
