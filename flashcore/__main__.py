@@ -7,6 +7,7 @@
     python -m flashcore tune --record       # launch-config sweep of the forward kernel (GPU)
     python -m flashcore fp8 --record        # FP8 errors (any machine) and speed (GPU)
     python -m flashcore long --record       # long-context sweep, windows, 2^31 offsets (GPU)
+    python -m flashcore backward --memory --fwd-bwd --train --record   # gradients, speed (GPU)
 
 On a machine without a GPU, set TRITON_INTERPRET=1 (the CLI does it for you) and use
 ``--grid cpu``.
@@ -376,6 +377,18 @@ def cmd_long(args) -> int:
     return 0
 
 
+def cmd_backward(args) -> int:
+    _ensure_backend()
+    from .results import write_result
+    from .studies.backward_bench import run_backward_study
+
+    payload = run_backward_study(args)
+    if args.record:
+        print(f"recorded {write_result('backward', payload)}")
+    failed = payload.get("summary", {}).get("failed", 0)
+    return 0 if failed == 0 else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="flashcore", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -456,6 +469,26 @@ def main(argv=None) -> int:
     p.add_argument("--topic", default="long_context")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/long_context.json")
     p.set_defaults(fn=cmd_long)
+
+    p = sub.add_parser("backward", help="backward pass: gradient grid vs float64, determinism, memory, "
+                       "speed beside SDPA/Flex, training step (GPU; --grid cpu on CPU)")
+    p.add_argument("--grid", default="full", choices=["full", "cpu", "none"])
+    p.add_argument("--limit", type=int, help="only the first N grid cases")
+    p.add_argument("--both-modes", action="store_true", help="grid in deterministic and atomic mode")
+    p.add_argument("--repeats", type=int, default=5, help="repeats of the determinism check")
+    p.add_argument("--d", type=int, nargs="+", default=[64, 128, 256])
+    p.add_argument("--s", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
+    p.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=["bfloat16", "float16"])
+    p.add_argument("--impls", nargs="+", default=["flashcore", "flashcore_atomic", "sdpa_flash", "sdpa_cudnn", "flex"])
+    p.add_argument("--flex-d", type=int, nargs="*", default=[128], help="head dims at which Flex is timed")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--fwd-bwd", action="store_true", help="also time forward + backward")
+    p.add_argument("--memory", action="store_true", help="peak memory against S")
+    p.add_argument("--tune", action="store_true", help="launch-config sweep of the backward kernels")
+    p.add_argument("--tune-s", type=int, nargs="+", default=[4096])
+    p.add_argument("--train", action="store_true", help="transformers training step: fp32 rule, bf16 tokens/s")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/backward.json")
+    p.set_defaults(fn=cmd_backward)
 
     args = parser.parse_args(argv)
     return args.fn(args)

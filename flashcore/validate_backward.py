@@ -52,8 +52,8 @@ def cancellation_magnitudes(q, k, v, grad_out, *, causal=False, causal_alignment
         scale = 1.0 / math.sqrt(q.shape[-1])
     if q.numel() == 0 or k.numel() == 0:
         return 0.0, 0.0, 0.0
-    q64, do64 = q.double(), grad_out.double()
-    k64, v64 = expand_kv_heads(k, hq).double(), expand_kv_heads(v, hq).double()
+    q64, do64 = q.detach().double(), grad_out.detach().double()
+    k64, v64 = expand_kv_heads(k.detach(), hq).double(), expand_kv_heads(v.detach(), hq).double()
     mask = visible_keys(q.shape[2], k.shape[2], causal=causal, alignment=causal_alignment,
                         window=window, device=q.device)
     s = (q64 @ k64.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))

@@ -1,0 +1,269 @@
+"""Backward-pass study: speed beside SDPA flash, SDPA cuDNN and FlexAttention, the cost of
+deterministic mode, forward + backward of a training step, memory against S, and the
+launch-config sweep behind kernels/backward.py's table.
+
+Method (every number in results/<gpu>/backward.json comes from here):
+
+* Backward alone: one forward builds the autograd graph, then ``torch.autograd.grad`` of
+  the output with a fixed random dO (``retain_graph=True``) is timed with CUDA events
+  (bench.py's ``time_launches``: warm-up, then per-launch samples; median, P95, P99,
+  bootstrap CI). Every implementation goes through autograd the same way.
+  ``flashcore_deterministic`` / ``flashcore_atomic`` time ``attention_backward`` directly
+  in each mode, with the forward's saved (out, lse).
+* FLOPs = 2.5 x the forward's (4 B H Sq Sk D, halved for causal: only visible pairs):
+  FlashAttention's convention (5 matmuls against the forward's 2).
+* Operands are B S H D = 16K x 2048 x 2 bytes = 64 MiB per tensor, beyond the 50 MiB L2,
+  so one input set is not served from L2 between launches.
+* Peers measured in the same process on the same tensors; FlexAttention compiled once per
+  shape (bench.make_flex), its backward compiled with it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .bench import TOKENS_PER_BATCH, attention_flops, geomean, make_flex, make_sdpa, time_launches
+
+BACKWARD_PEERS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "flex"]
+
+
+def backward_shapes(head_dims=(64, 128, 256), seqlens=(2048, 4096, 8192, 16384), dtypes=("bfloat16",),
+                    causal=(False, True)) -> list[dict]:
+    """B * S = 16K tokens, H * D = 2048 (as the forward sweep)."""
+    return [dict(B=max(1, TOKENS_PER_BATCH // s), Hq=2048 // d, S=s, D=d, causal=c, dtype=dt)
+            for dt in dtypes for d in head_dims for s in seqlens for c in causal]
+
+
+def _forward_fn(impl, causal, q, k):
+    from ..kernels.forward import attention
+
+    if impl in ("flashcore", "flashcore_deterministic", "flashcore_atomic"):
+        return lambda q, k, v: attention(q, k, v, causal=causal)
+    if impl == "flex":
+        return make_flex(causal, q.shape, k.shape, "cuda")
+    if impl.startswith("sdpa_"):
+        return make_sdpa(impl[len("sdpa_"):], causal, q.shape[1] != k.shape[1])
+    raise ValueError(f"unknown implementation {impl!r}")
+
+
+def bench_backward_shape(shape: dict, impls: list[str], *, reps: int = 50, warmup: int = 5,
+                         with_forward: bool = False) -> list[dict]:
+    """Time the backward (and, with_forward, forward + backward) of every implementation on
+    one shape. One row per implementation; errors are recorded, not raised."""
+    from ..kernels.backward import attention_backward
+    from ..kernels.forward import attention
+
+    B, H, S, D = shape["B"], shape["Hq"], shape["S"], shape["D"]
+    Hkv = shape.get("Hkv", H)
+    causal, dtype = shape["causal"], getattr(torch, shape["dtype"])
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=gen)
+    k = torch.randn(B, Hkv, S, D, device="cuda", dtype=dtype, generator=gen)
+    v = torch.randn(B, Hkv, S, D, device="cuda", dtype=dtype, generator=gen)
+    do = torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=gen)
+    flops = 2.5 * attention_flops(B, H, S, S, D, causal)
+    rows, ref_dq = [], None
+    for impl in impls:
+        row = {**shape, "Hkv": Hkv, "impl": impl, "flops": flops}
+        try:
+            leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            if impl in ("flashcore_deterministic", "flashcore_atomic"):
+                det = impl == "flashcore_deterministic"
+                with torch.no_grad():
+                    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+
+                def run_backward(i, out=out, lse=lse, det=det):
+                    return attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=det)
+                grads = run_backward(0)
+            else:
+                fwd = _forward_fn(impl, causal, q, k)
+                out = fwd(*leaves)
+
+                def run_backward(i, out=out, leaves=leaves):
+                    return torch.autograd.grad(out, leaves, do, retain_graph=True)
+                grads = run_backward(0)
+            dq = grads[0].float()
+            if ref_dq is None:
+                ref_dq = dq
+            else:  # sanity: every implementation computes the same gradient
+                row["dq_max_abs_diff_vs_first"] = float((dq - ref_dq).abs().max())
+            del grads, dq
+            t = time_launches(run_backward, 1, warmup=warmup, reps=reps)
+            row["timing"] = t.as_dict()
+            row["tflops"] = flops / t.median_ms / 1e9
+            if with_forward and impl not in ("flashcore_deterministic", "flashcore_atomic"):
+                fwd = _forward_fn(impl, causal, q, k)
+
+                def step(i):
+                    return torch.autograd.grad(fwd(*leaves), leaves, do)
+                ts = time_launches(step, 1, warmup=warmup, reps=reps)
+                row["fwd_bwd_timing"] = ts.as_dict()
+                row["fwd_bwd_tflops"] = (flops / 2.5 * 3.5) / ts.median_ms / 1e9
+            del out
+        except Exception as exc:  # a peer that does not support the shape is a result too
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        rows.append(row)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def speed_summary(rows: list[dict], head_dim: int = 128, dtype: str = "bfloat16",
+                  key: str = "tflops") -> dict:
+    """Geomean over S x causal of flashcore's TFLOP/s divided by each peer's, at one D/dtype."""
+    table = {}
+    for r in rows:
+        if r["D"] == head_dim and r["dtype"] == dtype and key in r:
+            table[(r["S"], r["causal"], r["impl"])] = r[key]
+    out = {}
+    shapes = sorted({(s, c) for s, c, _ in table})
+    for peer in sorted({i for _, _, i in table} - {"flashcore"}):
+        ratios = [table[(s, c, "flashcore")] / table[(s, c, peer)] for s, c in shapes
+                  if (s, c, "flashcore") in table and (s, c, peer) in table]
+        if ratios:
+            out[peer] = {"geomean": geomean(ratios), "worst": min(ratios), "shapes": len(ratios)}
+    return out
+
+
+def backward_memory(seqlens=(2048, 4096, 8192, 16384, 32768), head_dim: int = 128, heads: int = 8,
+                    dtype=torch.bfloat16) -> list[dict]:
+    """Peak device memory of one backward beyond its inputs and outputs, against S (B = 1).
+    An S x S buffer would grow it quadratically; FlashAttention's backward grows linearly
+    (delta, lse: (B, H, S) fp32)."""
+    from ..kernels.backward import attention_backward
+    from ..kernels.forward import attention
+
+    rows = []
+    for s in seqlens:
+        gen = torch.Generator(device="cuda").manual_seed(s)
+        q, k, v, do = (torch.randn(1, heads, s, head_dim, device="cuda", dtype=dtype, generator=gen)
+                       for _ in range(4))
+        with torch.no_grad():
+            out, lse = attention(q, k, v, causal=True, return_lse=True)
+            grads = [torch.empty_like(t) for t in (q, k, v)]
+            attention_backward(do, q, k, v, out, lse, causal=True, dq=grads[0], dk=grads[1], dv=grads[2])
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            attention_backward(do, q, k, v, out, lse, causal=True, dq=grads[0], dk=grads[1], dv=grads[2])
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        tensor_bytes = q.numel() * q.element_size()
+        rows.append({"S": s, "H": heads, "D": head_dim, "dtype": str(dtype).replace("torch.", ""),
+                     "extra_bytes": int(peak - base), "tensor_bytes": int(tensor_bytes),
+                     "s_by_s_bytes_would_be": int(heads * s * s * 4)})
+        del q, k, v, do, out, lse, grads
+        torch.cuda.empty_cache()
+    return rows
+
+
+def tuning_configs(head_dim: int) -> list[dict]:
+    """Candidate (dkdv, dq) launch configs: (BLOCK_M, BLOCK_N, warps, stages)."""
+    if head_dim >= 256:
+        dkdv = [(32, 64, 4, 1), (64, 64, 8, 1), (32, 64, 4, 2), (64, 32, 4, 1)]
+        dq = [(64, 32, 4, 1), (64, 64, 8, 1), (32, 64, 4, 2)]
+    else:
+        dkdv = [(64, 128, 8, 2), (32, 128, 4, 2), (64, 128, 8, 3), (64, 64, 4, 2), (32, 128, 8, 3),
+                (128, 128, 8, 2)]
+        dq = [(128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 4, 3), (128, 128, 8, 2), (64, 128, 8, 2)]
+    return [dict(dkdv=a, dq=dq[0]) for a in dkdv] + [dict(dkdv=dkdv[0], dq=b) for b in dq[1:]]
+
+
+def tune_backward(shapes: list[dict], *, reps: int = 20, deterministic_modes=(True, False)) -> list[dict]:
+    """Time every candidate config of attention_backward on every shape."""
+    from ..kernels.backward import attention_backward
+    from ..kernels.forward import attention
+
+    rows = []
+    for shape in shapes:
+        B, H, S, D = shape["B"], shape["Hq"], shape["S"], shape["D"]
+        dtype = getattr(torch, shape["dtype"])
+        q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=dtype) for _ in range(4))
+        with torch.no_grad():
+            out, lse = attention(q, k, v, causal=shape["causal"], return_lse=True)
+        flops = 2.5 * attention_flops(B, H, S, S, D, shape["causal"])
+        for det in deterministic_modes:
+            for cfg in tuning_configs(D):
+                if not det and cfg["dq"] != tuning_configs(D)[0]["dq"]:
+                    continue  # the dq kernel does not run in atomic mode
+                row = {**shape, "deterministic": det, "dkdv": list(cfg["dkdv"]), "dq": list(cfg["dq"])}
+                try:
+                    t = time_launches(lambda i: attention_backward(
+                        do, q, k, v, out, lse, causal=shape["causal"], deterministic=det, config=cfg),
+                        1, warmup=3, reps=reps)
+                    row["median_ms"] = t.median_ms
+                    row["tflops"] = flops / t.median_ms / 1e9
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                rows.append(row)
+        del q, k, v, do, out, lse
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    for r in rows:
+        what = (f"{r['tflops']:6.1f} TFLOP/s" if "tflops" in r else r.get("error", "?"))
+        extra = f"  fwd+bwd {r['fwd_bwd_tflops']:6.1f}" if "fwd_bwd_tflops" in r else ""
+        print(f"bwd {r['dtype']:<8} D{r['D']:<3} S{r['S']:<6} {'causal' if r['causal'] else 'full  '} "
+              f"{r['impl']:<24} {what}{extra}", flush=True)
+
+
+def run_backward_study(args, *, progress=None) -> dict:
+    """``python -m flashcore backward``: correctness grid, determinism, memory, speed, training
+    step; returns the payload of results/<gpu>/backward.json."""
+    from ..validate import AttentionCase
+    from ..validate_backward import (backward_grid, check_backward_determinism, run_backward_grid,
+                                     summarize_backward)
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    payload = {"method": __doc__.strip()}
+    if args.grid != "none":
+        cases = backward_grid(args.grid)
+        if args.limit:
+            cases = cases[: args.limit]
+        rows = []
+        for det in (True, False) if args.both_modes else (True,):
+            rows += run_backward_grid(cases, device, deterministic=det)
+        summary = summarize_backward(rows)
+        print(f"gradient grid: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
+              f"{summary['worst_ratio']:.3f} ({summary['worst_case']})", flush=True)
+        payload.update({"grid": args.grid, "summary": summary, "cases": rows})
+    det_cases = [AttentionCase(2, 16, 4, 2048, 2048, 128, "bfloat16" if device == "cuda" else "float16", True),
+                 AttentionCase(1, 8, 1, 1000, 3000, 64, "float16", False)]
+    if device == "cpu":
+        det_cases = [AttentionCase(1, 4, 2, 65, 130, 32, "float16", True, "bottom_right")]
+    payload["determinism"] = check_backward_determinism(det_cases, device, repeats=args.repeats)
+    print("determinism:", payload["determinism"], flush=True)
+    if device != "cuda":
+        return payload
+    if args.memory:
+        payload["memory"] = backward_memory()
+        for r in payload["memory"]:
+            print(f"memory S={r['S']}: {r['extra_bytes'] / 2**20:.1f} MiB beyond inputs/outputs "
+                  f"(an S x S fp32 buffer: {r['s_by_s_bytes_would_be'] / 2**20:.0f} MiB)", flush=True)
+    if args.tune:
+        shapes = backward_shapes(head_dims=args.d, seqlens=args.tune_s, causal=(False, True))
+        payload["tuning"] = tune_backward(shapes)
+        for r in payload["tuning"]:
+            print(f"tune D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} det={r['deterministic']} "
+                  f"dkdv={r['dkdv']} dq={r['dq']}: {r.get('tflops', r.get('error'))}", flush=True)
+    rows = []
+    for shape in backward_shapes(head_dims=args.d, seqlens=args.s, dtypes=args.dtype):
+        impls = list(args.impls)
+        if shape["D"] not in args.flex_d and "flex" in impls:
+            impls.remove("flex")  # Flex compiles per shape: only where the target needs it
+        rows += bench_backward_shape(shape, impls, reps=args.reps, with_forward=args.fwd_bwd)
+        print_rows(rows[-len(impls):])
+    payload["speed"] = rows
+    payload["speed_summary"] = {f"{dt} D{d}": speed_summary(rows, d, dt) for dt in args.dtype for d in args.d}
+    if args.fwd_bwd:
+        payload["fwd_bwd_summary"] = {f"{dt} D{d}": speed_summary(rows, d, dt, key="fwd_bwd_tflops")
+                                      for dt in args.dtype for d in args.d}
+    print("speed summary:", payload["speed_summary"], flush=True)
+    if args.train:
+        from .e2e import compare_training_step, training_speed
+        train = compare_training_step(device, torch.float32)
+        payload["training_step_fp32"] = {k: v for k, v in train.items() if k != "gradients"}
+        payload["training_speed"] = training_speed(device, torch.bfloat16)
+        print("training step:", payload["training_step_fp32"], payload["training_speed"], flush=True)
+    return payload
