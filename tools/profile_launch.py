@@ -1,10 +1,19 @@
-"""Host-side cost of one call, piece by piece (CUDA machine). Prints microseconds per call."""
+"""Host-side cost of one call, piece by piece (CUDA machine). Prints microseconds per call.
+
+    python tools/profile_launch.py            # the pieces, lean path and the JIT path
+    python tools/profile_launch.py --cprofile # plus a cProfile of 2000 cached calls
+
+FLASHCORE_JIT_LAUNCH=1 turns the cached launch off (every call through kernel[grid]).
+"""
+import cProfile
+import pstats
+import sys
 import time
 
 import torch
 
 from flashcore import _checks
-from flashcore.kernels import decode, forward
+from flashcore.kernels import _launch, decode, forward
 
 
 def per_call(fn, n=2000):
@@ -19,21 +28,56 @@ def per_call(fn, n=2000):
     return (t1 - t0) / n * 1e6
 
 
+def jit_path(fn):
+    """Run fn with the cached launch off."""
+    def run():
+        _launch.ENABLED = False
+        try:
+            fn()
+        finally:
+            _launch.ENABLED = enabled
+    enabled = _launch.ENABLED
+    return run
+
+
 q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
 kc = torch.randn(1, 8, 8192, 128, device="cuda", dtype=torch.bfloat16)
 lens = torch.full((1,), 8192, dtype=torch.int32, device="cuda")
 qf = torch.randn(8, 8, 128, 64, device="cuda", dtype=torch.float16)
+qt = torch.randn(1, 32, 1024, 128, device="cuda", dtype=torch.bfloat16)
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+import flashcore.ops  # noqa: E402,F401
 rows = {
     "check_attention_inputs": lambda: _checks.check_attention_inputs(qf, qf, qf, max_head_dim=256),
     "check_kvcache_inputs": lambda: _checks.check_kvcache_inputs(q, kc, kc, lens, None, None, None),
     "torch.empty x1": lambda: torch.empty((1, 32, 1, 32, 128), device="cuda"),
-    "get_device_properties": lambda: torch.cuda.get_device_properties(q.device),
-    "attention (forward, small)": lambda: forward.attention(qf, qf, qf),
-    "attention_with_kvcache (8K)": lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False),
-    "sdpa (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(qf, qf, qf),
-    "torch.ops.flashcore.attention": None,
+    "TensorDescriptor x1": lambda: TensorDescriptor(qt, list(qt.shape), list(qt.stride()), [1, 1, 64, 128]),
+    "forward key": lambda: forward._forward_key(qf, qf, qf, None, None, True, "top_left", None, None, False, None),
+    "current stream": lambda: _launch.current_stream(0),
+    "attention D64 ptr (lean)": lambda: forward.attention(qf, qf, qf, causal=True),
+    "attention D64 ptr (JIT)": jit_path(lambda: forward.attention(qf, qf, qf, causal=True)),
+    "attention D128 TMA (lean)": lambda: forward.attention(qt, qt, qt, causal=True),
+    "attention D128 TMA (JIT)": jit_path(lambda: forward.attention(qt, qt, qt, causal=True)),
+    "attention_with_kvcache 8K (lean)": lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False),
+    "attention_with_kvcache 8K (JIT)": jit_path(
+        lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False)),
+    "torch.ops.flashcore.attention D64": lambda: torch.ops.flashcore.attention(qf, qf, qf, True, False, None),
+    "torch.ops.flashcore.attention decode": lambda: torch.ops.flashcore.attention(q, kc, kc, False, True, None),
+    "sdpa D64 (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(qf, qf, qf, is_causal=True),
+    "sdpa D128 (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(qt, qt, qt, is_causal=True),
 }
-import flashcore.ops  # noqa: E402,F401
-rows["torch.ops.flashcore.attention"] = lambda: torch.ops.flashcore.attention(qf, qf, qf, False, False, None)
 for name, fn in rows.items():
-    print(f"{name:<34} {per_call(fn):8.1f} us")
+    print(f"{name:<38} {per_call(fn):8.1f} us", flush=True)
+print("launch cache entries: forward", len(forward._FORWARD_LAUNCHES), "decode", len(decode._DECODE_LAUNCHES))
+
+if "--cprofile" in sys.argv:
+    for name in ("attention D128 TMA (lean)", "torch.ops.flashcore.attention decode"):
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(2000):
+            rows[name]()
+        prof.disable()
+        torch.cuda.synchronize()
+        print(f"--- cProfile: {name}, 2000 calls")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)

@@ -423,7 +423,7 @@ def _variants():
         tma = mode in ("tma", "ws")
         consts = dict(HEAD_DIM=d, HEAD_DIM_PADDED=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
                       HAS_WINDOW=window, STORE_LSE=False, FP32_IEEE=False, USE_TMA=tma,
-                      WARP_SPECIALIZE=mode == "ws", LEAKY_CONTROL=leaky)
+                      WARP_SPECIALIZE=mode == "ws", LEAKY_CONTROL=leaky, SOFTCAP=False, VARLEN=0)
         desc = f"tensordesc<{dtype}[1, 1, {bn}, {d}]>" if tma else None
         ptrs = {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "Out": f"*{dtype}", "Lse": "*fp32"}
         return dict(fn=_attn_fwd_kernel, pointers=ptrs, floats={"qk_scale"}, consts=consts,
@@ -443,7 +443,8 @@ def _variants():
                     unit_strides={"stride_qk", "stride_kk", "stride_vn", "stride_ok"})
 
     def decode_split():
-        consts = dict(HEAD_DIM=128, HEAD_DIM_PADDED=128, BLOCK_M=16, BLOCK_N=64, SINGLE_SPLIT=False)
+        consts = dict(HEAD_DIM=128, HEAD_DIM_PADDED=128, BLOCK_M=16, BLOCK_N=64, SINGLE_SPLIT=False,
+                      HAS_WINDOW=False, SOFTCAP=False, HAS_KEY_MASK=False, KeyMask=None)
         ptrs = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SeqLens": "*i32", "OutPartial": "*fp32",
                 "LsePartial": "*fp32", "Out": "*bf16"}
         # SeqLens, the 4th pointer parameter, holds the cache lengths: public metadata.

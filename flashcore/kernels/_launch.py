@@ -1,0 +1,139 @@
+"""Lean kernel launches: the launch configuration and the compiled kernel, cached per
+argument signature, so a repeated call skips the Triton JIT's per-call work.
+
+``kernel[grid](*args)`` binds and specializes every argument, builds a cache key from the
+result and looks the compiled kernel up on every call: tens of microseconds of Python for a
+kernel with thirty arguments, more than the GPU work of a small attention call. A launcher
+that knows the key of its call (shapes, strides, dtypes, device, 16-byte alignment of every
+pointer, flags: everything Triton specializes on, and nothing else that changes the launch)
+keeps the compiled kernel from the first call and calls its launcher directly afterwards.
+
+What is never cached: tensors, data pointers, TMA descriptors (built per call from the
+call's tensors), streams. A cache entry is a compiled binary plus integers derived from its
+key, so a tensor freed and reallocated at the same address with another shape or strides
+has another key, and one with the same shape and strides gets the same (correct) launch.
+
+The direct call applies only to compiled CUDA kernels of the Triton versions whose launcher
+interface this was written against (3.6 to 3.9: ``CompiledKernel.run(grid..., stream,
+function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``), with no launch
+hooks installed (profilers such as proton use them) and on the current device. Everywhere
+else (the interpreter, other versions, hooks) ``launch`` goes through ``kernel[grid]``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+import triton
+
+_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2] if x.isdigit())
+SUPPORTED_TRITON = ((3, 6), (3, 7), (3, 8), (3, 9))
+ENABLED = _VERSION in SUPPORTED_TRITON and os.environ.get("FLASHCORE_JIT_LAUNCH", "0") in ("", "0")
+
+_MAX_ENTRIES = 4096  # per kernel family; a model uses a few dozen signatures
+
+
+try:
+    from triton import knobs as _knobs
+except ImportError:  # older versions: no direct call
+    _knobs = None
+    ENABLED = False
+
+
+def _hooks_installed() -> bool:
+    try:
+        hooks = (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook)
+    except AttributeError:
+        return True
+    for hook in hooks:
+        if hook is None:
+            continue
+        if getattr(hook, "calls", None) == []:  # an empty HookChain (3.6+)
+            continue
+        return True
+    return False
+
+
+class LaunchCache:
+    """key -> (compiled kernel, whatever the caller derived from the key). Thread-safe:
+    entries are immutable once stored and a dict store is atomic; two threads missing on
+    the same key both compile through the JIT (which has its own cache) and store equal
+    entries."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._entries: dict = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key):
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return entry
+
+    def put(self, key, entry) -> None:
+        with self._lock:
+            if len(self._entries) >= _MAX_ENTRIES:
+                self._entries.clear()  # rare: start over rather than track recency per call
+            self._entries[key] = entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class DirectKernel:
+    """A compiled kernel and its launcher, called without the JIT's binding step."""
+
+    __slots__ = ("run", "function", "packed_metadata")
+
+    def __init__(self, compiled):
+        self.run = compiled.run  # initialises the module and function handles
+        self.function = compiled.function
+        self.packed_metadata = compiled.packed_metadata
+
+    def __call__(self, grid, stream, args):
+        # args: every kernel parameter in order, constexprs included (the launcher skips
+        # them), exactly as the JIT passes bound_args.values().
+        self.run(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata,
+                 None, None, None, *args)
+
+
+def direct_kernel(compiled):
+    """A DirectKernel for what ``kernel[grid](...)`` returned, or None where the direct
+    call does not apply (interpreter, unsupported version, hooks installed)."""
+    if not ENABLED or compiled is None or _hooks_installed():
+        return None
+    if hasattr(compiled, "result"):  # an async-compile future (3.6)
+        compiled = compiled.result()
+    if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
+        return None
+    try:
+        return DirectKernel(compiled)
+    except Exception:  # noqa: BLE001  a launcher we do not understand: keep the JIT path
+        return None
+
+
+def usable(device: torch.device) -> bool:
+    """The direct call launches on the current device's current stream, as the JIT does."""
+    return ENABLED and device.type == "cuda" and device.index == torch.cuda.current_device() \
+        and not _hooks_installed()
+
+
+def current_stream(device_index: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def aligned(t: torch.Tensor) -> bool:
+    """Triton specializes pointers on 16-byte alignment: part of every key."""
+    return t.data_ptr() % 16 == 0

@@ -1,0 +1,162 @@
+"""Variable-length attention: sequences of different lengths in one launch, no padding
+computed and no dense mask.
+
+    attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+takes FlashAttention's ``flash_attn_varlen_func`` layout: the sequences are packed along
+one token dimension, q ``(total_q, Hq, D)``, k/v ``(total_k, Hkv, D)``, and sequence b is
+rows ``cu_seqlens[b]:cu_seqlens[b + 1]``. ``attention_ranges`` does the same for a padded
+``(B, H, S, D)`` batch whose valid tokens form one contiguous range per sequence (left or
+right padding), which is how the transformers integration runs padded batches.
+
+Both run the forward kernel (``forward._attn_fwd_kernel``) in its VARLEN mode: each
+program loads its sequence's start and end, offsets its base pointers, and runs the same
+key-tile loop (``_attend_key_tiles``) with that sequence's lengths; programs past the end
+of a shorter sequence attend to nothing. The grid is sized by the longest query length.
+Causal alignment is per sequence: top-left (query i sees keys j <= i) or bottom-right
+(query i sees keys j <= i + len_k - len_q, FlashAttention's varlen convention).
+
+Not supported: backward, return_lse, attention masks, dropout (raise).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import _dtype_name, check_attention_inputs, check_window
+from . import _launch as launch
+from .forward import (MAX_HEAD_DIM, _FORWARD_LAUNCHES, _forward_key, _launch_cached, _launch_forward,
+                      check_softcap)
+
+
+def _check_cu_seqlens(name, cu, device, total, max_seqlen, check_lengths):
+    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1:
+        got = tuple(cu.shape) if isinstance(cu, torch.Tensor) else type(cu).__name__
+        raise ValueError(f"expected {name} to be a 1-D tensor of batch + 1 offsets, got {got}")
+    if cu.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"expected {name} to be int32 or int64, got {_dtype_name(cu)}")
+    if cu.device != device:
+        raise ValueError(f"expected {name} on {device}, got {cu.device}")
+    if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int) or max_seqlen < 0:
+        raise ValueError(f"expected max_seqlen for {name} to be an int >= 0, got {max_seqlen!r}")
+    if check_lengths:
+        lengths = (cu[1:] - cu[:-1]).cpu()
+        first, last = int(cu[0]), int(cu[-1])
+        longest = int(lengths.max()) if lengths.numel() else 0
+        if first != 0 or last != total or bool((lengths < 0).any()) or longest > max_seqlen:
+            raise ValueError(
+                f"expected {name} to rise from 0 to {total} (the packed length) with no step above "
+                f"max_seqlen={max_seqlen}, got {cu.tolist() if cu.numel() <= 16 else 'first ' + str(first) + ', last ' + str(last)}"
+                f" (longest sequence {longest})")
+
+
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "bottom_right",
+    window: int | None = None,
+    softcap: float | None = None,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    check_lengths: bool = True,
+) -> torch.Tensor:
+    """Attention over packed variable-length sequences (``flash_attn_varlen_func``'s layout).
+
+    Args:
+        q: ``(total_q, Hq, D)``; k, v: ``(total_k, Hkv, D)``; any strides.
+        cu_seqlens_q, cu_seqlens_k: ``(B + 1,)`` int32/int64 on q's device, cumulative
+            lengths from 0: sequence b is rows ``[cu[b], cu[b + 1])``. Lengths 0 are allowed
+            (a sequence with no keys returns zeros).
+        max_seqlen_q, max_seqlen_k: the longest query / key length (ints; they size the grid).
+        causal: causal mask per sequence, ``causal_alignment`` ``"bottom_right"`` (default,
+            FlashAttention's convention: query i sees keys j <= i + len_k - len_q) or
+            ``"top_left"``.
+        window, softcap, scale: as ``flashcore.attention``.
+        out: optional preallocated ``(total_q, Hq, D)``.
+        check_lengths: check that the offsets start at 0, rise to the packed lengths and
+            respect max_seqlen (one small device-to-host copy); pass False inside CUDA graph
+            capture, where the caller guarantees them.
+
+    Dtypes as ``flashcore.attention`` (float16/bfloat16 on CUDA, float32 everywhere; CPU
+    under the interpreter float16/float32). GQA via Hq % Hkv == 0.
+
+    Raises ValueError/TypeError for shapes, dtypes, devices, offsets; RuntimeError for inputs
+    that require grad. Returns ``(total_q, Hq, D)`` in q's dtype.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            got = f"{t.dim()}-D" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"expected {name} to be 3-D (total_tokens, heads, head_dim), got {got}")
+    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.device, q.shape[0], max_seqlen_q, check_lengths)
+    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q.device, k.shape[0], max_seqlen_k, check_lengths)
+    if cu_seqlens_q.shape != cu_seqlens_k.shape:
+        raise ValueError(f"expected cu_seqlens_q and cu_seqlens_k of the same length (batch + 1), got "
+                         f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}")
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype \
+            or out.device != q.device:
+        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
+    batch = cu_seqlens_q.shape[0] - 1
+    if batch == 0 or q.shape[0] == 0:
+        return out
+    # (total, H, D) -> (B, H, total, D) with batch stride 0: sequence b is addressed by its
+    # offsets alone.
+    qv, kv, vv, ov = (t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out))
+    seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
+    _attention_ranges(qv, kv, vv, ov, seqs, max_seqlen_q, causal=causal, causal_alignment=causal_alignment,
+                      window=window, softcap=softcap, scale=scale)
+    return out
+
+
+def attention_ranges(q, k, v, q_starts, q_ends, k_starts, k_ends, max_seqlen_q, *, causal=False,
+                     causal_alignment="bottom_right", window=None, softcap=None, scale=None):
+    """Attention over a padded ``(B, H, S, D)`` batch whose valid queries of sequence b are
+    positions ``[q_starts[b], q_ends[b])`` and valid keys ``[k_starts[b], k_ends[b])`` (one
+    contiguous range each: left or right padding). Causal alignment, window, softcap as
+    ``attention_varlen``. Rows outside a sequence's query range are zeros. ``(B,)`` int32
+    or int64 offsets on q's device; max_seqlen_q >= every q_ends - q_starts (not checked)."""
+    _check_ranges(q, q_starts, q_ends, k_starts, k_ends)
+    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    if q.shape[0] and max_seqlen_q:
+        _attention_ranges(q, k, v, out, (q_starts, q_ends, k_starts, k_ends), max_seqlen_q, causal=causal,
+                          causal_alignment=causal_alignment, window=window, softcap=softcap, scale=scale)
+    return out
+
+
+def _check_ranges(q, *ranges):
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise ValueError("expected q, k, v to be 4-D (batch, heads, seq_len, head_dim)")
+    for t in ranges:
+        if not isinstance(t, torch.Tensor) or t.shape != (q.shape[0],) or t.dtype not in (torch.int32, torch.int64) \
+                or t.device != q.device:
+            raise ValueError(f"expected per-sequence offsets of shape ({q.shape[0]},), int32/int64 on {q.device}")
+
+
+def _attention_ranges(q, k, v, out, seqs, max_seqlen_q, *, causal, causal_alignment, window, softcap, scale):
+    """Launch the forward kernel in varlen mode on (B, H, S, D) views; out is written at
+    every valid query row (its other rows are left as they are)."""
+    key = None
+    if type(q) is torch.Tensor and q.device.type == "cuda" and launch.usable(q.device):
+        key = _forward_key(q, k, v, out, seqs, causal, causal_alignment, window, softcap, False, max_seqlen_q)
+        entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
+        if entry is not None:
+            _launch_cached(entry, q, k, v, out, seqs, scale, softcap)
+            return
+    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
+    if causal_alignment not in ("top_left", "bottom_right"):
+        raise ValueError(f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}")
+    check_window(window, causal)
+    check_softcap(softcap)
+    if out.numel() == 0 or max_seqlen_q == 0:
+        return
+    _launch_forward(q, k, v, out, out, seqs=seqs, max_seqlen_q=max_seqlen_q, causal=causal,
+                    bottom_right=causal_alignment == "bottom_right", window=window, softcap=softcap,
+                    scale=scale, return_lse=False, config=None, key=key)

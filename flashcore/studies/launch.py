@@ -1,0 +1,237 @@
+"""Host cost of one attention call: eager wall time per call (back-to-back calls, as a
+Python model loop makes them) and CUDA-graph replay time (the GPU work alone), flashcore
+beside SDPA's backends, same process, alternating order, medians of repeats.
+
+A call whose GPU time is below its host time is launch-bound: the eager time is then the
+host path (argument checks, launcher, allocation) and the graph time shows the kernel.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+# (label, B, Hq, Hkv, Sq, Sk, D, causal)
+SHAPES = [
+    ("B1 H8 S128 D64", 1, 8, 8, 128, 128, 64, True),
+    ("B8 H16 S512 D64", 8, 16, 16, 512, 512, 64, True),
+    ("B1 H32 S1024 D128", 1, 32, 32, 1024, 1024, 128, True),
+    ("decode B1 Hq32/Hkv8 cache 8K", 1, 32, 8, 1, 8192, 128, False),
+    ("GQA prefill B1 H32/8 S2048 D128", 1, 32, 8, 2048, 2048, 128, True),
+]
+IMPLS = ("flashcore", "flashcore op", "sdpa default", "sdpa cudnn", "sdpa flash")
+
+
+def _calls(shape, dtype=torch.bfloat16, device="cuda"):
+    """impl -> (zero-argument call, context manager factory or None)."""
+    import flashcore
+    import flashcore.ops  # noqa: F401  registers torch.ops.flashcore.attention
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _, b, hq, hkv, sq, sk, d, causal = shape
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(b, hq, sq, d, device=device, dtype=dtype, generator=g)
+    k = torch.randn(b, hkv, sk, d, device=device, dtype=dtype, generator=g)
+    v = torch.randn(b, hkv, sk, d, device=device, dtype=dtype, generator=g)
+    gqa = hq != hkv
+    decode = sq == 1
+    if decode:
+        lengths = torch.full((b,), sk, dtype=torch.int32, device=device)
+        ours = lambda: flashcore.attention_with_kvcache(q, k, v, lengths, check_lengths=False)  # noqa: E731
+    else:
+        ours = lambda: flashcore.attention(q, k, v, causal=causal)  # noqa: E731
+    op = lambda: torch.ops.flashcore.attention(q, k, v, causal, True, None)  # noqa: E731
+    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, is_causal=causal, enable_gqa=gqa)
+    return {
+        "flashcore": (ours, None),
+        "flashcore op": (op, None),
+        "sdpa default": (sdpa, None),
+        "sdpa cudnn": (sdpa, lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)),
+        "sdpa flash": (sdpa, lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)),
+    }
+
+
+def _eager_us(fn, calls):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def _graph_us(fn, replays):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm on the side stream, as capture requires
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / replays * 1e3
+
+
+def measure(shapes=SHAPES, impls=IMPLS, *, calls=300, repeats=7, replays=200, progress=None) -> list[dict]:
+    """Rows {shape, impl, eager_us_per_call, graph_us, eager_us_repeats}; an impl that
+    refuses a shape gets an ``error`` and no times."""
+    rows = []
+    for shape in shapes:
+        fns = _calls(shape)
+        usable, samples = [], {}
+        for impl in impls:
+            fn, ctx = fns[impl]
+            try:
+                with (ctx() if ctx else _null()):
+                    for _ in range(20):
+                        fn()
+                    torch.cuda.synchronize()
+                usable.append(impl)
+                samples[impl] = []
+            except RuntimeError as err:  # e.g. a backend that does not take this shape
+                rows.append({"shape": shape[0], "impl": impl, "eager_us_per_call": None, "graph_us": None,
+                             "error": str(err).splitlines()[0][:200]})
+        for rep in range(repeats):
+            # Alternate the order every repeat so drift (clocks, caches) hits all alike.
+            order = usable if rep % 2 == 0 else list(reversed(usable))
+            for impl in order:
+                fn, ctx = fns[impl]
+                with (ctx() if ctx else _null()):
+                    samples[impl].append(_eager_us(fn, calls))
+        for impl in usable:
+            fn, ctx = fns[impl]
+            with (ctx() if ctx else _null()):
+                graph = statistics.median(_graph_us(fn, replays) for _ in range(3))
+            rows.append({"shape": shape[0], "impl": impl,
+                         "eager_us_per_call": statistics.median(samples[impl]), "graph_us": graph,
+                         "eager_us_repeats": samples[impl]})
+        if progress:
+            progress(shape[0])
+    return rows
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def summary(rows) -> list[str]:
+    """One line per shape: flashcore eager / SDPA default eager (the target is <= 1.10)."""
+    lines = []
+    by = {(r["shape"], r["impl"]): r for r in rows}
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        ours, op, ref = by.get((shape, "flashcore")), by.get((shape, "flashcore op")), by.get((shape, "sdpa default"))
+        if not (ours and ref and ours["eager_us_per_call"] and ref["eager_us_per_call"]):
+            continue
+        lines.append(
+            f"{shape:<34} eager flashcore {ours['eager_us_per_call']:6.1f} us, op "
+            f"{op['eager_us_per_call']:6.1f}, sdpa {ref['eager_us_per_call']:6.1f} "
+            f"(ratio {ours['eager_us_per_call'] / ref['eager_us_per_call']:.2f} / "
+            f"{op['eager_us_per_call'] / ref['eager_us_per_call']:.2f}); graph {ours['graph_us']:6.1f} vs "
+            f"{ref['graph_us']:6.1f}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- varlen
+
+def varlen_cases(seed=0, count=240, *, small=False):
+    """Random ragged batches: lengths include 0 and 1, both causal alignments and
+    non-causal, GQA ratios 1/2/4/8, windows, softcap, D in {32, 64, 128}."""
+    import random
+
+    rng = random.Random(seed)
+    cases = []
+    top = 40 if small else 700
+    for i in range(count):
+        batch = rng.choice([1, 2, 3, 5, 8])
+        pick = lambda: rng.choice([0, 1, rng.randint(2, 17), rng.randint(2, top)])  # noqa: E731
+        lens_q = [pick() for _ in range(batch)]
+        causal = rng.random() < 0.75
+        alignment = rng.choice(["top_left", "bottom_right"])
+        # Self-attention (equal lengths) half the time, else independent key lengths.
+        lens_k = lens_q[:] if rng.random() < 0.5 else [pick() for _ in range(batch)]
+        hkv = rng.choice([1, 2, 4])
+        group = rng.choice([1, 2, 4, 8]) if not small else rng.choice([1, 2])
+        window = rng.choice([None, None, 1, rng.randint(2, 64)]) if causal else None
+        softcap = rng.choice([None, None, None, 10.0])
+        d = rng.choice([32, 64, 128]) if not small else rng.choice([16, 32])
+        cases.append(dict(lens_q=lens_q, lens_k=lens_k, hq=hkv * group, hkv=hkv, d=d, causal=causal,
+                          alignment=alignment, window=window, softcap=softcap, seed=seed * 100003 + i))
+    return cases
+
+
+def run_varlen_case(case, device, dtype):
+    """One case under the error rule against the float64 per-sequence reference."""
+    from ..kernels.varlen import attention_varlen
+    from ..reference import varlen_reference
+    from ..validate import error_rule
+
+    g = torch.Generator().manual_seed(case["seed"])
+    lq, lk = case["lens_q"], case["lens_k"]
+    cu = lambda lens: torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32)  # noqa: E731
+    mk = lambda n, h: torch.randn(n, h, case["d"], generator=g).to(dtype).to(device)  # noqa: E731
+    q, k, v = mk(sum(lq), case["hq"]), mk(sum(lk), case["hkv"]), mk(sum(lk), case["hkv"])
+    cu_q, cu_k = cu(lq).to(device), cu(lk).to(device)
+    out = torch.full(q.shape, float("nan"), dtype=dtype, device=device)  # poisoned
+    opts = dict(causal=case["causal"], causal_alignment=case["alignment"], window=case["window"],
+                softcap=case["softcap"])
+    attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), out=out, **opts)
+    ref = varlen_reference(q.cpu(), k.cpu(), v.cpu(), cu_q.cpu(), cu_k.cpu(), **opts)
+    same = varlen_reference(q.cpu(), k.cpu(), v.cpu(), cu_q.cpu(), cu_k.cpu(), compute_dtype=dtype, **opts)
+    report = error_rule(out.cpu(), ref, same.to(dtype))
+    return {**{k_: v_ for k_, v_ in case.items() if k_ != "seed"}, "passed": report.passed,
+            "ratio": report.ratio, "nan_mismatch": report.nan_mismatch}
+
+
+def varlen_speed(lengths=(100, 180, 250, 300, 350, 420, 480, 512), hq=16, hkv=4, d=64, dtype=torch.bfloat16,
+                 repeats=5):
+    """A padded batch of prompts (GPU): packed varlen vs flashcore dense on the padded batch
+    vs SDPA dense on the padded batch with its padding mask (what transformers runs), and
+    SDPA causal ignoring padding (a lower bound for dense). Median ms of do_bench."""
+    import triton
+
+    from ..kernels.forward import attention
+    from ..kernels.varlen import attention_varlen
+
+    device = "cuda"
+    batch, longest = len(lengths), max(lengths)
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(batch, hq, longest, d, device=device, dtype=dtype, generator=g)
+    k = torch.randn(batch, hkv, longest, d, device=device, dtype=dtype, generator=g)
+    v = torch.randn(batch, hkv, longest, d, device=device, dtype=dtype, generator=g)
+    # Right-padded dense layout, and its packed equivalent.
+    pq = torch.cat([q[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
+    pk = torch.cat([k[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
+    pv = torch.cat([v[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device=device)
+    valid = torch.arange(longest, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+    mask = (valid[:, None, None, :] & torch.ones(longest, longest, dtype=torch.bool, device=device).tril())
+    calls = {
+        "flashcore varlen (packed)": lambda: attention_varlen(pq, pk, pv, cu, cu, longest, longest, causal=True,
+                                                              check_lengths=False),
+        "flashcore dense (padded)": lambda: attention(q, k, v, causal=True),
+        "sdpa dense + padding mask": lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=True),
+        "sdpa dense causal (padding ignored)": lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=True),
+    }
+    times = {name: [] for name in calls}
+    for rep in range(repeats):
+        for name in (calls if rep % 2 == 0 else reversed(list(calls))):
+            times[name].append(triton.testing.do_bench(calls[name], warmup=25, rep=100))
+    return {"lengths": list(lengths), "hq": hq, "hkv": hkv, "d": d, "dtype": str(dtype).replace("torch.", ""),
+            "ms": {name: statistics.median(t) for name, t in times.items()}}

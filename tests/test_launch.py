@@ -1,0 +1,195 @@
+"""The cached launch path: its key (CPU unit tests) and that it never serves stale state
+(GPU: tensors freed and reallocated at the same address with another shape or strides,
+several threads, two streams)."""
+
+import threading
+
+import pytest
+import torch
+
+from conftest import HAS_CUDA
+from flashcore.kernels import _launch, decode, forward
+from flashcore.reference import attention_reference
+from flashcore.validate import error_rule
+
+
+def _key(q, k=None, v=None, out=None, **kw):
+    opts = dict(causal=True, causal_alignment="top_left", window=None, softcap=None, return_lse=False)
+    opts.update(kw)
+    k = q if k is None else k
+    v = q if v is None else v
+    return forward._forward_key(q, k, v, out, None, opts["causal"], opts["causal_alignment"], opts["window"],
+                                opts["softcap"], opts["return_lse"], None)
+
+
+def test_key_separates_shape_stride_dtype_alignment_and_flags():
+    base = torch.randn(2, 4, 64, 32)
+    key = _key(base)
+    assert key == _key(torch.randn(2, 4, 64, 32))  # same signature, other data: same launch
+    assert key != _key(torch.randn(2, 4, 63, 32))  # shape
+    assert key != _key(base.transpose(1, 2).contiguous().transpose(1, 2))  # strides
+    assert key != _key(base.half())  # dtype
+    flat = torch.randn(2 * 4 * 64 * 32 + 1)
+    misaligned = flat[1:].view(2, 4, 64, 32)  # 4-byte offset: not 16-byte aligned
+    assert key != _key(misaligned)
+    assert key != _key(base, causal=False)
+    assert key != _key(base, causal_alignment="bottom_right")
+    assert key != _key(base, window=8) and _key(base, window=8) != _key(base, window=16)
+    assert key != _key(base, softcap=30.0)
+    assert _key(base, softcap=30.0) == _key(base, softcap=50.0)  # softcap is a runtime scalar
+    assert key != _key(base, return_lse=True)
+    assert key != _key(base, out=torch.empty(2, 4, 64, 32))
+    needs_grad = base.clone().requires_grad_()
+    assert key != _key(needs_grad)
+
+
+def test_key_refuses_unusual_argument_types():
+    q = torch.randn(1, 1, 4, 16)
+    assert _key(q, window=8.0) is None and _key(q, causal=1) is None and _key(q, softcap=-1.0) is None
+    assert _key(q, softcap=float("inf")) is None and _key(q, window=[3]) is None
+
+
+def test_same_address_other_shape_gets_another_key():
+    # The caching allocator hands a freed block back for the next request of its size.
+    a = torch.empty(2 * 4 * 64 * 32)
+    key_a = _key(a.view(2, 4, 64, 32))
+    del a
+    b = torch.empty(2 * 4 * 64 * 32)
+    reshaped = b.view(4, 2, 64, 32)
+    assert _key(reshaped) != key_a
+    assert _key(b.view(2, 4, 32, 64)) != key_a
+
+
+def test_direct_launch_off_on_the_interpreter():
+    # CPU tensors never use the cached path; the JIT/interpreter call runs each time.
+    assert not _launch.usable(torch.device("cpu"))
+    assert _launch.direct_kernel(None) is None
+
+
+def test_versions_stated():
+    assert (3, 6) in _launch.SUPPORTED_TRITON
+
+
+# ------------------------------------------------------------------------------- GPU
+
+def _check(out, q, k, v, **kw):
+    ref = attention_reference(q, k, v, **kw)
+    same = attention_reference(q, k, v, compute_dtype=q.dtype, **kw)
+    report = error_rule(out, ref, same)
+    assert report.passed, report
+
+
+@pytest.mark.gpu
+def test_cached_path_is_used_and_correct():
+    forward._FORWARD_LAUNCHES.clear()
+    q = torch.randn(2, 8, 300, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 2, 300, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, 2, 300, 64, device="cuda", dtype=torch.bfloat16)
+    first = forward.attention(q, k, v, causal=True)
+    assert _launch.ENABLED and len(forward._FORWARD_LAUNCHES) == 1
+    hits = forward._FORWARD_LAUNCHES.hits
+    again = forward.attention(q, k, v, causal=True)
+    assert forward._FORWARD_LAUNCHES.hits == hits + 1
+    assert torch.equal(first, again)
+    _check(again, q, k, v, causal=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_freed_and_reallocated_at_the_same_address(d):
+    """A block freed and handed back by the caching allocator with another shape, other
+    strides or another dtype must launch for the new tensor, not the old one."""
+    torch.cuda.synchronize()
+    numel = 2 * 8 * 256 * d
+    results = []
+    for view in [(2, 8, 256, d), (4, 8, 128, d), (2, 16, 128, d), (1, 8, 512, d)]:
+        buf = torch.randn(numel, device="cuda", dtype=torch.float16)
+        ptr = buf.data_ptr()
+        q = buf.view(*view)
+        kv = torch.randn(view[0], view[1], view[2], d, device="cuda", dtype=torch.float16)
+        for layout in ("contiguous", "transposed"):
+            qq = q if layout == "contiguous" else q.view(view[0], view[2], view[1], d).transpose(1, 2)
+            for _ in range(2):  # first call fills the cache, second uses it
+                out = forward.attention(qq, kv, kv, causal=True)
+                _check(out, qq, kv, kv, causal=True)
+        results.append(ptr)
+        del buf, q, kv, qq, out
+    # The allocator did reuse the address (otherwise this test tests nothing).
+    assert len(set(results)) < len(results)
+
+
+@pytest.mark.gpu
+def test_threads_share_the_cache_safely():
+    shapes = [(1, 4, 100, 64), (2, 4, 257, 64), (1, 8, 64, 128), (3, 2, 33, 32)]
+    data = [tuple(torch.randn(*s, device="cuda", dtype=torch.float16) for _ in range(3)) for s in shapes]
+    refs = [forward.attention(*t, causal=True) for t in data]
+    torch.cuda.synchronize()
+    errors = []
+
+    def worker(seed):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for i in range(200):
+                    j = (i + seed) % len(data)
+                    out = forward.attention(*data[j], causal=True)
+                    stream.synchronize()
+                    if not torch.equal(out, refs[j]):
+                        errors.append((seed, i, j))
+        except Exception as err:  # noqa: BLE001
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+
+
+@pytest.mark.gpu
+def test_two_streams_launch_on_their_own_stream():
+    """Each call launches on the caller's current stream: work queued on stream A behind a
+    long kernel must not be overtaken by a cached launch on the same data on stream B."""
+    q = torch.randn(1, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
+    forward.attention(q, q, q, causal=True)  # fill the cache
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    outs = []
+    for stream in (s1, s2):
+        with torch.cuda.stream(stream):
+            src = torch.randn(1, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
+            torch.cuda._sleep(5_000_000)  # the next launch must wait on this stream
+            x = src * 1.0
+            outs.append((x, forward.attention(x, x, x, causal=True)))
+    torch.cuda.synchronize()
+    for x, out in outs:
+        _check(out, x, x, x, causal=True)
+
+
+@pytest.mark.gpu
+def test_decode_cached_path_matches_reference():
+    decode._DECODE_LAUNCHES.clear()
+    q = torch.randn(2, 16, 1, 128, device="cuda", dtype=torch.bfloat16)
+    kc = torch.randn(2, 4, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(2, 4, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    lens = torch.tensor([4096, 1000], device="cuda", dtype=torch.int32)
+    from flashcore.reference import kvcache_reference
+    for _ in range(3):
+        out = decode.attention_with_kvcache(q, kc, vc, lens, check_lengths=False)
+        ref = kvcache_reference(q, kc, vc, lens)
+        same = kvcache_reference(q, kc, vc, lens, compute_dtype=torch.bfloat16)
+        assert error_rule(out, ref, same).passed
+    assert len(decode._DECODE_LAUNCHES) == 1 and decode._DECODE_LAUNCHES.hits >= 2
+    # Other lengths (data), same signature: the cached launch reads them from memory.
+    lens2 = torch.tensor([7, 4000], device="cuda", dtype=torch.int32)
+    out = decode.attention_with_kvcache(q, kc, vc, lens2, check_lengths=False)
+    assert error_rule(out, kvcache_reference(q, kc, vc, lens2),
+                      kvcache_reference(q, kc, vc, lens2, compute_dtype=torch.bfloat16)).passed
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="CPU-only check")
+def test_cpu_calls_never_fill_the_cache():
+    forward._FORWARD_LAUNCHES.clear()
+    q = torch.randn(1, 2, 16, 16)
+    forward.attention(q, q, q)
+    assert len(forward._FORWARD_LAUNCHES) == 0
