@@ -14,7 +14,7 @@ import time
 import torch
 
 from flashcore.kernels import forward_hopper as fh
-from flashcore.kernels.forward import attention as triton_attention
+from flashcore.kernels.forward import attention as triton_attention, default_config
 from flashcore.studies import bench
 
 VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper)
@@ -59,7 +59,11 @@ def main():
                     sets = [tuple(torch.randn(b, h, s, d, device="cuda", dtype=dt, generator=gen) for _ in range(3))
                             for _ in range(n_sets)]
                     flops = bench.attention_flops(b, h, s, s, d, causal)
-                    impls = {"triton": lambda q, k, v, c=causal: triton_attention(q, k, v, causal=c),
+                    # "triton": today's kernel (an explicit config bypasses the dispatch);
+                    # "flashcore": what flashcore.attention runs now (the dispatch table).
+                    cfg = default_config(sets[0][0], sets[0][1], causal)
+                    impls = {"triton": lambda q, k, v, c=causal, g=cfg: triton_attention(q, k, v, causal=c, config=g),
+                             "flashcore": lambda q, k, v, c=causal: triton_attention(q, k, v, causal=c),
                              "cudnn": bench.make_sdpa("cudnn", causal, False)}
                     for name, kw in VARIANTS[d].items():
                         impls[name] = hopper_fn(causal, kw)

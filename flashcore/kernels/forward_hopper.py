@@ -37,13 +37,19 @@ Offsets: TMA coordinates are per-dimension int32 (B, H, S, D each < 2^31), addre
 64-bit; the output and lse pointers are formed in int64, so tensors past 2^31 elements
 are exact.
 
-``attention_hopper`` launches it; forward.attention calls ``maybe_dispatch`` which launches
-it only where ``_DISPATCH`` says it was measured faster than the Triton kernel.
+``attention_hopper`` launches it. ``flashcore.attention`` calls ``maybe_dispatch``, which
+launches it only where ``DISPATCH`` says it was measured faster than the Triton kernel
+(H100, bf16, B*S = 16K tokens, H*D = 2048, side by side in one process; the sweep is
+recorded in results/nvidia-h100-80gb-hbm3/fa3_attempt.json). The environment variable
+``FLASHCORE_FORWARD_HOPPER`` overrides the table for tests and sanitizer runs: ``always``
+(every supported call), ``never`` (today's kernel only); default ``auto``.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import os
 
 import torch
 
@@ -332,6 +338,65 @@ if GLUON_AVAILABLE:
                          q_ready, k_ready, k_empty, v_ready, v_empty,
                          batch, q_head, kv_head, q_row0, n_tiles, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])
+
+
+# (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
+# was measured faster than forward.py's Triton kernel; None: never (measured slower).
+# Measured on the H100 (commit 8b2bb7a), bf16 TFLOP/s Gluon vs Triton:
+#   D=64  full   S=1K..8K 334-425 vs 396-436 (slower), S=16K 437 vs 420
+#   D=64  causal S=1K..16K 217-425 vs 316-430 (slower everywhere)
+#   D=128 full   S=1K 506 vs 455 ... S=4K 642 vs 504, S=16K 621 vs 507
+#   D=128 causal S=1K 330 vs 358 (slower), S=2K 446 vs 421 ... S=16K 647 vs 512
+#   D=256 full   S=1K 550 vs 417 ... S=8K 710 vs 527;  causal S=1K 390 vs 311 ... 759 vs 513
+DISPATCH = {
+    (64, False): 16384,
+    (64, True): None,
+    (128, False): 1024,
+    (128, True): 2048,
+    (256, False): 1024,
+    (256, True): 1024,
+}
+
+
+def _mode() -> str:
+    mode = os.environ.get("FLASHCORE_FORWARD_HOPPER", "auto")
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"FLASHCORE_FORWARD_HOPPER must be 'auto', 'always' or 'never', got {mode!r}")
+    return mode
+
+
+def chosen(q, k, v, *, causal: bool, window=None, softcap=None) -> bool:
+    """Whether ``flashcore.attention`` runs these inputs on the Gluon kernel."""
+    mode = _mode()
+    if mode == "never" or softcap is not None or not supports(q, k, v, window=window):
+        return False
+    if mode == "always":
+        return True
+    threshold = DISPATCH.get((q.shape[3], bool(causal)))
+    return threshold is not None and min(q.shape[2], k.shape[2]) >= threshold
+
+
+def maybe_dispatch(q, k, v, out, lse, *, causal: bool, bottom_right: bool, window, softcap,
+                   scale, return_lse: bool) -> bool:
+    """Called by forward.attention on validated inputs with ``out``/``lse`` allocated and
+    Sq, Sk >= 1: launch the Gluon kernel and return True where it is chosen, else False."""
+    if not chosen(q, k, v, causal=causal, window=window, softcap=softcap):
+        return False
+    seqlen_q, seqlen_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    attention_hopper(q, k, v, out, lse, causal_offset=seqlen_k - seqlen_q if (causal and bottom_right) else 0,
+                     is_causal=causal, qk_scale=scale * LOG2E, store_lse=return_lse)
+    return True
+
+
+def describe() -> str:
+    """One line for ``python -m flashcore info``."""
+    if not GLUON_AVAILABLE:
+        return "unavailable (this triton has no Gluon Hopper API): every call runs the Triton kernel"
+    rules = ", ".join(f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
+                      for (d, c), t in DISPATCH.items())
+    return f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_mode()}): {rules}"
 
 
 def _tma_ok(t: torch.Tensor) -> bool:
