@@ -10,10 +10,13 @@
   computes; ``attn_mask`` and dropout raise (no silent fallback).
 * ``register_transformers()``: adds flashcore to Hugging Face transformers' attention
   interface as ``attn_implementation="fc_triton"`` (transformers treats any name containing
-  "flash" as a FlashAttention package to import). Padding masks raise.
+  "flash" as a FlashAttention package to import). Padded batches, sliding windows and
+  softcap run without a dense mask (see ``_transformers_attention``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -24,45 +27,63 @@ from ._checks import interpreter_enabled
 DECODE_MAX_QUERIES = 16
 
 
-def _launch_cuda(q, k, v, is_causal, bottom_right, scale):
+@functools.lru_cache(maxsize=64)
+def _full_lengths(batch: int, seqlen_k: int, device: torch.device) -> torch.Tensor:
+    # Read-only per (batch, length, device): one allocation instead of one per call.
+    return torch.full((batch,), seqlen_k, dtype=torch.int32, device=device)
+
+
+def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
     from .kernels.decode import attention_with_kvcache
     from .kernels.forward import attention
 
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     decode_like = seqlen_q <= DECODE_MAX_QUERIES and seqlen_k >= 4 * seqlen_q and (
         seqlen_q == 1 or (is_causal and bottom_right))
-    if decode_like and q.dtype != torch.float32:
-        lengths = torch.full((q.shape[0],), seqlen_k, dtype=torch.int32, device=q.device)
-        return attention_with_kvcache(q, k, v, lengths, scale=scale, check_lengths=False)
-    return attention(q, k, v, causal=is_causal,
-                     causal_alignment="bottom_right" if bottom_right else "top_left", scale=scale)
+    if decode_like and q.dtype != torch.float32 and (window is None or is_causal):
+        lengths = _full_lengths(q.shape[0], seqlen_k, q.device)
+        # A window needs the causal position of each query: the decode kernel's
+        # bottom-right alignment (Sq == 1 is bottom-right either way).
+        return attention_with_kvcache(q, k, v, lengths, scale=scale, window=window, softcap=softcap,
+                                      check_lengths=False)
+    return attention(q, k, v, causal=is_causal, causal_alignment="bottom_right" if bottom_right else "top_left",
+                     scale=scale, window=window, softcap=softcap)
 
 
 @torch.library.custom_op("flashcore::attention", mutates_args=(), device_types="cuda")
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                 bottom_right: bool, scale: float | None) -> torch.Tensor:
-    """Forward attention as a torch op. Returns a contiguous tensor of q's shape/dtype."""
+                 bottom_right: bool, scale: float | None, window: int | None = None,
+                 softcap: float | None = None) -> torch.Tensor:
+    """Forward attention as a torch op. Returns a contiguous tensor of q's shape/dtype.
+    ``window`` (causal sliding window, keys each query sees, itself included) and
+    ``softcap`` as ``flashcore.attention``."""
     with torch.no_grad():
-        return _launch_cuda(q, k, v, is_causal, bottom_right, scale).contiguous()
+        return _launch_cuda(q, k, v, is_causal, bottom_right, scale, window, softcap).contiguous()
 
 
 @attention_op.register_kernel("cpu")
-def _attention_cpu(q, k, v, is_causal, bottom_right, scale):
+def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
     align = "bottom_right" if bottom_right else "top_left"
     with torch.no_grad():
         if interpreter_enabled() and q.dtype in (torch.float16, torch.float32):
             from .kernels.forward import attention
-            return attention(q, k, v, causal=is_causal, causal_alignment=align, scale=scale).contiguous()
+            return attention(q, k, v, causal=is_causal, causal_alignment=align, scale=scale, window=window,
+                             softcap=softcap).contiguous()
+        from ._checks import check_window
+        from .kernels.forward import check_softcap
+        check_window(window, is_causal)
+        check_softcap(softcap)
         from .reference import attention_reference
-        out = attention_reference(q, k, v, causal=is_causal, causal_alignment=align, scale=scale,
-                                  compute_dtype=torch.float32)
+        out = attention_reference(q, k, v, causal=is_causal, causal_alignment=align, scale=scale, window=window,
+                                  softcap=softcap, compute_dtype=torch.float32)
         return out.to(q.dtype).contiguous()
 
 
 @attention_op.register_fake
-def _attention_fake(q, k, v, is_causal, bottom_right, scale):
-    from ._checks import check_attention_inputs
+def _attention_fake(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
+    from ._checks import check_attention_inputs, check_window
     check_attention_inputs(q, k, v, max_head_dim=256)
+    check_window(window, is_causal)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
@@ -113,12 +134,13 @@ attention_op.register_autograd(_attention_backward_formula, setup_context=_atten
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-         enable_gqa=False):
+         enable_gqa=False, *, window=None, softcap=None):
     """``torch.nn.functional.scaled_dot_product_attention`` for the cases flashcore computes.
 
     Shapes ``(B, H, L, E)`` (or 3-D ``(H, L, E)``); ``is_causal`` is SDPA's top-left
-    alignment; ``enable_gqa`` as in SDPA (Hq a multiple of Hkv). Differentiable inputs are
-    refused (forward only).
+    alignment; ``enable_gqa`` as in SDPA (Hq a multiple of Hkv). Keyword-only extras beyond
+    SDPA: ``window`` (causal sliding window, the ``window`` most recent keys, itself
+    included; needs ``is_causal``) and ``softcap`` (Gemma 2 logit capping).
 
     Raises ValueError for ``attn_mask`` (use ``is_causal``, or SDPA itself for arbitrary
     masks), ``dropout_p > 0``, differing query/key head counts without ``enable_gqa``, and
@@ -137,39 +159,123 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
             f"expected query and key to have the same number of heads unless enable_gqa=True, "
             f"got {query.shape[1]} and {key.shape[1]}")
     out = torch.ops.flashcore.attention(query, key, value, bool(is_causal), False,
-                                        None if scale is None else float(scale))
+                                        None if scale is None else float(scale), window,
+                                        None if softcap is None else float(softcap))
     return out.squeeze(0) if squeeze else out
 
 
 # ------------------------------------------------------------------- transformers
+
+class PaddedKeys:
+    """What the mask hook hands the attention function for a padded batch (instead of a
+    dense (B, 1, Sq, Sk) mask): which keys are valid, ``valid`` (B, Sk) bool, and, when
+    every sequence's valid keys are one contiguous range (left or right padding), the range
+    ``[starts[b], ends[b])`` as int32 tensors. Built once per forward pass, not per layer."""
+
+    def __init__(self, valid: torch.Tensor):
+        self.valid = valid
+        kv_length = valid.shape[1]
+        counts = valid.sum(1, dtype=torch.int32)
+        first = valid.to(torch.int8).argmax(1).to(torch.int32)
+        last = kv_length - valid.flip(1).to(torch.int8).argmax(1).to(torch.int32)
+        self.starts = torch.where(counts > 0, first, 0).to(torch.int32)
+        self.ends = (self.starts + counts).to(torch.int32)
+        # One host sync per forward pass (SDPA's mask path has one too: padding_mask.all()).
+        span_ok, self.longest, self.ends_at_last = (
+            int(x) for x in torch.stack([((last - first == counts) | (counts == 0)).all().int(), counts.max(),
+                                         (self.ends == kv_length).all().int()]).tolist())
+        self.contiguous = bool(span_ok)
+        self.ends_at_last = bool(self.ends_at_last)
+
 
 def _transformers_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                             sliding_window=None, softcap=None, is_causal=None, **kwargs):
     """transformers' attention-function signature: (B, H, S, D) in, ((B, S, H, D), None) out.
 
     Queries are the last Sq positions of the keys (bottom-right causal), which is what a
-    KV-cache generation step and a plain forward pass (Sq == Sk) both are."""
-    if attention_mask is not None:
-        raise NotImplementedError(
-            "flashcore's transformers attention does not support padding masks; use unpadded "
-            "batches (equal lengths) or attn_implementation='sdpa'")
+    KV-cache generation step and a plain forward pass (Sq == Sk) both are. ``sliding_window``
+    (transformers' convention, checked against its eager implementation in the tests: key
+    j visible from query i iff i - sliding_window < j <= i) and ``softcap`` go to the kernels.
+
+    Padded batches (``attention_mask`` a :class:`PaddedKeys` from the mask hook): a prefill
+    (Sq == Sk) runs the varlen forward on each sequence's valid range; a step with a cache
+    (Sq < Sk) runs the KV-cache kernel with a per-key padding mask (any padding pattern).
+    Padding query rows return zeros."""
     if dropout and module.training:
-        raise NotImplementedError("flashcore is forward-only: no attention dropout")
-    if sliding_window is not None or softcap is not None:
-        raise NotImplementedError("flashcore's transformers attention: no sliding window or softcap")
+        raise NotImplementedError("flashcore has no attention dropout")
+    if attention_mask is not None and not isinstance(attention_mask, PaddedKeys):
+        raise NotImplementedError(
+            "flashcore's transformers attention takes padding masks only through its mask hook "
+            f"(register_transformers); got a {type(attention_mask).__name__}")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    out = torch.ops.flashcore.attention(query, key, value, bool(causal), True,
-                                        None if scaling is None else float(scaling))
+    causal = bool(causal)
+    window = None if sliding_window is None else int(sliding_window)
+    softcap = None if softcap is None else float(softcap)
+    scale = None if scaling is None else float(scaling)
+    differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    if attention_mask is None:
+        if differentiable or torch.compiler.is_compiling():
+            # The op: traced by torch.compile, differentiable through its registered backward.
+            out = torch.ops.flashcore.attention(query, key, value, causal, True, scale, window, softcap)
+        else:
+            # Eager inference: the op's dispatch costs as much as the launch; call it directly.
+            with torch.no_grad():
+                out = _launch_cuda(query, key, value, causal, True, scale, window, softcap) \
+                    if query.is_cuda else _attention_cpu(query, key, value, causal, True, scale, window, softcap)
+        return out.transpose(1, 2).contiguous(), None
+    if differentiable:
+        raise NotImplementedError("flashcore's padded-batch path is forward-only; use unpadded batches to train")
+    with torch.no_grad():
+        out = _padded_attention(query, key, value, attention_mask, causal, scale, window, softcap)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _padded_attention(q, k, v, pad: PaddedKeys, causal, scale, window, softcap):
+    from .kernels.decode import attention_with_kvcache
+    from .kernels.varlen import attention_ranges
+
+    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
+    if pad.valid.shape != (q.shape[0], seqlen_k):
+        raise ValueError(f"padding mask of shape {tuple(pad.valid.shape)} for keys of shape {tuple(k.shape)}")
+    if seqlen_q == seqlen_k and pad.contiguous:
+        # Prefill: queries and keys share positions. Sequence b's keys are its valid range;
+        # its queries run from the range's start to the end, top-left aligned, so a padding
+        # row after the range sees the valid keys SDPA's mask lets it see (generation reads
+        # the last row, which is padding in a right-padded batch). Rows before the range
+        # (left padding) see no valid key in SDPA either; they return zeros.
+        q_ends = torch.full_like(pad.starts, seqlen_q)
+        return attention_ranges(q, k, v, pad.starts, q_ends, pad.starts, pad.ends, seqlen_q,
+                                causal=causal, causal_alignment="top_left", window=window, softcap=softcap,
+                                scale=scale)
+    if not causal:
+        raise NotImplementedError("flashcore: padded non-causal attention with a cache")
+    if q.dtype != torch.float32 or not q.is_cuda:
+        # The KV-cache kernel: queries are the last Sq cached positions, keys masked per key.
+        lengths = _full_lengths(q.shape[0], seqlen_k, q.device)
+        return attention_with_kvcache(q, k, v, lengths, scale=scale, window=window, softcap=softcap,
+                                      key_padding_mask=pad.valid, check_lengths=False)
+    if pad.contiguous and pad.ends_at_last:
+        # float32 on CUDA, left padding: every query row is valid, keys [start, Sk).
+        q_starts = torch.zeros_like(pad.starts)
+        q_ends = torch.full_like(pad.starts, seqlen_q)
+        return attention_ranges(q, k, v, q_starts, q_ends, pad.starts, pad.ends, seqlen_q, causal=True,
+                                causal_alignment="bottom_right", window=window, softcap=softcap, scale=scale)
+    raise NotImplementedError("flashcore: float32 on CUDA with a cache needs left padding")
 
 
 def _padding_only_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
                        mask_function=None, attention_mask=None, **kwargs):
-    """transformers mask hook: None when nothing is padded (the kernel applies the causal
-    mask itself), else the 2-D padding mask, which the attention function refuses."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """transformers mask hook: None when nothing is padded (the kernels apply the causal and
+    window masks themselves), else a :class:`PaddedKeys` for this layer type's key range."""
+    if attention_mask is None:
         return None
-    return attention_mask
+    valid = attention_mask.to(torch.bool)
+    if valid.shape[-1] < kv_offset + kv_length:  # padded with False, as transformers does
+        valid = torch.nn.functional.pad(valid, (0, kv_offset + kv_length - valid.shape[-1]), value=False)
+    valid = valid[:, kv_offset:kv_offset + kv_length]
+    if bool(valid.all()):
+        return None
+    return PaddedKeys(valid.contiguous())
 
 
 TRANSFORMERS_NAME = "fc_triton"
@@ -187,3 +293,4 @@ def register_transformers(name: str = TRANSFORMERS_NAME) -> str:
     AttentionInterface.register(name, _transformers_attention)
     AttentionMaskInterface.register(name, _padding_only_mask)
     return name
+

@@ -89,3 +89,86 @@ def test_transformers_llama_gqa_gpu_bf16():
     result = _e2e("cuda", torch.bfloat16)
     assert result["logits"]["passed"], result["logits"]
     assert result["generation"]["identical"], result["generation"]
+
+
+@pytest.mark.parametrize("window,softcap", [(5, None), (None, 4.0), (9, 2.5)])
+def test_op_window_and_softcap_under_the_rule(window, softcap):
+    q, k, v = _qkv(sq=23, sk=23)
+    out = sdpa(q, k, v, is_causal=True, enable_gqa=True, window=window, softcap=softcap)
+    ref = attention_reference(q, k, v, causal=True, window=window, softcap=softcap)
+    same = attention_reference(q, k, v, causal=True, window=window, softcap=softcap, compute_dtype=q.dtype)
+    assert error_rule(out, ref, same).passed
+
+
+def test_op_window_needs_causal():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="window requires causal"):
+        sdpa(q, k, v, enable_gqa=True, window=4)
+
+
+def _mistral(sliding_window, layers=2):
+    pytest.importorskip("transformers")
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from flashcore.studies.e2e import small_llama_config
+    base = small_llama_config(num_hidden_layers=layers)
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "initializer_range")
+    torch.manual_seed(0)
+    return MistralForCausalLM(MistralConfig(**{k: getattr(base, k) for k in keys},
+                                            sliding_window=sliding_window)).eval()
+
+
+def test_transformers_sliding_window_matches_eager_convention():
+    """transformers' sliding_window = W means key j is visible from query i iff
+    i - W < j <= i (W keys, itself included). Logits of a Mistral model with W = 5 on 20
+    tokens, flashcore vs float64 eager, under the rule with sdpa as the baseline: an
+    off-by-one window would attend to another set of keys and fail by far."""
+    from flashcore.ops import register_transformers
+    model = _mistral(5)
+    name = register_transformers()
+    ids = torch.randint(1, 128, (2, 20), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        model.set_attn_implementation(name)
+        ours = model(ids).logits
+        model.set_attn_implementation("sdpa")
+        same = model(ids).logits
+        model.set_attn_implementation("eager")
+        ref = model.to(torch.float64)(ids).logits
+        model.to(torch.float32)
+    report = error_rule(ours, ref, same)
+    assert report.passed, report
+
+
+@pytest.mark.parametrize("padding", ["left", "right"])
+@pytest.mark.parametrize("sliding_window", [None, 6])
+def test_transformers_padded_batch_greedy_tokens_match_sdpa(padding, sliding_window):
+    """A padded batch (lengths 20, 12, 5) generates with the padding mask and no dense
+    mask: greedy tokens identical to sdpa's, fp32 on CPU, where margins allow."""
+    from flashcore.ops import register_transformers
+    model = _mistral(sliding_window)
+    name = register_transformers()
+    lengths = [20, 12, 5]
+    ids = torch.randint(1, 128, (3, 20), generator=torch.Generator().manual_seed(5))
+    mask = torch.zeros(3, 20, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        if padding == "left":
+            mask[b, 20 - n:] = 1
+        else:
+            mask[b, :n] = 1
+    result = {}
+    for impl in (name, "sdpa"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                                 pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+        result[impl] = out
+    ours, ref = result[name].sequences, result["sdpa"].sequences
+    margins = torch.stack([s.topk(2).values[:, 0] - s.topk(2).values[:, 1] for s in result["sdpa"].scores], 1)
+    decided = margins > 1e-3  # fp32 noise is ~1e-5 here; closer calls are not compared
+    assert bool(decided.any())
+    new = slice(ids.shape[1], None)
+    # Compare each sequence up to its first undecided step.
+    for b in range(3):
+        upto = int(decided[b].int().cumprod(0).sum())
+        assert torch.equal(ours[b, new][:upto], ref[b, new][:upto]), (b, ours[b], ref[b])
