@@ -183,3 +183,51 @@ def training_speed(device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048,
         torch.cuda.synchronize()
         row[f"tokens_per_s_{'flashcore' if impl == name else impl}"] = batch * seqlen * steps / (time.perf_counter() - t0)
     return [row]
+
+
+def issue_generation_speed(device="cuda", dtype=torch.bfloat16, *, prompt_len=512, new_tokens=128,
+                           repeats=3) -> list[dict]:
+    """Tokens/s of greedy generation, flashcore vs sdpa, same process: a random Llama
+    (8 layers, hidden 1024, GQA 16/4, head dim 64) at B1 and B8, the same model with
+    sliding-window layers (Mistral, window 256) at B8, and a padded batch of 8 prompts of
+    lengths 100-512 (left padding, as generation pads)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    name = register_transformers()
+    shape = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                 num_attention_heads=16, num_key_value_heads=4, head_dim=64,
+                 max_position_embeddings=prompt_len + new_tokens, initializer_range=0.02)
+    llama = build_model(small_llama_config(**shape), device, dtype)
+    torch.manual_seed(0)
+    mistral = MistralForCausalLM(MistralConfig(**shape, sliding_window=256, rms_norm_eps=1e-6)).eval().to(
+        device=device, dtype=dtype)
+    lengths = [100, 160, 230, 290, 350, 410, 470, 512]
+    runs = [(llama, 1, False, None), (llama, 8, False, None), (mistral, 8, False, 256), (llama, 8, True, None)]
+    rows = []
+    for model, batch, padded, window in runs:
+        ids = torch.randint(1, shape["vocab_size"], (batch, prompt_len),
+                            generator=torch.Generator().manual_seed(batch)).to(device)
+        mask = torch.ones_like(ids)
+        if padded:
+            for b, n in enumerate(lengths):
+                mask[b, :prompt_len - n] = 0
+        row = {"batch": batch, "padded": padded, "window": window, "prompt_len": prompt_len,
+               "new_tokens": new_tokens, "prompt_lengths": lengths if padded else None}
+        for rep in range(repeats + 1):  # the first round is warm-up (compiles, allocator)
+            for impl in ((name, "sdpa") if rep % 2 == 0 else ("sdpa", name)):
+                key = f"tokens_per_s_{'flashcore' if impl == name else impl}"
+                _with_impl(model, impl)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                   do_sample=False, use_cache=True, pad_token_id=0)
+                torch.cuda.synchronize()
+                if rep:
+                    row.setdefault(key + "_repeats", []).append(batch * new_tokens / (time.perf_counter() - t0))
+        for impl in ("flashcore", "sdpa"):
+            samples = sorted(row[f"tokens_per_s_{impl}_repeats"])
+            row[f"tokens_per_s_{impl}"] = samples[len(samples) // 2]
+        row["ratio"] = row["tokens_per_s_flashcore"] / row["tokens_per_s_sdpa"]
+        rows.append(row)
+    return rows
