@@ -246,6 +246,23 @@ def cmd_leak(args) -> int:
     from .studies import timing_leak as TL
     from .results import write_result
 
+    if args.power:  # NVML clock/power/temperature per class, blocks of one class at a time
+        kernels = (args.kernel,) if args.kernel else ("hardware reference", "forward non-causal",
+                                                      "forward causal", "decode")
+        classes = args.classes or TL.POWER_CLASSES
+        n = sum(1 for k in TL._kernels() if any(k[0].startswith(x) for x in kernels)) * len(classes)
+        bar = _progress(n, "power")
+        payload = TL.run_power_suite(kernels, classes, progress=bar)
+        bar.close()
+        print(f"power read from {payload['power_source']}, {payload['samples']} samples")
+        for r in payload["rows"]:
+            print(f"{r['kernel']:<40} vs {r['fixed_class']:<10} time {r['median_us_shift_pct']:+6.2f}%  "
+                  f"SM clock {r['sm_clock_mhz_shift_pct']:+6.2f}% ({r['sm_clock_mhz'][0]:.0f} MHz)  "
+                  f"power {r['power_w_shift_pct']:+6.2f}% ({r['power_w'][0]:.0f} W)")
+        if args.record:
+            payload = {"method": TL.POWER_METHOD, **payload}
+            print(f"recorded {write_result('timing_power', payload)}")
+        return 0
     classes = args.classes or TL.SPECIAL_CLASSES
     n_kernels = sum(1 for k in TL._kernels() if not args.kernel or args.kernel in k[0])
     bar = _progress(n_kernels * len(classes), "timing")
@@ -442,6 +459,8 @@ def main(argv=None) -> int:
     p.add_argument("--classes", nargs="+", help="fixed input classes (default: all)")
     p.add_argument("--kernel", help="only kernels whose name contains this text")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/timing_leak.json")
+    p.add_argument("--power", action="store_true",
+                   help="instead: NVML SM clock/power/temperature per class (records timing_power.json)")
     p.set_defaults(fn=cmd_leak)
 
     p = sub.add_parser("e2e", help="transformers Llama check: logits under the rule, greedy tokens, tokens/s")

@@ -11,11 +11,13 @@
 
 # %% tags=["parameters"]
 PROFILE = "auto"          # "gpu" measures live and records; "cpu" renders the recorded run
-RECORD_TOPIC = "perf"     # results/<gpu>/<topic>.json
+SWEEP = "quick"           # GPU profile: "quick" (the MEASURE_* lists below, about a minute on an H100)
+                          # or "full" (D 64/128/256, S 1K-16K, bf16 and fp16: the recorded run), -p SWEEP full
+RECORD_TOPIC = "perf"     # results/<gpu>/<topic>.json for the full sweep, <topic>_quick for the quick one
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
-MEASURE_HEAD_DIMS = [64, 128, 256]      # narrow the live sweep from papermill (-p ...)
-MEASURE_SEQLENS = [1024, 2048, 4096, 8192, 16384]
-MEASURE_DTYPES = ["bfloat16", "float16"]
+MEASURE_HEAD_DIMS = [128]               # the quick sweep; change from papermill (-p ...)
+MEASURE_SEQLENS = [1024, 4096, 16384]
+MEASURE_DTYPES = ["bfloat16"]
 MEASURE_PRIOR = True
 MEASURE_DECODE = True
 REPS = 60
@@ -37,6 +39,12 @@ from flashcore.results import describe, read_result, write_result
 # same bytes per token.
 
 # %%
+if SWEEP not in ("quick", "full"):
+    raise ValueError(f"SWEEP must be 'quick' or 'full', got {SWEEP!r}")
+topic = RECORD_TOPIC if SWEEP == "full" else f"{RECORD_TOPIC}_quick"
+if PROFILE == "gpu" and SWEEP == "full":
+    MEASURE_HEAD_DIMS, MEASURE_SEQLENS = [64, 128, 256], [1024, 2048, 4096, 8192, 16384]
+    MEASURE_DTYPES = ["bfloat16", "float16"]
 if PROFILE == "gpu":
     from tqdm.auto import tqdm
     payload = {"method": bench.__doc__.strip(), "ceilings": bench.ceilings()}
@@ -48,8 +56,8 @@ if PROFILE == "gpu":
                                                                     reps=REPS, graph=True, keep_samples=True)]
     payload["decode"] = [r for sh in tqdm(bench.decode_shapes() if MEASURE_DECODE else [], desc="decode")
                          for r in bench.bench_attention_shape(sh, bench.DECODE_PEERS, reps=REPS, graph=True)]
-    write_result(RECORD_TOPIC, payload, command=f"notebooks/03_performance.ipynb (PROFILE=gpu, RECORD_TOPIC={RECORD_TOPIC})")
-record = read_result(RECORD_TOPIC, None if PROFILE == "gpu" else RECORDED_GPU)
+    write_result(topic, payload, command=f"notebooks/03_performance.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})")
+record = read_result(topic, None) if PROFILE == "gpu" else read_result(RECORD_TOPIC, RECORDED_GPU)
 print("recorded on", describe(record))
 c = record["ceilings"]
 print(f"ceilings in the same run: {c['matmul']['what']} {c['matmul']['tflops']:.0f} TFLOP/s, "

@@ -30,6 +30,8 @@ LIVE_SEQLEN = 256         # live error study: (1, LIVE_HEADS, S, 128) per distri
 LIVE_HEADS = 2
 LIVE_SEEDS = 3
 MEASURE_SPEED = True      # GPU profile only
+SWEEP = "quick"           # GPU profile: "quick" (speed at S 4K and 16K, no launch-config sweep) or "full"
+                          # (S 1K-16K and the config sweep: the recorded run), -p SWEEP full
 
 # %%
 from flashcore.notebook import setup, table
@@ -153,6 +155,9 @@ for dist in ("outlier", "massive_channels"):
 # baselines (`python -m flashcore fp8 --record`).
 
 # %%
+if SWEEP not in ("quick", "full"):
+    raise ValueError(f"SWEEP must be 'quick' or 'full', got {SWEEP!r}")
+topic = RECORD_TOPIC if SWEEP == "full" else f"{RECORD_TOPIC}_quick"
 if PROFILE == "gpu":
     from flashcore.studies import bench
     payload = {"variants": list(VARIANTS), "p_scale": F.P_SCALE, "errors": []}
@@ -162,11 +167,12 @@ if PROFILE == "gpu":
                 payload["errors"] += F.error_rows(dist, heads=8, seqlen=s, causal=causal, seeds=tuple(range(5)),
                                                   baselines=("bfloat16", "float16"), device="cuda")
     payload["error_summary"] = F.summarize(payload["errors"])
-    if MEASURE_SPEED:
+    if MEASURE_SPEED and SWEEP == "full":
         payload["tuning"] = [t for c in (False, True) for t in F.tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=c), F.FP8_TUNING_CONFIGS)]
-        payload["speed"] = F.bench_fp8(F.fp8_shapes())
-    write_result(RECORD_TOPIC, payload, command=f"notebooks/04_fp8.ipynb (PROFILE=gpu, RECORD_TOPIC={RECORD_TOPIC})")
-record = read_result(RECORD_TOPIC, None if PROFILE == "gpu" else RECORDED_GPU)
+    if MEASURE_SPEED:
+        payload["speed"] = F.bench_fp8(F.fp8_shapes() if SWEEP == "full" else F.fp8_shapes((4096, 16384)))
+    write_result(topic, payload, command=f"notebooks/04_fp8.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})")
+record = read_result(topic, None) if PROFILE == "gpu" else read_result(RECORD_TOPIC, RECORDED_GPU)
 print("recorded on", describe(record))
 summary = record["error_summary"]
 show = [r for r in summary if r["S"] == 4096]

@@ -15,9 +15,11 @@
 
 # %% tags=["parameters"]
 PROFILE = "auto"          # "gpu": measure live and record; "cpu": render the record
-RECORD_TOPIC = "long_context"
+SWEEP = "quick"           # GPU profile: "quick" (S 1K-128K, decode to 1M tokens, about a minute on
+                          # an H100) or "full" (S 1K-1M, decode to 16M: the recorded run), -p SWEEP full
+RECORD_TOPIC = "long_context"   # the full sweep records here, the quick one as <topic>_quick
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
-MEASURE_SEQLENS = [2**i for i in range(10, 21)]   # GPU profile: narrow with papermill -y
+MEASURE_SEQLENS = []      # GPU profile: lengths to use instead of the sweep's, e.g. [1024, 8192, 131072]
 MEASURE_HEADS = 8
 
 # %%
@@ -32,20 +34,25 @@ from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
 
 # %%
+if SWEEP not in ("quick", "full"):
+    raise ValueError(f"SWEEP must be 'quick' or 'full', got {SWEEP!r}")
+topic = RECORD_TOPIC if SWEEP == "full" else f"{RECORD_TOPIC}_quick"
 if PROFILE == "gpu":
     from flashcore.validate import check_large_offsets, correctness_grid, run_grid, summarize
     from flashcore.studies.bench import bench_attention_shape
-    payload = {"sweep": L.bench_long_context(MEASURE_SEQLENS, heads=MEASURE_HEADS, windows=(4096,)),
+    seqlens = MEASURE_SEQLENS or ([2**i for i in range(10, 21)] if SWEEP == "full" else [1024, 4096, 8192, 32768, 131072])
+    decode_shapes = L.long_decode_shapes() if SWEEP == "full" else L.long_decode_shapes((32768, 131072, 1048576))
+    payload = {"sweep": L.bench_long_context(seqlens, heads=MEASURE_HEADS, windows=(4096,)),
                "sweep_shape": dict(B=1, H=MEASURE_HEADS, D=128, dtype="bfloat16")}
     payload["large_offsets"] = check_large_offsets("cuda", seqlen=2**20)
     payload["int32_demo"] = L.int32_offset_demo()
     rows = run_grid(correctness_grid("window"), "cuda", progress=False)
     payload["window_correctness"] = {"summary": summarize(rows), "cases": rows}
-    payload["decode"] = [r for sh in L.long_decode_shapes()
+    payload["decode"] = [r for sh in decode_shapes
                          for r in bench_attention_shape(sh, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True)]
     payload["whole_sequence_tile"] = {"32768": L.whole_sequence_tile_compile(32768)}
-    write_result(RECORD_TOPIC, payload, command=f"notebooks/05_long_context.ipynb (PROFILE=gpu, RECORD_TOPIC={RECORD_TOPIC})")
-record = read_result(RECORD_TOPIC, None if PROFILE == "gpu" else RECORDED_GPU)
+    write_result(topic, payload, command=f"notebooks/05_long_context.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})")
+record = read_result(topic, None) if PROFILE == "gpu" else read_result(RECORD_TOPIC, RECORDED_GPU)
 sweep = record["sweep"]
 print("recorded on", describe(record))
 print("shape:", record["sweep_shape"])
@@ -218,13 +225,15 @@ for causal in (False, True):
 # edges. Correctness first, live, against the masked float64 reference:
 
 # %%
-# NBVAL_CHECK_OUTPUT
 from flashcore.validate import correctness_grid, run_grid, summarize
 cases = correctness_grid("window" if PROFILE == "gpu" else "window-cpu")
 live = summarize(run_grid(cases, DEVICE, progress=False))
 print(f"live on {DEVICE}: {live['cases']} window cases, {live['failed']} failed, worst ratio {live['worst_ratio']:.3f}")
 rec = record["window_correctness"]["summary"]
 print(f"recorded on the GPU: {rec['cases']} cases (fp16/bf16, D 64-256, windows 1-5000), {rec['failed']} failed, worst ratio {rec['worst_ratio']:.3f}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 print("every sliding-window case passes the error rule (live and recorded):", live["failed"] == 0 and rec["failed"] == 0)
 
 # %%

@@ -25,6 +25,7 @@ PROFILE = "auto"
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
 MEASURE_TIMING = False     # GPU profile: re-run the timing test (about 2 minutes) and record
 TIMING_N = 10000
+MEASURE_POWER = False      # GPU profile: re-run the NVML power/clock study (about a minute) and record
 
 # %%
 from flashcore.notebook import setup, table
@@ -132,6 +133,47 @@ print("shipped forward kernels: every fixed-vs-random median shift under 5%:",
       all(abs(r["diff_pct"]) < 5 for r in lt if r["kernel"].startswith("forward")))
 print("decode split-KV (memory-bound): every median shift under 0.5%:",
       all(abs(r["diff_pct"]) < 0.5 for r in lt if r["kernel"].startswith("decode")))
+
+# %% [markdown]
+# ## Power and clocks during the test
+#
+# Is the chip the cause? NVML reports the SM clock, the board power and the temperature, but
+# only every few milliseconds, while the timing test interleaves the classes launch by launch.
+# So the same kernels run on the same class inputs in blocks of one class at a time (order
+# RFFRFRRF, which balances a slow drift such as warming up; 0.3 s of back-to-back launches per
+# block, the GPU drained between blocks), and a background thread samples NVML every 2 ms.
+# Per block: the median launch time (CUDA events) and the NVML means over its last three
+# quarters. `*_pct` columns are fixed minus random, in percent of random; `sm_mhz`, `power_w`
+# and `temp_c` are the random class's. Nothing is set: clocks and power limits are the
+# machine's own (`python -m flashcore leak --power --record`, `results/<gpu>/timing_power.json`).
+
+# %%
+from flashcore.studies import timing_leak as TL
+if PROFILE == "gpu" and MEASURE_POWER:
+    write_result("timing_power", {"method": TL.POWER_METHOD, **TL.run_power_suite()},
+                 command="notebooks/06_sass_constant_time.ipynb (PROFILE=gpu, MEASURE_POWER=True)")
+power = read_result("timing_power", None if (PROFILE == "gpu" and MEASURE_POWER) else RECORDED_GPU)
+print("recorded on", describe(power))
+print(f"power: {power['power_source']}; NVML sampled every {1e3 * power['sample_interval_s']:.0f} ms "
+      f"({power['samples']} samples); blocks {power['block_order']}, {power['block_s']} s each")
+pt = TL.power_table(power)
+print(table(pt, ["kernel", "class", "time_pct", "sm_mhz", "clock_pct", "power_w", "power_pct", "temp_c",
+                 "clock_explains", "clock_events"],
+            {"time_pct": "{:+.2f}", "sm_mhz": "{:.0f}", "clock_pct": "{:+.2f}", "power_w": "{:.0f}",
+             "power_pct": "{:+.1f}", "temp_c": "{:.0f}"}))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tensor_core = [r for r in pt if not r["kernel"].startswith("decode")]
+shifted = [r for r in tensor_core if abs(r["time_pct"]) > 0.5]
+print("blocked runs reproduce the timing test: tensor-core kernels faster on some fixed class by > 0.5%:",
+      any(r["time_pct"] < -0.5 for r in tensor_core))
+print("board power differs between the classes by more than 5% for some tensor-core kernel:",
+      any(abs(r["power_pct"]) > 5 for r in tensor_core))
+print("SM clock differs between the classes by more than 0.5% for some tensor-core kernel:",
+      any(abs(r["clock_pct"]) > 0.5 for r in tensor_core))
+print("the SM clock accounts for every time shift over 0.5% (same sign, at least half the size):",
+      bool(shifted) and all(r["clock_explains"] for r in shifted))
 
 # %% [markdown]
 # ## Verdict

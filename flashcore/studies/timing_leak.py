@@ -162,3 +162,206 @@ def run_suite(n_per_class: int = 10000, classes=SPECIAL_CLASSES, kernel_filter: 
         del random_sets
         torch.cuda.empty_cache()
     return rows
+
+
+# ------------------------------------------------------- power and clocks during the test
+#
+# The timing test interleaves the two classes launch by launch (tens of microseconds each),
+# far faster than NVML reports power, so its samples cannot be attributed to a class. This
+# study runs the same kernels on the same class inputs in blocks of one class at a time
+# (alternating, a fraction of a second each, the GPU drained between blocks) while a
+# background thread samples the SM clock, the board power and the temperature through NVML.
+# It only reads: no clock, power limit or persistence setting is touched.
+
+POWER_CLASSES = ("all_equal", "subnormal", "sparse", "huge", "nan_inf")
+POWER_METHOD = ("The timing test's kernels and input classes, run in blocks of one class at a time "
+                "(order RFFRFRRF, each block a fixed wall time of back-to-back launches, the GPU drained "
+                "between blocks) while a background thread samples NVML every 2 ms: SM clock, board power "
+                "(instantaneous where the driver offers it), temperature, clock-event reasons. Per block: "
+                "median launch time (CUDA events) and NVML means over the block's last three quarters. "
+                "Observation only: no clock, power or persistence setting is changed.")
+
+
+class NvmlSampler:
+    """Background thread sampling (time, SM clock MHz, power W, temperature C, clock-event
+    reasons) from NVML every ``interval_s`` while active. Power is the instantaneous field
+    where the driver offers it (``power_source`` says which was read), else the averaged
+    ``nvmlDeviceGetPowerUsage``."""
+
+    def __init__(self, device_index: int = 0, interval_s: float = 0.002):
+        import pynvml  # nvidia-ml-py; GPU machines only
+
+        self.nvml, self.interval_s = pynvml, interval_s
+        pynvml.nvmlInit()
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        self.instant_field = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        self.power_source = "nvmlDeviceGetPowerUsage (driver-averaged)"
+        if self.instant_field is not None:
+            try:
+                value = pynvml.nvmlDeviceGetFieldValues(self.handle, [self.instant_field])[0]
+                if value.nvmlReturn == 0:
+                    self.power_source = "NVML_FI_DEV_POWER_INSTANT"
+                else:
+                    self.instant_field = None
+            except pynvml.NVMLError:
+                self.instant_field = None
+        self.samples: list[tuple[float, float, float, float, int]] = []
+        self._stop = None
+        self._thread = None
+
+    def _power_w(self) -> float:
+        nv = self.nvml
+        if self.instant_field is not None:
+            value = nv.nvmlDeviceGetFieldValues(self.handle, [self.instant_field])[0]
+            return value.value.uiVal / 1000.0
+        return nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+
+    def _reasons(self) -> int:
+        nv = self.nvml
+        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(getter(self.handle))
+
+    def _run(self):
+        import time
+
+        nv = self.nvml
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), float(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM)),
+                                 self._power_w(), float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)),
+                                 self._reasons()))
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self):
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.nvml.nvmlShutdown()
+
+    def window(self, t0: float, t1: float, skip: float = 0.25) -> dict:
+        """Means over [t0, t1], leaving out the first ``skip`` of it (power and clock settle)."""
+        lo = t0 + skip * (t1 - t0)
+        s = [x for x in self.samples if lo <= x[0] <= t1]
+        if not s:
+            return {"samples": 0}
+        reasons = 0
+        for x in s:
+            reasons |= x[4]
+        return {"samples": len(s), "sm_clock_mhz": float(np.mean([x[1] for x in s])),
+                "sm_clock_min_mhz": float(min(x[1] for x in s)), "power_w": float(np.mean([x[2] for x in s])),
+                "temp_c": float(np.mean([x[3] for x in s])), "clock_event_reasons": reasons}
+
+
+BLOCK_ORDER = "RFFRFRRF"  # balanced against a linear drift (warming up): both classes' mean position is 3.5
+
+
+def power_blocks(fn, random_sets, fixed_sets, sampler: NvmlSampler, *, block_s: float = 0.3) -> list[dict]:
+    """Blocks of back-to-back launches of one class in ``BLOCK_ORDER``, each ``block_s`` long;
+    per block: the median launch time (CUDA events) and the NVML means over the block's span
+    on the GPU (synchronised at both ends)."""
+    import time
+
+    out = []
+    for letter in BLOCK_ORDER:
+        cls = int(letter == "F")
+        sets = fixed_sets if cls else random_sets
+        for i in range(10):  # warm-up in the block's class
+            fn(*sets[i % len(sets)])
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        starts, ends, i = [], [], 0
+        while time.perf_counter() - t0 < block_s:
+            for _ in range(50):  # enqueue in batches; the GPU stays busy behind the host
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                fn(*sets[i % len(sets)])
+                e.record()
+                starts.append(s)
+                ends.append(e)
+                i += 1
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        times_us = [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends)]
+        out.append({"class": "fixed" if cls else "random", "launches": len(times_us),
+                    "median_us": float(np.median(times_us)), **sampler.window(t0, t1)})
+    return out
+
+
+def summarize_power(blocks: list[dict]) -> dict:
+    """Fixed-vs-random shifts (percent of random) of the median launch time, the SM clock and
+    the power, from the block means. ``clock_explains_time``: the time shift has the sign a
+    clock shift would cause and at least half its size is accounted for by the clock."""
+    def mean(cls, key):
+        vals = [b[key] for b in blocks if b["class"] == cls and key in b]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    out = {}
+    for key in ("median_us", "sm_clock_mhz", "power_w", "temp_c"):
+        r, f = mean("random", key), mean("fixed", key)
+        out[key] = [r, f]
+        out[f"{key}_shift_pct"] = 100.0 * (f - r) / r if r else float("nan")
+    t, c = out["median_us_shift_pct"], out["sm_clock_mhz_shift_pct"]
+    # A clock that runs c% faster shortens a compute-bound launch by about c%.
+    out["clock_explains_time"] = bool(abs(t) > 0 and -c * t > 0 and abs(c) >= 0.5 * abs(t))
+    return out
+
+
+def run_power_suite(kernel_names=("hardware reference", "forward non-causal", "forward causal", "decode"),
+                    classes=POWER_CLASSES, *, block_s: float = 0.3, sets_per_class: int = 4,
+                    progress=None) -> dict:
+    """The power/clock study over the timing test's kernels and classes (same inputs)."""
+    rows = []
+    with NvmlSampler() as sampler:
+        for name, role, make_inputs, fn in _kernels():
+            if not any(name.startswith(k) for k in kernel_names):
+                continue
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            random_sets = [make_inputs("random", gen) for _ in range(sets_per_class)]
+            for kind in classes:
+                fixed = make_inputs(kind, torch.Generator(device="cuda").manual_seed(1))
+                fixed_sets = [tuple(t.clone() for t in fixed) for _ in range(sets_per_class)]
+                with torch.inference_mode():
+                    blocks = power_blocks(fn, random_sets, fixed_sets, sampler, block_s=block_s)
+                rows.append({"kernel": name, "role": role, "fixed_class": kind, "blocks": blocks,
+                             **summarize_power(blocks)})
+                del fixed_sets
+                if progress is not None:
+                    progress.update(1)
+            del random_sets
+            torch.cuda.empty_cache()
+        n_samples = len(sampler.samples)
+        source, interval = sampler.power_source, sampler.interval_s
+    return {"power_source": source, "sample_interval_s": interval, "samples": n_samples,
+            "block_order": BLOCK_ORDER, "block_s": block_s, "rows": rows}
+
+
+# NVML clock-event reason bits (nvmlClocksEventReason*): why the SM clock is below its maximum.
+CLOCK_EVENT_REASONS = {0x1: "idle", 0x2: "applications clocks", 0x4: "software power cap",
+                       0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal",
+                       0x40: "hardware thermal", 0x80: "hardware power brake", 0x100: "display clocks"}
+
+
+def clock_event_names(mask: int) -> str:
+    return ", ".join(name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit) or "none"
+
+
+def power_table(record: dict) -> list[dict]:
+    """One line per (kernel, fixed class): random-class absolute values, fixed-vs-random shifts,
+    and the clock-event reasons seen in any of its blocks."""
+    out = []
+    for r in record["rows"]:
+        reasons = 0
+        for b in r["blocks"]:
+            reasons |= b.get("clock_event_reasons", 0)
+        out.append({"kernel": r["kernel"], "class": r["fixed_class"], "time_pct": r["median_us_shift_pct"],
+                    "sm_mhz": r["sm_clock_mhz"][0], "clock_pct": r["sm_clock_mhz_shift_pct"],
+                    "power_w": r["power_w"][0], "power_pct": r["power_w_shift_pct"], "temp_c": r["temp_c"][0],
+                    "clock_explains": r["clock_explains_time"], "clock_events": clock_event_names(reasons)})
+    return out

@@ -1,0 +1,48 @@
+"""The NVML power/clock study's bookkeeping (CPU): block windows, class shifts, the verdict flag."""
+
+import types
+
+from flashcore.studies import timing_leak as TL
+
+
+def blocks(time_r, time_f, clock_r, clock_f, power_r=600.0, power_f=560.0):
+    out = []
+    for letter in TL.BLOCK_ORDER:
+        fixed = letter == "F"
+        out.append({"class": "fixed" if fixed else "random", "median_us": time_f if fixed else time_r,
+                    "sm_clock_mhz": clock_f if fixed else clock_r, "power_w": power_f if fixed else power_r,
+                    "temp_c": 60.0, "clock_event_reasons": 0x4 if not fixed else 0})
+    return out
+
+
+def test_block_order_is_balanced_against_drift():
+    pos = {c: [i for i, x in enumerate(TL.BLOCK_ORDER) if x == c] for c in "RF"}
+    assert len(pos["R"]) == len(pos["F"]) and sum(pos["R"]) == sum(pos["F"])
+
+
+def test_clock_explains_a_shift_it_matches_and_not_one_it_does_not():
+    # 2% faster with a 2% higher clock: explained.
+    s = TL.summarize_power(blocks(100.0, 98.0, 1700.0, 1734.0))
+    assert round(s["median_us_shift_pct"], 6) == -2.0 and s["clock_explains_time"]
+    # 2% faster at the same clock: not explained by the clock.
+    s = TL.summarize_power(blocks(100.0, 98.0, 1980.0, 1980.0))
+    assert s["sm_clock_mhz_shift_pct"] == 0 and not s["clock_explains_time"]
+    # The clock moves the wrong way: not explained.
+    assert not TL.summarize_power(blocks(100.0, 98.0, 1734.0, 1700.0))["clock_explains_time"]
+    assert TL.summarize_power(blocks(100.0, 98.0, 1700.0, 1734.0))["power_w_shift_pct"] < 0
+
+
+def test_sampler_window_skips_the_settling_quarter():
+    sampler = types.SimpleNamespace(samples=[(t / 10, 1000.0 + t, 500.0, 50.0, 0x4 if t == 9 else 0)
+                                             for t in range(11)])
+    w = TL.NvmlSampler.window(sampler, 0.0, 1.0)
+    assert w["samples"] == 8
+    assert w["sm_clock_min_mhz"] == 1003.0 and w["clock_event_reasons"] == 0x4
+    assert TL.NvmlSampler.window(sampler, 5.0, 6.0) == {"samples": 0}
+
+
+def test_power_table_names_clock_events():
+    record = {"rows": [{"kernel": "k", "fixed_class": "all_equal", "blocks": blocks(1, 1, 1, 1),
+                        **TL.summarize_power(blocks(100.0, 99.0, 1700.0, 1717.0))}]}
+    (row,) = TL.power_table(record)
+    assert row["clock_events"] == "software power cap" and row["clock_explains"]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On a CUDA machine, in one session: notebook 06's power/clock study (NVML, observation only),
+# then every notebook's GPU profile timed with papermill (default sweeps) and recorded.
+# Usage: FLASHCORE_COMMIT=<hash> bash tools/gpu_reproduce_timing.sh <outdir> [notebooks/NN_name.ipynb ...]
+# Writes <outdir>/results/<gpu>/{timing_power,reproduce_timing,*_quick}.json, <outdir>/run.log and
+# <outdir>/executed_notebooks.tar.gz (the executed copies; the committed notebooks are not touched).
+set -u
+out=$1; shift
+if [ $# -gt 0 ]; then nbs=("$@"); else nbs=(notebooks/0[1-6]_*.ipynb); fi
+mkdir -p "$out/results" "$out/nb"
+export FLASHCORE_RESULTS_DIR="$out/results"
+. tools/device_prefix.sh
+log="$out/run.log"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu \
+  --format=csv >"$log" 2>&1
+echo "== power study" | tee -a "$log"
+timeout "${POWER_TIMEOUT:-120}" python3 -m flashcore leak --power --record \
+  --kernel "${POWER_KERNELS:-}" >>"$log" 2>&1
+echo "   rc=$?" | tee -a "$log"
+grep -E "power read|time .*SM clock" "$log" | tail -n 20
+echo "== notebooks" | tee -a "$log"
+python3 tools/time_reproduce.py --profile gpu --timeout "${NB_TIMEOUT:-110}" --out-dir "$out/nb" --record \
+  "${nbs[@]}" 2>&1 | tee -a "$log"
+tar -czf "$out/executed_notebooks.tar.gz" -C "$out" nb && rm -rf "$out/nb"
