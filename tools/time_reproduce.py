@@ -82,26 +82,30 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     params = [tuple(p) for p in args.parameter]
 
+    def record(rows):  # after every notebook, so a run stopped part-way still leaves a record
+        sys.path.insert(0, str(ROOT))
+        from flashcore.results import write_result
+
+        return write_result("reproduce_timing", {
+            "method": "wall time of one papermill process per notebook (kernel start, imports, compiles "
+                      "and every cell), run one after another on an otherwise idle machine",
+            "total_seconds": round(sum(r["seconds"] for r in rows), 1), "rows": rows},
+            command=" ".join(["python tools/time_reproduce.py", "--profile", args.profile,
+                              *(f"-p {n} {v}" for n, v in params),
+                              *(f"notebooks/{p.name}" for p in args.notebooks)]))
+
     rows = []
     for path in args.notebooks:
         row = time_notebook(path.resolve(), args.profile, params, out_dir, args.timeout)
         rows.append(row)
         cells = ", ".join(f"cell {c['cell']} {c['seconds']:.0f} s" for c in row["slowest_cells"])
         print(f"{row['notebook']:<24} {row['seconds']:7.1f} s  {row['status']}  (slowest: {cells})", flush=True)
+        if args.record:
+            written = record(rows)
     total = sum(r["seconds"] for r in rows)
     print(f"total {total:.1f} s over {len(rows)} notebooks ({args.profile} profile)")
     if args.record:
-        sys.path.insert(0, str(ROOT))
-        from flashcore.results import write_result
-
-        path = write_result("reproduce_timing", {
-            "method": "wall time of one papermill process per notebook (kernel start, imports, compiles "
-                      "and every cell), run one after another on an otherwise idle machine",
-            "total_seconds": round(total, 1), "rows": rows},
-            command=" ".join(["python tools/time_reproduce.py", "--profile", args.profile,
-                              *(f"-p {n} {v}" for n, v in params),
-                              *(f"notebooks/{p.name}" for p in args.notebooks)]))
-        print(f"recorded {path}")
+        print(f"recorded {written}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
