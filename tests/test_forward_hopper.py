@@ -34,13 +34,14 @@ def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed):
     return rand(hq, sq), rand(hkv, sk), rand(hkv, sk)
 
 
-def _run(q, k, v, *, causal, alignment, pingpong, lse=True):
+def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None):
     sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
     lse_t = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
     off = causal_offset(sq, sk, alignment) if causal else 0
     fh.attention_hopper(q, k, v, out, lse_t, causal_offset=off, is_causal=causal,
-                        qk_scale=fh.LOG2E / math.sqrt(d), store_lse=lse, pingpong=pingpong)
+                        qk_scale=fh.LOG2E / math.sqrt(d), store_lse=lse, pingpong=pingpong,
+                        num_wg=num_wg)
     return out, lse_t
 
 
@@ -76,6 +77,23 @@ def test_error_rule(case, dtype, pingpong):
     seen = torch.isfinite(lse64)
     assert torch.equal(torch.isneginf(lse), ~seen)  # rows with no key: -inf, not NaN
     assert torch.allclose(lse[seen].double(), lse64[seen], rtol=0, atol=1e-4)
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_wg", [2, 3])
+@pytest.mark.parametrize("case", [c for c in CASES if c[5] in (64, 128)][:6],
+                         ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
+def test_error_rule_consumer_count(case, num_wg):
+    """Two or three consumer warpgroups (128- or 192-row query tiles), bf16, ping-pong."""
+    b, hq, hkv, sq, sk, d, causal, alignment, layout = case
+    q, k, v = _inputs(b, hq, hkv, sq, sk, d, torch.bfloat16, layout, seed=100 + CASES.index(case))
+    out, _ = _run(q, k, v, causal=causal, alignment=alignment, pingpong=True, num_wg=num_wg)
+    kw = dict(causal=causal, causal_alignment=alignment)
+    ref64 = attention_reference(q, k, v, compute_dtype=torch.float64, **kw)
+    same = attention_reference(q, k, v, compute_dtype=torch.bfloat16, **kw)
+    report = error_rule(out, ref64, same)
+    assert report.passed, report
 
 
 @needs_hopper

@@ -17,11 +17,11 @@ from flashcore.kernels import forward_hopper as fh
 from flashcore.kernels.forward import attention as triton_attention, default_config
 from flashcore.studies import bench
 
-VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper)
+VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three consumer warpgroups
     64: {"pp_bn128_s3": dict(block_n=128, stages=3), "nopp_bn128_s3": dict(block_n=128, stages=3, pingpong=False),
-         "pp_bn64_s4": dict(block_n=64, stages=4)},
+         "wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3), "wg3_bn128_s3": dict(block_n=128, stages=3, num_wg=3)},
     128: {"pp_bn128_s2": dict(block_n=128, stages=2), "nopp_bn128_s2": dict(block_n=128, stages=2, pingpong=False),
-          "pp_bn64_s3": dict(block_n=64, stages=3)},
+          "wg3_bn64_s2": dict(block_n=64, stages=2, num_wg=3)},
     256: {"pp_bn64_s2": dict(block_n=64, stages=2), "nopp_bn64_s2": dict(block_n=64, stages=2, pingpong=False)},
 }
 
@@ -34,6 +34,31 @@ def hopper_fn(causal, kw):
     return run
 
 
+def summarize(rows):
+    """Per dtype and head dim, each implementation / cuDNN: geomean over S 2K-16K x {causal,
+    full}, the worst of those shapes, and S=1K; and / today's Triton kernel likewise."""
+    out = {"lines": []}
+    keyed = {(r["dtype"], r["D"], r["S"], r["causal"], r["impl"]): r.get("tflops") for r in rows}
+    for dtype, d in sorted({(r["dtype"], r["D"]) for r in rows}):
+        impls = sorted({r["impl"] for r in rows if r["dtype"] == dtype and r["D"] == d})
+        for impl in impls:
+            for base in ("cudnn", "triton"):
+                ratios = {(s, c): keyed.get((dtype, d, s, c, impl)) / keyed[(dtype, d, s, c, base)]
+                          for (dt, dd, s, c, i) in keyed if dt == dtype and dd == d and i == base
+                          and keyed.get((dtype, d, s, c, impl)) and keyed[(dtype, d, s, c, base)]}
+                long = [v for (s, c), v in ratios.items() if 2048 <= s <= 16384]
+                short = [v for (s, c), v in ratios.items() if s == 1024]
+                entry = {"geomean_2k_16k": bench.geomean(long), "worst_2k_16k": min(long) if long else None,
+                         "worst_1k": min(short) if short else None}
+                out[f"{dtype} D{d} {impl} / {base}"] = entry
+                if impl not in (base, "cudnn"):
+                    out["lines"].append(
+                        f"{dtype} D{d} {impl:>14} / {base:<6}: geomean {entry['geomean_2k_16k']:.3f}, worst "
+                        f"{entry['worst_2k_16k'] or float('nan'):.3f} (S 2K-16K); S=1K worst "
+                        f"{entry['worst_1k'] or float('nan'):.3f}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -41,6 +66,7 @@ def main():
     ap.add_argument("--dtypes", default="bfloat16")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--record", action="store_true", help="also write results/<gpu>/fa3_attempt.json")
     args = ap.parse_args()
     seqlens = [int(s) for s in args.seqlens.split(",")]
     rows = []
@@ -89,6 +115,15 @@ def main():
                     del sets
                     torch.cuda.empty_cache()
                     json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, open(args.out, "w"), indent=1)
+    summary = summarize(rows)
+    for line in summary["lines"]:
+        print(line)
+    if args.record:
+        from flashcore.results import write_result
+        payload = {"method": __doc__.strip(), "dispatch": {f"D{d} {'causal' if c else 'full'}": t
+                                                           for (d, c), t in fh.DISPATCH.items()},
+                   "variants": {str(d): v for d, v in VARIANTS.items()}, "summary": summary, "rows": rows}
+        print("recorded", write_result("fa3_attempt", payload))
     errs = [r for r in rows if "error" in r]
     for r in errs[:5]:
         print("ERROR", r["impl"], r["D"], r["S"], r["causal"], r["error"], file=sys.stderr)

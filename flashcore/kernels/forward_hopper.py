@@ -85,11 +85,11 @@ if GLUON_AVAILABLE:
     def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                   q_ready, k_ready, k_empty, v_ready, v_empty,
                   batch, q_head, kv_head, q_row0, n_tiles,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
         """One warp: TMA loads only. A stage is reused once both consumers released it."""
         HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
         ROWS: gl.constexpr = q_desc.block_type.shape[2]
-        for wg in gl.static_range(2):
+        for wg in gl.static_range(NUM_WG):
             mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [batch, q_head, q_row0 + wg * ROWS, 0],
                                             q_ready.index(wg), q_smem.index(wg))
@@ -139,8 +139,9 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _pass_turn(turn, wg: gl.constexpr, PINGPONG: gl.constexpr):
+        NUM_WG: gl.constexpr = turn.shape[0]
         if PINGPONG:
-            mbarrier.arrive(turn.index(1 - wg), count=1)
+            mbarrier.arrive(turn.index((wg + 1) % NUM_WG), count=1)
 
     @gluon.jit
     def _attend_tiles(acc, p_op, m_i, l_i, turn_phase, q_tile, k_smem, v_smem,
@@ -266,14 +267,25 @@ if GLUON_AVAILABLE:
                   HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)
 
     @gluon.jit
+    def _consumer_wg2(Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                      stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                      n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+        _consumer(2, Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)
+
+    @gluon.jit
     def _fa3_fwd_kernel(q_desc, k_desc, v_desc, Out, Lse,
                         stride_oz, stride_oh, stride_om, stride_ok,
                         num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
                         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                        CONSUMER_REGS: gl.constexpr):
+                        CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2):
         ROWS: gl.constexpr = 64
-        BLOCK_M: gl.constexpr = 2 * ROWS
+        BLOCK_M: gl.constexpr = NUM_WG * ROWS
         dtype: gl.constexpr = q_desc.dtype
         # 1-D grid, query tile fastest (programs running together share a head's K/V in L2).
         num_m_tiles = gl.cdiv(seqlen_q, BLOCK_M)
@@ -303,41 +315,60 @@ if GLUON_AVAILABLE:
         o_offset = batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh
         lse_offset = batch_head.to(gl.int64) * seqlen_q
 
-        q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM],
+        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, ROWS, HEAD_DIM],
                                            gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype))
         kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
-        q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
+        for i in gl.static_range(NUM_WG):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)  # both consumer warpgroups release
-            mbarrier.init(v_empty.index(i), count=2)
+            mbarrier.init(k_empty.index(i), count=NUM_WG)  # every consumer warpgroup releases
+            mbarrier.init(v_empty.index(i), count=NUM_WG)
         if PINGPONG:
             mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
 
-        gl.warp_specialize([
-            (_consumer_wg0, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                              stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                              n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                              HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
-            (_consumer_wg1, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                              stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                              n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                              HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-                         q_ready, k_ready, k_empty, v_ready, v_empty,
-                         batch, q_head, kv_head, q_row0, n_tiles, BLOCK_N, STAGES)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+        if NUM_WG == 3:
+            gl.warp_specialize([
+                (_consumer_wg0, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
+                (_consumer_wg1, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
+                (_consumer_wg2, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                             q_ready, k_ready, k_empty, v_ready, v_empty,
+                             batch, q_head, kv_head, q_row0, n_tiles, BLOCK_N, STAGES, NUM_WG)),
+            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+        else:
+            gl.warp_specialize([
+                (_consumer_wg0, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
+                (_consumer_wg1, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
+                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                             q_ready, k_ready, k_empty, v_ready, v_empty,
+                             batch, q_head, kv_head, q_row0, n_tiles, BLOCK_N, STAGES, NUM_WG)),
+            ], [4, 1], [CONSUMER_REGS, 24])
 
 
 # (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
@@ -430,7 +461,7 @@ def _descriptor(t, block_rows, head_dim):
 
 def attention_hopper(q, k, v, out, lse, *, causal_offset: int, is_causal: bool, qk_scale: float,
                      store_lse: bool, block_n: int | None = None, stages: int | None = None,
-                     pingpong: bool = True, consumer_regs: int = 240):
+                     pingpong: bool = True, num_wg: int | None = None, consumer_regs: int | None = None):
     """Launch the Gluon kernel on validated inputs (``supports`` true). ``out`` (B, Hq, Sq, D)
     any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
     ``qk_scale`` = softmax scale * log2(e)."""
@@ -439,16 +470,20 @@ def attention_hopper(q, k, v, out, lse, *, causal_offset: int, is_causal: bool, 
     cfg = VARIANTS[head_dim]
     block_n = block_n or cfg["BLOCK_N"]
     stages = stages or cfg["STAGES"]
+    num_wg = num_wg or cfg.get("NUM_WG", 2)
+    # setmaxnreg budget: 64K registers over the consumer warpgroups and the producer's
+    # (which keeps 24 per thread), in multiples of 8.
+    consumer_regs = consumer_regs or {2: 240, 3: 160}[num_wg]
     q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
     k_desc = _descriptor(k, block_n, head_dim)
     v_desc = _descriptor(v, block_n, head_dim)
-    grid = (triton_cdiv(seqlen_q, 2 * BLOCK_M_WG) * batch * num_q_heads,)
+    grid = (triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG) * batch * num_q_heads,)
     _fa3_fwd_kernel[grid](
         q_desc, k_desc, v_desc, out, lse, *out.stride(),
         num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale,
         HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages, IS_CAUSAL=bool(is_causal),
         STORE_LSE=bool(store_lse), PINGPONG=bool(pingpong), CONSUMER_REGS=consumer_regs,
-        num_warps=4)
+        NUM_WG=num_wg, num_warps=4)
     return out
 
 
