@@ -7,6 +7,8 @@
     python -m flashcore tune --record       # launch-config sweep of the forward kernel (GPU)
     python -m flashcore fp8 --record        # FP8 errors (any machine) and speed (GPU)
     python -m flashcore long --record       # long-context sweep, windows, 2^31 offsets (GPU)
+    torchrun --nproc-per-node 2 -m flashcore cp check     # ring attention vs float64 (gloo on CPU)
+    torchrun --nproc-per-node 2 -m flashcore cp bench --record   # context parallelism (GPUs)
     python -m flashcore backward --memory --fwd-bwd --train --record   # gradients, speed (GPU)
 
 On a machine without a GPU, set TRITON_INTERPRET=1 (the CLI does it for you) and use
@@ -44,6 +46,8 @@ def cmd_info(_args) -> int:
 
     for key, value in provenance().items():
         print(f"{key:>18}: {value}")
+    from .kernels import forward_hopper
+    print(f"{'forward dispatch':>18}: {forward_hopper.describe()}")
     return 0
 
 
@@ -96,13 +100,18 @@ def cmd_sanitize(args) -> int:
     # The forward grid (incl. sliding windows, TMA and pointer paths) and the fp8 kernel on an
     # S that is not a multiple of its 128-key padding, every recipe, causal and not.
     workloads = {"forward": ["validate", "--grid", "sanitizer", "--quiet"],
-                 "fp8": ["fp8", "--dists", "outlier", "--s", "200", "--heads", "2", "--seeds", "1", "--no-speed"]}
+                 "fp8": ["fp8", "--dists", "outlier", "--s", "200", "--heads", "2", "--seeds", "1", "--no-speed"],
+                 # The same grid with every case the Gluon Hopper kernel supports forced onto it.
+                 "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"]}
+    if args.workloads:
+        workloads = {w: a for w, a in workloads.items() if w in args.workloads}
     report = []
     for tool in args.tools:
         for workload, flashcore_args in workloads.items():
+            run_env = dict(env, FLASHCORE_FORWARD_HOPPER="always" if workload == "forward_hopper" else "never")
             cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "3",
                    sys.executable, "-m", "flashcore", *flashcore_args]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
             text = proc.stdout + proc.stderr
             m = re.search(r"ERROR SUMMARY: (\d+) error", text)
             hazards = re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
@@ -394,6 +403,64 @@ def cmd_long(args) -> int:
     return 0
 
 
+def cmd_cp(args) -> int:
+    """Context parallelism; run under torchrun, one process per device (gloo on CPU)."""
+    # NVLink multicast stays off (NVLS / symmetric memory are not used by the ring).
+    for key, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                       ("NVSHMEM_DISABLE_NVLS", "1")):
+        os.environ.setdefault(key, value)
+    _ensure_backend()
+    import torch
+    import torch.distributed as dist
+
+    from .results import device_slug, write_result
+    from .studies import context_parallel as CP
+
+    if args.action == "bench" and not torch.cuda.is_available():
+        print("cp bench needs CUDA devices (one per process); `cp check` runs on CPU", file=sys.stderr)
+        return 2
+    rank, world_size, device = CP.init_from_env()
+    log = print if rank == 0 else (lambda *a, **k: None)
+    try:
+        grid = args.grid or ("gpu" if device.type == "cuda" else "cpu")
+        cases = []
+        if args.action == "check" or not args.no_check:
+            cases = CP.gpu_grid() if grid == "gpu" else CP.cpu_grid()
+            if args.filter:
+                cases = [c for c in cases if args.filter in c.name]
+        rows = CP.run_check(cases, device, base_seed=args.seed, progress=True) if cases else []
+        summary = CP.summarize_cases(rows)
+        if rows:
+            log(f"{summary['cases']} cases on {world_size} ranks, {summary['failed']} failed; worst error "
+                f"ratio {summary['worst_ratio']:.3f}; planted bugs caught {summary['planted_bugs_caught']}"
+                f"/{summary['planted_bugs']}")
+        ok = summary["failed"] == 0 and summary["planted_bugs_caught"] == summary["planted_bugs"]
+        if args.action == "check":
+            return 0 if ok else 1
+
+        seqlens = args.s or ([2**k for k in range(17, 23)] if args.wide else [2**k for k in range(17, 22)])
+        cp_only_from = args.cp_only_from or (2**22 if args.wide else 2**21)
+        causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+        payload = {"world_size": world_size, "grid": grid, "summary": summary, "cases": rows,
+                   "config": {"batch": 1, "num_q_heads": args.heads[0], "num_kv_heads": args.heads[1],
+                              "head_dim": args.head_dim, "dtype": "bfloat16", "seqlens": seqlens,
+                              "cp_only_from": cp_only_from, "budget_s": args.budget_s,
+                              "timing": "wall clock per call, barrier before, slowest rank, median of "
+                                        "3 calls (1 call from S = 1M)"}}
+        slug = f"{device_slug()}-x{world_size}"
+
+        def record(result):
+            payload.update(result)
+            if args.record and rank == 0:
+                print("recorded:", write_result("context_parallel", payload, slug=slug), flush=True)
+        record(CP.bench(seqlens, causal_modes=causal_modes, num_q_heads=args.heads[0],
+                        num_kv_heads=args.heads[1], head_dim=args.head_dim,
+                        cp_only_from=cp_only_from, budget_s=args.budget_s, on_row=record, log=log))
+        return 0 if ok else 1
+    finally:
+        dist.destroy_process_group()
+
+
 def cmd_backward(args) -> int:
     _ensure_backend()
     from .results import write_result
@@ -426,7 +493,9 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("sanitize", help="compute-sanitizer memcheck/racecheck over a sample grid (GPU)")
-    p.add_argument("--tools", nargs="+", default=["memcheck", "racecheck"])
+    p.add_argument("--tools", nargs="+", default=["memcheck", "racecheck", "synccheck"])
+    p.add_argument("--workloads", nargs="+", choices=["forward", "fp8", "forward_hopper"],
+                   help="subset of the workloads (default: all)")
     p.add_argument("--record", action="store_true", help="add the result to correctness.json")
     p.set_defaults(fn=cmd_sanitize)
 
@@ -488,6 +557,23 @@ def main(argv=None) -> int:
     p.add_argument("--topic", default="long_context")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/long_context.json")
     p.set_defaults(fn=cmd_long)
+
+    p = sub.add_parser("cp", help="context parallelism (run under torchrun --nproc-per-node N): "
+                       "check against float64, bench on GPUs")
+    p.add_argument("action", choices=["check", "bench"])
+    p.add_argument("--grid", choices=["cpu", "gpu"], help="correctness grid (default: by device)")
+    p.add_argument("--filter", help="only check cases whose name contains this text")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-check", action="store_true", help="bench without the correctness grid")
+    p.add_argument("--s", type=int, nargs="+", help="global sequence lengths (default 128K ... 2M)")
+    p.add_argument("--wide", action="store_true", help="S to 4M, every impl to 2M (about 20 min)")
+    p.add_argument("--cp-only-from", type=int, help="from this S only flashcore's ring is timed")
+    p.add_argument("--causal", default="both", choices=["both", "yes", "no"])
+    p.add_argument("--heads", type=int, nargs=2, default=[8, 2], metavar=("HQ", "HKV"))
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--budget-s", type=float, default=240.0, help="skip an S predicted to end past this")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>-x<N>/context_parallel.json")
+    p.set_defaults(fn=cmd_cp)
 
     p = sub.add_parser("backward", help="backward pass: gradient grid vs float64, determinism, memory, "
                        "speed beside SDPA/Flex, training step (GPU; --grid cpu on CPU)")

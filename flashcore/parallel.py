@@ -316,8 +316,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen:
     acc = torch.zeros((batch, num_q_heads, my_len, head_dim), dtype=torch.float32, device=q.device)
     acc_lse = torch.full((batch, num_q_heads, my_len), float("-inf"), dtype=torch.float32,
                          device=q.device)
-    if my_len == 0 or seqlen == 0:
-        out = acc.to(q.dtype)
+    if seqlen == 0:  # every rank agrees: nothing to send. (A rank with an empty shard
+        out = acc.to(q.dtype)  # when S < N still forwards the others' blocks.)
         return (out, acc_lse) if return_lse else out
 
     # Two flat buffers of the largest shard, K then V: one message per step.

@@ -65,6 +65,7 @@ def cpu_grid() -> list[CPCase]:
         CPCase(67, causal=True, sharding="zigzag"),                              # uneven: 67 = 17+17+17+16
         CPCase(67, causal=False, sharding="contiguous", batch=2),                # uneven: 34 + 33
         CPCase(3, causal=True, sharding="zigzag"),                               # empty chunks
+        CPCase(1, causal=True, sharding="zigzag"),                               # rank 1 holds nothing
         CPCase(96, causal=True, sharding="zigzag", planted_bug="merge_without_rescale"),
         CPCase(96, causal=True, sharding="zigzag", planted_bug="zigzag_off_by_one"),
     ]
@@ -73,8 +74,8 @@ def cpu_grid() -> list[CPCase]:
 def gpu_grid() -> list[CPCase]:
     """The GPU grid: whole outputs at small S, sampled rows at long S; bf16 and fp16."""
     cases = []
-    for dtype in ("bfloat16", "float16"):
-        for seqlen in (1024, 4099):
+    for dtype, seqlens in (("bfloat16", (1024, 4099)), ("float16", (4099,))):
+        for seqlen in seqlens:
             cases += [
                 CPCase(seqlen, 8, 2, 128, dtype, True, "zigzag"),
                 CPCase(seqlen, 8, 2, 128, dtype, True, "contiguous"),
@@ -243,6 +244,16 @@ def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dic
 # ---------------------------------------------------------------------------------------
 # Timing (GPU).
 
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _reset_peak():
+    if torch.cuda.is_available():
+        _reset_peak()
+
+
 def _timed(fn, *, reps: int, warmup: int, group=None) -> float:
     """Median wall time (ms) of ``fn`` over ``reps`` calls, each started together on every
     rank (barrier) and ended when this rank's device is idle; the slowest rank counts."""
@@ -251,18 +262,24 @@ def _timed(fn, *, reps: int, warmup: int, group=None) -> float:
     samples = []
     for _ in range(reps):
         dist.barrier(group=group)
-        torch.cuda.synchronize()
+        _sync()
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        _sync()
         samples.append((time.perf_counter() - t0) * 1e3)
-    t = torch.tensor([statistics.median(samples)], dtype=torch.float64, device="cuda")
+    t = torch.tensor([statistics.median(samples)], dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return float(t)
 
 
+def _comm_device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _peak_gib(group=None) -> float:
-    t = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], dtype=torch.float64, device="cuda")
+    """Peak device memory allocated since the last reset, max over ranks (0 on CPU)."""
+    peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+    t = torch.tensor([peak], dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return round(float(t), 3)
 
@@ -286,7 +303,7 @@ def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
                                                 no_restore_buffers=set(buffers)):
         def call():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        torch.cuda.reset_peak_memory_stats()
+        _reset_peak()
         ms = _timed(call, reps=reps, warmup=warmup, group=group)
         peak = _peak_gib(group)
         out = call()
@@ -314,8 +331,9 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
     from torch.distributed.device_mesh import init_device_mesh
 
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    device = torch.device("cuda", torch.cuda.current_device())
-    mesh = init_device_mesh("cuda", (world_size,)) if any(i.startswith("torch_cp") for i in impls) else None
+    device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+              else torch.device("cpu"))  # CPU: a smoke run of this code, timings meaningless
+    mesh = init_device_mesh(device.type, (world_size,)) if any(i.startswith("torch_cp") for i in impls) else None
     batch = 1
     result = {"rows": [], "torch_cp_checks": [], "skipped": []}
     start = time.perf_counter()
@@ -365,11 +383,11 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
             kw = dict(seqlen=seqlen, causal=causal, sharding=sharding, group=group)
             with torch.no_grad():
                 if "flashcore_cp" in impls:
-                    torch.cuda.reset_peak_memory_stats()
+                    _reset_peak()
                     ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, **kw), reps=reps, warmup=warm, group=group)
                     add("flashcore_cp", ms, _peak_gib(group))
                 if "flashcore_cp_nocomm" in impls:
-                    torch.cuda.reset_peak_memory_stats()
+                    _reset_peak()
                     ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, skip_comm=True, **kw),
                                 reps=reps, warmup=0, group=group)
                     add("flashcore_cp_nocomm", ms, _peak_gib(group))
@@ -380,7 +398,7 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
                         for step in range(world_size - 1):
                             for w in P.ring_exchange(buf[step % 2], buf[(step + 1) % 2], group):
                                 w.wait()
-                    torch.cuda.reset_peak_memory_stats()
+                    _reset_peak()
                     add("comm_only", _timed(ring_only, reps=reps, warmup=1, group=group), _peak_gib(group),
                         bytes_per_step=2 * k_l.numel() * k_l.element_size())
                     del buf
@@ -392,7 +410,7 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
                 key1 = ("1gpu", causal)
                 warm1 = 0 if key1 in compiled else 1
                 compiled.add(key1)
-                torch.cuda.reset_peak_memory_stats()
+                _reset_peak()
                 with torch.no_grad():
                     ms = _timed(lambda: attention(q, k, v, causal=causal), reps=reps, warmup=warm1, group=group)
                 add("flashcore_1gpu", ms, _peak_gib(group), note="each GPU runs the whole sequence alone")
@@ -432,7 +450,8 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
                     result["skipped"].append({"S": seqlen, "causal": causal, "impl": impl, "reason": msg})
                     log(f"S={seqlen} causal={causal} {impl}: FAILED {msg}")
                 del q, k, v, k_x, v_x, q_in
-                torch.cuda.empty_cache()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
             # Derived columns.
             cp = rows.get("flashcore_cp")
             if cp:
@@ -446,7 +465,8 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
                     cp["comm_hidden_fraction"] = max(0.0, 1.0 - exposed / comm["time_ms"]) if comm["time_ms"] > 0 else None
             result["rows"] += list(rows.values())
             del q_l, k_l, v_l, shards
-            torch.cuda.empty_cache()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         last_s, last_elapsed = seqlen, time.perf_counter() - s_start
         if on_row is not None:
             on_row(result)
