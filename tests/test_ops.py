@@ -81,6 +81,16 @@ def _e2e(device, dtype):
 def test_transformers_llama_gqa_cpu():
     result = _e2e("cpu", torch.float32)
     assert result["logits"]["passed"], result["logits"]
+    assert result["per_layer"]["passed"], result["per_layer"]
+    assert result["generation"]["compared_steps"] > 0
+    assert result["generation"]["identical"], result["generation"]
+
+
+@pytest.mark.gpu
+def test_transformers_llama_gqa_gpu_fp32_per_layer():
+    result = _e2e("cuda", torch.float32)
+    assert result["logits"]["passed"], result["logits"]
+    assert result["per_layer"]["passed"], result["per_layer"]
     assert result["generation"]["identical"], result["generation"]
 
 
