@@ -3,14 +3,15 @@
 # launch.json, varlen.json, e2e_transformers.json (written under FLASHCORE_RESULTS_DIR).
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
-timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_launch.py tests/test_varlen.py \
+timeout 110 python3 -m pytest -q -x -p no:cacheprovider tests/test_launch.py tests/test_varlen.py \
   tests/test_ops.py -k "not gpu_bf16" 2>&1 | tail -15 | tee $OUT/tests.log
-timeout 60 python3 tools/profile_launch.py 2>&1 | tee $OUT/profile.log
-timeout 240 python3 - <<'PY' 2>&1 | tee $OUT/records.log
+timeout 40 python3 tools/profile_launch.py 2>&1 | tee $OUT/profile.log
+timeout 200 python3 - <<'PY' 2>&1 | tee $OUT/records.log
 import torch
 from flashcore.results import write_result
 from flashcore.studies import launch, e2e
 rows = launch.measure(calls=300, repeats=5, replays=200)
+print("launch measured", flush=True)
 for line in launch.summary(rows):
     print(line)
 print("recorded", write_result("launch", {"rows": rows, "calls": 300, "repeats": 5,
