@@ -22,8 +22,12 @@ speed = launch.varlen_speed()
 print("varlen grid:", len(results), "cases,", len(failed), "failed; speed ms", speed["ms"])
 print("recorded", write_result("varlen", {"grid": {"cases": len(results), "failed": len(failed), "dtype": "bfloat16",
       "worst_ratio": max(r["ratio"] for r in results), "results": results}, "speed": speed}))
+check = e2e.run_e2e("cuda", torch.float32, steps=32)
+print("fp32 check: logits", check["logits"]["passed"], check["logits"]["ratio"], "per layer", check["per_layer"]["passed"],
+      check["per_layer"]["worst_ratio"], "greedy identical", check["generation"]["identical"],
+      check["generation"]["compared_steps"])
 gen = e2e.issue_generation_speed()
 for r in gen:
     print({k: v for k, v in r.items() if not k.endswith("repeats")})
-print("recorded", write_result("e2e_transformers", {"generation": gen}))
+print("recorded", write_result("e2e_transformers", {"check_fp32": check, "generation": gen}))
 PY
