@@ -7,6 +7,8 @@
     python -m flashcore tune --record       # launch-config sweep of the forward kernel (GPU)
     python -m flashcore fp8 --record        # FP8 errors (any machine) and speed (GPU)
     python -m flashcore long --record       # long-context sweep, windows, 2^31 offsets (GPU)
+    python -m flashcore launch --record     # host cost per call and graph replay vs SDPA (GPU)
+    python -m flashcore varlen --record     # varlen grid vs float64 (any machine), speed (GPU)
     torchrun --nproc-per-node 2 -m flashcore cp check     # ring attention vs float64 (gloo on CPU)
     torchrun --nproc-per-node 2 -m flashcore cp bench --record   # context parallelism (GPUs)
     python -m flashcore backward --memory --fwd-bwd --train --record   # gradients, speed (GPU)
@@ -295,20 +297,74 @@ def cmd_e2e(args) -> int:
 
     _ensure_backend()
     device = _device()
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = torch.float32  # bf16 rounding of the model hides attention errors; fp32 does not
     result = e2e.run_e2e(device, dtype, steps=args.steps)
+    pl = result["per_layer"]
+    print(f"per-layer attention: {len(pl['layers'])} calls, all pass the error rule: {pl['passed']} "
+          f"(worst ratio {pl['worst_ratio']:.3f})")
     print(f"logits: max err {result['logits']['max_abs_err']:.3e}, sdpa {result['logits']['sdpa_max_abs_err']:.3e}, "
           f"ratio {result['logits']['ratio']:.3f}, passed {result['logits']['passed']}")
     g = result["generation"]
     print(f"greedy {g['steps']} steps identical: {g['identical']} (smallest top-2 margin {g['min_top2_margin']:.3f})")
     if device == "cuda" and not args.no_speed:
-        result["speed"] = e2e.generation_speed()
-        for r in result["speed"]:
-            print(f"generation B{r['batch']}: flashcore {r['tokens_per_s_flashcore']:.0f} tok/s, "
-                  f"sdpa {r['tokens_per_s_sdpa']:.0f} tok/s")
+        result["generation_speed"] = e2e.issue_generation_speed()
+        for r in result["generation_speed"]:
+            print(f"generation B{r['batch']} padded={r['padded']} window={r['window']}: flashcore "
+                  f"{r['tokens_per_s_flashcore']:.0f} tok/s, sdpa {r['tokens_per_s_sdpa']:.0f} tok/s "
+                  f"({r['ratio']:.2f}x)")
     if args.record:
         print(f"recorded {write_result('e2e_transformers', result)}")
     return 0 if result["logits"]["passed"] and g["identical"] else 1
+
+
+def cmd_launch(args) -> int:
+    """Host cost per call (eager) and CUDA-graph replay, flashcore beside SDPA's backends."""
+    _ensure_backend()
+    from .results import write_result
+    from .studies import launch
+
+    if _device() != "cuda":
+        print("launch needs a CUDA device (host cost of real launches)")
+        return 1
+    rows = launch.measure(calls=args.calls, repeats=args.repeats)
+    for line in launch.summary(rows):
+        print(line)
+    if args.record:
+        print(f"recorded {write_result('launch', {'rows': rows, 'calls': args.calls, 'repeats': args.repeats})}")
+    return 0
+
+
+def cmd_varlen(args) -> int:
+    """Varlen correctness grid under the error rule (any machine) and speed (GPU)."""
+    _ensure_backend()
+    import torch
+
+    from .results import write_result
+    from .studies import launch
+
+    device = _device()
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    cases = launch.varlen_cases(seed=args.seed, count=args.cases, small=device != "cuda")
+    results = [launch.run_varlen_case(c, device, dtype) for c in _progress(cases, "varlen cases")]
+    failed = [r for r in results if not r["passed"]]
+    print(f"varlen: {len(results)} cases, {len(failed)} fail the error rule "
+          f"(worst ratio {max(r['ratio'] for r in results):.3f})")
+    payload = {"grid": {"cases": len(results), "failed": len(failed), "dtype": str(dtype).replace("torch.", ""),
+                        "results": results}}
+    if device == "cuda":
+        payload["speed"] = launch.varlen_speed()
+        print("speed (ms):", payload["speed"]["ms"])
+    if args.record:
+        print(f"recorded {write_result('varlen', payload)}")
+    return 0 if not failed else 1
+
+
+def _progress(items, desc):
+    try:
+        from tqdm.auto import tqdm
+        return tqdm(items, desc=desc)
+    except ImportError:
+        return items
 
 
 def cmd_fp8(args) -> int:
@@ -537,6 +593,18 @@ def main(argv=None) -> int:
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/e2e_transformers.json")
     p.set_defaults(fn=cmd_e2e)
+
+    p = sub.add_parser("launch", help="host cost per call and graph replay vs SDPA backends (GPU)")
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/launch.json")
+    p.set_defaults(fn=cmd_launch)
+
+    p = sub.add_parser("varlen", help="varlen correctness grid vs float64 (any machine), speed (GPU)")
+    p.add_argument("--cases", type=int, default=240)
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/varlen.json")
+    p.set_defaults(fn=cmd_varlen)
 
     p = sub.add_parser("fp8", help="FP8 study: errors vs float64 over seeds; tuning and speed on a GPU")
     p.add_argument("--dists", nargs="+", default=["normal", "outlier", "massive_channels"])
