@@ -8,6 +8,9 @@ SHELL   := /bin/bash
 PYTHON  ?= python3
 VENV    ?= .venv
 PROFILE ?= auto
+# GPU profile sweeps: "quick" (default; every notebook in about 1-2 minutes on an H100) or
+# "full" (the recorded sweeps, which rewrite results/<gpu>/<topic>.json).
+SWEEP   ?= quick
 
 ifeq ($(origin PY), undefined)
 PY    := $(VENV)/bin/python
@@ -22,7 +25,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 STRIP := -m nbstripout --keep-output --keep-count --drop-tagged-cells injected-parameters \
          --extra-keys "metadata.papermill cell.metadata.papermill cell.metadata.execution metadata.language_info.version"
 
-.PHONY: env reproduce test test-fast lab gpu-record clean-env
+.PHONY: env reproduce test test-fast lab gpu-record time-reproduce clean-env
 
 env: $(ENV)
 
@@ -49,8 +52,8 @@ $(VENV)/.installed: pyproject.toml
 reproduce: $(ENV)
 	$(PY) -m pytest -q tests/test_notebook_pairs.py
 	@for nb in $(NOTEBOOKS); do \
-	  echo "== $$nb (PROFILE=$(PROFILE))"; \
-	  $(PY) -m papermill --kernel python3 --cwd notebooks -p PROFILE $(PROFILE) "$$nb" "$$nb" || exit 1; \
+	  echo "== $$nb (PROFILE=$(PROFILE) SWEEP=$(SWEEP))"; \
+	  $(PY) -m papermill --kernel python3 --cwd notebooks -p PROFILE $(PROFILE) -p SWEEP $(SWEEP) "$$nb" "$$nb" || exit 1; \
 	  $(PY) $(STRIP) "$$nb" || exit 1; \
 	  $(PY) -m jupytext --quiet --sync "$$nb" || exit 1; \
 	done
@@ -74,7 +77,13 @@ lab: $(ENV)
 gpu-record: $(ENV)
 	$(PY) -m flashcore sanitize --record
 	$(PY) -m pytest -q -m gpu tests
-	$(MAKE) reproduce PY=$(PY) PROFILE=gpu
+	$(MAKE) reproduce PY=$(PY) PROFILE=gpu SWEEP=full
+
+# Time every notebook's GPU profile (papermill, executed copies in a temporary directory)
+# and record results/<gpu>/reproduce_timing.json. NOTEBOOKS_TO_TIME narrows the list.
+NOTEBOOKS_TO_TIME ?= $(NOTEBOOKS)
+time-reproduce: $(ENV)
+	$(PY) tools/time_reproduce.py --profile gpu -p SWEEP $(SWEEP) --record $(NOTEBOOKS_TO_TIME)
 
 clean-env:
 	rm -rf $(VENV)

@@ -28,7 +28,7 @@ from flashcore.studies import derivation as drv
 from flashcore.plots import save_figure
 from flashcore.reference import attention_reference
 from flashcore.validate import error_rule
-torch.manual_seed(SEED);
+_ = torch.manual_seed(SEED)  # the generator it returns is not for display
 
 # %% [markdown]
 # ## 1. Softmax overflows unless the maximum is subtracted

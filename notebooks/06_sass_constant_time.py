@@ -23,6 +23,7 @@
 # %% tags=["parameters"]
 PROFILE = "auto"
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
+SWEEP = "quick"            # GPU profile: "full" turns on both measurements below (-p SWEEP full)
 MEASURE_TIMING = False     # GPU profile: re-run the timing test (about 2 minutes) and record
 TIMING_N = 10000
 MEASURE_POWER = False      # GPU profile: re-run the NVML power/clock study (about a minute) and record
@@ -104,6 +105,7 @@ print(ctrl["data_branches"][0]["text"], "  <- predicate derived from loaded q va
 # value-dependent control flow at all, is measured the same way as a hardware reference.
 
 # %%
+MEASURE_TIMING = MEASURE_TIMING or SWEEP == "full"
 if PROFILE == "gpu" and MEASURE_TIMING:
     from flashcore.studies import timing_leak
     rows = timing_leak.run_suite(TIMING_N)
@@ -149,6 +151,7 @@ print("decode split-KV (memory-bound): every median shift under 0.5%:",
 
 # %%
 from flashcore.studies import timing_leak as TL
+MEASURE_POWER = MEASURE_POWER or SWEEP == "full"
 if PROFILE == "gpu" and MEASURE_POWER:
     write_result("timing_power", {"method": TL.POWER_METHOD, **TL.run_power_suite()},
                  command="notebooks/06_sass_constant_time.ipynb (PROFILE=gpu, MEASURE_POWER=True)")
