@@ -2,13 +2,15 @@
 # On a CUDA machine, in one session: notebook 06's power/clock study (NVML, observation only),
 # then every notebook's GPU profile timed with papermill (default sweeps) and recorded.
 # Usage: FLASHCORE_COMMIT=<hash> bash tools/gpu_reproduce_timing.sh <outdir> [notebooks/NN_name.ipynb ...]
-# Writes <outdir>/results/<gpu>/{timing_power,reproduce_timing,*_quick}.json, <outdir>/run.log and
+# Copies the records it writes to <outdir>/results/<gpu>/, and writes <outdir>/run.log and
 # <outdir>/executed_notebooks.tar.gz (the executed copies; the committed notebooks are not touched).
 set -u
 out=$1; shift
 if [ $# -gt 0 ]; then nbs=("$@"); else nbs=(notebooks/0[1-6]_*.ipynb); fi
 mkdir -p "$out/results" "$out/nb"
-export FLASHCORE_RESULTS_DIR="$out/results"
+# Records go to this tree's results/ (the notebooks also read the committed ones from there);
+# what the run writes is copied to <outdir>/results at the end.
+marker=$(mktemp); touch "$marker"
 . tools/device_prefix.sh
 log="$out/run.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu \
@@ -22,3 +24,6 @@ echo "== notebooks" | tee -a "$log"
 python3 tools/time_reproduce.py --profile gpu --timeout "${NB_TIMEOUT:-110}" --out-dir "$out/nb" --record \
   "${nbs[@]}" 2>&1 | tee -a "$log"
 tar -czf "$out/executed_notebooks.tar.gz" -C "$out" nb && rm -rf "$out/nb"
+find results -name '*.json' -newer "$marker" | while read -r f; do
+  mkdir -p "$out/$(dirname "$f")"; cp "$f" "$out/$f"; done
+ls -R "$out/results" | tee -a "$log"
