@@ -6,20 +6,33 @@ import threading
 
 import pytest
 import torch
-
 from conftest import HAS_CUDA
+
 from flashcore.kernels import _launch, decode, forward
 from flashcore.reference import attention_reference
 from flashcore.validate import error_rule
 
 
 def _key(q, k=None, v=None, out=None, **kw):
-    opts = dict(causal=True, causal_alignment="top_left", window=None, softcap=None, return_lse=False)
+    opts = dict(
+        causal=True, causal_alignment="top_left", window=None, softcap=None, return_lse=False
+    )
     opts.update(kw)
     k = q if k is None else k
     v = q if v is None else v
-    return forward._forward_key(q, k, v, out, None, opts["causal"], opts["causal_alignment"], opts["window"],
-                                opts["softcap"], opts["return_lse"], None)
+    return forward._forward_key(
+        q,
+        k,
+        v,
+        out,
+        None,
+        opts["causal"],
+        opts["causal_alignment"],
+        opts["window"],
+        opts["softcap"],
+        opts["return_lse"],
+        None,
+    )
 
 
 def test_key_separates_shape_stride_dtype_alignment_and_flags():
@@ -45,7 +58,9 @@ def test_key_separates_shape_stride_dtype_alignment_and_flags():
 
 def test_key_refuses_unusual_argument_types():
     q = torch.randn(1, 1, 4, 16)
-    assert _key(q, window=8.0) is None and _key(q, causal=1) is None and _key(q, softcap=-1.0) is None
+    assert (
+        _key(q, window=8.0) is None and _key(q, causal=1) is None and _key(q, softcap=-1.0) is None
+    )
     assert _key(q, softcap=float("inf")) is None and _key(q, window=[3]) is None
 
 
@@ -71,6 +86,7 @@ def test_versions_stated():
 
 
 # ------------------------------------------------------------------------------- GPU
+
 
 def _check(out, q, k, v, **kw):
     ref = attention_reference(q, k, v, **kw)
@@ -108,7 +124,11 @@ def test_freed_and_reallocated_at_the_same_address(d):
         q = buf.view(*view)
         kv = torch.randn(view[0], view[1], view[2], d, device="cuda", dtype=torch.float16)
         for layout in ("contiguous", "transposed"):
-            qq = q if layout == "contiguous" else q.view(view[0], view[2], view[1], d).transpose(1, 2)
+            qq = (
+                q
+                if layout == "contiguous"
+                else q.view(view[0], view[2], view[1], d).transpose(1, 2)
+            )
             for _ in range(2):  # first call fills the cache, second uses it
                 out = forward.attention(qq, kv, kv, causal=True)
                 _check(out, qq, kv, kv, causal=True)
@@ -121,7 +141,9 @@ def test_freed_and_reallocated_at_the_same_address(d):
 @pytest.mark.gpu
 def test_threads_share_the_cache_safely():
     shapes = [(1, 4, 100, 64), (2, 4, 257, 64), (1, 8, 64, 128), (3, 2, 33, 32)]
-    data = [tuple(torch.randn(*s, device="cuda", dtype=torch.float16) for _ in range(3)) for s in shapes]
+    data = [
+        tuple(torch.randn(*s, device="cuda", dtype=torch.float16) for _ in range(3)) for s in shapes
+    ]
     refs = [forward.attention(*t, causal=True) for t in data]
     torch.cuda.synchronize()
     errors = []
@@ -174,6 +196,7 @@ def test_decode_cached_path_matches_reference():
     vc = torch.randn(2, 4, 4096, 128, device="cuda", dtype=torch.bfloat16)
     lens = torch.tensor([4096, 1000], device="cuda", dtype=torch.int32)
     from flashcore.reference import kvcache_reference
+
     for _ in range(3):
         out = decode.attention_with_kvcache(q, kc, vc, lens, check_lengths=False)
         ref = kvcache_reference(q, kc, vc, lens)
@@ -183,8 +206,11 @@ def test_decode_cached_path_matches_reference():
     # Other lengths (data), same signature: the cached launch reads them from memory.
     lens2 = torch.tensor([7, 4000], device="cuda", dtype=torch.int32)
     out = decode.attention_with_kvcache(q, kc, vc, lens2, check_lengths=False)
-    assert error_rule(out, kvcache_reference(q, kc, vc, lens2),
-                      kvcache_reference(q, kc, vc, lens2, compute_dtype=torch.bfloat16)).passed
+    assert error_rule(
+        out,
+        kvcache_reference(q, kc, vc, lens2),
+        kvcache_reference(q, kc, vc, lens2, compute_dtype=torch.bfloat16),
+    ).passed
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="CPU-only check")

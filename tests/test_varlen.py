@@ -3,8 +3,8 @@ per-sequence reference, under the error rule; outputs poisoned before launch."""
 
 import pytest
 import torch
-
 from conftest import DEVICE, HAS_CUDA
+
 from flashcore.kernels.varlen import attention_ranges, attention_varlen
 from flashcore.reference import attention_reference
 from flashcore.studies.launch import run_varlen_case, varlen_cases
@@ -13,15 +13,27 @@ from flashcore.validate import error_rule
 DTYPE = torch.float16
 
 
-@pytest.mark.parametrize("case", varlen_cases(seed=1, count=24, small=True), ids=lambda c: str(c["lens_q"]))
+@pytest.mark.parametrize(
+    "case", varlen_cases(seed=1, count=24, small=True), ids=lambda c: str(c["lens_q"])
+)
 def test_varlen_grid_cpu(case):
     result = run_varlen_case(case, DEVICE, DTYPE)
     assert result["passed"], result
 
 
 def test_lengths_zero_and_one():
-    case = dict(lens_q=[0, 1, 0, 5, 1], lens_k=[0, 1, 3, 0, 9], hq=4, hkv=2, d=16, causal=True,
-                alignment="bottom_right", window=None, softcap=None, seed=3)
+    case = dict(
+        lens_q=[0, 1, 0, 5, 1],
+        lens_k=[0, 1, 3, 0, 9],
+        hq=4,
+        hkv=2,
+        d=16,
+        causal=True,
+        alignment="bottom_right",
+        window=None,
+        softcap=None,
+        seed=3,
+    )
     assert run_varlen_case(case, DEVICE, DTYPE)["passed"]
     case.update(causal=False, alignment="top_left")
     assert run_varlen_case(case, DEVICE, DTYPE)["passed"]
@@ -45,12 +57,12 @@ def test_padded_ranges_match_per_sequence_reference(padding):
     starts = torch.tensor([s - n if padding == "left" else 0 for n in lengths], device=DEVICE)
     ends = starts + torch.tensor(lengths, device=DEVICE)
     out = attention_ranges(q, k, v, starts, ends, starts, ends, max(lengths), causal=True, window=6)
-    for i, n in enumerate(lengths):
+    for i in range(len(lengths)):
         rows = slice(int(starts[i]), int(ends[i]))
-        args = (q[i:i + 1, :, rows], k[i:i + 1, :, rows], v[i:i + 1, :, rows])
+        args = (q[i : i + 1, :, rows], k[i : i + 1, :, rows], v[i : i + 1, :, rows])
         ref = attention_reference(*args, causal=True, window=6)
         same = attention_reference(*args, causal=True, window=6, compute_dtype=DTYPE)
-        assert error_rule(out[i:i + 1, :, rows], ref, same).passed
+        assert error_rule(out[i : i + 1, :, rows], ref, same).passed
         pad = torch.ones(s, dtype=torch.bool)
         pad[rows] = False
         assert bool((out[i, :, pad.to(DEVICE)] == 0).all())  # padding rows are zeros
@@ -64,7 +76,9 @@ def test_varlen_errors():
     with pytest.raises(TypeError, match="int32 or int64"):
         attention_varlen(q, q, q, cu.float(), cu, 3, 3)
     with pytest.raises(ValueError, match="rise from 0 to 5"):
-        attention_varlen(q, q, q, torch.tensor([0, 2, 4], dtype=torch.int32, device=DEVICE), cu, 3, 3)
+        attention_varlen(
+            q, q, q, torch.tensor([0, 2, 4], dtype=torch.int32, device=DEVICE), cu, 3, 3
+        )
     with pytest.raises(ValueError, match="max_seqlen"):
         attention_varlen(q, q, q, cu, cu, 2, 3)  # a sequence of 3 > max_seqlen_q 2
     with pytest.raises(ValueError, match="same length"):

@@ -5,6 +5,7 @@
 
 FLASHCORE_JIT_LAUNCH=1 turns the cached launch off (every call through kernel[grid]).
 """
+
 import cProfile
 import pstats
 import sys
@@ -30,12 +31,14 @@ def per_call(fn, n=2000):
 
 def jit_path(fn):
     """Run fn with the cached launch off."""
+
     def run():
         _launch.ENABLED = False
         try:
             fn()
         finally:
             _launch.ENABLED = enabled
+
     enabled = _launch.ENABLED
     return run
 
@@ -48,28 +51,49 @@ qt = torch.randn(1, 32, 1024, 128, device="cuda", dtype=torch.bfloat16)
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 import flashcore.ops  # noqa: E402,F401
+
 rows = {
     "check_attention_inputs": lambda: _checks.check_attention_inputs(qf, qf, qf, max_head_dim=256),
     "check_kvcache_inputs": lambda: _checks.check_kvcache_inputs(q, kc, kc, lens, None, None, None),
     "torch.empty x1": lambda: torch.empty((1, 32, 1, 32, 128), device="cuda"),
-    "TensorDescriptor x1": lambda: TensorDescriptor(qt, list(qt.shape), list(qt.stride()), [1, 1, 64, 128]),
-    "forward key": lambda: forward._forward_key(qf, qf, qf, None, None, True, "top_left", None, None, False, None),
+    "TensorDescriptor x1": lambda: TensorDescriptor(
+        qt, list(qt.shape), list(qt.stride()), [1, 1, 64, 128]
+    ),
+    "forward key": lambda: forward._forward_key(
+        qf, qf, qf, None, None, True, "top_left", None, None, False, None
+    ),
     "current stream": lambda: _launch.current_stream(0),
     "attention D64 ptr (lean)": lambda: forward.attention(qf, qf, qf, causal=True),
     "attention D64 ptr (JIT)": jit_path(lambda: forward.attention(qf, qf, qf, causal=True)),
     "attention D128 TMA (lean)": lambda: forward.attention(qt, qt, qt, causal=True),
     "attention D128 TMA (JIT)": jit_path(lambda: forward.attention(qt, qt, qt, causal=True)),
-    "attention_with_kvcache 8K (lean)": lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False),
+    "attention_with_kvcache 8K (lean)": lambda: decode.attention_with_kvcache(
+        q, kc, kc, lens, check_lengths=False
+    ),
     "attention_with_kvcache 8K (JIT)": jit_path(
-        lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False)),
-    "torch.ops.flashcore.attention D64": lambda: torch.ops.flashcore.attention(qf, qf, qf, True, False, None),
-    "torch.ops.flashcore.attention decode": lambda: torch.ops.flashcore.attention(q, kc, kc, False, True, None),
-    "sdpa D64 (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(qf, qf, qf, is_causal=True),
-    "sdpa D128 (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(qt, qt, qt, is_causal=True),
+        lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False)
+    ),
+    "torch.ops.flashcore.attention D64": lambda: torch.ops.flashcore.attention(
+        qf, qf, qf, True, False, None
+    ),
+    "torch.ops.flashcore.attention decode": lambda: torch.ops.flashcore.attention(
+        q, kc, kc, False, True, None
+    ),
+    "sdpa D64 (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(
+        qf, qf, qf, is_causal=True
+    ),
+    "sdpa D128 (default dispatch)": lambda: torch.nn.functional.scaled_dot_product_attention(
+        qt, qt, qt, is_causal=True
+    ),
 }
 for name, fn in rows.items():
     print(f"{name:<38} {per_call(fn):8.1f} us", flush=True)
-print("launch cache entries: forward", len(forward._FORWARD_LAUNCHES), "decode", len(decode._DECODE_LAUNCHES))
+print(
+    "launch cache entries: forward",
+    len(forward._FORWARD_LAUNCHES),
+    "decode",
+    len(decode._DECODE_LAUNCHES),
+)
 
 if "--cprofile" in sys.argv:
     for name in ("attention D128 TMA (lean)", "torch.ops.flashcore.attention decode"):

@@ -105,8 +105,18 @@ class DirectKernel:
     def __call__(self, grid, stream, args):
         # args: every kernel parameter in order, constexprs included (the launcher skips
         # them), exactly as the JIT passes bound_args.values().
-        self.run(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata,
-                 None, None, None, *args)
+        self.run(
+            grid[0],
+            grid[1],
+            grid[2],
+            stream,
+            self.function,
+            self.packed_metadata,
+            None,
+            None,
+            None,
+            *args,
+        )
 
 
 def direct_kernel(compiled):
@@ -126,8 +136,12 @@ def direct_kernel(compiled):
 
 def usable(device: torch.device) -> bool:
     """The direct call launches on the current device's current stream, as the JIT does."""
-    return ENABLED and device.type == "cuda" and device.index == torch.cuda.current_device() \
+    return (
+        ENABLED
+        and device.type == "cuda"
+        and device.index == torch.cuda.current_device()
         and not _hooks_installed()
+    )
 
 
 def current_stream(device_index: int) -> int:

@@ -25,8 +25,14 @@ import torch
 
 from .._checks import _dtype_name, check_attention_inputs, check_window
 from . import _launch as launch
-from .forward import (MAX_HEAD_DIM, _FORWARD_LAUNCHES, _forward_key, _launch_cached, _launch_forward,
-                      check_softcap)
+from .forward import (
+    _FORWARD_LAUNCHES,
+    MAX_HEAD_DIM,
+    _forward_key,
+    _launch_cached,
+    _launch_forward,
+    check_softcap,
+)
 
 
 def _check_cu_seqlens(name, cu, device, total, max_seqlen, check_lengths):
@@ -47,7 +53,8 @@ def _check_cu_seqlens(name, cu, device, total, max_seqlen, check_lengths):
             raise ValueError(
                 f"expected {name} to rise from 0 to {total} (the packed length) with no step above "
                 f"max_seqlen={max_seqlen}, got {cu.tolist() if cu.numel() <= 16 else 'first ' + str(first) + ', last ' + str(last)}"
-                f" (longest sequence {longest})")
+                f" (longest sequence {longest})"
+            )
 
 
 def attention_varlen(
@@ -93,31 +100,70 @@ def attention_varlen(
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             got = f"{t.dim()}-D" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"expected {name} to be 3-D (total_tokens, heads, head_dim), got {got}")
-    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.device, q.shape[0], max_seqlen_q, check_lengths)
-    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q.device, k.shape[0], max_seqlen_k, check_lengths)
+            raise ValueError(
+                f"expected {name} to be 3-D (total_tokens, heads, head_dim), got {got}"
+            )
+    _check_cu_seqlens(
+        "cu_seqlens_q", cu_seqlens_q, q.device, q.shape[0], max_seqlen_q, check_lengths
+    )
+    _check_cu_seqlens(
+        "cu_seqlens_k", cu_seqlens_k, q.device, k.shape[0], max_seqlen_k, check_lengths
+    )
     if cu_seqlens_q.shape != cu_seqlens_k.shape:
-        raise ValueError(f"expected cu_seqlens_q and cu_seqlens_k of the same length (batch + 1), got "
-                         f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}")
+        raise ValueError(
+            f"expected cu_seqlens_q and cu_seqlens_k of the same length (batch + 1), got "
+            f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}"
+        )
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif not isinstance(out, torch.Tensor) or out.shape != q.shape or out.dtype != q.dtype \
-            or out.device != q.device:
+    elif (
+        not isinstance(out, torch.Tensor)
+        or out.shape != q.shape
+        or out.dtype != q.dtype
+        or out.device != q.device
+    ):
         raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
     batch = cu_seqlens_q.shape[0] - 1
     if batch == 0 or q.shape[0] == 0:
         return out
     # (total, H, D) -> (B, H, total, D) with batch stride 0: sequence b is addressed by its
     # offsets alone.
-    qv, kv, vv, ov = (t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out))
+    qv, kv, vv, ov = (
+        t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out)
+    )
     seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
-    _attention_ranges(qv, kv, vv, ov, seqs, max_seqlen_q, causal=causal, causal_alignment=causal_alignment,
-                      window=window, softcap=softcap, scale=scale)
+    _attention_ranges(
+        qv,
+        kv,
+        vv,
+        ov,
+        seqs,
+        max_seqlen_q,
+        causal=causal,
+        causal_alignment=causal_alignment,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+    )
     return out
 
 
-def attention_ranges(q, k, v, q_starts, q_ends, k_starts, k_ends, max_seqlen_q, *, causal=False,
-                     causal_alignment="bottom_right", window=None, softcap=None, scale=None):
+def attention_ranges(
+    q,
+    k,
+    v,
+    q_starts,
+    q_ends,
+    k_starts,
+    k_ends,
+    max_seqlen_q,
+    *,
+    causal=False,
+    causal_alignment="bottom_right",
+    window=None,
+    softcap=None,
+    scale=None,
+):
     """Attention over a padded ``(B, H, S, D)`` batch whose valid queries of sequence b are
     positions ``[q_starts[b], q_ends[b])`` and valid keys ``[k_starts[b], k_ends[b])`` (one
     contiguous range each: left or right padding). Causal alignment, window, softcap as
@@ -126,8 +172,19 @@ def attention_ranges(q, k, v, q_starts, q_ends, k_starts, k_ends, max_seqlen_q, 
     _check_ranges(q, q_starts, q_ends, k_starts, k_ends)
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] and max_seqlen_q:
-        _attention_ranges(q, k, v, out, (q_starts, q_ends, k_starts, k_ends), max_seqlen_q, causal=causal,
-                          causal_alignment=causal_alignment, window=window, softcap=softcap, scale=scale)
+        _attention_ranges(
+            q,
+            k,
+            v,
+            out,
+            (q_starts, q_ends, k_starts, k_ends),
+            max_seqlen_q,
+            causal=causal,
+            causal_alignment=causal_alignment,
+            window=window,
+            softcap=softcap,
+            scale=scale,
+        )
     return out
 
 
@@ -135,28 +192,54 @@ def _check_ranges(q, *ranges):
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("expected q, k, v to be 4-D (batch, heads, seq_len, head_dim)")
     for t in ranges:
-        if not isinstance(t, torch.Tensor) or t.shape != (q.shape[0],) or t.dtype not in (torch.int32, torch.int64) \
-                or t.device != q.device:
-            raise ValueError(f"expected per-sequence offsets of shape ({q.shape[0]},), int32/int64 on {q.device}")
+        if (
+            not isinstance(t, torch.Tensor)
+            or t.shape != (q.shape[0],)
+            or t.dtype not in (torch.int32, torch.int64)
+            or t.device != q.device
+        ):
+            raise ValueError(
+                f"expected per-sequence offsets of shape ({q.shape[0]},), int32/int64 on {q.device}"
+            )
 
 
-def _attention_ranges(q, k, v, out, seqs, max_seqlen_q, *, causal, causal_alignment, window, softcap, scale):
+def _attention_ranges(
+    q, k, v, out, seqs, max_seqlen_q, *, causal, causal_alignment, window, softcap, scale
+):
     """Launch the forward kernel in varlen mode on (B, H, S, D) views; out is written at
     every valid query row (its other rows are left as they are)."""
     key = None
     if type(q) is torch.Tensor and q.device.type == "cuda" and launch.usable(q.device):
-        key = _forward_key(q, k, v, out, seqs, causal, causal_alignment, window, softcap, False, max_seqlen_q)
+        key = _forward_key(
+            q, k, v, out, seqs, causal, causal_alignment, window, softcap, False, max_seqlen_q
+        )
         entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
         if entry is not None:
             _launch_cached(entry, q, k, v, out, seqs, scale, softcap)
             return
     check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
     if causal_alignment not in ("top_left", "bottom_right"):
-        raise ValueError(f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}")
+        raise ValueError(
+            f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}"
+        )
     check_window(window, causal)
     check_softcap(softcap)
     if out.numel() == 0 or max_seqlen_q == 0:
         return
-    _launch_forward(q, k, v, out, out, seqs=seqs, max_seqlen_q=max_seqlen_q, causal=causal,
-                    bottom_right=causal_alignment == "bottom_right", window=window, softcap=softcap,
-                    scale=scale, return_lse=False, config=None, key=key)
+    _launch_forward(
+        q,
+        k,
+        v,
+        out,
+        out,
+        seqs=seqs,
+        max_seqlen_q=max_seqlen_q,
+        causal=causal,
+        bottom_right=causal_alignment == "bottom_right",
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        return_lse=False,
+        config=None,
+        key=key,
+    )

@@ -26,9 +26,10 @@ IMPLS = ("flashcore", "flashcore op", "sdpa default", "sdpa cudnn", "sdpa flash"
 
 def _calls(shape, dtype=torch.bfloat16, device="cuda"):
     """impl -> (zero-argument call, context manager factory or None)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     import flashcore
     import flashcore.ops  # noqa: F401  registers torch.ops.flashcore.attention
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     _, b, hq, hkv, sq, sk, d, causal = shape
     g = torch.Generator(device=device).manual_seed(0)
@@ -44,7 +45,8 @@ def _calls(shape, dtype=torch.bfloat16, device="cuda"):
         ours = lambda: flashcore.attention(q, k, v, causal=causal)  # noqa: E731
     op = lambda: torch.ops.flashcore.attention(q, k, v, causal, True, None)  # noqa: E731
     sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
-        q, k, v, is_causal=causal, enable_gqa=gqa)
+        q, k, v, is_causal=causal, enable_gqa=gqa
+    )
     return {
         "flashcore": (ours, None),
         "flashcore op": (op, None),
@@ -83,7 +85,9 @@ def _graph_us(fn, replays):
     return start.elapsed_time(end) / replays * 1e3
 
 
-def measure(shapes=SHAPES, impls=IMPLS, *, calls=300, repeats=7, replays=200, progress=None) -> list[dict]:
+def measure(
+    shapes=SHAPES, impls=IMPLS, *, calls=300, repeats=7, replays=200, progress=None
+) -> list[dict]:
     """Rows {shape, impl, eager_us_per_call, graph_us, eager_us_repeats}; an impl that
     refuses a shape gets an ``error`` and no times."""
     rows = []
@@ -93,29 +97,42 @@ def measure(shapes=SHAPES, impls=IMPLS, *, calls=300, repeats=7, replays=200, pr
         for impl in impls:
             fn, ctx = fns[impl]
             try:
-                with (ctx() if ctx else _null()):
+                with ctx() if ctx else _null():
                     for _ in range(20):
                         fn()
                     torch.cuda.synchronize()
                 usable.append(impl)
                 samples[impl] = []
             except RuntimeError as err:  # e.g. a backend that does not take this shape
-                rows.append({"shape": shape[0], "impl": impl, "eager_us_per_call": None, "graph_us": None,
-                             "error": str(err).splitlines()[0][:200]})
+                rows.append(
+                    {
+                        "shape": shape[0],
+                        "impl": impl,
+                        "eager_us_per_call": None,
+                        "graph_us": None,
+                        "error": str(err).splitlines()[0][:200],
+                    }
+                )
         for rep in range(repeats):
             # Alternate the order every repeat so drift (clocks, caches) hits all alike.
             order = usable if rep % 2 == 0 else list(reversed(usable))
             for impl in order:
                 fn, ctx = fns[impl]
-                with (ctx() if ctx else _null()):
+                with ctx() if ctx else _null():
                     samples[impl].append(_eager_us(fn, calls))
         for impl in usable:
             fn, ctx = fns[impl]
-            with (ctx() if ctx else _null()):
+            with ctx() if ctx else _null():
                 graph = statistics.median(_graph_us(fn, replays) for _ in range(3))
-            rows.append({"shape": shape[0], "impl": impl,
-                         "eager_us_per_call": statistics.median(samples[impl]), "graph_us": graph,
-                         "eager_us_repeats": samples[impl]})
+            rows.append(
+                {
+                    "shape": shape[0],
+                    "impl": impl,
+                    "eager_us_per_call": statistics.median(samples[impl]),
+                    "graph_us": graph,
+                    "eager_us_repeats": samples[impl],
+                }
+            )
         if progress:
             progress(shape[0])
     return rows
@@ -134,19 +151,25 @@ def summary(rows) -> list[str]:
     lines = []
     by = {(r["shape"], r["impl"]): r for r in rows}
     for shape in dict.fromkeys(r["shape"] for r in rows):
-        ours, op, ref = by.get((shape, "flashcore")), by.get((shape, "flashcore op")), by.get((shape, "sdpa default"))
+        ours, op, ref = (
+            by.get((shape, "flashcore")),
+            by.get((shape, "flashcore op")),
+            by.get((shape, "sdpa default")),
+        )
         if not (ours and ref and ours["eager_us_per_call"] and ref["eager_us_per_call"]):
             continue
         lines.append(
             f"{shape:<34} eager flashcore {ours['eager_us_per_call']:6.1f} us, op "
             f"{op['eager_us_per_call']:6.1f}, sdpa {ref['eager_us_per_call']:6.1f} "
             f"(ratio {ours['eager_us_per_call'] / ref['eager_us_per_call']:.2f} / "
-            f"{op['eager_us_per_call'] / ref['eager_us_per_call']:.2f}); graph {ours['graph_us']:6.1f} vs "
-            f"{ref['graph_us']:6.1f}")
+            f"{op['eager_us_per_call'] / ref['eager_us_per_call']:.2f}); "
+            f"graph {ours['graph_us']:6.1f} vs {ref['graph_us']:6.1f}"
+        )
     return lines
 
 
 # ----------------------------------------------------------------------------- varlen
+
 
 def varlen_cases(seed=0, count=240, *, small=False):
     """Random ragged batches: lengths include 0 and 1, both causal alignments and
@@ -169,8 +192,20 @@ def varlen_cases(seed=0, count=240, *, small=False):
         window = rng.choice([None, None, 1, rng.randint(2, 64)]) if causal else None
         softcap = rng.choice([None, None, None, 10.0])
         d = rng.choice([32, 64, 128]) if not small else rng.choice([16, 32])
-        cases.append(dict(lens_q=lens_q, lens_k=lens_k, hq=hkv * group, hkv=hkv, d=d, causal=causal,
-                          alignment=alignment, window=window, softcap=softcap, seed=seed * 100003 + i))
+        cases.append(
+            dict(
+                lens_q=lens_q,
+                lens_k=lens_k,
+                hq=hkv * group,
+                hkv=hkv,
+                d=d,
+                causal=causal,
+                alignment=alignment,
+                window=window,
+                softcap=softcap,
+                seed=seed * 100003 + i,
+            )
+        )
     return cases
 
 
@@ -182,23 +217,41 @@ def run_varlen_case(case, device, dtype):
 
     g = torch.Generator().manual_seed(case["seed"])
     lq, lk = case["lens_q"], case["lens_k"]
-    cu = lambda lens: torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32)  # noqa: E731
+    cu = lambda lens: torch.tensor(
+        [0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32
+    )  # noqa: E731
     mk = lambda n, h: torch.randn(n, h, case["d"], generator=g).to(dtype).to(device)  # noqa: E731
     q, k, v = mk(sum(lq), case["hq"]), mk(sum(lk), case["hkv"]), mk(sum(lk), case["hkv"])
     cu_q, cu_k = cu(lq).to(device), cu(lk).to(device)
     out = torch.full(q.shape, float("nan"), dtype=dtype, device=device)  # poisoned
-    opts = dict(causal=case["causal"], causal_alignment=case["alignment"], window=case["window"],
-                softcap=case["softcap"])
+    opts = dict(
+        causal=case["causal"],
+        causal_alignment=case["alignment"],
+        window=case["window"],
+        softcap=case["softcap"],
+    )
     attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), out=out, **opts)
     ref = varlen_reference(q.cpu(), k.cpu(), v.cpu(), cu_q.cpu(), cu_k.cpu(), **opts)
-    same = varlen_reference(q.cpu(), k.cpu(), v.cpu(), cu_q.cpu(), cu_k.cpu(), compute_dtype=dtype, **opts)
+    same = varlen_reference(
+        q.cpu(), k.cpu(), v.cpu(), cu_q.cpu(), cu_k.cpu(), compute_dtype=dtype, **opts
+    )
     report = error_rule(out.cpu(), ref, same.to(dtype))
-    return {**{k_: v_ for k_, v_ in case.items() if k_ != "seed"}, "passed": report.passed,
-            "ratio": report.ratio, "nan_mismatch": report.nan_mismatch}
+    return {
+        **{k_: v_ for k_, v_ in case.items() if k_ != "seed"},
+        "passed": report.passed,
+        "ratio": report.ratio,
+        "nan_mismatch": report.nan_mismatch,
+    }
 
 
-def varlen_speed(lengths=(100, 180, 250, 300, 350, 420, 480, 512), hq=16, hkv=4, d=64, dtype=torch.bfloat16,
-                 repeats=5):
+def varlen_speed(
+    lengths=(100, 180, 250, 300, 350, 420, 480, 512),
+    hq=16,
+    hkv=4,
+    d=64,
+    dtype=torch.bfloat16,
+    repeats=5,
+):
     """A padded batch of prompts (GPU): packed varlen vs flashcore dense on the padded batch
     vs SDPA dense on the padded batch with its padding mask (what transformers runs), and
     SDPA causal ignoring padding (a lower bound for dense). Median ms of do_bench."""
@@ -217,21 +270,40 @@ def varlen_speed(lengths=(100, 180, 250, 300, 350, 420, 480, 512), hq=16, hkv=4,
     pq = torch.cat([q[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
     pk = torch.cat([k[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
     pv = torch.cat([v[b, :, :n].transpose(0, 1) for b, n in enumerate(lengths)])
-    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device=device)
-    valid = torch.arange(longest, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
-    mask = (valid[:, None, None, :] & torch.ones(longest, longest, dtype=torch.bool, device=device).tril())
+    cu = torch.tensor(
+        [0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device=device
+    )
+    valid = (
+        torch.arange(longest, device=device)[None, :]
+        < torch.tensor(lengths, device=device)[:, None]
+    )
+    mask = (
+        valid[:, None, None, :]
+        & torch.ones(longest, longest, dtype=torch.bool, device=device).tril()
+    )
     calls = {
-        "flashcore varlen (packed)": lambda: attention_varlen(pq, pk, pv, cu, cu, longest, longest, causal=True,
-                                                              check_lengths=False),
+        "flashcore varlen (packed)": lambda: attention_varlen(
+            pq, pk, pv, cu, cu, longest, longest, causal=True, check_lengths=False
+        ),
         "flashcore dense (padded)": lambda: attention(q, k, v, causal=True),
         "sdpa dense + padding mask": lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, enable_gqa=True),
-        "sdpa dense causal (padding ignored)": lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=True),
+            q, k, v, attn_mask=mask, enable_gqa=True
+        ),
+        "sdpa dense causal (padding ignored)": lambda: (
+            torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=True
+            )
+        ),
     }
     times = {name: [] for name in calls}
     for rep in range(repeats):
-        for name in (calls if rep % 2 == 0 else reversed(list(calls))):
+        for name in calls if rep % 2 == 0 else reversed(list(calls)):
             times[name].append(triton.testing.do_bench(calls[name], warmup=25, rep=100))
-    return {"lengths": list(lengths), "hq": hq, "hkv": hkv, "d": d, "dtype": str(dtype).replace("torch.", ""),
-            "ms": {name: statistics.median(t) for name, t in times.items()}}
+    return {
+        "lengths": list(lengths),
+        "hq": hq,
+        "hkv": hkv,
+        "d": d,
+        "dtype": str(dtype).replace("torch.", ""),
+        "ms": {name: statistics.median(t) for name, t in times.items()},
+    }
