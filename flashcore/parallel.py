@@ -34,8 +34,11 @@ global sequence and the shards.
 GQA: only the Hkv key/value heads travel. Sliding windows are in global positions; pairs the
 window never reaches are skipped, so a windowed ring does O(S * window) work.
 
-Forward only: the backward kernel has not landed, so inputs that require grad (with grad
-mode on) raise NotImplementedError.
+Backward: ``ring_attention`` is differentiable (an autograd Function). The ring runs again:
+each rank recomputes its blocks with the backward kernels (``flashcore/kernels/backward.py``)
+from the saved global lse and output, adds dQ locally, and adds dK/dV into an fp32
+accumulator that travels around the ring one hop behind its K/V block and ends at the block's
+owner. Not supported: gradients with ``skip_comm`` (raises).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ SHARDINGS = ("zigzag", "contiguous")
 PLANTED_BUGS = (
     "merge_without_rescale",   # the running output is not rescaled when a block is merged
     "zigzag_off_by_one",       # masks computed as if rank r held chunk 2N - 2 - r, not 2N - 1 - r
+    "dkv_not_accumulated",     # backward: a rank drops the dK/dV the ranks before it added
 )
 
 
@@ -243,12 +247,13 @@ def _global_rank(group, group_rank: int) -> int:
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 
 
-def ring_exchange(send: torch.Tensor, recv: torch.Tensor, group=None) -> list:
+def ring_exchange(send: torch.Tensor, recv: torch.Tensor, group=None, tag: int = 0) -> list:
     """Post one ring step: send ``send`` to the next rank, receive the previous rank's into
-    ``recv``. Returns the works to wait on (``batch_isend_irecv``)."""
+    ``recv``. Returns the works to wait on (``batch_isend_irecv``). ``tag`` keeps the K/V
+    stream and the dK/dV stream of the backward apart on gloo (NCCL matches by order)."""
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    ops = [dist.P2POp(dist.isend, send, _global_rank(group, (rank + 1) % world_size), group),
-           dist.P2POp(dist.irecv, recv, _global_rank(group, (rank - 1) % world_size), group)]
+    ops = [dist.P2POp(dist.isend, send, _global_rank(group, (rank + 1) % world_size), group, tag),
+           dist.P2POp(dist.irecv, recv, _global_rank(group, (rank - 1) % world_size), group, tag)]
     return dist.batch_isend_irecv(ops)
 
 
@@ -276,14 +281,16 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen:
 
     Returns ``out`` (q's shape and dtype) or ``(out, lse)``.
 
-    Not supported (raises NotImplementedError): gradients. The ring backward needs the
-    backward kernel, which has not landed.
+    Gradients: when q, k or v requires grad (grad mode on), the call is an autograd
+    Function whose backward is the ring backward: K/V travel the ring again, each rank adds
+    its queries' dK/dV contributions to the block in hand, and the dK/dV accumulators travel
+    with their block and return to the owner after the last step. The saved global lse and
+    output make every block's P and delta exact. Not with ``skip_comm`` (raises).
     """
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(
-            "ring_attention is forward-only: the ring backward needs the backward kernel, "
-            "which flashcore does not have yet; call it under torch.no_grad()")
-    check_attention_inputs(q, k, v, max_head_dim=256)
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
+    with torch.no_grad():
+        check_attention_inputs(q, k, v, max_head_dim=256)
     check_window(window, causal)
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
@@ -292,33 +299,74 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen:
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ring_attention needs an initialised torch.distributed process group "
                            "(e.g. run under torchrun and call dist.init_process_group)")
-    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     if not isinstance(seqlen, int) or seqlen < 0:
         raise ValueError(f"expected seqlen to be a non-negative int, got {seqlen!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[3]) if q.shape[3] else 1.0
+    kwargs = dict(seqlen=seqlen, causal=causal, window=window, scale=scale, sharding=sharding,
+                  group=group)
+    if needs_grad:
+        if skip_comm:
+            raise ValueError("skip_comm is a forward-only benchmark switch")
+        out, lse = _RingAttentionFunction.apply(q, k, v, dict(kwargs, _planted_bug=_planted_bug))
+    else:
+        out, lse = _ring_forward(q, k, v, skip_comm=skip_comm, _planted_bug=_planted_bug, **kwargs)
+    return (out, lse) if return_lse else out
+
+
+def _shard_layout(seqlen, world_size, rank, sharding, q, k):
     my_spans = shard_spans(seqlen, world_size, rank, sharding)
     my_len = sum(b - a for a, b in my_spans)
     if q.shape[2] != my_len or k.shape[2] != my_len:
         raise ValueError(
             f"rank {rank}: expected q, k, v shards of {my_len} positions (S={seqlen}, N={world_size}, "
             f"{sharding}), got q {q.shape[2]}, k {k.shape[2]}")
-    batch, num_q_heads, _, head_dim = q.shape
-    num_kv_heads = k.shape[1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
-
-    # Positions as the masks see them (the planted off-by-one corrupts only these).
-    def spans_of(r):
-        return shard_spans(seqlen, world_size, r, sharding, _planted_bug=_planted_bug)
     lengths = [sum(b - a for a, b in shard_spans(seqlen, world_size, r, sharding))
                for r in range(world_size)]
+    q_offsets, offset = [], 0
+    for a, b in my_spans:
+        q_offsets.append(offset)
+        offset += b - a
+    return my_spans, my_len, lengths, q_offsets
+
+
+def _block_pairs(seqlen, world_size, rank, source, sharding, causal, window, _planted_bug=None):
+    """The blocks rank computes against source's K/V: yields (query chunk index, query rows,
+    key rows (local slices), "full" | "masked", causal offset q_start - k_start: query i of
+    the block sees key j iff j <= i + offset)."""
+    # Positions as the masks see them (the planted off-by-one corrupts only these); the
+    # data layout (row offsets, lengths) always follows the true spans.
+    q_true = shard_spans(seqlen, world_size, rank, sharding)
+    k_true = shard_spans(seqlen, world_size, source, sharding)
+    q_seen = shard_spans(seqlen, world_size, rank, sharding, _planted_bug=_planted_bug)
+    k_seen = shard_spans(seqlen, world_size, source, sharding, _planted_bug=_planted_bug)
+    k_offset = 0
+    for (ks, _), (ka, kb) in zip(k_seen, k_true):
+        q_offset = 0
+        for chunk, ((qs, _), (qa, qb)) in enumerate(zip(q_seen, q_true)):
+            kind = classify_pair((qs, qs + qb - qa), (ks, ks + kb - ka), causal, window)
+            if kind != "skip":
+                yield (chunk, slice(q_offset, q_offset + qb - qa), slice(k_offset, k_offset + kb - ka),
+                       kind, qs - ks)
+            q_offset += qb - qa
+        k_offset += kb - ka
+
+
+def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, skip_comm=False,
+                  _planted_bug=None):
+    """The forward ring; returns (out in q's dtype, lse float32)."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    my_spans, my_len, lengths, q_offsets = _shard_layout(seqlen, world_size, rank, sharding, q, k)
+    batch, num_q_heads, _, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+
     max_len = max(lengths)
 
     acc = torch.zeros((batch, num_q_heads, my_len, head_dim), dtype=torch.float32, device=q.device)
     acc_lse = torch.full((batch, num_q_heads, my_len), float("-inf"), dtype=torch.float32,
                          device=q.device)
     if seqlen == 0:  # every rank agrees: nothing to send. (A rank with an empty shard
-        out = acc.to(q.dtype)  # when S < N still forwards the others' blocks.)
-        return (out, acc_lse) if return_lse else out
+        return acc.to(q.dtype), acc_lse  # when S < N still forwards the others' blocks.)
 
     # Two flat buffers of the largest shard, K then V: one message per step.
     per_tensor = batch * num_kv_heads * max_len * head_dim
@@ -335,14 +383,6 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen:
     k0.copy_(k)
     v0.copy_(v)
 
-    my_q_spans = spans_of(rank)
-    # Query row offsets of each local chunk (storage order; real lengths).
-    q_offsets = []
-    offset = 0
-    for a, b in my_spans:
-        q_offsets.append(offset)
-        offset += b - a
-
     # Each block's partial lands in a contiguous per-chunk scratch (the kernel writes lse
     # as a contiguous (B, Hq, rows) array), then merges into the running rows.
     scratch = [(torch.empty((batch, num_q_heads, b - a, head_dim), dtype=torch.float32, device=q.device),
@@ -355,27 +395,133 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen:
         if step + 1 < world_size and len(buffers) == 2:
             works = ring_exchange(current, buffers[(step + 1) % 2], group)
         k_blk, v_blk = kv_views(current, lengths[source])
-        k_offset = 0
-        src_true = shard_spans(seqlen, world_size, source, sharding)
-        for (ks, ke), (ks_true, ke_true) in zip(spans_of(source), src_true):
-            k_len = ke_true - ks_true
-            for (qs, _), (qs_true, qe_true), q_off, (out_b, lse_b) in zip(
-                    my_q_spans, my_spans, q_offsets, scratch):
-                q_len = qe_true - qs_true
-                kind = classify_pair((qs, qs + q_len), (ks, ks + k_len), causal, window)
-                if kind == "skip":
-                    continue
-                rows = slice(q_off, q_off + q_len)
-                out_b.fill_(float("nan"))  # poisoned: an element the kernel skips fails the check
-                _block_attention(
-                    q[:, :, rows], k_blk[:, :, k_offset:k_offset + k_len],
-                    v_blk[:, :, k_offset:k_offset + k_len], out_b, lse_b,
-                    causal_offset=qs - ks, causal=kind == "masked",
-                    window=window if kind == "masked" else None, scale=scale)
-                _merge_into(acc[:, :, rows], acc_lse[:, :, rows], out_b, lse_b, _planted_bug)
-            k_offset += k_len
+        for chunk, rows, k_rows, kind, offset in _block_pairs(
+                seqlen, world_size, rank, source, sharding, causal, window, _planted_bug):
+            out_b, lse_b = scratch[chunk]
+            out_b.fill_(float("nan"))  # poisoned: an element the kernel skips fails the check
+            _block_attention(
+                q[:, :, rows], k_blk[:, :, k_rows], v_blk[:, :, k_rows], out_b, lse_b,
+                causal_offset=offset, causal=kind == "masked",
+                window=window if kind == "masked" else None, scale=scale)
+            _merge_into(acc[:, :, rows], acc_lse[:, :, rows], out_b, lse_b, _planted_bug)
         for work in works:
             work.wait()
 
-    out = acc.to(q.dtype)
-    return (out, acc_lse) if return_lse else out
+    return acc.to(q.dtype), acc_lse
+
+
+# ---------------------------------------------------------------------------------------
+# The ring backward.
+
+def _block_backward(dout, q, k, v, out, lse, *, causal_offset: int, causal: bool,
+                    window: int | None, scale: float):
+    """(dq, dk, dv) of one (query chunk, key chunk) pair, in the inputs' dtype, from the
+    final (global) output and lse of the query rows: P = exp(S - lse) is then this block of
+    the whole row's softmax and delta = rowsum(dO o O) the whole row's, so the blocks'
+    contributions add up to the exact gradients (``attention_backward``, the documented
+    backward of ``flashcore.attention``).
+
+    That function takes the causal offsets 0 (top-left) and Sk - Sq (bottom-right); a
+    window block at another offset d = q_start - k_start gets zero keys appended until
+    Sk - Sq = d. A zero key adds nothing to dQ (its dS is multiplied by K = 0) and its own
+    dK/dV rows are dropped, so the real gradients are unchanged."""
+    from .kernels.backward import attention_backward
+
+    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
+    kw = dict(causal=causal, window=window, scale=scale)
+    if not causal or (causal_offset == 0 and seqlen_q == seqlen_k):
+        return attention_backward(dout, q, k, v, out, lse, **kw)
+    pad = causal_offset - (seqlen_k - seqlen_q)
+    if pad < 0:  # never produced by the chunk-aligned pairs of _block_pairs
+        raise AssertionError(f"unexpected block: offset {causal_offset}, Sq {seqlen_q}, Sk {seqlen_k}")
+    zeros = k.new_zeros((k.shape[0], k.shape[1], pad, k.shape[3]))
+    dq, dk, dv = attention_backward(dout, q, torch.cat([k, zeros], 2), torch.cat([v, zeros], 2),
+                                    out, lse, causal_alignment="bottom_right", **kw)
+    return dq, dk[:, :, :seqlen_k], dv[:, :, :seqlen_k]
+
+
+def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sharding, group,
+                   _planted_bug=None):
+    """(dq, dk, dv) of this rank's shards. K/V travel the ring as in the forward; the fp32
+    dK/dV accumulator of each block travels one hop behind it (each rank adds its
+    contribution, then passes it on), and after the last step every block's accumulator
+    arrives back at its owner."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    my_spans, my_len, lengths, _ = _shard_layout(seqlen, world_size, rank, sharding, q, k)
+    batch, num_q_heads, _, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    dev = q.device
+
+    # Per query chunk, contiguous (B, Hq, rows) lse, as the backward takes it.
+    chunk_lse, offset = [], 0
+    for a, b in my_spans:
+        chunk_lse.append(lse[:, :, offset:offset + b - a].contiguous())
+        offset += b - a
+    dq_acc = torch.zeros((batch, num_q_heads, my_len, head_dim), dtype=torch.float32, device=dev)
+
+    def flat_len(length):
+        return batch * num_kv_heads * length * head_dim
+
+    def views(buf, length):
+        n, shape = flat_len(length), (batch, num_kv_heads, length, head_dim)
+        return buf[:n].view(shape), buf[n:2 * n].view(shape)
+
+    max_len = max(lengths)
+    kv_bufs = [torch.empty(2 * flat_len(max_len), dtype=k.dtype, device=dev) for _ in range(min(world_size, 2))]
+    k0, v0 = views(kv_bufs[0], my_len)
+    k0.copy_(k)
+    v0.copy_(v)
+    dkv_works, dkv_recv = [], None
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        current = kv_bufs[step % len(kv_bufs)]
+        kv_works = (ring_exchange(current, kv_bufs[(step + 1) % 2], group, tag=0)
+                    if step + 1 < world_size else [])
+        k_blk, v_blk = views(current, lengths[source])
+        dkv = torch.zeros(2 * flat_len(lengths[source]), dtype=torch.float32, device=dev)
+        dk_blk, dv_blk = views(dkv, lengths[source])
+        for chunk, rows, k_rows, kind, offset in _block_pairs(
+                seqlen, world_size, rank, source, sharding, causal, window):
+            dq_b, dk_b, dv_b = _block_backward(
+                dout[:, :, rows], q[:, :, rows], k_blk[:, :, k_rows], v_blk[:, :, k_rows],
+                out[:, :, rows], chunk_lse[chunk], causal_offset=offset, causal=kind == "masked",
+                window=window if kind == "masked" else None, scale=scale)
+            dq_acc[:, :, rows] += dq_b
+            dk_blk[:, :, k_rows] += dk_b
+            dv_blk[:, :, k_rows] += dv_b
+        if world_size > 1:
+            if step > 0:  # what the ranks before added to this block's dK/dV
+                for work in dkv_works:
+                    work.wait()
+                if _planted_bug != "dkv_not_accumulated":
+                    dkv += dkv_recv
+            # Pass it on; receive the accumulator of the block this rank holds next (after
+            # the last step: its own block, complete).
+            dkv_recv = torch.empty(2 * flat_len(lengths[(rank - step - 1) % world_size]),
+                                   dtype=torch.float32, device=dev)
+            dkv_works = ring_exchange(dkv, dkv_recv, group, tag=1)
+        for work in kv_works:
+            work.wait()
+    if world_size > 1:
+        for work in dkv_works:
+            work.wait()
+        dkv = dkv_recv
+    dk, dv = views(dkv, my_len)
+    return dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+class _RingAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, kwargs):
+        bug = kwargs["_planted_bug"]
+        out, lse = _ring_forward(q, k, v, **dict(kwargs, _planted_bug=None if bug == "dkv_not_accumulated" else bug))
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.kwargs = kwargs
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _ring_backward(grad_out.to(q.dtype), q, k, v, out, lse, **ctx.kwargs)
+        return dq, dk, dv, None

@@ -40,6 +40,7 @@ class CPCase:
     batch: int = 1
     sample_rows: int | None = None      # None: check every row; else this many rows per rank
     planted_bug: str | None = None
+    grad: bool = False                  # also the ring backward: dq, dk, dv under the gradient rule
 
     @property
     def name(self) -> str:
@@ -48,8 +49,9 @@ class CPCase:
             mask += f" window{self.window}"
         bug = f" PLANTED:{self.planted_bug}" if self.planted_bug else ""
         rows = f" sampled{self.sample_rows}" if self.sample_rows else ""
+        grad = " +grad" if self.grad else ""
         return (f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} S{self.seqlen} "
-                f"D{self.head_dim} {self.dtype} {mask} {self.sharding}{rows}{bug}")
+                f"D{self.head_dim} {self.dtype} {mask} {self.sharding}{rows}{grad}{bug}")
 
 
 def cpu_grid() -> list[CPCase]:
@@ -66,8 +68,13 @@ def cpu_grid() -> list[CPCase]:
         CPCase(67, causal=False, sharding="contiguous", batch=2),                # uneven: 34 + 33
         CPCase(3, causal=True, sharding="zigzag"),                               # empty chunks
         CPCase(1, causal=True, sharding="zigzag"),                               # rank 1 holds nothing
+        CPCase(96, causal=True, sharding="zigzag", grad=True),
+        CPCase(96, 4, 2, causal=True, sharding="contiguous", grad=True),
+        CPCase(67, causal=False, sharding="contiguous", dtype="float32", grad=True),
+        CPCase(100, 4, 1, causal=True, sharding="zigzag", window=20, grad=True),
         CPCase(96, causal=True, sharding="zigzag", planted_bug="merge_without_rescale"),
         CPCase(96, causal=True, sharding="zigzag", planted_bug="zigzag_off_by_one"),
+        CPCase(96, causal=True, sharding="zigzag", grad=True, planted_bug="dkv_not_accumulated"),
     ]
 
 
@@ -85,11 +92,15 @@ def gpu_grid() -> list[CPCase]:
                 CPCase(seqlen, 8, 8, 64, dtype, False, "zigzag", window=None),
             ]
     cases += [
+        CPCase(4099, 8, 2, 128, "bfloat16", True, "zigzag", grad=True),
+        CPCase(4099, 8, 2, 128, "bfloat16", False, "contiguous", grad=True),
+        CPCase(4099, 8, 2, 128, "bfloat16", True, "zigzag", window=300, grad=True),
         CPCase(131072 + 3, 8, 2, 128, "bfloat16", True, "zigzag", sample_rows=256),
         CPCase(131072 + 3, 8, 2, 128, "bfloat16", False, "contiguous", sample_rows=256),
         CPCase(65536 + 5, 8, 2, 128, "bfloat16", True, "zigzag", window=4096, sample_rows=256),
         CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", planted_bug="merge_without_rescale"),
         CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", planted_bug="zigzag_off_by_one"),
+        CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", grad=True, planted_bug="dkv_not_accumulated"),
     ]
     return cases
 
@@ -126,10 +137,19 @@ def check_case(case: CPCase, device, seed: int, group=None) -> dict:
     v = torch.randn(shape_kv, generator=gen, device=device).to(dtype)
     args = (world_size, rank, case.sharding)
     q_l, k_l, v_l = P.shard(q, *args), P.shard(k, *args), P.shard(v, *args)
-    with torch.no_grad():
-        out = P.ring_attention(q_l, k_l, v_l, seqlen=case.seqlen, causal=case.causal,
-                               window=case.window, sharding=case.sharding, group=group,
-                               _planted_bug=case.planted_bug)
+    ring_kw = dict(seqlen=case.seqlen, causal=case.causal, window=case.window,
+                   sharding=case.sharding, group=group)
+    grad_row = {}
+    if case.grad:
+        do = torch.randn(shape_q, generator=gen, device=device).to(dtype)
+        leaves = [t.clone().requires_grad_() for t in (q_l, k_l, v_l)]
+        out = P.ring_attention(*leaves, _planted_bug=case.planted_bug, **ring_kw)
+        out.backward(P.shard(do, *args))
+        out = out.detach()
+        grad_row = _check_ring_grads([t.grad for t in leaves], q, k, v, do, case, group)
+    else:
+        with torch.no_grad():
+            out = P.ring_attention(q_l, k_l, v_l, _planted_bug=case.planted_bug, **ring_kw)
     spans = P.shard_spans(case.seqlen, world_size, rank, case.sharding)
     positions = P.shard_positions(case.seqlen, world_size, rank, case.sharding).to(device)
     if case.sample_rows:
@@ -165,8 +185,29 @@ def check_case(case: CPCase, device, seed: int, group=None) -> dict:
         "ratio": max_err / bound if bound > 0 else (0.0 if max_err == 0 else math.inf),
         "rel_l2_err": math.sqrt(sum(t["err_sq"] for t in gathered)) / ref_norm if ref_norm else 0.0,
         "nan_mismatch": nan_mismatch,
-        "passed": bool(nan_mismatch == 0 and max_err <= bound),
+        "output_passed": bool(nan_mismatch == 0 and max_err <= bound),
+        "passed": bool(nan_mismatch == 0 and max_err <= bound) and grad_row.get("grad_passed", True),
+        **grad_row,
     }
+
+
+def _check_ring_grads(local_grads, q, k, v, do, case: CPCase, group) -> dict:
+    """Gather every rank's dq, dk, dv shards, unshard, and apply the gradient rule against
+    float64 autograd through the single-device reference (small S only: whole tensors)."""
+    from .. import parallel as P
+    from ..validate_backward import cancellation_magnitudes, gradient_rule, reference_gradients
+
+    world_size = dist.get_world_size(group)
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, [g.detach().cpu() for g in local_grads], group=group)
+    grads = [P.unshard([g[i] for g in gathered], case.sharding).to(q.device) for i in range(3)]
+    kwargs = dict(causal=case.causal, window=case.window)
+    ref64 = reference_gradients(q, k, v, do, compute_dtype=torch.float64, **kwargs)
+    same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, **kwargs)
+    reports = gradient_rule(grads, ref64, same, cancellation_magnitudes(q, k, v, do, **kwargs))
+    return {"grad_ratio": max(r.ratio for r in reports.values()),
+            "grad_ratios": {name: r.ratio for name, r in reports.items()},
+            "grad_passed": all(r.passed for r in reports.values())}
 
 
 def run_check(cases, device, *, base_seed: int = 0, group=None, progress: bool = False) -> list[dict]:
@@ -177,7 +218,8 @@ def run_check(cases, device, *, base_seed: int = 0, group=None, progress: bool =
         rows.append(row)
         if progress and rank == 0:
             expect = "FAIL expected" if case.planted_bug else ""
-            print(f"[{i + 1}/{len(cases)}] {row['name']}: ratio {row['ratio']:.3f} "
+            grad = f", gradients ratio {row['grad_ratio']:.3f}" if case.grad else ""
+            print(f"[{i + 1}/{len(cases)}] {row['name']}: ratio {row['ratio']:.3f}{grad} "
                   f"passed {row['passed']} {expect}", flush=True)
     return rows
 
