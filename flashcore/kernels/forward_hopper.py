@@ -1,11 +1,13 @@
 """Hopper forward attention with FlashAttention-3's structure, written in Gluon.
 
-One program computes one 128-row query tile for one (batch, query head), with three kinds
-of warps that never wait on each other except through shared-memory barriers:
+One program computes one query tile of NUM_WG * 64 rows (128, or 192 at D=64) for one
+(batch, query head), with warps that never wait on each other except through
+shared-memory barriers (mbarriers):
 
-    producer (1 warp)      TMA: Q once, then K_j, V_j into a STAGES-deep shared-memory ring
-    consumer 0 (4 warps)   rows  0..63 of the tile: wgmma + online softmax
-    consumer 1 (4 warps)   rows 64..127 of the tile: the same, half a step out of phase
+    producer (1 warp)          TMA: Q once, then K_j, V_j into a STAGES-deep shared-memory ring
+    consumer 0 (4 warps)       rows   0..63 of the tile: wgmma + online softmax
+    consumer 1 (4 warps)       rows  64..127: the same, out of phase (ping-pong)
+    [consumer 2 (4 warps)      rows 128..191, NUM_WG=3]
 
 Inside each consumer warpgroup the softmax of key tile j overlaps the tensor cores'
 P_{j-1} @ V_{j-1} (issued asynchronously just before, with S_j = Q @ K_j^T):
@@ -15,9 +17,9 @@ P_{j-1} @ V_{j-1} (issued asynchronously just before, with S_j = Q @ K_j^T):
     wait S_j; release K_j; softmax(S_j) -> P_j, alpha_j     # runs while P V runs
     wait O; release V_{j-1}; O *= alpha_j
 
-Ping-pong (PINGPONG=True): the two warpgroups take turns issuing their GEMMs (a pair of
-mbarriers passes the turn), so one warpgroup's softmax runs while the other's GEMMs
-occupy the tensor cores. Causal launches start with the longest (last) query tiles.
+Ping-pong (PINGPONG=True): the consumer warpgroups take turns issuing their GEMMs (one
+mbarrier per warpgroup passes the turn around the ring), so one warpgroup's softmax runs
+while another's GEMMs occupy the tensor cores. Causal launches start with the longest (last) query tiles.
 
 Which calls take this path (``supports``; everything else runs the Triton kernel in
 forward.py, with the same numerics contract):
@@ -31,7 +33,8 @@ forward.py, with the same numerics contract):
 - any Sq, Sk >= 1 (TMA zero-fills rows past the end; keys past Sk are masked), GQA/MQA
   (query head h reads KV head h // (Hq // Hkv)), non-causal and both causal alignments
   (``causal_offset`` as in forward.py), ``return_lse``;
-- not: sliding windows, float32, other head dims (forward.py takes them).
+- not: sliding windows, softcap, float32, other head dims, calls with an explicit
+  ``config`` (forward.py takes them).
 
 Offsets: TMA coordinates are per-dimension int32 (B, H, S, D each < 2^31), addresses
 64-bit; the output and lse pointers are formed in int64, so tensors past 2^31 elements
@@ -71,10 +74,10 @@ LOG2E = 1.4426950408889634
 HEAD_DIMS = (64, 128, 256)
 BLOCK_M_WG = 64  # query rows per consumer warpgroup (wgmma's M per warpgroup)
 
-# Tile configs per head dim: (BLOCK_N, STAGES). Shared memory: Q 2*64*D, ring 2*STAGES*BN*D
-# elements; D=256 with BN=64 and 2 stages uses 192 KB of the 227 KB.
+# Tile configs per head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared memory:
+# Q NUM_WG*64*D, ring 2*STAGES*BN*D elements; D=256 with BN=64 and 2 stages uses 192 KB of 227.
 VARIANTS = {
-    64: dict(BLOCK_N=128, STAGES=3),
+    64: dict(BLOCK_N=128, STAGES=2, NUM_WG=3),  # 192-row query tiles: three consumer warpgroups
     128: dict(BLOCK_N=128, STAGES=2),
     256: dict(BLOCK_N=64, STAGES=2),
 }
@@ -373,15 +376,16 @@ if GLUON_AVAILABLE:
 
 # (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
 # was measured faster than forward.py's Triton kernel; None: never (measured slower).
-# Measured on the H100 (commit 8b2bb7a), bf16 TFLOP/s Gluon vs Triton:
-#   D=64  full   S=1K..8K 334-425 vs 396-436 (slower), S=16K 437 vs 420
-#   D=64  causal S=1K..16K 217-425 vs 316-430 (slower everywhere)
+# Measured on the H100 (commits 8b2bb7a, baf467f), bf16 TFLOP/s Gluon vs Triton:
+#   D=64  full   (3 warpgroups) S=1K 363 vs 397, S=4K 481 vs 432, S=16K 548 vs 417
+#   D=64  causal (3 warpgroups) S=1K 142 vs 318, S=4K 350 vs 395, S=16K 446 vs 404
+#         (2 warpgroups were slower than Triton at D=64 everywhere but S=16K full)
 #   D=128 full   S=1K 506 vs 455 ... S=4K 642 vs 504, S=16K 621 vs 507
 #   D=128 causal S=1K 330 vs 358 (slower), S=2K 446 vs 421 ... S=16K 647 vs 512
 #   D=256 full   S=1K 550 vs 417 ... S=8K 710 vs 527;  causal S=1K 390 vs 311 ... 759 vs 513
 DISPATCH = {
-    (64, False): 16384,
-    (64, True): None,
+    (64, False): 4096,
+    (64, True): 16384,
     (128, False): 1024,
     (128, True): 2048,
     (256, False): 1024,
