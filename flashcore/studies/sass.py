@@ -429,6 +429,23 @@ def _variants():
         return dict(fn=_attn_fwd_kernel, pointers=ptrs, floats={"qk_scale"}, consts=consts,
                     descs={"k_desc": desc, "v_desc": desc}, num_warps=w, num_stages=st)
 
+    def gluon_forward(d, causal):
+        # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships.
+        from triton.experimental.gluon import language as gl
+
+        from ..kernels import forward_hopper as fh
+        cfg = fh.VARIANTS[d]
+        layout = gl.NVMMASharedLayout.get_default_for
+
+        def desc(rows):
+            return f"tensordesc<bf16[1,1,{rows},{d}],{layout([rows, d], gl.bfloat16)!r}>"
+        consts = dict(HEAD_DIM=d, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], IS_CAUSAL=causal,
+                      STORE_LSE=False, PINGPONG=True, CONSUMER_REGS=240)
+        return dict(fn=fh._fa3_fwd_kernel, gluon=True, pointers={"Out": "*bf16", "Lse": "*fp32"},
+                    floats={"qk_scale"}, consts=consts, num_warps=4, num_stages=1,
+                    descs={"q_desc": desc(fh.BLOCK_M_WG), "k_desc": desc(cfg["BLOCK_N"]),
+                           "v_desc": desc(cfg["BLOCK_N"])})
+
     def fp8_forward(causal):
         from ..kernels.fp8 import _HOPPER_FP8, P_SCALE, QUANT_BLOCK, _fp8_attn_fwd_kernel
         bm, bn, w, st = _HOPPER_FP8[causal]
@@ -457,7 +474,13 @@ def _variants():
         return dict(fn=_decode_combine_kernel, pointers=ptrs, floats=set(), consts=consts,
                     descs={}, num_warps=4, num_stages=1)
 
+    from ..kernels.forward_hopper import GLUON_AVAILABLE
+    gluon = {}
+    if GLUON_AVAILABLE:
+        gluon = {"forward D128 causal (Gluon, warp-specialized)": (gluon_forward(128, True), "shipped"),
+                 "forward D256 non-causal (Gluon, warp-specialized)": (gluon_forward(256, False), "shipped")}
     return {
+        **gluon,
         "forward D128 non-causal (TMA)": (fwd(128, False, True), "shipped"),
         "forward D128 causal (TMA)": (fwd(128, True, True), "shipped"),
         "forward D128 causal sliding window (TMA)": (fwd(128, True, True, window=True), "shipped"),
@@ -500,7 +523,11 @@ def compile_sass(spec: dict, arch: int = 90) -> str:
     # Pointers 16-byte aligned, as the launcher's tensors are (Triton specializes this too).
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if signature[n].startswith("*")}
-    src = ASTSource(fn, signature, constexprs, attrs)
+    if spec.get("gluon"):
+        from triton.experimental.gluon._runtime import GluonASTSource
+        src = GluonASTSource(fn, signature, constexprs, attrs)
+    else:
+        src = ASTSource(fn, signature, constexprs, attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                               options=dict(num_warps=spec["num_warps"], num_stages=spec["num_stages"]))
     return compiled.asm["sass"]
