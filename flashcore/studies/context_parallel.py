@@ -355,15 +355,17 @@ def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
 
 def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2, head_dim=128,
           dtype=torch.bfloat16, impls=("flashcore_cp", "flashcore_cp_nocomm", "comm_only",
-                                       "flashcore_1gpu", "torch_cp_cudnn", "torch_cp_flash"),
-          cp_only_from: int | None = None, budget_s: float = 300.0, on_row=None, group=None,
-          log=print) -> dict:
+                                       "flashcore_1gpu", "torch_cp_cudnn", "torch_cp_flash",
+                                       "flashcore_cp_fwd_bwd"),
+          cp_only_from: int | None = None, budget_s: float = 300.0, train_max_s: int = 1 << 18,
+          on_row=None, group=None, log=print) -> dict:
     """Time every impl at each global S. Every rank runs this (torchrun). Returns
     {"rows": [...], "torch_cp_checks": [...], "skipped": [...]}; ``on_row`` is called after
     each S (to record incrementally).
 
     ``cp_only_from``: from this S on only flashcore's ring (with and without transfers) and
     the transfers alone are timed (the 1-GPU run and PyTorch's CP take too long there).
+    ``train_max_s``: the ring forward + backward is timed up to this S.
     ``budget_s``: stop before an S whose predicted time (quadratic from the last S) would
     pass it.
     """
@@ -428,6 +430,28 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
                     _reset_peak()
                     ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, **kw), reps=reps, warmup=warm, group=group)
                     add("flashcore_cp", ms, _peak_gib(group))
+                if "flashcore_cp_fwd_bwd" in impls and seqlen <= train_max_s:
+                    # A training step's attention: the ring forward and the ring backward.
+                    leaves = [t.detach().clone().requires_grad_() for t in (q_l, k_l, v_l)]
+                    grad_out = torch.randn_like(q_l)
+
+                    def train_step():
+                        with torch.enable_grad():
+                            P.ring_attention(*leaves, **kw).backward(grad_out)
+                    try:
+                        _reset_peak()
+                        ms = _timed(train_step, reps=reps, warmup=1 if ("bwd", causal) not in compiled else 0,
+                                    group=group)
+                        compiled.add(("bwd", causal))
+                        add("flashcore_cp_fwd_bwd", ms, _peak_gib(group),
+                            note="forward + backward; tflops counts 3.5x the forward's FLOPs")
+                        rows["flashcore_cp_fwd_bwd"]["tflops"] = 3.5 * flops / (ms * 1e-3) / 1e12
+                    except Exception as exc:
+                        msg = f"{type(exc).__name__}: {str(exc)[:400]}"
+                        result["skipped"].append({"S": seqlen, "causal": causal, "impl": "flashcore_cp_fwd_bwd",
+                                                  "reason": msg})
+                        log(f"S={seqlen} causal={causal} flashcore_cp_fwd_bwd: FAILED {msg}")
+                    del leaves, grad_out
                 if "flashcore_cp_nocomm" in impls:
                     _reset_peak()
                     ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, skip_comm=True, **kw),
