@@ -462,8 +462,11 @@ def cmd_long(args) -> int:
 def cmd_cp(args) -> int:
     """Context parallelism; run under torchrun, one process per device (gloo on CPU)."""
     # NVLink multicast stays off (NVLS / symmetric memory are not used by the ring).
-    for key, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                       ("NVSHMEM_DISABLE_NVLS", "1")):
+    for key, value in (
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+        ("NVSHMEM_DISABLE_NVLS", "1"),
+    ):
         os.environ.setdefault(key, value)
     _ensure_backend()
     import torch
@@ -473,7 +476,9 @@ def cmd_cp(args) -> int:
     from .studies import context_parallel as CP
 
     if args.action == "bench" and not torch.cuda.is_available():
-        print("cp bench needs CUDA devices (one per process); `cp check` runs on CPU", file=sys.stderr)
+        print(
+            "cp bench needs CUDA devices (one per process); `cp check` runs on CPU", file=sys.stderr
+        )
         return 2
     rank, world_size, device = CP.init_from_env()
     log = print if rank == 0 else (lambda *a, **k: None)
@@ -487,31 +492,58 @@ def cmd_cp(args) -> int:
         rows = CP.run_check(cases, device, base_seed=args.seed, progress=True) if cases else []
         summary = CP.summarize_cases(rows)
         if rows:
-            log(f"{summary['cases']} cases on {world_size} ranks, {summary['failed']} failed; worst error "
-                f"ratio {summary['worst_ratio']:.3f}; planted bugs caught {summary['planted_bugs_caught']}"
-                f"/{summary['planted_bugs']}")
+            log(
+                f"{summary['cases']} cases on {world_size} ranks, {summary['failed']} failed; "
+                f"worst error ratio {summary['worst_ratio']:.3f}; planted bugs caught "
+                f"{summary['planted_bugs_caught']}/{summary['planted_bugs']}"
+            )
         ok = summary["failed"] == 0 and summary["planted_bugs_caught"] == summary["planted_bugs"]
         if args.action == "check":
             return 0 if ok else 1
 
-        seqlens = args.s or ([2**k for k in range(17, 23)] if args.wide else [2**k for k in range(17, 22)])
+        seqlens = args.s or (
+            [2**k for k in range(17, 23)] if args.wide else [2**k for k in range(17, 22)]
+        )
         cp_only_from = args.cp_only_from or (2**22 if args.wide else 2**21)
         causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-        payload = {"world_size": world_size, "grid": grid, "summary": summary, "cases": rows,
-                   "config": {"batch": 1, "num_q_heads": args.heads[0], "num_kv_heads": args.heads[1],
-                              "head_dim": args.head_dim, "dtype": "bfloat16", "seqlens": seqlens,
-                              "cp_only_from": cp_only_from, "budget_s": args.budget_s,
-                              "timing": "wall clock per call, barrier before, slowest rank, median of "
-                                        "3 calls (1 call from S = 1M)"}}
+        payload = {
+            "world_size": world_size,
+            "grid": grid,
+            "summary": summary,
+            "cases": rows,
+            "config": {
+                "batch": 1,
+                "num_q_heads": args.heads[0],
+                "num_kv_heads": args.heads[1],
+                "head_dim": args.head_dim,
+                "dtype": "bfloat16",
+                "seqlens": seqlens,
+                "cp_only_from": cp_only_from,
+                "budget_s": args.budget_s,
+                "timing": "wall clock per call, barrier before, slowest rank, median of "
+                "3 calls (1 call from S = 1M)",
+            },
+        }
         slug = f"{device_slug()}-x{world_size}"
 
         def record(result):
             payload.update(result)
             if args.record and rank == 0:
                 print("recorded:", write_result("context_parallel", payload, slug=slug), flush=True)
-        record(CP.bench(seqlens, causal_modes=causal_modes, num_q_heads=args.heads[0],
-                        num_kv_heads=args.heads[1], head_dim=args.head_dim,
-                        cp_only_from=cp_only_from, budget_s=args.budget_s, on_row=record, log=log))
+
+        record(
+            CP.bench(
+                seqlens,
+                causal_modes=causal_modes,
+                num_q_heads=args.heads[0],
+                num_kv_heads=args.heads[1],
+                head_dim=args.head_dim,
+                cp_only_from=cp_only_from,
+                budget_s=args.budget_s,
+                on_row=record,
+                log=log,
+            )
+        )
         return 0 if ok else 1
     finally:
         dist.destroy_process_group()
@@ -626,8 +658,11 @@ def main(argv=None) -> int:
     p.add_argument("--record", action="store_true", help="write results/<gpu>/long_context.json")
     p.set_defaults(fn=cmd_long)
 
-    p = sub.add_parser("cp", help="context parallelism (run under torchrun --nproc-per-node N): "
-                       "check against float64, bench on GPUs")
+    p = sub.add_parser(
+        "cp",
+        help="context parallelism (run under torchrun --nproc-per-node N): "
+        "check against float64, bench on GPUs",
+    )
     p.add_argument("action", choices=["check", "bench"])
     p.add_argument("--grid", choices=["cpu", "gpu"], help="correctness grid (default: by device)")
     p.add_argument("--filter", help="only check cases whose name contains this text")
@@ -639,8 +674,12 @@ def main(argv=None) -> int:
     p.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     p.add_argument("--heads", type=int, nargs=2, default=[8, 2], metavar=("HQ", "HKV"))
     p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--budget-s", type=float, default=240.0, help="skip an S predicted to end past this")
-    p.add_argument("--record", action="store_true", help="write results/<gpu>-x<N>/context_parallel.json")
+    p.add_argument(
+        "--budget-s", type=float, default=240.0, help="skip an S predicted to end past this"
+    )
+    p.add_argument(
+        "--record", action="store_true", help="write results/<gpu>-x<N>/context_parallel.json"
+    )
     p.set_defaults(fn=cmd_cp)
 
     p = sub.add_parser("backward", help="backward pass: gradient grid vs float64, determinism, memory, "
