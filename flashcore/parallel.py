@@ -53,14 +53,15 @@ from ._checks import check_attention_inputs, check_window, on_interpreter
 SHARDINGS = ("zigzag", "contiguous")
 # Planted bugs, for the tests and the notebook only: the checker must catch each of them.
 PLANTED_BUGS = (
-    "merge_without_rescale",   # the running output is not rescaled when a block is merged
-    "zigzag_off_by_one",       # masks computed as if rank r held chunk 2N - 2 - r, not 2N - 1 - r
-    "dkv_not_accumulated",     # backward: a rank drops the dK/dV the ranks before it added
+    "merge_without_rescale",  # the running output is not rescaled when a block is merged
+    "zigzag_off_by_one",  # masks computed as if rank r held chunk 2N - 2 - r, not 2N - 1 - r
+    "dkv_not_accumulated",  # backward: a rank drops the dK/dV the ranks before it added
 )
 
 
 # ---------------------------------------------------------------------------------------
 # Sharding: which global positions each rank holds.
+
 
 def chunk_bounds(seqlen: int, num_chunks: int) -> list[int]:
     """Boundaries of ``num_chunks`` chunks of ``seqlen`` positions: the first
@@ -72,7 +73,9 @@ def chunk_bounds(seqlen: int, num_chunks: int) -> list[int]:
     return bounds
 
 
-def zigzag_chunks(rank: int, world_size: int, *, _planted_bug: str | None = None) -> tuple[int, int]:
+def zigzag_chunks(
+    rank: int, world_size: int, *, _planted_bug: str | None = None
+) -> tuple[int, int]:
     """The two chunks (of 2N) that rank r holds under zigzag sharding: r and 2N - 1 - r."""
     second = 2 * world_size - 1 - rank
     if _planted_bug == "zigzag_off_by_one":
@@ -80,26 +83,39 @@ def zigzag_chunks(rank: int, world_size: int, *, _planted_bug: str | None = None
     return rank, second
 
 
-def shard_spans(seqlen: int, world_size: int, rank: int, sharding: str = "zigzag",
-                *, _planted_bug: str | None = None) -> list[tuple[int, int]]:
+def shard_spans(
+    seqlen: int,
+    world_size: int,
+    rank: int,
+    sharding: str = "zigzag",
+    *,
+    _planted_bug: str | None = None,
+) -> list[tuple[int, int]]:
     """Global ``[start, end)`` spans of rank's shard, in the order they are stored locally."""
     if sharding == "zigzag":
         bounds = chunk_bounds(seqlen, 2 * world_size)
-        return [(bounds[c], bounds[c + 1])
-                for c in zigzag_chunks(rank, world_size, _planted_bug=_planted_bug)]
+        return [
+            (bounds[c], bounds[c + 1])
+            for c in zigzag_chunks(rank, world_size, _planted_bug=_planted_bug)
+        ]
     if sharding == "contiguous":
         bounds = chunk_bounds(seqlen, world_size)
         return [(bounds[rank], bounds[rank + 1])]
     raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
 
 
-def shard_positions(seqlen: int, world_size: int, rank: int, sharding: str = "zigzag") -> torch.Tensor:
+def shard_positions(
+    seqlen: int, world_size: int, rank: int, sharding: str = "zigzag"
+) -> torch.Tensor:
     """The global positions of rank's shard, one per local row (int64)."""
-    return torch.cat([torch.arange(a, b) for a, b in shard_spans(seqlen, world_size, rank, sharding)])
+    return torch.cat(
+        [torch.arange(a, b) for a, b in shard_spans(seqlen, world_size, rank, sharding)]
+    )
 
 
-def shard(x: torch.Tensor, world_size: int, rank: int, sharding: str = "zigzag",
-          seq_dim: int = 2) -> torch.Tensor:
+def shard(
+    x: torch.Tensor, world_size: int, rank: int, sharding: str = "zigzag", seq_dim: int = 2
+) -> torch.Tensor:
     """Rank's shard of a global tensor along ``seq_dim`` (a contiguous copy)."""
     spans = shard_spans(x.shape[seq_dim], world_size, rank, sharding)
     return torch.cat([x.narrow(seq_dim, a, b - a) for a, b in spans], dim=seq_dim).contiguous()
@@ -116,8 +132,10 @@ def unshard(shards: list[torch.Tensor], sharding: str = "zigzag", seq_dim: int =
         spans = shard_spans(seqlen, world_size, rank, sharding)
         expected = sum(b - a for a, b in spans)
         if local.shape[seq_dim] != expected:
-            raise ValueError(f"shard of rank {rank} has {local.shape[seq_dim]} positions along dim "
-                             f"{seq_dim}, expected {expected} for S={seqlen}, N={world_size}, {sharding}")
+            raise ValueError(
+                f"shard of rank {rank} has {local.shape[seq_dim]} positions along dim "
+                f"{seq_dim}, expected {expected} for S={seqlen}, N={world_size}, {sharding}"
+            )
         offset = 0
         for a, b in spans:
             out.narrow(seq_dim, a, b - a).copy_(local.narrow(seq_dim, offset, b - a))
@@ -128,8 +146,10 @@ def unshard(shards: list[torch.Tensor], sharding: str = "zigzag", seq_dim: int =
 # ---------------------------------------------------------------------------------------
 # Which (query chunk, key chunk) pairs to compute.
 
-def classify_pair(q_span: tuple[int, int], k_span: tuple[int, int], causal: bool,
-                  window: int | None) -> str:
+
+def classify_pair(
+    q_span: tuple[int, int], k_span: tuple[int, int], causal: bool, window: int | None
+) -> str:
     """``"skip"``, ``"full"`` or ``"masked"`` for queries ``q_span`` and keys ``k_span``
     (global [start, end) positions). Causal: query p sees key j iff j <= p (and
     j > p - window with a window)."""
@@ -138,7 +158,7 @@ def classify_pair(q_span: tuple[int, int], k_span: tuple[int, int], causal: bool
         return "skip"
     if not causal:
         return "full"
-    if ks > qe - 1:                               # every key after the last query
+    if ks > qe - 1:  # every key after the last query
         return "skip"
     if window is not None and ke - 1 <= qs - window:  # every key before the first window
         return "skip"
@@ -146,8 +166,9 @@ def classify_pair(q_span: tuple[int, int], k_span: tuple[int, int], causal: bool
     return "full" if sees_all else "masked"
 
 
-def work_per_rank(seqlen: int, world_size: int, sharding: str, causal: bool,
-                  window: int | None = None) -> list[int]:
+def work_per_rank(
+    seqlen: int, world_size: int, sharding: str, causal: bool, window: int | None = None
+) -> list[int]:
     """Visible (query, key) pairs each rank computes: the load-balance picture."""
     work = []
     for rank in range(world_size):
@@ -167,8 +188,15 @@ def work_per_rank(seqlen: int, world_size: int, sharding: str, causal: bool,
 # ---------------------------------------------------------------------------------------
 # The partial-output merge.
 
-def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
-                   lse_b: torch.Tensor, *, _planted_bug: str | None = None):
+
+def merge_partials(
+    out_a: torch.Tensor,
+    lse_a: torch.Tensor,
+    out_b: torch.Tensor,
+    lse_b: torch.Tensor,
+    *,
+    _planted_bug: str | None = None,
+):
     """Exact merge of two attention partials over disjoint key sets.
 
     ``out_*``: (..., S, D) normalised partial outputs; ``lse_*``: (..., S) natural-log
@@ -183,7 +211,7 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor
     w_a = torch.exp(lse_a - top)
     w_b = torch.exp(lse_b - top)
     total = w_a + w_b
-    lse = top + torch.log(total)           # log(0) = -inf for rows that saw nothing
+    lse = top + torch.log(total)  # log(0) = -inf for rows that saw nothing
     inv = 1.0 / torch.where(total == 0, torch.ones_like(total), total)
     if _planted_bug == "merge_without_rescale":
         out = out_a.float() + out_b.float() * (w_b * inv)[..., None]
@@ -192,8 +220,13 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor
     return out, lse
 
 
-def _merge_into(acc: torch.Tensor, acc_lse: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor,
-                _planted_bug: str | None) -> None:
+def _merge_into(
+    acc: torch.Tensor,
+    acc_lse: torch.Tensor,
+    out_b: torch.Tensor,
+    lse_b: torch.Tensor,
+    _planted_bug: str | None,
+) -> None:
     """In-place merge of a block's fp32 partial into the running (acc, acc_lse) rows."""
     out, lse = merge_partials(acc, acc_lse, out_b, lse_b, _planted_bug=_planted_bug)
     acc.copy_(out)
@@ -203,8 +236,10 @@ def _merge_into(acc: torch.Tensor, acc_lse: torch.Tensor, out_b: torch.Tensor, l
 # ---------------------------------------------------------------------------------------
 # One block: the forward kernel at an arbitrary causal offset, fp32 partial output.
 
-def _block_attention(q, k, v, out, lse, *, causal_offset: int, causal: bool,
-                     window: int | None, scale: float) -> None:
+
+def _block_attention(
+    q, k, v, out, lse, *, causal_offset: int, causal: bool, window: int | None, scale: float
+) -> None:
     """Launch the forward kernel on one (query chunk, key chunk) pair.
 
     The kernel takes any causal offset (query i sees key j iff j <= i + offset); here it is
@@ -212,8 +247,7 @@ def _block_attention(q, k, v, out, lse, *, causal_offset: int, causal: bool,
     to the inputs' precision before the merge. ``lse`` (B, Hq, Sq) float32 contiguous."""
     import triton
 
-    from .kernels.forward import (LOG2E, _attn_fwd_kernel, _kv_descriptors, _pick_config,
-                                  _tma_usable)
+    from .kernels.forward import LOG2E, _attn_fwd_kernel, _kv_descriptors, _pick_config, _tma_usable
 
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
@@ -228,20 +262,39 @@ def _block_attention(q, k, v, out, lse, *, causal_offset: int, causal: bool,
         k_desc, v_desc = _kv_descriptors(k, v, cfg["BLOCK_N"], head_dim)
     grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]) * batch * num_q_heads,)
     _attn_fwd_kernel[grid](
-        q, k, v, out, lse, k_desc, v_desc,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
-        window or 0, scale * LOG2E,
-        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
-        IS_CAUSAL=bool(causal), HAS_WINDOW=window is not None, STORE_LSE=True,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        k_desc,
+        v_desc,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *out.stride(),
+        num_q_heads,
+        num_q_heads // num_kv_heads,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        window or 0,
+        scale * LOG2E,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim_padded,
+        IS_CAUSAL=bool(causal),
+        HAS_WINDOW=window is not None,
+        STORE_LSE=True,
         FP32_IEEE=q.dtype == torch.float32,
-        USE_TMA=use_tma, WARP_SPECIALIZE=warp_specialize,
+        USE_TMA=use_tma,
+        WARP_SPECIALIZE=warp_specialize,
         **cfg,
     )
 
 
 # ---------------------------------------------------------------------------------------
 # The ring.
+
 
 def _global_rank(group, group_rank: int) -> int:
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
@@ -252,15 +305,28 @@ def ring_exchange(send: torch.Tensor, recv: torch.Tensor, group=None, tag: int =
     ``recv``. Returns the works to wait on (``batch_isend_irecv``). ``tag`` keeps the K/V
     stream and the dK/dV stream of the backward apart on gloo (NCCL matches by order)."""
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    ops = [dist.P2POp(dist.isend, send, _global_rank(group, (rank + 1) % world_size), group, tag),
-           dist.P2POp(dist.irecv, recv, _global_rank(group, (rank - 1) % world_size), group, tag)]
+    ops = [
+        dist.P2POp(dist.isend, send, _global_rank(group, (rank + 1) % world_size), group, tag),
+        dist.P2POp(dist.irecv, recv, _global_rank(group, (rank - 1) % world_size), group, tag),
+    ]
     return dist.batch_isend_irecv(ops)
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen: int,
-                   causal: bool = False, window: int | None = None, scale: float | None = None,
-                   sharding: str = "zigzag", group=None, return_lse: bool = False,
-                   skip_comm: bool = False, _planted_bug: str | None = None):
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    seqlen: int,
+    causal: bool = False,
+    window: int | None = None,
+    scale: float | None = None,
+    sharding: str = "zigzag",
+    group=None,
+    return_lse: bool = False,
+    skip_comm: bool = False,
+    _planted_bug: str | None = None,
+):
     """Context-parallel exact attention (forward), called by every rank of ``group``.
 
     Args:
@@ -288,7 +354,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen:
     output make every block's P and delta exact. Not with ``skip_comm`` (raises).
     """
     needs_grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
+    )
     with torch.no_grad():
         check_attention_inputs(q, k, v, max_head_dim=256)
     check_window(window, causal)
@@ -297,14 +364,17 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seqlen:
     if _planted_bug is not None and _planted_bug not in PLANTED_BUGS:
         raise ValueError(f"unknown planted bug {_planted_bug!r}; known: {PLANTED_BUGS}")
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("ring_attention needs an initialised torch.distributed process group "
-                           "(e.g. run under torchrun and call dist.init_process_group)")
+        raise RuntimeError(
+            "ring_attention needs an initialised torch.distributed process group "
+            "(e.g. run under torchrun and call dist.init_process_group)"
+        )
     if not isinstance(seqlen, int) or seqlen < 0:
         raise ValueError(f"expected seqlen to be a non-negative int, got {seqlen!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[3]) if q.shape[3] else 1.0
-    kwargs = dict(seqlen=seqlen, causal=causal, window=window, scale=scale, sharding=sharding,
-                  group=group)
+    kwargs = dict(
+        seqlen=seqlen, causal=causal, window=window, scale=scale, sharding=sharding, group=group
+    )
     if needs_grad:
         if skip_comm:
             raise ValueError("skip_comm is a forward-only benchmark switch")
@@ -319,10 +389,13 @@ def _shard_layout(seqlen, world_size, rank, sharding, q, k):
     my_len = sum(b - a for a, b in my_spans)
     if q.shape[2] != my_len or k.shape[2] != my_len:
         raise ValueError(
-            f"rank {rank}: expected q, k, v shards of {my_len} positions (S={seqlen}, N={world_size}, "
-            f"{sharding}), got q {q.shape[2]}, k {k.shape[2]}")
-    lengths = [sum(b - a for a, b in shard_spans(seqlen, world_size, r, sharding))
-               for r in range(world_size)]
+            f"rank {rank}: expected q, k, v shards of {my_len} positions "
+            f"(S={seqlen}, N={world_size}, {sharding}), got q {q.shape[2]}, k {k.shape[2]}"
+        )
+    lengths = [
+        sum(b - a for a, b in shard_spans(seqlen, world_size, r, sharding))
+        for r in range(world_size)
+    ]
     q_offsets, offset = [], 0
     for a, b in my_spans:
         q_offsets.append(offset)
@@ -346,14 +419,20 @@ def _block_pairs(seqlen, world_size, rank, source, sharding, causal, window, _pl
         for chunk, ((qs, _), (qa, qb)) in enumerate(zip(q_seen, q_true)):
             kind = classify_pair((qs, qs + qb - qa), (ks, ks + kb - ka), causal, window)
             if kind != "skip":
-                yield (chunk, slice(q_offset, q_offset + qb - qa), slice(k_offset, k_offset + kb - ka),
-                       kind, qs - ks)
+                yield (
+                    chunk,
+                    slice(q_offset, q_offset + qb - qa),
+                    slice(k_offset, k_offset + kb - ka),
+                    kind,
+                    qs - ks,
+                )
             q_offset += qb - qa
         k_offset += kb - ka
 
 
-def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, skip_comm=False,
-                  _planted_bug=None):
+def _ring_forward(
+    q, k, v, *, seqlen, causal, window, scale, sharding, group, skip_comm=False, _planted_bug=None
+):
     """The forward ring; returns (out in q's dtype, lse float32)."""
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     my_spans, my_len, lengths, q_offsets = _shard_layout(seqlen, world_size, rank, sharding, q, k)
@@ -363,8 +442,9 @@ def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, sk
     max_len = max(lengths)
 
     acc = torch.zeros((batch, num_q_heads, my_len, head_dim), dtype=torch.float32, device=q.device)
-    acc_lse = torch.full((batch, num_q_heads, my_len), float("-inf"), dtype=torch.float32,
-                         device=q.device)
+    acc_lse = torch.full(
+        (batch, num_q_heads, my_len), float("-inf"), dtype=torch.float32, device=q.device
+    )
     if seqlen == 0:  # every rank agrees: nothing to send. (A rank with an empty shard
         return acc.to(q.dtype), acc_lse  # when S < N still forwards the others' blocks.)
 
@@ -377,7 +457,7 @@ def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, sk
     def kv_views(buf, length):
         n = batch * num_kv_heads * length * head_dim
         shape = (batch, num_kv_heads, length, head_dim)
-        return buf[:n].view(shape), buf[n:2 * n].view(shape)
+        return buf[:n].view(shape), buf[n : 2 * n].view(shape)
 
     k0, v0 = kv_views(buffers[0], my_len)
     k0.copy_(k)
@@ -385,9 +465,15 @@ def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, sk
 
     # Each block's partial lands in a contiguous per-chunk scratch (the kernel writes lse
     # as a contiguous (B, Hq, rows) array), then merges into the running rows.
-    scratch = [(torch.empty((batch, num_q_heads, b - a, head_dim), dtype=torch.float32, device=q.device),
-                torch.empty((batch, num_q_heads, b - a), dtype=torch.float32, device=q.device))
-               for a, b in my_spans]
+    scratch = [
+        (
+            torch.empty(
+                (batch, num_q_heads, b - a, head_dim), dtype=torch.float32, device=q.device
+            ),
+            torch.empty((batch, num_q_heads, b - a), dtype=torch.float32, device=q.device),
+        )
+        for a, b in my_spans
+    ]
     for step in range(world_size):
         source = (rank - step) % world_size
         current = buffers[step % len(buffers)]
@@ -396,13 +482,21 @@ def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, sk
             works = ring_exchange(current, buffers[(step + 1) % 2], group)
         k_blk, v_blk = kv_views(current, lengths[source])
         for chunk, rows, k_rows, kind, offset in _block_pairs(
-                seqlen, world_size, rank, source, sharding, causal, window, _planted_bug):
+            seqlen, world_size, rank, source, sharding, causal, window, _planted_bug
+        ):
             out_b, lse_b = scratch[chunk]
             out_b.fill_(float("nan"))  # poisoned: an element the kernel skips fails the check
             _block_attention(
-                q[:, :, rows], k_blk[:, :, k_rows], v_blk[:, :, k_rows], out_b, lse_b,
-                causal_offset=offset, causal=kind == "masked",
-                window=window if kind == "masked" else None, scale=scale)
+                q[:, :, rows],
+                k_blk[:, :, k_rows],
+                v_blk[:, :, k_rows],
+                out_b,
+                lse_b,
+                causal_offset=offset,
+                causal=kind == "masked",
+                window=window if kind == "masked" else None,
+                scale=scale,
+            )
             _merge_into(acc[:, :, rows], acc_lse[:, :, rows], out_b, lse_b, _planted_bug)
         for work in works:
             work.wait()
@@ -413,8 +507,10 @@ def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, sk
 # ---------------------------------------------------------------------------------------
 # The ring backward.
 
-def _block_backward(dout, q, k, v, out, lse, *, causal_offset: int, causal: bool,
-                    window: int | None, scale: float):
+
+def _block_backward(
+    dout, q, k, v, out, lse, *, causal_offset: int, causal: bool, window: int | None, scale: float
+):
     """(dq, dk, dv) of one (query chunk, key chunk) pair, in the inputs' dtype, from the
     final (global) output and lse of the query rows: P = exp(S - lse) is then this block of
     the whole row's softmax and delta = rowsum(dO o O) the whole row's, so the blocks'
@@ -433,15 +529,26 @@ def _block_backward(dout, q, k, v, out, lse, *, causal_offset: int, causal: bool
         return attention_backward(dout, q, k, v, out, lse, **kw)
     pad = causal_offset - (seqlen_k - seqlen_q)
     if pad < 0:  # never produced by the chunk-aligned pairs of _block_pairs
-        raise AssertionError(f"unexpected block: offset {causal_offset}, Sq {seqlen_q}, Sk {seqlen_k}")
+        raise AssertionError(
+            f"unexpected block: offset {causal_offset}, Sq {seqlen_q}, Sk {seqlen_k}"
+        )
     zeros = k.new_zeros((k.shape[0], k.shape[1], pad, k.shape[3]))
-    dq, dk, dv = attention_backward(dout, q, torch.cat([k, zeros], 2), torch.cat([v, zeros], 2),
-                                    out, lse, causal_alignment="bottom_right", **kw)
+    dq, dk, dv = attention_backward(
+        dout,
+        q,
+        torch.cat([k, zeros], 2),
+        torch.cat([v, zeros], 2),
+        out,
+        lse,
+        causal_alignment="bottom_right",
+        **kw,
+    )
     return dq, dk[:, :, :seqlen_k], dv[:, :, :seqlen_k]
 
 
-def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sharding, group,
-                   _planted_bug=None):
+def _ring_backward(
+    dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sharding, group, _planted_bug=None
+):
     """(dq, dk, dv) of this rank's shards. K/V travel the ring as in the forward; the fp32
     dK/dV accumulator of each block travels one hop behind it (each rank adds its
     contribution, then passes it on), and after the last step every block's accumulator
@@ -455,7 +562,7 @@ def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sh
     # Per query chunk, contiguous (B, Hq, rows) lse, as the backward takes it.
     chunk_lse, offset = [], 0
     for a, b in my_spans:
-        chunk_lse.append(lse[:, :, offset:offset + b - a].contiguous())
+        chunk_lse.append(lse[:, :, offset : offset + b - a].contiguous())
         offset += b - a
     dq_acc = torch.zeros((batch, num_q_heads, my_len, head_dim), dtype=torch.float32, device=dev)
 
@@ -464,10 +571,13 @@ def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sh
 
     def views(buf, length):
         n, shape = flat_len(length), (batch, num_kv_heads, length, head_dim)
-        return buf[:n].view(shape), buf[n:2 * n].view(shape)
+        return buf[:n].view(shape), buf[n : 2 * n].view(shape)
 
     max_len = max(lengths)
-    kv_bufs = [torch.empty(2 * flat_len(max_len), dtype=k.dtype, device=dev) for _ in range(min(world_size, 2))]
+    kv_bufs = [
+        torch.empty(2 * flat_len(max_len), dtype=k.dtype, device=dev)
+        for _ in range(min(world_size, 2))
+    ]
     k0, v0 = views(kv_bufs[0], my_len)
     k0.copy_(k)
     v0.copy_(v)
@@ -475,17 +585,29 @@ def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sh
     for step in range(world_size):
         source = (rank - step) % world_size
         current = kv_bufs[step % len(kv_bufs)]
-        kv_works = (ring_exchange(current, kv_bufs[(step + 1) % 2], group, tag=0)
-                    if step + 1 < world_size else [])
+        kv_works = (
+            ring_exchange(current, kv_bufs[(step + 1) % 2], group, tag=0)
+            if step + 1 < world_size
+            else []
+        )
         k_blk, v_blk = views(current, lengths[source])
         dkv = torch.zeros(2 * flat_len(lengths[source]), dtype=torch.float32, device=dev)
         dk_blk, dv_blk = views(dkv, lengths[source])
         for chunk, rows, k_rows, kind, offset in _block_pairs(
-                seqlen, world_size, rank, source, sharding, causal, window):
+            seqlen, world_size, rank, source, sharding, causal, window
+        ):
             dq_b, dk_b, dv_b = _block_backward(
-                dout[:, :, rows], q[:, :, rows], k_blk[:, :, k_rows], v_blk[:, :, k_rows],
-                out[:, :, rows], chunk_lse[chunk], causal_offset=offset, causal=kind == "masked",
-                window=window if kind == "masked" else None, scale=scale)
+                dout[:, :, rows],
+                q[:, :, rows],
+                k_blk[:, :, k_rows],
+                v_blk[:, :, k_rows],
+                out[:, :, rows],
+                chunk_lse[chunk],
+                causal_offset=offset,
+                causal=kind == "masked",
+                window=window if kind == "masked" else None,
+                scale=scale,
+            )
             dq_acc[:, :, rows] += dq_b
             dk_blk[:, :, k_rows] += dk_b
             dv_blk[:, :, k_rows] += dv_b
@@ -497,8 +619,11 @@ def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sh
                     dkv += dkv_recv
             # Pass it on; receive the accumulator of the block this rank holds next (after
             # the last step: its own block, complete).
-            dkv_recv = torch.empty(2 * flat_len(lengths[(rank - step - 1) % world_size]),
-                                   dtype=torch.float32, device=dev)
+            dkv_recv = torch.empty(
+                2 * flat_len(lengths[(rank - step - 1) % world_size]),
+                dtype=torch.float32,
+                device=dev,
+            )
             dkv_works = ring_exchange(dkv, dkv_recv, group, tag=1)
         for work in kv_works:
             work.wait()
@@ -514,7 +639,9 @@ class _RingAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, kwargs):
         bug = kwargs["_planted_bug"]
-        out, lse = _ring_forward(q, k, v, **dict(kwargs, _planted_bug=None if bug == "dkv_not_accumulated" else bug))
+        out, lse = _ring_forward(
+            q, k, v, **dict(kwargs, _planted_bug=None if bug == "dkv_not_accumulated" else bug)
+        )
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.kwargs = kwargs
         ctx.mark_non_differentiable(lse)

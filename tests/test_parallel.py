@@ -10,8 +10,8 @@ import torch
 from flashcore import parallel as P
 from flashcore.studies import context_parallel as CP
 
-
 # ----------------------------------------------------------------------------- pure units
+
 
 def _partial(q, k, v, scale):
     """Attention of q over one key subset in float64: (normalised output, natural-log lse)."""
@@ -64,7 +64,9 @@ def test_shard_unshard_roundtrip_covers_every_position_once(seqlen, world_size, 
     x = torch.arange(seqlen, dtype=torch.float32).view(1, 1, seqlen, 1)
     shards = [P.shard(x, world_size, r, sharding) for r in range(world_size)]
     assert torch.equal(P.unshard(shards, sharding), x)
-    positions = torch.cat([P.shard_positions(seqlen, world_size, r, sharding) for r in range(world_size)])
+    positions = torch.cat(
+        [P.shard_positions(seqlen, world_size, r, sharding) for r in range(world_size)]
+    )
     assert sorted(positions.tolist()) == list(range(seqlen))
     lengths = [s.shape[2] for s in shards]
     assert max(lengths) - min(lengths) <= (2 if sharding == "zigzag" else 1)
@@ -89,10 +91,10 @@ def test_classify_pair():
     assert P.classify_pair((10, 20), (10, 20), True, None) == "masked"
     assert P.classify_pair((0, 10), (10, 20), True, None) == "skip"
     assert P.classify_pair((0, 10), (10, 20), False, None) == "full"
-    assert P.classify_pair((100, 110), (0, 10), True, 50) == "skip"      # window never reaches
-    assert P.classify_pair((100, 110), (40, 60), True, 50) == "masked"   # window edge
+    assert P.classify_pair((100, 110), (0, 10), True, 50) == "skip"  # window never reaches
+    assert P.classify_pair((100, 110), (40, 60), True, 50) == "masked"  # window edge
     assert P.classify_pair((100, 110), (60, 90), True, 50) == "full"
-    assert P.classify_pair((5, 5), (0, 10), True, None) == "skip"        # empty chunk
+    assert P.classify_pair((5, 5), (0, 10), True, None) == "skip"  # empty chunk
 
 
 def test_ring_attention_checks_before_running():
@@ -113,19 +115,24 @@ def test_ring_attention_checks_before_running():
 
 # ----------------------------------------------------------------------------- 2 processes
 
+
 @pytest.fixture(scope="module")
 def two_rank_rows():
     """The CPU grid on 2 gloo processes (one spawn for every case: imports dominate)."""
     return {r["name"]: r for r in CP.spawn_check(CP.cpu_grid(), world_size=2)}
 
 
-@pytest.mark.parametrize("case", [c for c in CP.cpu_grid() if not c.planted_bug], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case", [c for c in CP.cpu_grid() if not c.planted_bug], ids=lambda c: c.name
+)
 def test_ring_attention_two_ranks_passes_the_error_rule(two_rank_rows, case):
     row = two_rank_rows[case.name]
     assert row["world_size"] == 2
     assert row["rows_checked"] == case.seqlen  # every row, whole output
     assert row["nan_mismatch"] == 0
-    assert row["output_passed"], f"{case.name}: max err {row['max_abs_err']:.3e} > bound {row['bound']:.3e}"
+    assert row["output_passed"], (
+        f"{case.name}: max err {row['max_abs_err']:.3e} > bound {row['bound']:.3e}"
+    )
     if case.grad:  # the ring backward: dq, dk, dv under the gradient rule
         assert row["grad_passed"], f"{case.name}: gradient ratios {row['grad_ratios']}"
     assert row["passed"]

@@ -29,6 +29,7 @@ import torch.distributed as dist
 @dataclasses.dataclass(frozen=True)
 class CPCase:
     """One context-parallel correctness case (global shapes)."""
+
     seqlen: int
     num_q_heads: int = 2
     num_kv_heads: int = 1
@@ -38,9 +39,9 @@ class CPCase:
     sharding: str = "zigzag"
     window: int | None = None
     batch: int = 1
-    sample_rows: int | None = None      # None: check every row; else this many rows per rank
+    sample_rows: int | None = None  # None: check every row; else this many rows per rank
     planted_bug: str | None = None
-    grad: bool = False                  # also the ring backward: dq, dk, dv under the gradient rule
+    grad: bool = False  # also the ring backward: dq, dk, dv under the gradient rule
 
     @property
     def name(self) -> str:
@@ -50,8 +51,10 @@ class CPCase:
         bug = f" PLANTED:{self.planted_bug}" if self.planted_bug else ""
         rows = f" sampled{self.sample_rows}" if self.sample_rows else ""
         grad = " +grad" if self.grad else ""
-        return (f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} S{self.seqlen} "
-                f"D{self.head_dim} {self.dtype} {mask} {self.sharding}{rows}{grad}{bug}")
+        return (
+            f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} S{self.seqlen} "
+            f"D{self.head_dim} {self.dtype} {mask} {self.sharding}{rows}{grad}{bug}"
+        )
 
 
 def cpu_grid() -> list[CPCase]:
@@ -61,13 +64,13 @@ def cpu_grid() -> list[CPCase]:
         CPCase(96, causal=True, sharding="contiguous"),
         CPCase(80, causal=False, sharding="contiguous", dtype="float32"),
         CPCase(64, causal=False, sharding="zigzag"),
-        CPCase(96, 4, 1, causal=True, sharding="zigzag", head_dim=32),          # GQA 4
+        CPCase(96, 4, 1, causal=True, sharding="zigzag", head_dim=32),  # GQA 4
         CPCase(100, causal=True, sharding="zigzag", window=20),
         CPCase(77, 2, 2, causal=True, sharding="contiguous", window=30),
-        CPCase(67, causal=True, sharding="zigzag"),                              # uneven: 67 = 17+17+17+16
-        CPCase(67, causal=False, sharding="contiguous", batch=2),                # uneven: 34 + 33
-        CPCase(3, causal=True, sharding="zigzag"),                               # empty chunks
-        CPCase(1, causal=True, sharding="zigzag"),                               # rank 1 holds nothing
+        CPCase(67, causal=True, sharding="zigzag"),  # uneven: 67 = 17+17+17+16
+        CPCase(67, causal=False, sharding="contiguous", batch=2),  # uneven: 34 + 33
+        CPCase(3, causal=True, sharding="zigzag"),  # empty chunks
+        CPCase(1, causal=True, sharding="zigzag"),  # rank 1 holds nothing
         CPCase(96, causal=True, sharding="zigzag", grad=True),
         CPCase(96, 4, 2, causal=True, sharding="contiguous", grad=True),
         CPCase(67, causal=False, sharding="contiguous", dtype="float32", grad=True),
@@ -100,7 +103,17 @@ def gpu_grid() -> list[CPCase]:
         CPCase(65536 + 5, 8, 2, 128, "bfloat16", True, "zigzag", window=4096, sample_rows=256),
         CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", planted_bug="merge_without_rescale"),
         CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", planted_bug="zigzag_off_by_one"),
-        CPCase(4096, 8, 2, 128, "bfloat16", True, "zigzag", grad=True, planted_bug="dkv_not_accumulated"),
+        CPCase(
+            4096,
+            8,
+            2,
+            128,
+            "bfloat16",
+            True,
+            "zigzag",
+            grad=True,
+            planted_bug="dkv_not_accumulated",
+        ),
     ]
     return cases
 
@@ -137,8 +150,13 @@ def check_case(case: CPCase, device, seed: int, group=None) -> dict:
     v = torch.randn(shape_kv, generator=gen, device=device).to(dtype)
     args = (world_size, rank, case.sharding)
     q_l, k_l, v_l = P.shard(q, *args), P.shard(k, *args), P.shard(v, *args)
-    ring_kw = dict(seqlen=case.seqlen, causal=case.causal, window=case.window,
-                   sharding=case.sharding, group=group)
+    ring_kw = dict(
+        seqlen=case.seqlen,
+        causal=case.causal,
+        window=case.window,
+        sharding=case.sharding,
+        group=group,
+    )
     grad_row = {}
     if case.grad:
         do = torch.randn(shape_q, generator=gen, device=device).to(dtype)
@@ -153,7 +171,9 @@ def check_case(case: CPCase, device, seed: int, group=None) -> dict:
     spans = P.shard_spans(case.seqlen, world_size, rank, case.sharding)
     positions = P.shard_positions(case.seqlen, world_size, rank, case.sharding).to(device)
     if case.sample_rows:
-        local = _sample_local_rows(positions.numel(), spans, case.sample_rows, seed + rank).to(device)
+        local = _sample_local_rows(positions.numel(), spans, case.sample_rows, seed + rank).to(
+            device
+        )
     else:
         local = torch.arange(positions.numel(), device=device)
     kwargs = dict(causal=case.causal, window=case.window, query_rows=positions[local])
@@ -162,8 +182,12 @@ def check_case(case: CPCase, device, seed: int, group=None) -> dict:
     mine = out[:, :, local].double()
     finite = ~torch.isnan(ref64)
     terms = {
-        "max_abs_err": float((mine - ref64)[finite].abs().nan_to_num(nan=math.inf).max()) if local.numel() else 0.0,
-        "baseline_err": float((same.double() - ref64)[finite].abs().nan_to_num(nan=math.inf).max()) if local.numel() else 0.0,
+        "max_abs_err": float((mine - ref64)[finite].abs().nan_to_num(nan=math.inf).max())
+        if local.numel()
+        else 0.0,
+        "baseline_err": float((same.double() - ref64)[finite].abs().nan_to_num(nan=math.inf).max())
+        if local.numel()
+        else 0.0,
         "ref_max": float(ref64[finite].abs().max()) if local.numel() else 0.0,
         "nan_mismatch": int((torch.isnan(mine) != torch.isnan(ref64)).sum()),
         "err_sq": float(((mine - ref64)[finite] ** 2).sum()),
@@ -179,14 +203,21 @@ def check_case(case: CPCase, device, seed: int, group=None) -> dict:
     nan_mismatch = sum(t["nan_mismatch"] for t in gathered)
     ref_norm = math.sqrt(sum(t["ref_sq"] for t in gathered))
     return {
-        **dataclasses.asdict(case), "name": case.name, "seed": seed, "world_size": world_size,
+        **dataclasses.asdict(case),
+        "name": case.name,
+        "seed": seed,
+        "world_size": world_size,
         "rows_checked": sum(t["rows"] for t in gathered),
-        "max_abs_err": max_err, "baseline_err": baseline, "floor": floor, "bound": bound,
+        "max_abs_err": max_err,
+        "baseline_err": baseline,
+        "floor": floor,
+        "bound": bound,
         "ratio": max_err / bound if bound > 0 else (0.0 if max_err == 0 else math.inf),
         "rel_l2_err": math.sqrt(sum(t["err_sq"] for t in gathered)) / ref_norm if ref_norm else 0.0,
         "nan_mismatch": nan_mismatch,
         "output_passed": bool(nan_mismatch == 0 and max_err <= bound),
-        "passed": bool(nan_mismatch == 0 and max_err <= bound) and grad_row.get("grad_passed", True),
+        "passed": bool(nan_mismatch == 0 and max_err <= bound)
+        and grad_row.get("grad_passed", True),
         **grad_row,
     }
 
@@ -205,12 +236,16 @@ def _check_ring_grads(local_grads, q, k, v, do, case: CPCase, group) -> dict:
     ref64 = reference_gradients(q, k, v, do, compute_dtype=torch.float64, **kwargs)
     same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, **kwargs)
     reports = gradient_rule(grads, ref64, same, cancellation_magnitudes(q, k, v, do, **kwargs))
-    return {"grad_ratio": max(r.ratio for r in reports.values()),
-            "grad_ratios": {name: r.ratio for name, r in reports.items()},
-            "grad_passed": all(r.passed for r in reports.values())}
+    return {
+        "grad_ratio": max(r.ratio for r in reports.values()),
+        "grad_ratios": {name: r.ratio for name, r in reports.items()},
+        "grad_passed": all(r.passed for r in reports.values()),
+    }
 
 
-def run_check(cases, device, *, base_seed: int = 0, group=None, progress: bool = False) -> list[dict]:
+def run_check(
+    cases, device, *, base_seed: int = 0, group=None, progress: bool = False
+) -> list[dict]:
     rows = []
     rank = dist.get_rank(group)
     for i, case in enumerate(cases):
@@ -219,8 +254,11 @@ def run_check(cases, device, *, base_seed: int = 0, group=None, progress: bool =
         if progress and rank == 0:
             expect = "FAIL expected" if case.planted_bug else ""
             grad = f", gradients ratio {row['grad_ratio']:.3f}" if case.grad else ""
-            print(f"[{i + 1}/{len(cases)}] {row['name']}: ratio {row['ratio']:.3f}{grad} "
-                  f"passed {row['passed']} {expect}", flush=True)
+            print(
+                f"[{i + 1}/{len(cases)}] {row['name']}: ratio {row['ratio']:.3f}{grad} "
+                f"passed {row['passed']} {expect}",
+                flush=True,
+            )
     return rows
 
 
@@ -240,6 +278,7 @@ def summarize_cases(rows: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------
 # Process groups.
 
+
 def init_from_env():
     """Join the process group torchrun describes (NCCL on GPUs, gloo on CPU).
     Returns (rank, world_size, device)."""
@@ -251,14 +290,22 @@ def init_from_env():
         else:
             dist.init_process_group("gloo")
     rank = dist.get_rank()
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )
     return rank, dist.get_world_size(), device
 
 
-def _spawned_check(rank: int, world_size: int, store_path: str, out_path: str, cases, base_seed: int):
+def _spawned_check(
+    rank: int, world_size: int, store_path: str, out_path: str, cases, base_seed: int
+):
     os.environ["TRITON_INTERPRET"] = "1"  # before flashcore's kernels are imported
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size
+    )
     try:
         rows = run_check(cases, torch.device("cpu"), base_seed=base_seed)
         if rank == 0:
@@ -277,14 +324,19 @@ def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dic
     cases = cpu_grid() if cases is None else cases
     with tempfile.TemporaryDirectory() as tmp:
         store, out = os.path.join(tmp, "store"), os.path.join(tmp, "rows.json")
-        mp.start_processes(_spawned_check, args=(world_size, store, out, cases, base_seed),
-                           nprocs=world_size, start_method="spawn")
+        mp.start_processes(
+            _spawned_check,
+            args=(world_size, store, out, cases, base_seed),
+            nprocs=world_size,
+            start_method="spawn",
+        )
         with open(out) as f:
             return json.load(f)
 
 
 # ---------------------------------------------------------------------------------------
 # Timing (GPU).
+
 
 def _sync():
     if torch.cuda.is_available():
@@ -339,12 +391,20 @@ def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
     from torch.distributed.tensor.experimental._attention import context_parallel_unshard
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend_name]
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[
+        backend_name
+    ]
     buffers = [q, k, v]
-    with sdpa_kernel(backend), context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2],
-                                                no_restore_buffers=set(buffers)):
+    with (
+        sdpa_kernel(backend),
+        context_parallel(
+            mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2], no_restore_buffers=set(buffers)
+        ),
+    ):
+
         def call():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
         _reset_peak()
         ms = _timed(call, reps=reps, warmup=warmup, group=group)
         peak = _peak_gib(group)
@@ -353,12 +413,30 @@ def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
     return ms, peak, out_global
 
 
-def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2, head_dim=128,
-          dtype=torch.bfloat16, impls=("flashcore_cp", "flashcore_cp_nocomm", "comm_only",
-                                       "flashcore_1gpu", "torch_cp_cudnn", "torch_cp_flash",
-                                       "flashcore_cp_fwd_bwd"),
-          cp_only_from: int | None = None, budget_s: float = 300.0, train_max_s: int = 1 << 18,
-          on_row=None, group=None, log=print) -> dict:
+def bench(
+    seqlens,
+    *,
+    causal_modes=(False, True),
+    num_q_heads=8,
+    num_kv_heads=2,
+    head_dim=128,
+    dtype=torch.bfloat16,
+    impls=(
+        "flashcore_cp",
+        "flashcore_cp_nocomm",
+        "comm_only",
+        "flashcore_1gpu",
+        "torch_cp_cudnn",
+        "torch_cp_flash",
+        "flashcore_cp_fwd_bwd",
+    ),
+    cp_only_from: int | None = None,
+    budget_s: float = 300.0,
+    train_max_s: int = 1 << 18,
+    on_row=None,
+    group=None,
+    log=print,
+) -> dict:
     """Time every impl at each global S. Every rank runs this (torchrun). Returns
     {"rows": [...], "torch_cp_checks": [...], "skipped": [...]}; ``on_row`` is called after
     each S (to record incrementally).
@@ -369,15 +447,23 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
     ``budget_s``: stop before an S whose predicted time (quadratic from the last S) would
     pass it.
     """
+    from torch.distributed.device_mesh import init_device_mesh
+
     from .. import parallel as P
     from ..kernels.forward import attention
     from ..reference import attention_reference
-    from torch.distributed.device_mesh import init_device_mesh
 
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
-              else torch.device("cpu"))  # CPU: a smoke run of this code, timings meaningless
-    mesh = init_device_mesh(device.type, (world_size,)) if any(i.startswith("torch_cp") for i in impls) else None
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )  # CPU: a smoke run of this code, timings meaningless
+    mesh = (
+        init_device_mesh(device.type, (world_size,))
+        if any(i.startswith("torch_cp") for i in impls)
+        else None
+    )
     batch = 1
     result = {"rows": [], "torch_cp_checks": [], "skipped": []}
     start = time.perf_counter()
@@ -390,8 +476,13 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
             if cp_only_from is not None and seqlen >= cp_only_from and last_s < cp_only_from:
                 predicted *= 0.4  # the ring alone is about 2/5 of the full set of impls
             if elapsed + predicted > budget_s:
-                result["skipped"].append({"S": seqlen, "reason": f"predicted {predicted:.0f} s past the "
-                                          f"{budget_s:.0f} s budget (elapsed {elapsed:.0f} s)"})
+                result["skipped"].append(
+                    {
+                        "S": seqlen,
+                        "reason": f"predicted {predicted:.0f} s past the "
+                        f"{budget_s:.0f} s budget (elapsed {elapsed:.0f} s)",
+                    }
+                )
                 log(f"S={seqlen}: skipped, predicted {predicted:.0f} s past the budget")
                 continue
         s_start = time.perf_counter()
@@ -402,14 +493,26 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
             rows = {}
 
             def add(impl, ms, peak, **extra):
-                rows[impl] = {"world_size": world_size, "S": seqlen, "causal": causal, "impl": impl,
-                              "sharding": sharding if impl.startswith("flashcore_cp") else None,
-                              "batch": batch, "num_q_heads": num_q_heads, "num_kv_heads": num_kv_heads,
-                              "head_dim": head_dim, "dtype": str(dtype).replace("torch.", ""),
-                              "time_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12 if ms else None,
-                              "peak_mem_gib": peak, **extra}
-                log(f"S={seqlen} causal={causal} {impl}: {ms:.1f} ms, peak {peak} GiB"
-                    + (f", {rows[impl]['tflops']:.0f} TFLOP/s" if ms else ""))
+                rows[impl] = {
+                    "world_size": world_size,
+                    "S": seqlen,
+                    "causal": causal,
+                    "impl": impl,
+                    "sharding": sharding if impl.startswith("flashcore_cp") else None,
+                    "batch": batch,
+                    "num_q_heads": num_q_heads,
+                    "num_kv_heads": num_kv_heads,
+                    "head_dim": head_dim,
+                    "dtype": str(dtype).replace("torch.", ""),
+                    "time_ms": ms,
+                    "tflops": flops / (ms * 1e-3) / 1e12 if ms else None,
+                    "peak_mem_gib": peak,
+                    **extra,
+                }
+                log(
+                    f"S={seqlen} causal={causal} {impl}: {ms:.1f} ms, peak {peak} GiB"
+                    + (f", {rows[impl]['tflops']:.0f} TFLOP/s" if ms else "")
+                )
 
             cp_only = cp_only_from is not None and seqlen >= cp_only_from
             # The same global inputs on every rank (seeded): the 1-GPU run and PyTorch's CP
@@ -418,8 +521,14 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
             shards = []
             for heads in (num_q_heads, num_kv_heads, num_kv_heads):
                 local_len = sum(b - a for a, b in P.shard_spans(seqlen, world_size, rank, sharding))
-                shards.append(torch.randn((batch, heads, local_len, head_dim), generator=gen,
-                                          device=device, dtype=dtype))
+                shards.append(
+                    torch.randn(
+                        (batch, heads, local_len, head_dim),
+                        generator=gen,
+                        device=device,
+                        dtype=dtype,
+                    )
+                )
             q_l, k_l, v_l = shards
             key = ("cp", causal)
             warm = 0 if key in compiled else 1
@@ -428,7 +537,12 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
             with torch.no_grad():
                 if "flashcore_cp" in impls:
                     _reset_peak()
-                    ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, **kw), reps=reps, warmup=warm, group=group)
+                    ms = _timed(
+                        lambda: P.ring_attention(q_l, k_l, v_l, **kw),
+                        reps=reps,
+                        warmup=warm,
+                        group=group,
+                    )
                     add("flashcore_cp", ms, _peak_gib(group))
                 if "flashcore_cp_fwd_bwd" in impls and seqlen <= train_max_s:
                     # A training step's attention: the ring forward and the ring backward.
@@ -438,84 +552,165 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
                     def train_step():
                         with torch.enable_grad():
                             P.ring_attention(*leaves, **kw).backward(grad_out)
+
                     try:
                         _reset_peak()
-                        ms = _timed(train_step, reps=reps, warmup=1 if ("bwd", causal) not in compiled else 0,
-                                    group=group)
+                        ms = _timed(
+                            train_step,
+                            reps=reps,
+                            warmup=1 if ("bwd", causal) not in compiled else 0,
+                            group=group,
+                        )
                         compiled.add(("bwd", causal))
-                        add("flashcore_cp_fwd_bwd", ms, _peak_gib(group),
-                            note="forward + backward; tflops counts 3.5x the forward's FLOPs")
+                        add(
+                            "flashcore_cp_fwd_bwd",
+                            ms,
+                            _peak_gib(group),
+                            note="forward + backward; tflops counts 3.5x the forward's FLOPs",
+                        )
                         rows["flashcore_cp_fwd_bwd"]["tflops"] = 3.5 * flops / (ms * 1e-3) / 1e12
                     except Exception as exc:
                         msg = f"{type(exc).__name__}: {str(exc)[:400]}"
-                        result["skipped"].append({"S": seqlen, "causal": causal, "impl": "flashcore_cp_fwd_bwd",
-                                                  "reason": msg})
+                        result["skipped"].append(
+                            {
+                                "S": seqlen,
+                                "causal": causal,
+                                "impl": "flashcore_cp_fwd_bwd",
+                                "reason": msg,
+                            }
+                        )
                         log(f"S={seqlen} causal={causal} flashcore_cp_fwd_bwd: FAILED {msg}")
                     del leaves, grad_out
                 if "flashcore_cp_nocomm" in impls:
                     _reset_peak()
-                    ms = _timed(lambda: P.ring_attention(q_l, k_l, v_l, skip_comm=True, **kw),
-                                reps=reps, warmup=0, group=group)
+                    ms = _timed(
+                        lambda: P.ring_attention(q_l, k_l, v_l, skip_comm=True, **kw),
+                        reps=reps,
+                        warmup=0,
+                        group=group,
+                    )
                     add("flashcore_cp_nocomm", ms, _peak_gib(group))
                 if "comm_only" in impls and world_size > 1:
-                    buf = [torch.empty(2 * k_l.numel(), dtype=dtype, device=device) for _ in range(2)]
+                    buf = [
+                        torch.empty(2 * k_l.numel(), dtype=dtype, device=device) for _ in range(2)
+                    ]
 
                     def ring_only():
                         for step in range(world_size - 1):
                             for w in P.ring_exchange(buf[step % 2], buf[(step + 1) % 2], group):
                                 w.wait()
+
                     _reset_peak()
-                    add("comm_only", _timed(ring_only, reps=reps, warmup=1, group=group), _peak_gib(group),
-                        bytes_per_step=2 * k_l.numel() * k_l.element_size())
+                    add(
+                        "comm_only",
+                        _timed(ring_only, reps=reps, warmup=1, group=group),
+                        _peak_gib(group),
+                        bytes_per_step=2 * k_l.numel() * k_l.element_size(),
+                    )
                     del buf
             if not cp_only and "flashcore_1gpu" in impls:
                 gen = torch.Generator(device=device).manual_seed(7)
-                q = torch.randn((batch, num_q_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
-                k = torch.randn((batch, num_kv_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
+                q = torch.randn(
+                    (batch, num_q_heads, seqlen, head_dim),
+                    generator=gen,
+                    device=device,
+                    dtype=dtype,
+                )
+                k = torch.randn(
+                    (batch, num_kv_heads, seqlen, head_dim),
+                    generator=gen,
+                    device=device,
+                    dtype=dtype,
+                )
                 v = torch.randn_like(k)
                 key1 = ("1gpu", causal)
                 warm1 = 0 if key1 in compiled else 1
                 compiled.add(key1)
                 _reset_peak()
                 with torch.no_grad():
-                    ms = _timed(lambda: attention(q, k, v, causal=causal), reps=reps, warmup=warm1, group=group)
-                add("flashcore_1gpu", ms, _peak_gib(group), note="each GPU runs the whole sequence alone")
-                del q, k, v
+                    ms = _timed(
+                        lambda: attention(q, k, v, causal=causal),
+                        reps=reps,
+                        warmup=warm1,
+                        group=group,
+                    )
+                add(
+                    "flashcore_1gpu",
+                    ms,
+                    _peak_gib(group),
+                    note="each GPU runs the whole sequence alone",
+                )
+                q = k = v = None  # free the whole-sequence inputs
             for backend in ("cudnn", "flash"):
                 impl = f"torch_cp_{backend}"
                 if cp_only or impl not in impls:
                     continue
                 gen = torch.Generator(device=device).manual_seed(11)
-                q = torch.randn((batch, num_q_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
+                q = torch.randn(
+                    (batch, num_q_heads, seqlen, head_dim),
+                    generator=gen,
+                    device=device,
+                    dtype=dtype,
+                )
                 # PyTorch's ring SDPA takes no enable_gqa: K/V expanded to Hq heads (they travel
                 # Hq/Hkv times the bytes flashcore's ring sends).
-                k = torch.randn((batch, num_kv_heads, seqlen, head_dim), generator=gen, device=device, dtype=dtype)
+                k = torch.randn(
+                    (batch, num_kv_heads, seqlen, head_dim),
+                    generator=gen,
+                    device=device,
+                    dtype=dtype,
+                )
                 v = torch.randn_like(k)
                 k_x = k.repeat_interleave(num_q_heads // num_kv_heads, dim=1)
                 v_x = v.repeat_interleave(num_q_heads // num_kv_heads, dim=1)
                 q_in = q.clone()
                 try:
                     with torch.no_grad():
-                        ms, peak, out_global = _torch_cp_sdpa(mesh, q_in, k_x, v_x, causal, backend,
-                                                              reps, 1, group)
-                    add(impl, ms, peak, note="K/V expanded to Hq heads (no GQA in PyTorch's ring SDPA); "
-                        "peak includes the global buffers the context shards in place")
+                        ms, peak, out_global = _torch_cp_sdpa(
+                            mesh, q_in, k_x, v_x, causal, backend, reps, 1, group
+                        )
+                    add(
+                        impl,
+                        ms,
+                        peak,
+                        note="K/V expanded to Hq heads (no GQA in PyTorch's ring SDPA); "
+                        "peak includes the global buffers the context shards in place",
+                    )
                     if not result["torch_cp_checks"] or seqlen == result["torch_cp_checks"][0]["S"]:
                         # Its output under the rule on sampled rows (the first S only).
-                        rows_idx = torch.randint(0, seqlen, (128,), generator=torch.Generator().manual_seed(3)).to(device)
-                        ref64 = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64, query_rows=rows_idx)
-                        same = attention_reference(q, k, v, causal=causal, compute_dtype=dtype, query_rows=rows_idx)
+                        rows_idx = torch.randint(
+                            0, seqlen, (128,), generator=torch.Generator().manual_seed(3)
+                        ).to(device)
+                        ref64 = attention_reference(
+                            q, k, v, causal=causal, compute_dtype=torch.float64, query_rows=rows_idx
+                        )
+                        same = attention_reference(
+                            q, k, v, causal=causal, compute_dtype=dtype, query_rows=rows_idx
+                        )
                         from ..validate import error_rule
+
                         rep = error_rule(out_global[:, :, rows_idx], ref64, same)
-                        result["torch_cp_checks"].append({"S": seqlen, "causal": causal, "impl": impl,
-                                                          "ratio": rep.ratio, "passed": rep.passed})
-                        log(f"  {impl} output vs float64 (128 sampled rows): ratio {rep.ratio:.3f}, passed {rep.passed}")
+                        result["torch_cp_checks"].append(
+                            {
+                                "S": seqlen,
+                                "causal": causal,
+                                "impl": impl,
+                                "ratio": rep.ratio,
+                                "passed": rep.passed,
+                            }
+                        )
+                        log(
+                            f"  {impl} output vs float64 (128 sampled rows): "
+                            f"ratio {rep.ratio:.3f}, passed {rep.passed}"
+                        )
                     del out_global
                 except Exception as exc:  # record why PyTorch's CP could not run
                     msg = f"{type(exc).__name__}: {str(exc)[:400]}"
-                    result["skipped"].append({"S": seqlen, "causal": causal, "impl": impl, "reason": msg})
+                    result["skipped"].append(
+                        {"S": seqlen, "causal": causal, "impl": impl, "reason": msg}
+                    )
                     log(f"S={seqlen} causal={causal} {impl}: FAILED {msg}")
-                del q, k, v, k_x, v_x, q_in
+                q = k = v = k_x = v_x = q_in = None
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             # Derived columns.
@@ -528,9 +723,11 @@ def bench(seqlens, *, causal_modes=(False, True), num_q_heads=8, num_kv_heads=2,
                 if nocomm and comm:
                     exposed = max(cp["time_ms"] - nocomm["time_ms"], 0.0)
                     cp["comm_exposed_ms"] = exposed
-                    cp["comm_hidden_fraction"] = max(0.0, 1.0 - exposed / comm["time_ms"]) if comm["time_ms"] > 0 else None
+                    cp["comm_hidden_fraction"] = (
+                        max(0.0, 1.0 - exposed / comm["time_ms"]) if comm["time_ms"] > 0 else None
+                    )
             result["rows"] += list(rows.values())
-            del q_l, k_l, v_l, shards
+            q_l = k_l = v_l = shards = None
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         last_s, last_elapsed = seqlen, time.perf_counter() - s_start
