@@ -73,6 +73,9 @@ except Exception:  # pragma: no cover - depends on the installed triton
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (64, 128, 256)
 BLOCK_M_WG = 64  # query rows per consumer warpgroup (wgmma's M per warpgroup)
+# setmaxnreg budget per consumer thread: 64K registers shared by the consumer warpgroups and
+# the producer's warpgroup (24 per thread), in multiples of 8.
+CONSUMER_REGS = {2: 240, 3: 160}
 
 # Tile configs per head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared memory:
 # Q NUM_WG*64*D, ring 2*STAGES*BN*D elements; D=256 with BN=64 and 2 stages uses 192 KB of 227.
@@ -475,9 +478,7 @@ def attention_hopper(q, k, v, out, lse, *, causal_offset: int, is_causal: bool, 
     block_n = block_n or cfg["BLOCK_N"]
     stages = stages or cfg["STAGES"]
     num_wg = num_wg or cfg.get("NUM_WG", 2)
-    # setmaxnreg budget: 64K registers over the consumer warpgroups and the producer's
-    # (which keeps 24 per thread), in multiples of 8.
-    consumer_regs = consumer_regs or {2: 240, 3: 160}[num_wg]
+    consumer_regs = consumer_regs or CONSUMER_REGS[num_wg]
     q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
     k_desc = _descriptor(k, block_n, head_dim)
     v_desc = _descriptor(v, block_n, head_dim)

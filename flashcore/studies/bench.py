@@ -260,6 +260,9 @@ def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, war
         try:
             if impl == "flashcore":
                 fn = make_flashcore(causal)
+            elif impl == "flashcore_triton":  # the Triton kernel alone: an explicit config skips the Hopper dispatch
+                from ..kernels.forward import default_config
+                fn = make_flashcore(causal, default_config(sets[0][0], sets[0][1], causal))
             elif impl == "flashcore_decode":
                 fn = make_flashcore_decode(torch.full((B,), Sk, dtype=torch.int32, device="cuda"))
             elif impl == "flex":
@@ -333,7 +336,7 @@ def geomean(xs) -> float:
 
 # ----------------------------------------------------------------------------- sweeps
 
-PEERS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex"]
+PEERS = ["flashcore", "flashcore_triton", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex"]
 TOKENS_PER_BATCH = 16384  # B * S held fixed so every point does the same work per token
 
 

@@ -440,7 +440,8 @@ def _variants():
         def desc(rows):
             return f"tensordesc<bf16[1,1,{rows},{d}],{layout([rows, d], gl.bfloat16)!r}>"
         consts = dict(HEAD_DIM=d, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], IS_CAUSAL=causal,
-                      STORE_LSE=False, PINGPONG=True, CONSUMER_REGS=240)
+                      STORE_LSE=False, PINGPONG=True, NUM_WG=cfg.get("NUM_WG", 2),
+                      CONSUMER_REGS=fh.CONSUMER_REGS[cfg.get("NUM_WG", 2)])
         return dict(fn=fh._fa3_fwd_kernel, gluon=True, pointers={"Out": "*bf16", "Lse": "*fp32"},
                     floats={"qk_scale"}, consts=consts, num_warps=4, num_stages=1,
                     descs={"q_desc": desc(fh.BLOCK_M_WG), "k_desc": desc(cfg["BLOCK_N"]),
