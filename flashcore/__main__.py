@@ -687,6 +687,7 @@ def main(argv=None) -> int:
     p.add_argument("--grid", default="full", choices=["full", "cpu", "none"])
     p.add_argument("--limit", type=int, help="only the first N grid cases")
     p.add_argument("--both-modes", action="store_true", help="grid in deterministic and atomic mode")
+    p.add_argument("--jobs", type=int, default=8, help="processes compiling/checking the grid at once (GPU)")
     p.add_argument("--repeats", type=int, default=5, help="repeats of the determinism check")
     p.add_argument("--d", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--s", type=int, nargs="+", default=[2048, 4096, 8192, 16384])

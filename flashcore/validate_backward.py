@@ -31,8 +31,9 @@ def reference_gradients(q, k, v, grad_out, *, compute_dtype, **kwargs):
     return tuple(g.detach() for g in grads)
 
 
-def cancellation_magnitudes(q, k, v, grad_out, *, causal=False, causal_alignment="top_left",
-                            window=None, scale=None):
+def cancellation_magnitudes(
+    q, k, v, grad_out, *, causal=False, causal_alignment="top_left", window=None, scale=None
+):
     """The floor's magnitude for each gradient, in float64: the sum of the absolute values
     of the terms that make it up, before they cancel.
 
@@ -54,8 +55,14 @@ def cancellation_magnitudes(q, k, v, grad_out, *, causal=False, causal_alignment
         return 0.0, 0.0, 0.0
     q64, do64 = q.detach().double(), grad_out.detach().double()
     k64, v64 = expand_kv_heads(k.detach(), hq).double(), expand_kv_heads(v.detach(), hq).double()
-    mask = visible_keys(q.shape[2], k.shape[2], causal=causal, alignment=causal_alignment,
-                        window=window, device=q.device)
+    mask = visible_keys(
+        q.shape[2],
+        k.shape[2],
+        causal=causal,
+        alignment=causal_alignment,
+        window=window,
+        device=q.device,
+    )
     s = (q64 @ k64.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))
     has_key = mask.any(-1)
     p = torch.softmax(s.masked_fill(~has_key[:, None], 0.0), -1) * has_key[:, None]
@@ -65,7 +72,10 @@ def cancellation_magnitudes(q, k, v, grad_out, *, causal=False, causal_alignment
     terms = p * (dp_terms + delta_terms)
     dq_mag = float((terms @ k64.abs()).max()) * scale
     dk_full = terms.transpose(-1, -2) @ q64.abs()
-    dk_mag = float(dk_full.reshape(dk_full.shape[0], hkv, hq // hkv, *dk_full.shape[2:]).sum(2).max()) * scale
+    dk_mag = (
+        float(dk_full.reshape(dk_full.shape[0], hkv, hq // hkv, *dk_full.shape[2:]).sum(2).max())
+        * scale
+    )
     return dq_mag, dk_mag, 0.0
 
 
@@ -77,8 +87,12 @@ def gradient_rule(grads, ref64, same, magnitudes) -> dict:
     costs fp32 roundoff of the terms, not the gradient dtype's."""
     from .validate import UNIT_ROUNDOFF
 
-    return {name: error_rule(g, g64, gs, floor_magnitude=m * UNIT_ROUNDOFF[torch.float32] / UNIT_ROUNDOFF[g.dtype])
-            for name, g, g64, gs, m in zip(GRADIENTS, grads, ref64, same, magnitudes)}
+    return {
+        name: error_rule(
+            g, g64, gs, floor_magnitude=m * UNIT_ROUNDOFF[torch.float32] / UNIT_ROUNDOFF[g.dtype]
+        )
+        for name, g, g64, gs, m in zip(GRADIENTS, grads, ref64, same, magnitudes)
+    }
 
 
 def make_grad_inputs(case: AttentionCase, device, seed: int):
@@ -93,8 +107,12 @@ def make_grad_inputs(case: AttentionCase, device, seed: int):
 
 def _poisoned_like(t):
     if t.dim() == 4 and t.stride(1) < t.stride(2):  # keep a strided layout strided
-        buf = torch.full((t.shape[0], t.shape[2], t.shape[1], t.shape[3]), float("nan"),
-                         dtype=t.dtype, device=t.device)
+        buf = torch.full(
+            (t.shape[0], t.shape[2], t.shape[1], t.shape[3]),
+            float("nan"),
+            dtype=t.dtype,
+            device=t.device,
+        )
         return buf.transpose(1, 2)
     return torch.full(t.shape, float("nan"), dtype=t.dtype, device=t.device)
 
@@ -109,18 +127,39 @@ def check_grad_case(case: AttentionCase, device, seed: int, *, deterministic: bo
     with torch.no_grad():
         out, lse = attention(q, k, v, return_lse=True, **kwargs)
         grads = tuple(_poisoned_like(t) for t in (q, k, v))
-        attention_backward(do, q, k, v, out, lse, deterministic=deterministic,
-                           dq=grads[0], dk=grads[1], dv=grads[2], **kwargs)
+        attention_backward(
+            do,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            deterministic=deterministic,
+            dq=grads[0],
+            dk=grads[1],
+            dv=grads[2],
+            **kwargs,
+        )
     ref64 = reference_gradients(q, k, v, do, compute_dtype=torch.float64, **kwargs)
     same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, **kwargs)
     reports = gradient_rule(grads, ref64, same, cancellation_magnitudes(q, k, v, do, **kwargs))
-    row = {**dataclasses.asdict(case), "name": case.name, "seed": seed, "deterministic": deterministic}
+    row = {
+        **dataclasses.asdict(case),
+        "name": case.name,
+        "seed": seed,
+        "deterministic": deterministic,
+    }
     passed, ratio = True, 0.0
     for name, report in reports.items():
-        row[name] = {"ratio": report.ratio, "max_abs_err": report.max_abs_err,
-                     "baseline_err": report.baseline_err, "bound": report.bound,
-                     "rel_l2_err": report.rel_l2_err, "nan_mismatch": report.nan_mismatch,
-                     "passed": report.passed}
+        row[name] = {
+            "ratio": report.ratio,
+            "max_abs_err": report.max_abs_err,
+            "baseline_err": report.baseline_err,
+            "bound": report.bound,
+            "rel_l2_err": report.rel_l2_err,
+            "nan_mismatch": report.nan_mismatch,
+            "passed": report.passed,
+        }
         passed &= report.passed
         ratio = max(ratio, report.ratio)
     row["passed"] = bool(passed)
@@ -140,11 +179,16 @@ def backward_grid(name: str) -> list[AttentionCase]:
     cases = []
     if name == "full":
         half = ("float16", "bfloat16")
-        for dtype, (causal, align), s in itertools.product(half, masks, (1, 17, 63, 64, 65, 113, 239, 1023)):
+        for dtype, (causal, align), s in itertools.product(
+            half, masks, (1, 17, 63, 64, 65, 113, 239, 1023)
+        ):
             for d in (16, 64, 128, 256):
                 cases.append(AttentionCase(2, 4, 2, s, s, d, dtype, causal, align))
         for dtype, (causal, align), (sq, sk) in itertools.product(
-                half, masks, ((1, 1023), (17, 239), (113, 64), (239, 17), (1023, 65), (64, 2048), (2048, 63))):
+            half,
+            masks,
+            ((1, 1023), (17, 239), (113, 64), (239, 17), (1023, 65), (64, 2048), (2048, 63)),
+        ):
             for d in (64, 128):
                 cases.append(AttentionCase(1, 4, 1, sq, sk, d, dtype, causal, align))
         for dtype, (causal, align), (hq, hkv) in itertools.product(half, masks, GQA_SHAPES):
@@ -153,12 +197,18 @@ def backward_grid(name: str) -> list[AttentionCase]:
         for (causal, align), s, d in itertools.product(masks, (17, 239), (16, 64, 128)):
             cases.append(AttentionCase(1, 2, 1, s, s, d, "float32", causal, align))
         for dtype, (causal, align), d in itertools.product(half, masks, (32, 80, 200)):
-            cases.append(AttentionCase(1, 2, 1, 113, 239, d, dtype, causal, align))  # padded head dims
+            cases.append(
+                AttentionCase(1, 2, 1, 113, 239, d, dtype, causal, align)
+            )  # padded head dims
         for dtype, (causal, align) in itertools.product(half, masks):
             cases.append(AttentionCase(2, 8, 2, 239, 1023, 128, dtype, causal, align, "bshd"))
             cases.append(AttentionCase(1, 8, 8, 2048, 2048, 64, dtype, causal, align, "bshd"))
         for dtype, align, (sq, sk), w in itertools.product(
-                half, ("top_left", "bottom_right"), ((1023, 1023), (239, 1023), (1023, 239)), (1, 64, 129, 1000)):
+            half,
+            ("top_left", "bottom_right"),
+            ((1023, 1023), (239, 1023), (1023, 239)),
+            (1, 64, 129, 1000),
+        ):
             cases.append(AttentionCase(1, 4, 2, sq, sk, 128, dtype, True, align, window=w))
         return _shuffled(cases)
     if name == "cpu":
@@ -177,20 +227,28 @@ def backward_grid(name: str) -> list[AttentionCase]:
     raise ValueError(f"unknown backward grid {name!r}; expected 'full' or 'cpu'")
 
 
-def run_backward_grid(cases, device, *, base_seed: int = 0, deterministic: bool = True,
-                      progress: bool = True) -> list[dict]:
+def run_backward_grid(
+    cases, device, *, base_seed: int = 0, deterministic: bool = True, progress: bool = True
+) -> list[dict]:
     from tqdm import tqdm
 
-    return [check_grad_case(c, device, base_seed + i, deterministic=deterministic)
-            for i, c in enumerate(tqdm(cases, desc="gradients", disable=not progress, mininterval=10))]
+    return [
+        check_grad_case(c, device, base_seed + i, deterministic=deterministic)
+        for i, c in enumerate(tqdm(cases, desc="gradients", disable=not progress, mininterval=10))
+    ]
 
 
 def summarize_backward(rows: list[dict]) -> dict:
     worst = max(rows, key=lambda r: r["ratio"]) if rows else None
-    return {"cases": len(rows), "failed": sum(not r["passed"] for r in rows),
-            "worst_ratio": worst["ratio"] if worst else None,
-            "worst_case": worst["name"] if worst else None,
-            "worst_ratio_per_gradient": {g: max((r[g]["ratio"] for r in rows), default=None) for g in GRADIENTS}}
+    return {
+        "cases": len(rows),
+        "failed": sum(not r["passed"] for r in rows),
+        "worst_ratio": worst["ratio"] if worst else None,
+        "worst_case": worst["name"] if worst else None,
+        "worst_ratio_per_gradient": {
+            g: max((r[g]["ratio"] for r in rows), default=None) for g in GRADIENTS
+        },
+    }
 
 
 def check_backward_determinism(cases, device, *, repeats: int = 5, seed: int = 4321) -> list[dict]:
@@ -207,8 +265,16 @@ def check_backward_determinism(cases, device, *, repeats: int = 5, seed: int = 4
         row = {"name": case.name, "repeats": repeats}
         for mode, det in (("deterministic", True), ("atomic", False)):
             first = attention_backward(do, q, k, v, out, lse, deterministic=det, **kwargs)
-            same = all(all(torch.equal(a, b) for a, b in zip(first, attention_backward(
-                do, q, k, v, out, lse, deterministic=det, **kwargs))) for _ in range(repeats - 1))
+            same = all(
+                all(
+                    torch.equal(a, b)
+                    for a, b in zip(
+                        first,
+                        attention_backward(do, q, k, v, out, lse, deterministic=det, **kwargs),
+                    )
+                )
+                for _ in range(repeats - 1)
+            )
             row[f"{mode}_bitwise_identical"] = bool(same)
         rows.append(row)
     return rows
@@ -219,8 +285,19 @@ def check_backward_determinism(cases, device, *, repeats: int = 5, seed: int = 4
 # rule must reject every one (tests/test_backward.py). Computed in the inputs' dtype from
 # an explicit P, like the same-precision baseline, so only the planted bug differs.
 
-def _explicit_backward(q, k, v, do, *, causal, alignment="top_left", drop_delta=False, scale_ds=True,
-                       gqa_reduction="sum"):
+
+def _explicit_backward(
+    q,
+    k,
+    v,
+    do,
+    *,
+    causal,
+    alignment="top_left",
+    drop_delta=False,
+    scale_ds=True,
+    gqa_reduction="sum",
+):
     import math
 
     from .reference import expand_kv_heads, visible_keys
@@ -248,6 +325,7 @@ def _explicit_backward(q, k, v, do, *, causal, alignment="top_left", drop_delta=
     def reduce(g):
         g = g.reshape(g.shape[0], hkv, group, *g.shape[2:])
         return g[:, :, 0] if gqa_reduction == "first" else g.sum(2)
+
     return dq, reduce(dk), reduce(dv)
 
 
@@ -255,11 +333,14 @@ def planted_backward_bugs() -> dict:
     """name -> fn(q, k, v, do, causal, alignment) returning a wrong (dq, dk, dv)."""
     return {
         "dS without the delta term": lambda q, k, v, do, causal, align: _explicit_backward(
-            q, k, v, do, causal=causal, alignment=align, drop_delta=True),
+            q, k, v, do, causal=causal, alignment=align, drop_delta=True
+        ),
         "softmax scale missed in dS": lambda q, k, v, do, causal, align: _explicit_backward(
-            q, k, v, do, causal=causal, alignment=align, scale_ds=False),
-        "GQA: dK/dV from the first head of the group only": lambda q, k, v, do, causal, align: _explicit_backward(
-            q, k, v, do, causal=causal, alignment=align, gqa_reduction="first"),
+            q, k, v, do, causal=causal, alignment=align, scale_ds=False
+        ),
+        "GQA: dK/dV from the first head of the group only": lambda q, k, v, do, causal, align: (
+            _explicit_backward(q, k, v, do, causal=causal, alignment=align, gqa_reduction="first")
+        ),
     }
 
 

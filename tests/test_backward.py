@@ -2,14 +2,21 @@
 
 import pytest
 import torch
-
 from conftest import DEVICE
+
 from flashcore import attention
 from flashcore.kernels.backward import attention_backward
 from flashcore.validate import AttentionCase
 from flashcore.validate_backward import (
-    GRADIENTS, backward_grid, check_backward_determinism, check_grad_case, make_grad_inputs,
-    planted_backward_bugs, reference_gradients, rule_rejects)
+    GRADIENTS,
+    backward_grid,
+    check_backward_determinism,
+    check_grad_case,
+    make_grad_inputs,
+    planted_backward_bugs,
+    reference_gradients,
+    rule_rejects,
+)
 
 
 @pytest.mark.parametrize("case", backward_grid("cpu"), ids=lambda c: c.name)
@@ -20,11 +27,15 @@ def test_grid_case_passes_gradient_rule(case):
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
 
 
-@pytest.mark.parametrize("case", [
-    AttentionCase(1, 4, 2, 65, 47, 32, "float16", True, "bottom_right"),
-    AttentionCase(1, 2, 1, 33, 70, 16, "float32", False),
-    AttentionCase(1, 4, 2, 70, 70, 32, "float16", True, "top_left", window=20),
-], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case",
+    [
+        AttentionCase(1, 4, 2, 65, 47, 32, "float16", True, "bottom_right"),
+        AttentionCase(1, 2, 1, 33, 70, 16, "float32", False),
+        AttentionCase(1, 4, 2, 70, 70, 32, "float16", True, "top_left", window=20),
+    ],
+    ids=lambda c: c.name,
+)
 def test_atomic_dq_passes_gradient_rule(case):
     row = check_grad_case(case, DEVICE, seed=11, deterministic=False)
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
@@ -41,8 +52,12 @@ def test_autograd_matches_explicit_backward_bitwise():
     out = attention(q, k, v, causal=True, causal_alignment="bottom_right")
     out.backward(do)
     with torch.no_grad():
-        out2, lse = attention(q, k, v, causal=True, causal_alignment="bottom_right", return_lse=True)
-        expected = attention_backward(do, q, k, v, out2, lse, causal=True, causal_alignment="bottom_right")
+        out2, lse = attention(
+            q, k, v, causal=True, causal_alignment="bottom_right", return_lse=True
+        )
+        expected = attention_backward(
+            do, q, k, v, out2, lse, causal=True, causal_alignment="bottom_right"
+        )
     assert torch.equal(out.detach(), out2)
     for got, want in zip((q.grad, k.grad, v.grad), expected):
         assert torch.equal(got, want)
@@ -67,8 +82,9 @@ def test_rows_that_see_no_key_get_zero_gradients():
     attention(q, k, v, causal=True, causal_alignment="bottom_right").backward(do)
     assert torch.equal(q.grad[:, :, :50], torch.zeros_like(q.grad[:, :, :50]))
     assert all(torch.isfinite(g).all() for g in (q.grad, k.grad, v.grad))
-    assert rule_rejects((q.grad, k.grad, v.grad), q, k, v, do, causal=True,
-                        causal_alignment="bottom_right") == {g: True for g in GRADIENTS}
+    assert rule_rejects(
+        (q.grad, k.grad, v.grad), q, k, v, do, causal=True, causal_alignment="bottom_right"
+    ) == {g: True for g in GRADIENTS}
 
 
 @pytest.mark.parametrize("sq,sk", [(0, 5), (5, 0)])
@@ -91,7 +107,9 @@ def test_deterministic_mode_is_bitwise_reproducible():
 def test_rule_rejects_planted_bugs(name):
     case = AttentionCase(1, 4, 2, 33, 33, 32, "float16", True)
     q, k, v, do = make_grad_inputs(case, DEVICE, 5)
-    verdict = rule_rejects(planted_backward_bugs()[name](q, k, v, do, True, "top_left"), q, k, v, do, causal=True)
+    verdict = rule_rejects(
+        planted_backward_bugs()[name](q, k, v, do, True, "top_left"), q, k, v, do, causal=True
+    )
     assert not all(verdict.values()), f"the rule passed a backward with the bug: {name}"
     # and the same-precision PyTorch gradients themselves pass
     same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, causal=True)
@@ -116,14 +134,20 @@ def test_torch_op_gradients_opcheck_and_compile():
     case = AttentionCase(1, 4, 2, 33, 40, 32, "float32", True, "bottom_right")
     (q, k, v), do = _leaves(case, 6)
     torch.ops.flashcore.attention(q, k, v, True, True, None).backward(do)
-    ref = reference_gradients(q, k, v, do, compute_dtype=torch.float64, causal=True, causal_alignment="bottom_right")
+    ref = reference_gradients(
+        q, k, v, do, compute_dtype=torch.float64, causal=True, causal_alignment="bottom_right"
+    )
     for got, want in zip((q.grad, k.grad, v.grad), ref):
         assert (got.double() - want).abs().max() < 1e-5
-    result = torch.library.opcheck(torch.ops.flashcore.attention.default, (q, k, v, True, True, None))
+    result = torch.library.opcheck(
+        torch.ops.flashcore.attention.default, (q, k, v, True, True, None)
+    )
     assert all(v == "SUCCESS" for v in result.values()), result
 
-    fn = torch.compile(lambda q, k, v: (torch.ops.flashcore.attention(q, k, v, True, False, None) * do).sum(),
-                       fullgraph=True)
+    fn = torch.compile(
+        lambda q, k, v: (torch.ops.flashcore.attention(q, k, v, True, False, None) * do).sum(),
+        fullgraph=True,
+    )
     q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
     fn(q2, k2, v2).backward()
     ref = reference_gradients(q, k, v, do, compute_dtype=torch.float64, causal=True)
@@ -141,22 +165,31 @@ def test_transformers_training_step_matches_float64():
 
 # ------------------------------------------------------------------------------ GPU
 
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")])
-@pytest.mark.parametrize("sq,sk", [(1, 1), (17, 239), (239, 17), (1023, 1023)])
-@pytest.mark.parametrize("d", [16, 64, 128, 256])
+@pytest.mark.parametrize(
+    "causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
+)
+@pytest.mark.parametrize("sq,sk", [(1, 1), (239, 17), (1023, 1023)])
+@pytest.mark.parametrize("d", [16, 128, 256])
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_gpu_half_precision(dtype, causal, align, sq, sk, d, deterministic):
-    row = check_grad_case(AttentionCase(2, 8, 2, sq, sk, d, dtype, causal, align), DEVICE, seed=sq * 7 + d,
-                          deterministic=deterministic)
+    row = check_grad_case(
+        AttentionCase(2, 8, 2, sq, sk, d, dtype, causal, align),
+        DEVICE,
+        seed=sq * 7 + d,
+        deterministic=deterministic,
+    )
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
 
 
 @pytest.mark.gpu
 def test_gpu_deterministic_mode_is_bitwise_reproducible():
-    cases = [AttentionCase(2, 16, 4, 2048, 2048, 128, "bfloat16", True, "top_left"),
-             AttentionCase(1, 8, 1, 1000, 3000, 64, "float16", False, "top_left")]
+    cases = [
+        AttentionCase(2, 16, 4, 2048, 2048, 128, "bfloat16", True, "top_left"),
+        AttentionCase(1, 8, 1, 1000, 3000, 64, "float16", False, "top_left"),
+    ]
     rows = check_backward_determinism(cases, DEVICE, repeats=5)
     assert all(r["deterministic_bitwise_identical"] for r in rows), rows
 

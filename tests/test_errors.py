@@ -37,12 +37,15 @@ def test_bad_alignment_and_out():
         attention(q, q, q, out=t(1, 2, 5, 8))
 
 
-def test_requires_grad_is_refused():
+def test_requires_grad_is_differentiable_not_refused():
+    # flashcore.attention has a backward (tests/test_backward.py checks its gradients);
+    # options without one raise instead of giving a wrong gradient.
     q = t(1, 2, 4, 8).requires_grad_()
-    with pytest.raises(RuntimeError, match="forward-only"):
-        attention(q, q, q)
+    assert attention(q, q, q).requires_grad
+    with pytest.raises(RuntimeError, match="out=.*autograd"):
+        attention(q, q, q, out=torch.empty_like(q))
     with torch.no_grad():
-        attention(q, q, q)
+        assert not attention(q, q, q).requires_grad
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="CPU-only rules")

@@ -47,13 +47,27 @@ from .._checks import on_interpreter
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
 
 
-@triton.jit
+# Lengths, offsets, windows and head counts change from call to call: Triton would otherwise
+# specialize (and recompile) on each value's divisibility by 16 (do_not_specialize below).
+# Strides stay specialized: a unit inner stride is what lets the loads vectorize.
+@triton.jit(do_not_specialize=["num_heads", "seqlen_q"])
 def _bwd_preprocess(
-    Out, dOut, Delta,
-    stride_oz, stride_oh, stride_om, stride_ok,
-    stride_dz, stride_dh, stride_dm, stride_dk,
-    num_heads, seqlen_q,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr, BLOCK_M: tl.constexpr,
+    Out,
+    dOut,
+    Delta,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_ok,
+    stride_dz,
+    stride_dh,
+    stride_dm,
+    stride_dk,
+    num_heads,
+    seqlen_q,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
 ):
     """delta = rowsum(dO o O) in fp32, (B, H, Sq) contiguous."""
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
@@ -66,17 +80,74 @@ def _bwd_preprocess(
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
     rows = offs_m[:, None].to(tl.int64)
-    o = tl.load(Out + batch.to(tl.int64) * stride_oz + head.to(tl.int64) * stride_oh
-                + rows * stride_om + offs_d[None, :] * stride_ok, mask=mask, other=0.0)
-    do = tl.load(dOut + batch.to(tl.int64) * stride_dz + head.to(tl.int64) * stride_dh
-                 + rows * stride_dm + offs_d[None, :] * stride_dk, mask=mask, other=0.0)
+    o = tl.load(
+        Out
+        + batch.to(tl.int64) * stride_oz
+        + head.to(tl.int64) * stride_oh
+        + rows * stride_om
+        + offs_d[None, :] * stride_ok,
+        mask=mask,
+        other=0.0,
+    )
+    do = tl.load(
+        dOut
+        + batch.to(tl.int64) * stride_dz
+        + head.to(tl.int64) * stride_dh
+        + rows * stride_dm
+        + offs_d[None, :] * stride_dk,
+        mask=mask,
+        other=0.0,
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, delta, mask=offs_m < seqlen_q)
 
 
 @triton.jit
-def _visible(rows, cols, seqlen_q, seqlen_k, causal_offset, window,
-             IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def _load_rows(
+    base,
+    desc,
+    batch,
+    head,
+    start,
+    offs_rows,
+    offs_d,
+    stride_row,
+    limit,
+    BLOCK: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """A (BLOCK, HEAD_DIM_PADDED) tile of rows [start, start + BLOCK) of one (batch, head).
+
+    TMA reads through a 4-D descriptor of the whole tensor (rows past the end come back as
+    zeros) and needs no per-element address registers: a pointer tile of BLOCK x D 64-bit
+    addresses, live across the pipelined loop, is what made the pointer path spill.
+    offs_rows = start + arange(BLOCK); the inner stride is 1 or given by the base layout."""
+    if USE_TMA:
+        return desc.load([batch, head, start, 0]).reshape(BLOCK, HEAD_DIM_PADDED)
+    ptrs = base + offs_rows[:, None].to(tl.int64) * stride_row + offs_d[None, :]
+    if MASKED:
+        return tl.load(
+            ptrs, mask=(offs_rows[:, None] < limit) & (offs_d[None, :] < HEAD_DIM), other=0.0
+        )
+    if HEAD_DIM != HEAD_DIM_PADDED:
+        return tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    return tl.load(ptrs)
+
+
+@triton.jit
+def _visible(
+    rows,
+    cols,
+    seqlen_q,
+    seqlen_k,
+    causal_offset,
+    window,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+):
     """Boolean mask of (row, col) pairs that attend: in bounds, causal, inside the window.
     rows and cols are broadcastable index tensors."""
     visible = (rows < seqlen_q) & (cols < seqlen_k)
@@ -89,12 +160,41 @@ def _visible(rows, cols, seqlen_q, seqlen_k, causal_offset, window,
 
 @triton.jit
 def _dkdv_query_tiles(
-    dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-    stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
-    offs_n, offs_d, m_lo, m_hi, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
-    BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    FP32_IEEE: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    dq_base,
+    lse_base,
+    delta_base,
+    q_desc,
+    do_desc,
+    batch,
+    q_head,
+    stride_qm,
+    stride_dom,
+    stride_dqm,
+    stride_dqk,
+    offs_n,
+    offs_d,
+    m_lo,
+    m_hi,
+    seqlen_q,
+    seqlen_k,
+    causal_offset,
+    window,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    APPLY_MASK: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    FP32_IEEE: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Fold query tiles [m_lo, m_hi) of one query head into the key tile's dK, dV.
 
@@ -102,30 +202,49 @@ def _dkdv_query_tiles(
     need no transpose of the accumulators. With APPLY_MASK=False the caller guarantees that
     every row of every tile in the range exists and sees every key of the tile.
     """
-    PADDED: tl.constexpr = HEAD_DIM != HEAD_DIM_PADDED
     offs_m0 = tl.arange(0, BLOCK_M)
     d_in = offs_d[None, :] < HEAD_DIM
     for start_m in range(m_lo, m_hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
-        rows = offs_m[:, None].to(tl.int64)
-        q_ptrs = q_base + rows * stride_qm + offs_d[None, :] * stride_qk
-        do_ptrs = do_base + rows * stride_dom + offs_d[None, :] * stride_dok
+        q = _load_rows(
+            q_base,
+            q_desc,
+            batch,
+            q_head,
+            start_m,
+            offs_m,
+            offs_d,
+            stride_qm,
+            seqlen_q,
+            BLOCK_M,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            USE_TMA,
+            APPLY_MASK,
+        )
+        do = _load_rows(
+            do_base,
+            do_desc,
+            batch,
+            q_head,
+            start_m,
+            offs_m,
+            offs_d,
+            stride_dom,
+            seqlen_q,
+            BLOCK_M,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            USE_TMA,
+            APPLY_MASK,
+        )
         if APPLY_MASK:
-            row_mask = (offs_m[:, None] < seqlen_q) & d_in
-            q = tl.load(q_ptrs, mask=row_mask, other=0.0)
-            do = tl.load(do_ptrs, mask=row_mask, other=0.0)
             # Rows past the end: lse 0 and delta 0 keep the arithmetic finite; the mask
             # below zeroes their p.
             lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
             delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
         else:
-            if PADDED:
-                q = tl.load(q_ptrs, mask=d_in, other=0.0)
-                do = tl.load(do_ptrs, mask=d_in, other=0.0)
-            else:
-                q = tl.load(q_ptrs)
-                do = tl.load(do_ptrs)
             lse = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
         lse2 = lse * 1.4426950408889634  # natural log -> log2 domain of exp2
@@ -138,8 +257,16 @@ def _dkdv_query_tiles(
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
             # where exp2 gives inf), are exactly zero.
-            visible = _visible(offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k,
-                               causal_offset, window, IS_CAUSAL, HAS_WINDOW)
+            visible = _visible(
+                offs_m[None, :],
+                offs_n[:, None],
+                seqlen_q,
+                seqlen_k,
+                causal_offset,
+                window,
+                IS_CAUSAL,
+                HAS_WINDOW,
+            )
             p_t = tl.where(visible, p_t, 0.0)
 
         if FP32_IEEE:
@@ -160,27 +287,82 @@ def _dkdv_query_tiles(
                 dq = tl.dot(tl.trans(ds_t), k, input_precision="ieee")
             else:
                 dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k)
-            dq_ptrs = dq_base + rows * stride_dqm + offs_d[None, :] * stride_dqk
+            dq_ptrs = (
+                dq_base + offs_m[:, None].to(tl.int64) * stride_dqm + offs_d[None, :] * stride_dqk
+            )
             tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen_q) & d_in, sem="relaxed")
     return dk, dv
 
 
-@triton.jit
+@triton.jit(
+    do_not_specialize=[
+        "num_q_heads",
+        "num_kv_heads",
+        "gqa_group_size",
+        "seqlen_q",
+        "seqlen_k",
+        "causal_offset",
+        "window",
+    ]
+)
 def _bwd_dkdv_kernel(
-    Q, K, V, dOut, Lse, Delta, dQacc, dK, dV,
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk,
-    stride_doz, stride_doh, stride_dom, stride_dok,
-    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
-    stride_dkz, stride_dkh, stride_dkn, stride_dkk,
-    stride_dvz, stride_dvh, stride_dvn, stride_dvk,
-    num_q_heads, num_kv_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, window,
-    qk_scale, sm_scale,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, FP32_IEEE: tl.constexpr,
+    Q,
+    K,
+    V,
+    dOut,
+    Lse,
+    Delta,
+    dQacc,
+    dK,
+    dV,
+    q_desc,
+    do_desc,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vk,
+    stride_doz,
+    stride_doh,
+    stride_dom,
+    stride_dok,
+    stride_dqz,
+    stride_dqh,
+    stride_dqm,
+    stride_dqk,
+    stride_dkz,
+    stride_dkh,
+    stride_dkn,
+    stride_dkk,
+    stride_dvz,
+    stride_dvh,
+    stride_dvn,
+    stride_dvk,
+    num_q_heads,
+    num_kv_heads,
+    gqa_group_size,
+    seqlen_q,
+    seqlen_k,
+    causal_offset,
+    window,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    FP32_IEEE: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     num_n_tiles = tl.cdiv(seqlen_k, BLOCK_N)
     pid = tl.program_id(0)
@@ -194,10 +376,24 @@ def _bwd_dkdv_kernel(
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
     cols = offs_n[:, None].to(tl.int64)
-    k = tl.load(K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
-                + cols * stride_kn + offs_d[None, :] * stride_kk, mask=kv_mask, other=0.0)
-    v = tl.load(V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
-                + cols * stride_vn + offs_d[None, :] * stride_vk, mask=kv_mask, other=0.0)
+    k = tl.load(
+        K
+        + batch.to(tl.int64) * stride_kz
+        + kv_head.to(tl.int64) * stride_kh
+        + cols * stride_kn
+        + offs_d[None, :] * stride_kk,
+        mask=kv_mask,
+        other=0.0,
+    )
+    v = tl.load(
+        V
+        + batch.to(tl.int64) * stride_vz
+        + kv_head.to(tl.int64) * stride_vh
+        + cols * stride_vn
+        + offs_d[None, :] * stride_vk,
+        mask=kv_mask,
+        other=0.0,
+    )
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
 
@@ -219,8 +415,9 @@ def _bwd_dkdv_kernel(
     if HAS_WINDOW:
         # Row i sees key j only if i < j - offset + window.
         m_hi = tl.minimum(tl.maximum(last_key - causal_offset + window, 0), seqlen_q)
-        m_full_end = tl.minimum(((tl.maximum(start_n - causal_offset + window, 0)) // BLOCK_M) * BLOCK_M,
-                                full_rows_end)
+        m_full_end = tl.minimum(
+            ((tl.maximum(start_n - causal_offset + window, 0)) // BLOCK_M) * BLOCK_M, full_rows_end
+        )
     else:
         m_hi = seqlen_q
         m_full_end = full_rows_end
@@ -238,60 +435,208 @@ def _bwd_dkdv_kernel(
         lse_base = Lse + bh_q.to(tl.int64) * seqlen_q
         delta_base = Delta + bh_q.to(tl.int64) * seqlen_q
         dk, dv = _dkdv_query_tiles(
-            dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-            stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
-            offs_n, offs_d, m_lo, m_mask1_end, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
-            BLOCK_M, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, ATOMIC_DQ)
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            dq_base,
+            lse_base,
+            delta_base,
+            q_desc,
+            do_desc,
+            batch,
+            q_head,
+            stride_qm,
+            stride_dom,
+            stride_dqm,
+            stride_dqk,
+            offs_n,
+            offs_d,
+            m_lo,
+            m_mask1_end,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+            window,
+            qk_scale,
+            BLOCK_M,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            True,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            FP32_IEEE,
+            ATOMIC_DQ,
+            USE_TMA,
+        )
         dk, dv = _dkdv_query_tiles(
-            dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-            stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
-            offs_n, offs_d, m_full, m_full_end, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
-            BLOCK_M, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, ATOMIC_DQ)
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            dq_base,
+            lse_base,
+            delta_base,
+            q_desc,
+            do_desc,
+            batch,
+            q_head,
+            stride_qm,
+            stride_dom,
+            stride_dqm,
+            stride_dqk,
+            offs_n,
+            offs_d,
+            m_full,
+            m_full_end,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+            window,
+            qk_scale,
+            BLOCK_M,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            False,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            FP32_IEEE,
+            ATOMIC_DQ,
+            USE_TMA,
+        )
         dk, dv = _dkdv_query_tiles(
-            dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-            stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
-            offs_n, offs_d, m_full_end, m_hi, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
-            BLOCK_M, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, ATOMIC_DQ)
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            dq_base,
+            lse_base,
+            delta_base,
+            q_desc,
+            do_desc,
+            batch,
+            q_head,
+            stride_qm,
+            stride_dom,
+            stride_dqm,
+            stride_dqk,
+            offs_n,
+            offs_d,
+            m_full_end,
+            m_hi,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+            window,
+            qk_scale,
+            BLOCK_M,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            True,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            FP32_IEEE,
+            ATOMIC_DQ,
+            USE_TMA,
+        )
 
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
     # gives dK = scale * dS^T Q. dV needs no scale.
     dk = dk * sm_scale
-    dk_ptrs = (dK + batch.to(tl.int64) * stride_dkz + kv_head.to(tl.int64) * stride_dkh
-               + cols * stride_dkn + offs_d[None, :] * stride_dkk)
-    dv_ptrs = (dV + batch.to(tl.int64) * stride_dvz + kv_head.to(tl.int64) * stride_dvh
-               + cols * stride_dvn + offs_d[None, :] * stride_dvk)
+    dk_ptrs = (
+        dK
+        + batch.to(tl.int64) * stride_dkz
+        + kv_head.to(tl.int64) * stride_dkh
+        + cols * stride_dkn
+        + offs_d[None, :] * stride_dkk
+    )
+    dv_ptrs = (
+        dV
+        + batch.to(tl.int64) * stride_dvz
+        + kv_head.to(tl.int64) * stride_dvh
+        + cols * stride_dvn
+        + offs_d[None, :] * stride_dvk
+    )
     tl.store(dk_ptrs, dk.to(dK.dtype.element_ty), mask=kv_mask)
     tl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def _dq_key_tiles(
-    dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-    offs_m, offs_d, n_lo, n_hi, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
-    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    k_base,
+    v_base,
+    k_desc,
+    v_desc,
+    batch,
+    kv_head,
+    stride_kn,
+    stride_vn,
+    offs_m,
+    offs_d,
+    n_lo,
+    n_hi,
+    seqlen_q,
+    seqlen_k,
+    causal_offset,
+    window,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    APPLY_MASK: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
-    PADDED: tl.constexpr = HEAD_DIM != HEAD_DIM_PADDED
     offs_n0 = tl.arange(0, BLOCK_N)
-    d_in = offs_d[None, :] < HEAD_DIM
     for start_n in range(n_lo, n_hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
-        cols = offs_n[:, None].to(tl.int64)
-        k_ptrs = k_base + cols * stride_kn + offs_d[None, :] * stride_kk
-        v_ptrs = v_base + cols * stride_vn + offs_d[None, :] * stride_vk
-        if APPLY_MASK:
-            kv_mask = (offs_n[:, None] < seqlen_k) & d_in
-            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-        elif PADDED:
-            k = tl.load(k_ptrs, mask=d_in, other=0.0)
-            v = tl.load(v_ptrs, mask=d_in, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+        k = _load_rows(
+            k_base,
+            k_desc,
+            batch,
+            kv_head,
+            start_n,
+            offs_n,
+            offs_d,
+            stride_kn,
+            seqlen_k,
+            BLOCK_N,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            USE_TMA,
+            APPLY_MASK,
+        )
+        v = _load_rows(
+            v_base,
+            v_desc,
+            batch,
+            kv_head,
+            start_n,
+            offs_n,
+            offs_d,
+            stride_vn,
+            seqlen_k,
+            BLOCK_N,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            USE_TMA,
+            APPLY_MASK,
+        )
         if FP32_IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
             dp = tl.dot(do, tl.trans(v), input_precision="ieee")
@@ -300,8 +645,16 @@ def _dq_key_tiles(
             dp = tl.dot(do, tl.trans(v))
         p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if APPLY_MASK:
-            visible = _visible(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k,
-                               causal_offset, window, IS_CAUSAL, HAS_WINDOW)
+            visible = _visible(
+                offs_m[:, None],
+                offs_n[None, :],
+                seqlen_q,
+                seqlen_k,
+                causal_offset,
+                window,
+                IS_CAUSAL,
+                HAS_WINDOW,
+            )
             p = tl.where(visible, p, 0.0)
         ds = p * (dp - delta[:, None])
         if FP32_IEEE:
@@ -311,18 +664,62 @@ def _dq_key_tiles(
     return dq
 
 
-@triton.jit
+@triton.jit(
+    do_not_specialize=[
+        "num_q_heads",
+        "gqa_group_size",
+        "seqlen_q",
+        "seqlen_k",
+        "causal_offset",
+        "window",
+    ]
+)
 def _bwd_dq_kernel(
-    Q, K, V, dOut, Lse, Delta, dQ,
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk,
-    stride_doz, stride_doh, stride_dom, stride_dok,
-    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
-    num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, window, qk_scale, sm_scale,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, FP32_IEEE: tl.constexpr,
+    Q,
+    K,
+    V,
+    dOut,
+    Lse,
+    Delta,
+    dQ,
+    k_desc,
+    v_desc,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vk,
+    stride_doz,
+    stride_doh,
+    stride_dom,
+    stride_dok,
+    stride_dqz,
+    stride_dqh,
+    stride_dqm,
+    stride_dqk,
+    num_q_heads,
+    gqa_group_size,
+    seqlen_q,
+    seqlen_k,
+    causal_offset,
+    window,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    FP32_IEEE: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -340,10 +737,24 @@ def _bwd_dq_kernel(
     row_in = offs_m < seqlen_q
     mask = row_in[:, None] & (offs_d[None, :] < HEAD_DIM)
     rows = offs_m[:, None].to(tl.int64)
-    q = tl.load(Q + batch.to(tl.int64) * stride_qz + q_head.to(tl.int64) * stride_qh
-                + rows * stride_qm + offs_d[None, :] * stride_qk, mask=mask, other=0.0)
-    do = tl.load(dOut + batch.to(tl.int64) * stride_doz + q_head.to(tl.int64) * stride_doh
-                 + rows * stride_dom + offs_d[None, :] * stride_dok, mask=mask, other=0.0)
+    q = tl.load(
+        Q
+        + batch.to(tl.int64) * stride_qz
+        + q_head.to(tl.int64) * stride_qh
+        + rows * stride_qm
+        + offs_d[None, :] * stride_qk,
+        mask=mask,
+        other=0.0,
+    )
+    do = tl.load(
+        dOut
+        + batch.to(tl.int64) * stride_doz
+        + q_head.to(tl.int64) * stride_doh
+        + rows * stride_dom
+        + offs_d[None, :] * stride_dok,
+        mask=mask,
+        other=0.0,
+    )
     lse = tl.load(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
     delta = tl.load(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
     lse2 = lse * 1.4426950408889634
@@ -357,7 +768,9 @@ def _bwd_dq_kernel(
     rows_complete = tile_start + BLOCK_M <= seqlen_q
     if IS_CAUSAL:
         first_row_sees = tile_start + causal_offset + 1
-        unmasked_end = tl.maximum(tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0)
+        unmasked_end = tl.maximum(
+            tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0
+        )
         key_end = tl.maximum(tl.minimum(tile_start + BLOCK_M + causal_offset, seqlen_k), 0)
     else:
         unmasked_end = full_tiles_end
@@ -366,7 +779,9 @@ def _bwd_dq_kernel(
         lowest_key = tl.maximum(tile_start + causal_offset + 1 - window, 0)
         key_start = (lowest_key // BLOCK_N) * BLOCK_N
         last_row_lowest = tile_start + BLOCK_M + causal_offset - window
-        full_start = tl.maximum(tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start)
+        full_start = tl.maximum(
+            tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start
+        )
     else:
         key_start = 0
         full_start = 0
@@ -375,26 +790,123 @@ def _bwd_dq_kernel(
     unmasked_end = tl.maximum(unmasked_end, full_start)
     lower_end = tl.minimum(full_start, key_end)
 
-    dq = _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                       offs_m, offs_d, key_start, lower_end, seqlen_q, seqlen_k, causal_offset, window,
-                       qk_scale, BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE)
-    dq = _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                       offs_m, offs_d, full_start, unmasked_end, seqlen_q, seqlen_k, causal_offset, window,
-                       qk_scale, BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, HAS_WINDOW, FP32_IEEE)
-    dq = _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                       offs_m, offs_d, unmasked_end, key_end, seqlen_q, seqlen_k, causal_offset, window,
-                       qk_scale, BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE)
+    dq = _dq_key_tiles(
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        k_base,
+        v_base,
+        k_desc,
+        v_desc,
+        batch,
+        kv_head,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_d,
+        key_start,
+        lower_end,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        window,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        HEAD_DIM_PADDED,
+        True,
+        IS_CAUSAL,
+        HAS_WINDOW,
+        FP32_IEEE,
+        USE_TMA,
+    )
+    dq = _dq_key_tiles(
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        k_base,
+        v_base,
+        k_desc,
+        v_desc,
+        batch,
+        kv_head,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_d,
+        full_start,
+        unmasked_end,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        window,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        HEAD_DIM_PADDED,
+        False,
+        IS_CAUSAL,
+        HAS_WINDOW,
+        FP32_IEEE,
+        USE_TMA,
+    )
+    dq = _dq_key_tiles(
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        k_base,
+        v_base,
+        k_desc,
+        v_desc,
+        batch,
+        kv_head,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_d,
+        unmasked_end,
+        key_end,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        window,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        HEAD_DIM_PADDED,
+        True,
+        IS_CAUSAL,
+        HAS_WINDOW,
+        FP32_IEEE,
+        USE_TMA,
+    )
     dq = dq * sm_scale
-    tl.store(dQ + batch.to(tl.int64) * stride_dqz + q_head.to(tl.int64) * stride_dqh
-             + rows * stride_dqm + offs_d[None, :] * stride_dqk, dq.to(dQ.dtype.element_ty), mask=mask)
+    tl.store(
+        dQ
+        + batch.to(tl.int64) * stride_dqz
+        + q_head.to(tl.int64) * stride_dqh
+        + rows * stride_dqm
+        + offs_d[None, :] * stride_dqk,
+        dq.to(dQ.dtype.element_ty),
+        mask=mask,
+    )
 
 
 # Launch configs for half precision on Hopper: (dK/dV kernel: BLOCK_M, BLOCK_N, warps,
-# stages), (dQ kernel: BLOCK_M, BLOCK_N, warps, stages), by padded head dim.
+# stages), (dQ kernel: BLOCK_M, BLOCK_N, warps, stages), by padded head dim. Chosen from
+# offline sm_90 compiles (ptxas' register report, no GPU needed) as the largest tiles that
+# do not spill, or spill least: the fp32 dK/dV accumulators (2 x BLOCK_N x D) are what
+# fills the register file. studies/backward_bench.py's sweep times the alternatives.
 _HOPPER_TABLE = {
-    64: ((64, 128, 8, 2), (128, 64, 8, 2)),
-    128: ((64, 128, 8, 2), (128, 64, 8, 2)),
-    256: ((32, 64, 4, 1), (64, 32, 4, 1)),
+    64: ((64, 128, 8, 2), (128, 64, 8, 2)),  # no spills
+    128: ((64, 64, 8, 2), (64, 64, 4, 2)),  # 15 / 2 spill stores
+    256: ((64, 32, 8, 1), (32, 32, 4, 1)),  # no spills
 }
 
 
@@ -410,12 +922,40 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) ->
     return dict(dkdv=dkdv, dq=dq)
 
 
+def _tma_usable(tensors, head_dim: int) -> bool:
+    """Hopper's bulk tensor copy: sm_90+, half precision, a power-of-two head dim >= 16,
+    16-byte aligned bases and 16-byte multiples for every outer stride (as forward.py)."""
+    t0 = tensors[0]
+    if t0.device.type != "cuda" or torch.cuda.get_device_capability(t0.device)[0] < 9:
+        return False
+    if t0.dtype == torch.float32 or head_dim != triton.next_power_of_2(head_dim) or head_dim < 16:
+        return False
+    return all(
+        t.stride(3) == 1
+        and t.data_ptr() % 16 == 0
+        and all(st != 0 and (st * t.element_size()) % 16 == 0 for st in t.stride()[:3])
+        for t in tensors
+    )
+
+
+def _descriptors(tensors, block_rows, head_dim):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    # Rows past the end of the sequence are zero-filled by the copy engine.
+    return tuple(
+        TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_rows, head_dim])
+        for t in tensors
+    )
+
+
 def _gradient_buffer(name, buf, like):
     if buf is None:
         return torch.empty(like.shape, dtype=like.dtype, device=like.device)
     if buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
-        raise ValueError(f"expected {name} of shape {tuple(like.shape)}, {like.dtype}, {like.device}, "
-                         f"got shape {tuple(buf.shape)}, {buf.dtype}, {buf.device}")
+        raise ValueError(
+            f"expected {name} of shape {tuple(like.shape)}, {like.dtype}, {like.device}, "
+            f"got shape {tuple(buf.shape)}, {buf.dtype}, {buf.device}"
+        )
     return buf
 
 
@@ -460,51 +1000,132 @@ def attention_backward(
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
     if grad_out.shape != q.shape or grad_out.dtype != q.dtype or grad_out.device != q.device:
-        raise ValueError(f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
-                         f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}")
+        raise ValueError(
+            f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
+            f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}"
+        )
     if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype != torch.float32:
-        raise ValueError(f"expected lse of shape {(batch, num_q_heads, seqlen_q)} float32, "
-                         f"got {tuple(lse.shape)} {lse.dtype}")
+        raise ValueError(
+            f"expected lse of shape {(batch, num_q_heads, seqlen_q)} float32, "
+            f"got {tuple(lse.shape)} {lse.dtype}"
+        )
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    dq, dk, dv = (_gradient_buffer(name, buf, like) for name, buf, like in
-                  (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)))
+    dq, dk, dv = (
+        _gradient_buffer(name, buf, like)
+        for name, buf, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v))
+    )
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     lse = lse.contiguous()
+    # The tile loads inside the loops assume a unit inner stride (any other strides are
+    # fine); a tensor strided along the head dim is copied once.
+    q, k, v, grad_out = (t if t.stride(3) == 1 else t.contiguous() for t in (q, k, v, grad_out))
 
     causal_offset = seqlen_k - seqlen_q if (causal and causal_alignment == "bottom_right") else 0
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
-    cfg = config if config is not None else _pick_config(head_dim_padded, q.dtype, on_interpreter(q))
+    cfg = (
+        config if config is not None else _pick_config(head_dim_padded, q.dtype, on_interpreter(q))
+    )
     fp32 = q.dtype == torch.float32
 
+    use_tma = cfg.get("USE_TMA", True) and _tma_usable((q, k, v, grad_out), head_dim)
     delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
     pre_m = 64 if head_dim_padded <= 128 else 32
     _bwd_preprocess[(triton.cdiv(seqlen_q, pre_m) * batch * num_q_heads,)](
-        out, grad_out, delta, *out.stride(), *grad_out.stride(), num_q_heads, seqlen_q,
-        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, BLOCK_M=pre_m)
+        out,
+        grad_out,
+        delta,
+        *out.stride(),
+        *grad_out.stride(),
+        num_q_heads,
+        seqlen_q,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim_padded,
+        BLOCK_M=pre_m,
+    )
 
-    common = dict(HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, IS_CAUSAL=bool(causal),
-                  HAS_WINDOW=window is not None, FP32_IEEE=fp32)
+    common = dict(
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim_padded,
+        IS_CAUSAL=bool(causal),
+        HAS_WINDOW=window is not None,
+        FP32_IEEE=fp32,
+    )
     dq_acc = dq if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     bm, bn, warps, stages = cfg["dkdv"]
+    q_desc, do_desc = _descriptors((q, grad_out), bm, head_dim) if use_tma else (None, None)
     _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, bn) * batch * num_kv_heads,)](
-        q, k, v, grad_out, lse, delta, dq_acc, dk, dv,
-        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq_acc.stride(),
-        *dk.stride(), *dv.stride(),
-        num_q_heads, num_kv_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
-        window or 0, scale * LOG2E, scale,
-        BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, ATOMIC_DQ=not deterministic, **common)
+        q,
+        k,
+        v,
+        grad_out,
+        lse,
+        delta,
+        dq_acc,
+        dk,
+        dv,
+        q_desc,
+        do_desc,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *grad_out.stride(),
+        *dq_acc.stride(),
+        *dk.stride(),
+        *dv.stride(),
+        num_q_heads,
+        num_kv_heads,
+        num_q_heads // num_kv_heads,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        window or 0,
+        scale * LOG2E,
+        scale,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        num_warps=warps,
+        num_stages=stages,
+        ATOMIC_DQ=not deterministic,
+        USE_TMA=use_tma,
+        **common,
+    )
     if not deterministic:
         dq.copy_(dq_acc.mul_(scale))
         return dq, dk, dv
     bm, bn, warps, stages = cfg["dq"]
+    k_desc, v_desc = _descriptors((k, v), bn, head_dim) if use_tma else (None, None)
     _bwd_dq_kernel[(triton.cdiv(seqlen_q, bm) * batch * num_q_heads,)](
-        q, k, v, grad_out, lse, delta, dq,
-        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
-        num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset,
-        window or 0, scale * LOG2E, scale,
-        BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **common)
+        q,
+        k,
+        v,
+        grad_out,
+        lse,
+        delta,
+        dq,
+        k_desc,
+        v_desc,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *grad_out.stride(),
+        *dq.stride(),
+        num_q_heads,
+        num_q_heads // num_kv_heads,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        window or 0,
+        scale * LOG2E,
+        scale,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        num_warps=warps,
+        num_stages=stages,
+        USE_TMA=use_tma,
+        **common,
+    )
     return dq, dk, dv
 
 
@@ -531,9 +1152,18 @@ class _AttentionFunction(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         kw = ctx.kwargs
         dq, dk, dv = attention_backward(
-            grad_out.to(q.dtype), q, k, v, out, lse, causal=kw.get("causal", False),
-            causal_alignment=kw.get("causal_alignment", "top_left"), window=kw.get("window"),
-            scale=kw.get("scale"), deterministic=ctx.deterministic)
+            grad_out.to(q.dtype),
+            q,
+            k,
+            v,
+            out,
+            lse,
+            causal=kw.get("causal", False),
+            causal_alignment=kw.get("causal_alignment", "top_left"),
+            window=kw.get("window"),
+            scale=kw.get("scale"),
+            deterministic=ctx.deterministic,
+        )
         return dq, dk, dv, None, None, None
 
 
@@ -544,19 +1174,25 @@ def differentiable_attention(forward_fn, q, k, v, *, deterministic: bool = True,
     returns what the forward returns (``out``, or ``(out, lse)`` with ``return_lse``; lse
     carries no gradient). Raises for forward options whose gradient is not computed here.
     """
-    defaults = {name: p.default for name, p in inspect.signature(forward_fn).parameters.items()
-                if p.kind == p.KEYWORD_ONLY}
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(forward_fn).parameters.items()
+        if p.kind == p.KEYWORD_ONLY
+    }
     for name, value in kwargs.items():
         if name in _DIFFERENTIABLE_KWARGS or name == "out" and value is None:
             continue
         if name == "out":
-            raise RuntimeError("attention(..., out=...) does not support autograd: the inputs "
-                               "require grad; drop out= (or run under torch.no_grad())")
+            raise RuntimeError(
+                "attention(..., out=...) does not support autograd: the inputs "
+                "require grad; drop out= (or run under torch.no_grad())"
+            )
         if name in defaults and value is defaults[name] or value is None:
             continue
         raise NotImplementedError(
             f"flashcore's backward does not support {name}={value!r}: call it under "
-            f"torch.no_grad() or detach the inputs")
+            f"torch.no_grad() or detach the inputs"
+        )
     return_lse = kwargs.pop("return_lse", False)
     kwargs.pop("out", None)
     out, lse = _AttentionFunction.apply(q, k, v, forward_fn, kwargs, deterministic)
@@ -564,6 +1200,7 @@ def differentiable_attention(forward_fn, q, k, v, *, deterministic: bool = True,
 
 
 # ------------------------------------------------------------- torch.library backward
+
 
 def op_backward(grad_out, q, k, v, is_causal: bool, bottom_right: bool, scale, window):
     """The backward of ``torch.ops.flashcore.attention``: (dq, dk, dv).
@@ -576,7 +1213,9 @@ def op_backward(grad_out, q, k, v, is_causal: bool, bottom_right: bool, scale, w
 
     align = "bottom_right" if bottom_right else "top_left"
     kwargs = dict(causal=is_causal, causal_alignment=align, scale=scale, window=window)
-    if q.device.type == "cpu" and not (interpreter_enabled() and q.dtype in (torch.float16, torch.float32)):
+    if q.device.type == "cpu" and not (
+        interpreter_enabled() and q.dtype in (torch.float16, torch.float32)
+    ):
         from ..reference import attention_reference
 
         with torch.enable_grad():

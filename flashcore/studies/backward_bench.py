@@ -27,11 +27,20 @@ from .bench import TOKENS_PER_BATCH, attention_flops, geomean, make_flex, make_s
 BACKWARD_PEERS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "flex"]
 
 
-def backward_shapes(head_dims=(64, 128, 256), seqlens=(2048, 4096, 8192, 16384), dtypes=("bfloat16",),
-                    causal=(False, True)) -> list[dict]:
+def backward_shapes(
+    head_dims=(64, 128, 256),
+    seqlens=(2048, 4096, 8192, 16384),
+    dtypes=("bfloat16",),
+    causal=(False, True),
+) -> list[dict]:
     """B * S = 16K tokens, H * D = 2048 (as the forward sweep)."""
-    return [dict(B=max(1, TOKENS_PER_BATCH // s), Hq=2048 // d, S=s, D=d, causal=c, dtype=dt)
-            for dt in dtypes for d in head_dims for s in seqlens for c in causal]
+    return [
+        dict(B=max(1, TOKENS_PER_BATCH // s), Hq=2048 // d, S=s, D=d, causal=c, dtype=dt)
+        for dt in dtypes
+        for d in head_dims
+        for s in seqlens
+        for c in causal
+    ]
 
 
 def _forward_fn(impl, causal, q, k):
@@ -42,12 +51,13 @@ def _forward_fn(impl, causal, q, k):
     if impl == "flex":
         return make_flex(causal, q.shape, k.shape, "cuda")
     if impl.startswith("sdpa_"):
-        return make_sdpa(impl[len("sdpa_"):], causal, q.shape[1] != k.shape[1])
+        return make_sdpa(impl[len("sdpa_") :], causal, q.shape[1] != k.shape[1])
     raise ValueError(f"unknown implementation {impl!r}")
 
 
-def bench_backward_shape(shape: dict, impls: list[str], *, reps: int = 50, warmup: int = 5,
-                         with_forward: bool = False) -> list[dict]:
+def bench_backward_shape(
+    shape: dict, impls: list[str], *, reps: int = 50, warmup: int = 5, with_forward: bool = False
+) -> list[dict]:
     """Time the backward (and, with_forward, forward + backward) of every implementation on
     one shape. One row per implementation; errors are recorded, not raised."""
     from ..kernels.backward import attention_backward
@@ -73,7 +83,10 @@ def bench_backward_shape(shape: dict, impls: list[str], *, reps: int = 50, warmu
                     out, lse = attention(q, k, v, causal=causal, return_lse=True)
 
                 def run_backward(i, out=out, lse=lse, det=det):
-                    return attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=det)
+                    return attention_backward(
+                        do, q, k, v, out, lse, causal=causal, deterministic=det
+                    )
+
                 grads = run_backward(0)
             else:
                 fwd = _forward_fn(impl, causal, q, k)
@@ -81,6 +94,7 @@ def bench_backward_shape(shape: dict, impls: list[str], *, reps: int = 50, warmu
 
                 def run_backward(i, out=out, leaves=leaves):
                     return torch.autograd.grad(out, leaves, do, retain_graph=True)
+
                 grads = run_backward(0)
             dq = grads[0].float()
             if ref_dq is None:
@@ -96,19 +110,23 @@ def bench_backward_shape(shape: dict, impls: list[str], *, reps: int = 50, warmu
 
                 def step(i):
                     return torch.autograd.grad(fwd(*leaves), leaves, do)
+
                 ts = time_launches(step, 1, warmup=warmup, reps=reps)
                 row["fwd_bwd_timing"] = ts.as_dict()
                 row["fwd_bwd_tflops"] = (flops / 2.5 * 3.5) / ts.median_ms / 1e9
             del out
         except Exception as exc:  # a peer that does not support the shape is a result too
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            row["error"] = (
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            )
         rows.append(row)
         torch.cuda.empty_cache()
     return rows
 
 
-def speed_summary(rows: list[dict], head_dim: int = 128, dtype: str = "bfloat16",
-                  key: str = "tflops") -> dict:
+def speed_summary(
+    rows: list[dict], head_dim: int = 128, dtype: str = "bfloat16", key: str = "tflops"
+) -> dict:
     """Geomean over S x causal of flashcore's TFLOP/s divided by each peer's, at one D/dtype."""
     table = {}
     for r in rows:
@@ -117,15 +135,22 @@ def speed_summary(rows: list[dict], head_dim: int = 128, dtype: str = "bfloat16"
     out = {}
     shapes = sorted({(s, c) for s, c, _ in table})
     for peer in sorted({i for _, _, i in table} - {"flashcore"}):
-        ratios = [table[(s, c, "flashcore")] / table[(s, c, peer)] for s, c in shapes
-                  if (s, c, "flashcore") in table and (s, c, peer) in table]
+        ratios = [
+            table[(s, c, "flashcore")] / table[(s, c, peer)]
+            for s, c in shapes
+            if (s, c, "flashcore") in table and (s, c, peer) in table
+        ]
         if ratios:
             out[peer] = {"geomean": geomean(ratios), "worst": min(ratios), "shapes": len(ratios)}
     return out
 
 
-def backward_memory(seqlens=(2048, 4096, 8192, 16384, 32768), head_dim: int = 128, heads: int = 8,
-                    dtype=torch.bfloat16) -> list[dict]:
+def backward_memory(
+    seqlens=(2048, 4096, 8192, 16384, 32768),
+    head_dim: int = 128,
+    heads: int = 8,
+    dtype=torch.bfloat16,
+) -> list[dict]:
     """Peak device memory of one backward beyond its inputs and outputs, against S (B = 1).
     An S x S buffer would grow it quadratically; FlashAttention's backward grows linearly
     (delta, lse: (B, H, S) fp32)."""
@@ -135,22 +160,36 @@ def backward_memory(seqlens=(2048, 4096, 8192, 16384, 32768), head_dim: int = 12
     rows = []
     for s in seqlens:
         gen = torch.Generator(device="cuda").manual_seed(s)
-        q, k, v, do = (torch.randn(1, heads, s, head_dim, device="cuda", dtype=dtype, generator=gen)
-                       for _ in range(4))
+        q, k, v, do = (
+            torch.randn(1, heads, s, head_dim, device="cuda", dtype=dtype, generator=gen)
+            for _ in range(4)
+        )
         with torch.no_grad():
             out, lse = attention(q, k, v, causal=True, return_lse=True)
             grads = [torch.empty_like(t) for t in (q, k, v)]
-            attention_backward(do, q, k, v, out, lse, causal=True, dq=grads[0], dk=grads[1], dv=grads[2])
+            attention_backward(
+                do, q, k, v, out, lse, causal=True, dq=grads[0], dk=grads[1], dv=grads[2]
+            )
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-            attention_backward(do, q, k, v, out, lse, causal=True, dq=grads[0], dk=grads[1], dv=grads[2])
+            attention_backward(
+                do, q, k, v, out, lse, causal=True, dq=grads[0], dk=grads[1], dv=grads[2]
+            )
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated()
         tensor_bytes = q.numel() * q.element_size()
-        rows.append({"S": s, "H": heads, "D": head_dim, "dtype": str(dtype).replace("torch.", ""),
-                     "extra_bytes": int(peak - base), "tensor_bytes": int(tensor_bytes),
-                     "s_by_s_bytes_would_be": int(heads * s * s * 4)})
+        rows.append(
+            {
+                "S": s,
+                "H": heads,
+                "D": head_dim,
+                "dtype": str(dtype).replace("torch.", ""),
+                "extra_bytes": int(peak - base),
+                "tensor_bytes": int(tensor_bytes),
+                "s_by_s_bytes_would_be": int(heads * s * s * 4),
+            }
+        )
         del q, k, v, do, out, lse, grads
         torch.cuda.empty_cache()
     return rows
@@ -158,17 +197,24 @@ def backward_memory(seqlens=(2048, 4096, 8192, 16384, 32768), head_dim: int = 12
 
 def tuning_configs(head_dim: int) -> list[dict]:
     """Candidate (dkdv, dq) launch configs: (BLOCK_M, BLOCK_N, warps, stages)."""
+    # First of each list: the shipped config. Offline sm_90 compiles (ptxas register report)
+    # showed which tiles spill at each head dim; the sweep measures what the spills cost
+    # against the K/V reuse of larger key tiles.
     if head_dim >= 256:
-        dkdv = [(32, 64, 4, 1), (64, 64, 8, 1), (32, 64, 4, 2), (64, 32, 4, 1)]
-        dq = [(64, 32, 4, 1), (64, 64, 8, 1), (32, 64, 4, 2)]
+        dkdv = [(64, 32, 8, 1), (64, 64, 8, 1), (32, 64, 4, 1)]
+        dq = [(32, 32, 4, 1), (32, 64, 4, 1), (64, 32, 4, 1)]
+    elif head_dim >= 128:
+        dkdv = [(64, 64, 8, 2), (64, 128, 8, 2), (64, 32, 8, 2), (128, 64, 8, 2), (32, 128, 8, 2)]
+        dq = [(64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 2), (128, 32, 8, 2)]
     else:
-        dkdv = [(64, 128, 8, 2), (32, 128, 4, 2), (64, 128, 8, 3), (64, 64, 4, 2), (32, 128, 8, 3),
-                (128, 128, 8, 2)]
-        dq = [(128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 4, 3), (128, 128, 8, 2), (64, 128, 8, 2)]
+        dkdv = [(64, 128, 8, 2), (64, 64, 8, 2), (128, 128, 8, 2), (64, 128, 8, 3)]
+        dq = [(128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2)]
     return [dict(dkdv=a, dq=dq[0]) for a in dkdv] + [dict(dkdv=dkdv[0], dq=b) for b in dq[1:]]
 
 
-def tune_backward(shapes: list[dict], *, reps: int = 20, deterministic_modes=(True, False)) -> list[dict]:
+def tune_backward(
+    shapes: list[dict], *, reps: int = 20, deterministic_modes=(True, False)
+) -> list[dict]:
     """Time every candidate config of attention_backward on every shape."""
     from ..kernels.backward import attention_backward
     from ..kernels.forward import attention
@@ -185,35 +231,120 @@ def tune_backward(shapes: list[dict], *, reps: int = 20, deterministic_modes=(Tr
             for cfg in tuning_configs(D):
                 if not det and cfg["dq"] != tuning_configs(D)[0]["dq"]:
                     continue  # the dq kernel does not run in atomic mode
-                row = {**shape, "deterministic": det, "dkdv": list(cfg["dkdv"]), "dq": list(cfg["dq"])}
+                row = {
+                    **shape,
+                    "deterministic": det,
+                    "dkdv": list(cfg["dkdv"]),
+                    "dq": list(cfg["dq"]),
+                }
                 try:
-                    t = time_launches(lambda i: attention_backward(
-                        do, q, k, v, out, lse, causal=shape["causal"], deterministic=det, config=cfg),
-                        1, warmup=3, reps=reps)
+                    t = time_launches(
+                        lambda i: attention_backward(
+                            do,
+                            q,
+                            k,
+                            v,
+                            out,
+                            lse,
+                            causal=shape["causal"],
+                            deterministic=det,
+                            config=cfg,
+                        ),
+                        1,
+                        warmup=3,
+                        reps=reps,
+                    )
                     row["median_ms"] = t.median_ms
                     row["tflops"] = flops / t.median_ms / 1e9
                 except Exception as exc:
-                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                    first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
+                    row["error"] = f"{type(exc).__name__}: {first_line}"
                 rows.append(row)
-        del q, k, v, do, out, lse
         torch.cuda.empty_cache()
     return rows
 
 
 def print_rows(rows: list[dict]) -> None:
     for r in rows:
-        what = (f"{r['tflops']:6.1f} TFLOP/s" if "tflops" in r else r.get("error", "?"))
+        what = f"{r['tflops']:6.1f} TFLOP/s" if "tflops" in r else r.get("error", "?")
         extra = f"  fwd+bwd {r['fwd_bwd_tflops']:6.1f}" if "fwd_bwd_tflops" in r else ""
-        print(f"bwd {r['dtype']:<8} D{r['D']:<3} S{r['S']:<6} {'causal' if r['causal'] else 'full  '} "
-              f"{r['impl']:<24} {what}{extra}", flush=True)
+        print(
+            f"bwd {r['dtype']:<8} D{r['D']:<3} S{r['S']:<6} "
+            f"{'causal' if r['causal'] else 'full  '} {r['impl']:<24} {what}{extra}",
+            flush=True,
+        )
+
+
+def _grid_worker(cases, base_seed, deterministic, device):
+    from ..validate_backward import run_backward_grid
+
+    return run_backward_grid(
+        cases, device, base_seed=base_seed, deterministic=deterministic, progress=False
+    )
+
+
+def _shard_seeded(cases, jobs):
+    """Split (index, case) pairs round-robin so each case keeps the seed base + index."""
+    return [[(i, c) for i, c in enumerate(cases) if i % jobs == j] for j in range(jobs)]
+
+
+def run_grid_parallel(
+    cases, *, jobs: int = 8, deterministic: bool = True, device: str = "cuda"
+) -> list[dict]:
+    """The gradient grid on the GPU from ``jobs`` processes at once: the time is Triton's
+    compilation (one kernel set per head dim / dtype / mask kind), which is single-threaded
+    per process. Each case keeps seed = its index, as in the serial run."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    rows = [None] * len(cases)
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {}
+        for shard in _shard_seeded(cases, jobs):
+            for i, c in shard:
+                futures[pool.submit(_grid_worker, [c], i, deterministic, device)] = i
+        for f in cf.as_completed(futures):
+            rows[futures[f]] = f.result()[0]
+    return rows
+
+
+def _compile_worker(spec):
+    """Launch one backward config once on small inputs with the same constexprs and stride
+    divisibility as the timed shapes, so the kernels land in Triton's on-disk cache."""
+    from ..kernels.backward import attention_backward
+    from ..kernels.forward import attention
+
+    d, dtype, causal, cfg, det = spec
+    try:
+        q, k, v, do = (
+            torch.randn(1, 2, 256, d, device="cuda", dtype=getattr(torch, dtype)) for _ in range(4)
+        )
+        out, lse = attention(q, k, v, causal=causal, return_lse=True)
+        attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=det, config=cfg)
+        torch.cuda.synchronize()
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def precompile(specs, jobs: int = 8) -> list:
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(_compile_worker, specs))
 
 
 def run_backward_study(args, *, progress=None) -> dict:
     """``python -m flashcore backward``: correctness grid, determinism, memory, speed, training
     step; returns the payload of results/<gpu>/backward.json."""
     from ..validate import AttentionCase
-    from ..validate_backward import (backward_grid, check_backward_determinism, run_backward_grid,
-                                     summarize_backward)
+    from ..validate_backward import (
+        backward_grid,
+        check_backward_determinism,
+        run_backward_grid,
+        summarize_backward,
+    )
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     payload = {"method": __doc__.strip()}
@@ -223,13 +354,23 @@ def run_backward_study(args, *, progress=None) -> dict:
             cases = cases[: args.limit]
         rows = []
         for det in (True, False) if args.both_modes else (True,):
-            rows += run_backward_grid(cases, device, deterministic=det)
+            if device == "cuda" and args.jobs > 1:
+                rows += run_grid_parallel(cases, jobs=args.jobs, deterministic=det)
+            else:
+                rows += run_backward_grid(cases, device, deterministic=det)
         summary = summarize_backward(rows)
-        print(f"gradient grid: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
-              f"{summary['worst_ratio']:.3f} ({summary['worst_case']})", flush=True)
+        print(
+            f"gradient grid: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
+            f"{summary['worst_ratio']:.3f} ({summary['worst_case']})",
+            flush=True,
+        )
         payload.update({"grid": args.grid, "summary": summary, "cases": rows})
-    det_cases = [AttentionCase(2, 16, 4, 2048, 2048, 128, "bfloat16" if device == "cuda" else "float16", True),
-                 AttentionCase(1, 8, 1, 1000, 3000, 64, "float16", False)]
+    det_cases = [
+        AttentionCase(
+            2, 16, 4, 2048, 2048, 128, "bfloat16" if device == "cuda" else "float16", True
+        ),
+        AttentionCase(1, 8, 1, 1000, 3000, 64, "float16", False),
+    ]
     if device == "cpu":
         det_cases = [AttentionCase(1, 4, 2, 65, 130, 32, "float16", True, "bottom_right")]
     payload["determinism"] = check_backward_determinism(det_cases, device, repeats=args.repeats)
@@ -239,31 +380,67 @@ def run_backward_study(args, *, progress=None) -> dict:
     if args.memory:
         payload["memory"] = backward_memory()
         for r in payload["memory"]:
-            print(f"memory S={r['S']}: {r['extra_bytes'] / 2**20:.1f} MiB beyond inputs/outputs "
-                  f"(an S x S fp32 buffer: {r['s_by_s_bytes_would_be'] / 2**20:.0f} MiB)", flush=True)
+            print(
+                f"memory S={r['S']}: {r['extra_bytes'] / 2**20:.1f} MiB beyond inputs/outputs "
+                f"(an S x S fp32 buffer: {r['s_by_s_bytes_would_be'] / 2**20:.0f} MiB)",
+                flush=True,
+            )
     if args.tune:
         shapes = backward_shapes(head_dims=args.d, seqlens=args.tune_s, causal=(False, True))
+        if args.jobs > 1:
+            precompile(
+                [
+                    (sh["D"], sh["dtype"], sh["causal"], cfg, det)
+                    for sh in shapes
+                    for cfg in tuning_configs(sh["D"])
+                    for det in (True, False)
+                ],
+                args.jobs,
+            )
         payload["tuning"] = tune_backward(shapes)
         for r in payload["tuning"]:
-            print(f"tune D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} det={r['deterministic']} "
-                  f"dkdv={r['dkdv']} dq={r['dq']}: {r.get('tflops', r.get('error'))}", flush=True)
+            print(
+                f"tune D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} "
+                f"det={r['deterministic']} dkdv={r['dkdv']} dq={r['dq']}: "
+                f"{r.get('tflops', r.get('error'))}",
+                flush=True,
+            )
     rows = []
+    if args.jobs > 1:  # the shipped configs, compiled in parallel before timing
+        precompile(
+            [
+                (d, dt, c, None, det)
+                for d in args.d
+                for dt in args.dtype
+                for c in (False, True)
+                for det in (True, False)
+            ],
+            args.jobs,
+        )
     for shape in backward_shapes(head_dims=args.d, seqlens=args.s, dtypes=args.dtype):
         impls = list(args.impls)
         if shape["D"] not in args.flex_d and "flex" in impls:
             impls.remove("flex")  # Flex compiles per shape: only where the target needs it
         rows += bench_backward_shape(shape, impls, reps=args.reps, with_forward=args.fwd_bwd)
-        print_rows(rows[-len(impls):])
+        print_rows(rows[-len(impls) :])
     payload["speed"] = rows
-    payload["speed_summary"] = {f"{dt} D{d}": speed_summary(rows, d, dt) for dt in args.dtype for d in args.d}
+    payload["speed_summary"] = {
+        f"{dt} D{d}": speed_summary(rows, d, dt) for dt in args.dtype for d in args.d
+    }
     if args.fwd_bwd:
-        payload["fwd_bwd_summary"] = {f"{dt} D{d}": speed_summary(rows, d, dt, key="fwd_bwd_tflops")
-                                      for dt in args.dtype for d in args.d}
+        payload["fwd_bwd_summary"] = {
+            f"{dt} D{d}": speed_summary(rows, d, dt, key="fwd_bwd_tflops")
+            for dt in args.dtype
+            for d in args.d
+        }
     print("speed summary:", payload["speed_summary"], flush=True)
     if args.train:
         from .e2e import compare_training_step, training_speed
+
         train = compare_training_step(device, torch.float32)
         payload["training_step_fp32"] = {k: v for k, v in train.items() if k != "gradients"}
         payload["training_speed"] = training_speed(device, torch.bfloat16)
-        print("training step:", payload["training_step_fp32"], payload["training_speed"], flush=True)
+        print(
+            "training step:", payload["training_step_fp32"], payload["training_speed"], flush=True
+        )
     return payload
