@@ -554,9 +554,11 @@ def cmd_backward(args) -> int:
     from .results import write_result
     from .studies.backward_bench import run_backward_study
 
-    payload = run_backward_study(args)
-    if args.record:
-        print(f"recorded {write_result('backward', payload)}")
+    def record(payload):  # after every stage: a run cut short keeps what it measured
+        if args.record:
+            print(f"recorded {write_result('backward', payload)}", flush=True)
+
+    payload = run_backward_study(args, on_stage=record)
     failed = payload.get("summary", {}).get("failed", 0)
     return 0 if failed == 0 else 1
 

@@ -335,9 +335,11 @@ def precompile(specs, jobs: int = 8) -> list:
         return list(pool.map(_compile_worker, specs))
 
 
-def run_backward_study(args, *, progress=None) -> dict:
-    """``python -m flashcore backward``: correctness grid, determinism, memory, speed, training
-    step; returns the payload of results/<gpu>/backward.json."""
+def run_backward_study(args, *, on_stage=None) -> dict:
+    """``python -m flashcore backward``: determinism, memory, speed, tuning, correctness grid,
+    training step; returns the payload of results/<gpu>/backward.json. ``on_stage(payload)``
+    is called after each stage (the CLI records there, so a run cut short keeps what it
+    measured; ``stages_done`` says which)."""
     from ..validate import AttentionCase
     from ..validate_backward import (
         backward_grid,
@@ -347,24 +349,13 @@ def run_backward_study(args, *, progress=None) -> dict:
     )
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    payload = {"method": __doc__.strip()}
-    if args.grid != "none":
-        cases = backward_grid(args.grid)
-        if args.limit:
-            cases = cases[: args.limit]
-        rows = []
-        for det in (True, False) if args.both_modes else (True,):
-            if device == "cuda" and args.jobs > 1:
-                rows += run_grid_parallel(cases, jobs=args.jobs, deterministic=det)
-            else:
-                rows += run_backward_grid(cases, device, deterministic=det)
-        summary = summarize_backward(rows)
-        print(
-            f"gradient grid: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
-            f"{summary['worst_ratio']:.3f} ({summary['worst_case']})",
-            flush=True,
-        )
-        payload.update({"grid": args.grid, "summary": summary, "cases": rows})
+    payload = {"method": __doc__.strip(), "stages_done": []}
+
+    def done(stage):
+        payload["stages_done"].append(stage)
+        if on_stage is not None:
+            on_stage(payload)
+
     det_cases = [
         AttentionCase(
             2, 16, 4, 2048, 2048, 128, "bfloat16" if device == "cuda" else "float16", True
@@ -375,9 +366,8 @@ def run_backward_study(args, *, progress=None) -> dict:
         det_cases = [AttentionCase(1, 4, 2, 65, 130, 32, "float16", True, "bottom_right")]
     payload["determinism"] = check_backward_determinism(det_cases, device, repeats=args.repeats)
     print("determinism:", payload["determinism"], flush=True)
-    if device != "cuda":
-        return payload
-    if args.memory:
+    done("determinism")
+    if device == "cuda" and args.memory:
         payload["memory"] = backward_memory()
         for r in payload["memory"]:
             print(
@@ -385,7 +375,39 @@ def run_backward_study(args, *, progress=None) -> dict:
                 f"(an S x S fp32 buffer: {r['s_by_s_bytes_would_be'] / 2**20:.0f} MiB)",
                 flush=True,
             )
-    if args.tune:
+        done("memory")
+    if device == "cuda" and args.s:
+        rows = []
+        if args.jobs > 1:  # the shipped configs, compiled in parallel before timing
+            precompile(
+                [
+                    (d, dt, c, None, det)
+                    for d in args.d
+                    for dt in args.dtype
+                    for c in (False, True)
+                    for det in (True, False)
+                ],
+                args.jobs,
+            )
+        for shape in backward_shapes(head_dims=args.d, seqlens=args.s, dtypes=args.dtype):
+            impls = list(args.impls)
+            if shape["D"] not in args.flex_d and "flex" in impls:
+                impls.remove("flex")  # Flex compiles per shape: only where the target needs it
+            rows += bench_backward_shape(shape, impls, reps=args.reps, with_forward=args.fwd_bwd)
+            print_rows(rows[-len(impls) :])
+        payload["speed"] = rows
+        payload["speed_summary"] = {
+            f"{dt} D{d}": speed_summary(rows, d, dt) for dt in args.dtype for d in args.d
+        }
+        if args.fwd_bwd:
+            payload["fwd_bwd_summary"] = {
+                f"{dt} D{d}": speed_summary(rows, d, dt, key="fwd_bwd_tflops")
+                for dt in args.dtype
+                for d in args.d
+            }
+        print("speed summary:", payload["speed_summary"], flush=True)
+        done("speed")
+    if device == "cuda" and args.tune:
         shapes = backward_shapes(head_dims=args.d, seqlens=args.tune_s, causal=(False, True))
         if args.jobs > 1:
             precompile(
@@ -405,36 +427,29 @@ def run_backward_study(args, *, progress=None) -> dict:
                 f"{r.get('tflops', r.get('error'))}",
                 flush=True,
             )
-    rows = []
-    if args.jobs > 1:  # the shipped configs, compiled in parallel before timing
-        precompile(
-            [
-                (d, dt, c, None, det)
-                for d in args.d
-                for dt in args.dtype
-                for c in (False, True)
-                for det in (True, False)
-            ],
-            args.jobs,
+        done("tuning")
+    if args.grid != "none":
+        cases = backward_grid(args.grid)
+        if args.limit:
+            cases = cases[: args.limit]
+        rows = []
+        for det in (True, False) if args.both_modes else (True,):
+            if device == "cuda" and args.jobs > 1:
+                rows += run_grid_parallel(cases, jobs=args.jobs, deterministic=det)
+            else:
+                rows += run_backward_grid(cases, device, deterministic=det)
+        summary = summarize_backward(rows)
+        print(
+            f"gradient grid: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
+            f"{summary['worst_ratio']:.3f} ({summary['worst_case']})",
+            flush=True,
         )
-    for shape in backward_shapes(head_dims=args.d, seqlens=args.s, dtypes=args.dtype):
-        impls = list(args.impls)
-        if shape["D"] not in args.flex_d and "flex" in impls:
-            impls.remove("flex")  # Flex compiles per shape: only where the target needs it
-        rows += bench_backward_shape(shape, impls, reps=args.reps, with_forward=args.fwd_bwd)
-        print_rows(rows[-len(impls) :])
-    payload["speed"] = rows
-    payload["speed_summary"] = {
-        f"{dt} D{d}": speed_summary(rows, d, dt) for dt in args.dtype for d in args.d
-    }
-    if args.fwd_bwd:
-        payload["fwd_bwd_summary"] = {
-            f"{dt} D{d}": speed_summary(rows, d, dt, key="fwd_bwd_tflops")
-            for dt in args.dtype
-            for d in args.d
-        }
-    print("speed summary:", payload["speed_summary"], flush=True)
-    if args.train:
+        for r in rows:
+            if not r["passed"]:
+                print("FAILED:", r["name"], {g: r[g]["ratio"] for g in ("dq", "dk", "dv")})
+        payload.update({"grid": args.grid, "summary": summary, "cases": rows})
+        done("grid")
+    if device == "cuda" and args.train:
         from .e2e import compare_training_step, training_speed
 
         train = compare_training_step(device, torch.float32)
@@ -443,4 +458,5 @@ def run_backward_study(args, *, progress=None) -> dict:
         print(
             "training step:", payload["training_step_fp32"], payload["training_speed"], flush=True
         )
+        done("training")
     return payload
