@@ -336,7 +336,7 @@ def precompile(specs, jobs: int = 8) -> list:
 
 
 def run_backward_study(args, *, on_stage=None) -> dict:
-    """``python -m flashcore backward``: determinism, memory, speed, tuning, correctness grid,
+    """``python -m flashcore backward``: determinism, memory, speed, correctness grid, tuning,
     training step; returns the payload of results/<gpu>/backward.json. ``on_stage(payload)``
     is called after each stage (the CLI records there, so a run cut short keeps what it
     measured; ``stages_done`` says which)."""
@@ -407,27 +407,6 @@ def run_backward_study(args, *, on_stage=None) -> dict:
             }
         print("speed summary:", payload["speed_summary"], flush=True)
         done("speed")
-    if device == "cuda" and args.tune:
-        shapes = backward_shapes(head_dims=args.d, seqlens=args.tune_s, causal=(False, True))
-        if args.jobs > 1:
-            precompile(
-                [
-                    (sh["D"], sh["dtype"], sh["causal"], cfg, det)
-                    for sh in shapes
-                    for cfg in tuning_configs(sh["D"])
-                    for det in (True, False)
-                ],
-                args.jobs,
-            )
-        payload["tuning"] = tune_backward(shapes)
-        for r in payload["tuning"]:
-            print(
-                f"tune D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} "
-                f"det={r['deterministic']} dkdv={r['dkdv']} dq={r['dq']}: "
-                f"{r.get('tflops', r.get('error'))}",
-                flush=True,
-            )
-        done("tuning")
     if args.grid != "none":
         cases = backward_grid(args.grid)
         if args.limit:
@@ -449,6 +428,27 @@ def run_backward_study(args, *, on_stage=None) -> dict:
                 print("FAILED:", r["name"], {g: r[g]["ratio"] for g in ("dq", "dk", "dv")})
         payload.update({"grid": args.grid, "summary": summary, "cases": rows})
         done("grid")
+    if device == "cuda" and args.tune:
+        shapes = backward_shapes(head_dims=args.d, seqlens=args.tune_s, causal=(False, True))
+        if args.jobs > 1:
+            precompile(
+                [
+                    (sh["D"], sh["dtype"], sh["causal"], cfg, det)
+                    for sh in shapes
+                    for cfg in tuning_configs(sh["D"])
+                    for det in (True, False)
+                ],
+                args.jobs,
+            )
+        payload["tuning"] = tune_backward(shapes)
+        for r in payload["tuning"]:
+            print(
+                f"tune D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} "
+                f"det={r['deterministic']} dkdv={r['dkdv']} dq={r['dq']}: "
+                f"{r.get('tflops', r.get('error'))}",
+                flush=True,
+            )
+        done("tuning")
     if device == "cuda" and args.train:
         from .e2e import compare_training_step, training_speed
 
