@@ -58,7 +58,8 @@ def record(folder, commit, date):
     kernels = {impl: parse_csv(open(f"{folder}/ncu_{impl}.csv").read()) for impl in ("hopper", "triton", "cudnn")}
     payload = {
         "topic": "ncu_forward",
-        "provenance": {"date": date, "commit": commit, "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130",
+        "provenance": {"date": date, "commit": commit, "device": "NVIDIA H100 80GB HBM3", "gpu": "NVIDIA H100 80GB HBM3",
+                       "gpu_slug": "nvidia-h100-80gb-hbm3", "torch": "2.11.0+cu130",
                        "triton": "3.6.0", "command": "tools/gpu_forward_hopper.sh (ncu --clock-control none "
                        "--section SpeedOfLight ComputeWorkloadAnalysis WarpStateStats Occupancy --page raw)"},
         "shape": {"B": 2, "H": 16, "S": 8192, "D": 128, "dtype": "bfloat16", "causal": False},
