@@ -158,9 +158,17 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         raise ValueError(
             f"expected query and key to have the same number of heads unless enable_gqa=True, "
             f"got {query.shape[1]} and {key.shape[1]}")
-    out = torch.ops.flashcore.attention(query, key, value, bool(is_causal), False,
-                                        None if scale is None else float(scale), window,
-                                        None if softcap is None else float(softcap))
+    args = (query, key, value, bool(is_causal), False, None if scale is None else float(scale), window,
+            None if softcap is None else float(softcap))
+    differentiable = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value))
+    if differentiable or torch.compiler.is_compiling() or not isinstance(query, torch.Tensor):
+        out = torch.ops.flashcore.attention(*args)  # traced, differentiable
+    else:
+        # Eager inference: the op's dispatch costs more than the launch; call it directly
+        # (the kernels' launchers check their inputs).
+        with torch.no_grad():
+            out = (_launch_cuda(*args) if query.is_cuda else _attention_cpu(*args)).contiguous()
     return out.squeeze(0) if squeeze else out
 
 

@@ -17,7 +17,9 @@ from flashcore import _checks
 from flashcore.kernels import _launch, decode, forward
 
 
-def per_call(fn, n=2000):
+def per_call(fn, n=300):
+    """Host time per call: the loop's wall time before the final synchronize (a GPU queue
+    that fills up would make the host wait: n stays small)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
@@ -48,6 +50,8 @@ kc = torch.randn(1, 8, 8192, 128, device="cuda", dtype=torch.bfloat16)
 lens = torch.full((1,), 8192, dtype=torch.int32, device="cuda")
 qf = torch.randn(8, 8, 128, 64, device="cuda", dtype=torch.float16)
 qt = torch.randn(1, 32, 1024, 128, device="cuda", dtype=torch.bfloat16)
+qg = torch.randn(1, 32, 2048, 128, device="cuda", dtype=torch.bfloat16)
+kg = torch.randn(1, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 import flashcore.ops  # noqa: E402,F401
@@ -73,6 +77,11 @@ rows = {
     "attention_with_kvcache 8K (JIT)": jit_path(
         lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False)
     ),
+    "attention GQA S2048 D128 TMA (lean)": lambda: forward.attention(qg, kg, kg, causal=True),
+    "attention GQA S2048 D128 TMA (JIT)": jit_path(
+        lambda: forward.attention(qg, kg, kg, causal=True)
+    ),
+    "flashcore.ops.sdpa D64": lambda: flashcore.ops.sdpa(qf, qf, qf, is_causal=True),
     "torch.ops.flashcore.attention D64": lambda: torch.ops.flashcore.attention(
         qf, qf, qf, True, False, None
     ),
@@ -87,7 +96,14 @@ rows = {
     ),
 }
 for name, fn in rows.items():
-    print(f"{name:<38} {per_call(fn):8.1f} us", flush=True)
+    host = per_call(fn)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(300):
+        fn()
+    torch.cuda.synchronize()
+    eager = (time.perf_counter() - t0) / 300 * 1e6
+    print(f"{name:<40} host {host:8.1f} us   eager {eager:8.1f} us", flush=True)
 print(
     "launch cache entries: forward",
     len(forward._FORWARD_LAUNCHES),

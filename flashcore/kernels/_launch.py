@@ -27,6 +27,7 @@ import threading
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 _VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2] if x.isdigit())
 SUPPORTED_TRITON = ((3, 6), (3, 7), (3, 8), (3, 9))
@@ -92,36 +93,165 @@ class LaunchCache:
         return len(self._entries)
 
 
+class _Descriptor(TensorDescriptor):
+    """A TensorDescriptor without the per-call validation: the checked call that created a
+    cache entry validated the same shapes, strides, dtype and alignment (all in the key)."""
+
+    def __post_init__(self):
+        pass
+
+
+# Encoded TMA descriptors (what the launcher passes for a tensordesc argument), keyed on
+# everything the encoding reads: address, shape, strides, dtype, block and the kernel's
+# descriptor layout. A tensor freed and reallocated at the same address with the same
+# shape and strides gets the same bytes, so an entry is never stale.
+_ENCODED: dict = {}
+_MAX_ENCODED = 1024
+
+
 class DirectKernel:
-    """A compiled kernel and its launcher, called without the JIT's binding step."""
+    """A compiled kernel and its launcher, called without the JIT's binding step.
 
-    __slots__ = ("run", "function", "packed_metadata")
+    Where the launcher's structure is the one this was written against (Triton 3.6: a C
+    ``launch`` wrapped by a Python function that encodes tensor descriptors on every call),
+    the C launch is called directly with descriptors encoded once per (address, shape,
+    strides); elsewhere the launcher is called as the JIT calls it."""
 
-    def __init__(self, compiled):
+    __slots__ = (
+        "run",
+        "function",
+        "packed_metadata",
+        "raw",
+        "coop",
+        "pdl",
+        "desc_slots",
+        "metas",
+        "encode",
+    )
+
+    def __init__(self, compiled, desc_slots=()):
         self.run = compiled.run  # initialises the module and function handles
         self.function = compiled.function
         self.packed_metadata = compiled.packed_metadata
+        self.raw = None
+        self.desc_slots = tuple(desc_slots)
+        launcher = self.run
+        launch = getattr(launcher, "launch", None)
+        plain = all(
+            getattr(launcher, a, 1) == 0 for a in ("global_scratch_size", "profile_scratch_size")
+        )
+        if launch is None or not plain or not hasattr(launcher, "launch_pdl"):
+            return
+        self.coop, self.pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+        closure = getattr(launch, "__closure__", None)
+        if not self.desc_slots:
+            if closure is None:  # the C launch itself: no descriptor handling in between
+                self.raw = launch
+            return
+        if closure is None:
+            return
+        cells = dict(zip(launch.__code__.co_freevars, (c.cell_contents for c in closure)))
+        try:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+        except ImportError:
+            return
+        metas = cells.get("tensordesc_meta")
+        if (
+            set(cells) >= {"launcher", "tensordesc_meta", "tensordesc_indices"}
+            and metas
+            and None not in metas
+            and sorted(cells["tensordesc_indices"]) == list(self.desc_slots)
+            and make_tensordesc_arg.__code__.co_argcount == 2
+        ):
+            self.raw, self.metas, self.encode = cells["launcher"], tuple(metas), make_tensordesc_arg
 
-    def __call__(self, grid, stream, args):
-        # args: every kernel parameter in order, constexprs included (the launcher skips
-        # them), exactly as the JIT passes bound_args.values().
-        self.run(
+    def __call__(self, grid, stream, args, descs=None):
+        """args: every kernel parameter in order, constexprs included (the launcher skips
+        them), exactly as the JIT passes bound_args.values(). descs: for each descriptor
+        slot (in order), (tensor, shape list, stride list, block list)."""
+        if descs is None:
+            if self.raw is not None:
+                self.raw(
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    stream,
+                    self.function,
+                    self.coop,
+                    self.pdl,
+                    None,
+                    None,
+                    self.packed_metadata,
+                    None,
+                    None,
+                    None,
+                    *args,
+                )
+            else:
+                self.run(
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    stream,
+                    self.function,
+                    self.packed_metadata,
+                    None,
+                    None,
+                    None,
+                    *args,
+                )
+            return
+        if self.raw is None:
+            for slot, (t, shape, strides, block) in zip(self.desc_slots, descs):
+                args[slot] = _Descriptor(t, shape, strides, block)
+            self.run(
+                grid[0],
+                grid[1],
+                grid[2],
+                stream,
+                self.function,
+                self.packed_metadata,
+                None,
+                None,
+                None,
+                *args,
+            )
+            return
+        final = [
             grid[0],
             grid[1],
             grid[2],
             stream,
             self.function,
+            self.coop,
+            self.pdl,
+            None,
+            None,
             self.packed_metadata,
             None,
             None,
             None,
-            *args,
-        )
+        ]
+        start = 0
+        for slot, meta, (t, shape, strides, block) in zip(self.desc_slots, self.metas, descs):
+            final.extend(args[start:slot])
+            key = (t.data_ptr(), shape, strides, t.dtype, block, id(meta))
+            encoded = _ENCODED.get(key)
+            if encoded is None:
+                encoded = self.encode(_Descriptor(t, list(shape), list(strides), list(block)), meta)
+                if len(_ENCODED) >= _MAX_ENCODED:
+                    _ENCODED.clear()
+                _ENCODED[key] = encoded
+            final.extend(encoded)
+            start = slot + 1
+        final.extend(args[start:])
+        self.raw(*final)
 
 
-def direct_kernel(compiled):
+def direct_kernel(compiled, desc_slots=()):
     """A DirectKernel for what ``kernel[grid](...)`` returned, or None where the direct
-    call does not apply (interpreter, unsupported version, hooks installed)."""
+    call does not apply (interpreter, unsupported version, hooks installed). desc_slots:
+    the parameter positions of the TMA descriptor arguments (in order)."""
     if not ENABLED or compiled is None or _hooks_installed():
         return None
     if hasattr(compiled, "result"):  # an async-compile future (3.6)
@@ -129,7 +259,7 @@ def direct_kernel(compiled):
     if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
         return None
     try:
-        return DirectKernel(compiled)
+        return DirectKernel(compiled, desc_slots)
     except Exception:  # noqa: BLE001  a launcher we do not understand: keep the JIT path
         return None
 

@@ -407,27 +407,44 @@ _FORWARD_LAUNCHES = LaunchCache("forward")
 
 
 class _ForwardEntry:
-    __slots__ = ("kernel", "grid", "template", "num_warps", "tma_block", "return_lse", "lse_shape")
+    __slots__ = ("kernel", "grid", "template", "tma_block", "return_lse", "lse_shape", "default_scale")
 
-    def __init__(self, kernel, grid, template, tma_block, return_lse, lse_shape):
+    def __init__(self, kernel, grid, template, tma_block, return_lse, lse_shape, default_scale):
         self.kernel, self.grid, self.template = kernel, grid, template
         self.tma_block, self.return_lse, self.lse_shape = tma_block, return_lse, lse_shape
+        self.default_scale = default_scale
 
 
 def _signature(t: torch.Tensor) -> tuple:
-    return (t.shape, t.stride(), t.dtype, t.device, launch.aligned(t))
+    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
 
 
 def _forward_key(q, k, v, out, seqs, causal, causal_alignment, window, softcap, return_lse, max_seqlen_q):
-    """Everything a launch depends on besides the data: None when the call must take the
-    checked path (unusual argument types)."""
-    if not (type(window) is int or window is None) or not (softcap is None or (
-            type(softcap) in (int, float) and 0 < softcap < math.inf)) or type(causal) is not bool:
+    """Everything a launch depends on besides the data: shapes, strides, dtypes, devices,
+    16-byte alignment of every pointer (Triton specializes on it), flags, the window (an
+    integer Triton may specialize), whether a softcap is set (its value is a runtime
+    scalar). None when the call must take the checked path (unusual argument types)."""
+    if (
+        type(causal) is not bool
+        or not (window is None or type(window) is int)
+        or not (softcap is None or (type(softcap) in (int, float) and 0 < softcap < math.inf))
+    ):
         return None
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    return (_signature(q), _signature(k), _signature(v), None if out is None else _signature(out),
-            None if seqs is None else tuple(_signature(t) for t in seqs), max_seqlen_q,
-            causal, causal_alignment, window, softcap is None, return_lse, grad)
+    return (
+        q.shape, q.stride(), q.dtype, q.device, q.data_ptr() % 16 == 0,
+        k.shape, k.stride(), k.dtype, k.device, k.data_ptr() % 16 == 0,
+        v.shape, v.stride(), v.dtype, v.device, v.data_ptr() % 16 == 0,
+        None if out is None else _signature(out),
+        None if seqs is None else tuple(_signature(t) for t in seqs), max_seqlen_q,
+        causal, causal_alignment, window, softcap is None, return_lse, grad,
+    )  # fmt: skip
+
+
+_Q, _K, _V, _OUT, _LSE = (_SLOTS[n] for n in ("Q", "K", "V", "Out", "Lse"))
+_QK_SCALE, _SOFTCAP_SCALE = _SLOTS["qk_scale"], _SLOTS["softcap_scale"]
+_SEQ_SLOTS = tuple(_SLOTS[n] for n in ("SeqStartsQ", "SeqEndsQ", "SeqStartsK", "SeqEndsK"))
+_DESC_SLOTS = (_SLOTS["k_desc"], _SLOTS["v_desc"])
 
 
 def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
@@ -436,18 +453,21 @@ def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(entry.lse_shape, dtype=torch.float32, device=q.device) if entry.return_lse else out
     args = list(entry.template)
-    args[_SLOTS["Q"]], args[_SLOTS["K"]], args[_SLOTS["V"]] = q, k, v
-    args[_SLOTS["Out"]], args[_SLOTS["Lse"]] = out, lse
-    if entry.tma_block is not None:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        args[_SLOTS["k_desc"]] = TensorDescriptor(k, list(k.shape), list(k.stride()), entry.tma_block)
-        args[_SLOTS["v_desc"]] = TensorDescriptor(v, list(v.shape), list(v.stride()), entry.tma_block)
+    args[_Q], args[_K], args[_V], args[_OUT], args[_LSE] = q, k, v, out, lse
     if seqs is not None:
-        (args[_SLOTS["SeqStartsQ"]], args[_SLOTS["SeqEndsQ"]],
-         args[_SLOTS["SeqStartsK"]], args[_SLOTS["SeqEndsK"]]) = seqs
-    args[_SLOTS["qk_scale"]], args[_SLOTS["softcap_scale"]] = _kernel_scales(
-        1.0 / math.sqrt(q.shape[3]) if scale is None else scale, softcap)
-    entry.kernel(entry.grid, launch.current_stream(q.device.index), args)
+        for slot, t in zip(_SEQ_SLOTS, seqs):
+            args[slot] = t
+    if scale is None:
+        scale = entry.default_scale
+    if softcap is None:
+        args[_QK_SCALE] = scale * LOG2E
+    else:
+        args[_QK_SCALE], args[_SOFTCAP_SCALE] = softcap * LOG2E, scale / softcap
+    descs = None
+    if entry.tma_block is not None:
+        block = entry.tma_block
+        descs = ((k, k.shape, k.stride(), block), (v, v.shape, v.stride(), block))
+    entry.kernel(entry.grid, launch.current_stream(q.device.index), args, descs)
     return out, lse
 
 
@@ -496,14 +516,16 @@ def _launch_forward(q, k, v, out, lse, *, seqs, max_seqlen_q, causal, bottom_rig
         SeqEndsK=ends_k, SOFTCAP=softcap is not None, VARLEN=varlen)
     compiled = _attn_fwd_kernel[grid](**params, **cfg)
     if key is not None:
-        kernel = launch.direct_kernel(compiled)
+        kernel = launch.direct_kernel(compiled, _DESC_SLOTS if use_tma else ())
         if kernel is not None:
             template = [params[name] for name in _PARAMS]
             for slot in _SLOTS.values():
                 template[slot] = None  # no tensor outlives its call in the cache
-            tma_block = [1, 1, params["BLOCK_N"], head_dim] if use_tma else None
-            _FORWARD_LAUNCHES.put(key, _ForwardEntry(kernel, grid, tuple(template), tma_block,
-                                                     bool(return_lse), (batch, num_q_heads, seqlen_q)))
+            template[_SOFTCAP_SCALE] = 0.0
+            tma_block = (1, 1, params["BLOCK_N"], head_dim) if use_tma else None
+            _FORWARD_LAUNCHES.put(key, _ForwardEntry(
+                kernel, grid, tuple(template), tma_block, bool(return_lse),
+                (batch, num_q_heads, seqlen_q), 1.0 / math.sqrt(head_dim)))
 
 
 def attention(
