@@ -63,6 +63,21 @@ for name, r in sass_report["kernels"].items():
         for item in flagged:
             print(f"    [{item['index']:5d}] {item['text']}")
 
+# %% [markdown]
+# **The Gluon kernels** (`forward … (Gluon, warp-specialized)`, `kernels/forward_hopper.py`, the
+# Hopper path `flashcore.attention` dispatches to for D=64/128/256 at longer sequences). Their
+# flagged branches come from how warp specialization is lowered, not from Q, K or V: the worker
+# warps (the producer warp and the other consumer warpgroups) wait at a barrier, read a
+# partition index from shared memory (`LDS.U8`, then `BRX` through a jump table: the first two
+# flagged branches) and read their captured arguments, the loop bounds among them (the number of
+# key tiles, computed from the sequence lengths and the program id), from shared memory too.
+# The analysis marks every shared-memory load as data, so loop exits on those bounds are
+# flagged. That reading is traced for the two dispatch branches; for the loop exits it follows
+# from where their predicates come from (a shared-memory copy of a public bound), but the
+# analysis does not prove it. Their role is `shipped (Gluon)`, so the verdicts below, which
+# speak of the Triton kernels, do not count them; they have no data-guarded memory access and
+# no data-dependent address (table above).
+
 # %%
 # NBVAL_CHECK_OUTPUT
 k = sass_report["kernels"]
