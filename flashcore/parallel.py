@@ -242,12 +242,30 @@ def _block_attention(
 ) -> None:
     """Launch the forward kernel on one (query chunk, key chunk) pair.
 
-    The kernel takes any causal offset (query i sees key j iff j <= i + offset); here it is
-    k_start - q_start in global positions. ``out`` is float32: the partial is not rounded
-    to the inputs' precision before the merge. ``lse`` (B, Hq, Sq) float32 contiguous."""
+    Both kernels take any causal offset (query i sees key j iff j <= i + offset); here it is
+    q_start - k_start in global positions. The same choice as ``flashcore.attention``: the
+    Gluon Hopper kernel (``kernels/forward_hopper.py``) where its dispatch table picks it
+    for this block's shape (then ``out`` is in q's dtype, the precision it stores), else
+    the Triton kernel, which stores ``out`` in whatever dtype it has (float32 here: the
+    partial is not rounded before the merge). ``lse`` (B, Hq, Sq) float32 contiguous."""
     import triton
 
+    from .kernels import forward_hopper
     from .kernels.forward import LOG2E, _attn_fwd_kernel, _kv_descriptors, _pick_config, _tma_usable
+
+    if out.dtype == q.dtype and forward_hopper.chosen(q, k, v, causal=causal, window=window):
+        forward_hopper.attention_hopper(
+            q,
+            k,
+            v,
+            out,
+            lse,
+            causal_offset=causal_offset,
+            is_causal=causal,
+            qk_scale=scale * LOG2E,
+            store_lse=True,
+        )
+        return
 
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
@@ -465,10 +483,18 @@ def _ring_forward(
 
     # Each block's partial lands in a contiguous per-chunk scratch (the kernel writes lse
     # as a contiguous (B, Hq, rows) array), then merges into the running rows.
+    # Partials in float32, or in q's dtype where the Gluon Hopper kernel can take blocks
+    # (it stores its output in the inputs' precision, as for a single-device call).
+    partial_dtype = torch.float32
+    if q.is_cuda and q.dtype != torch.float32:
+        from .kernels import forward_hopper
+
+        if forward_hopper.supports(q, k, v, window=window):
+            partial_dtype = q.dtype
     scratch = [
         (
             torch.empty(
-                (batch, num_q_heads, b - a, head_dim), dtype=torch.float32, device=q.device
+                (batch, num_q_heads, b - a, head_dim), dtype=partial_dtype, device=q.device
             ),
             torch.empty((batch, num_q_heads, b - a), dtype=torch.float32, device=q.device),
         )

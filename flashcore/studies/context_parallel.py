@@ -246,17 +246,32 @@ def _check_ring_grads(local_grads, q, k, v, do, case: CPCase, group) -> dict:
 def run_check(
     cases, device, *, base_seed: int = 0, group=None, progress: bool = False
 ) -> list[dict]:
+    """Every case on every rank. A case that raises is recorded as failed with its error
+    (every rank runs the same code on the same shapes, so all of them raise together)."""
     rows = []
     rank = dist.get_rank(group)
     for i, case in enumerate(cases):
-        row = check_case(case, device, base_seed + i, group)
+        try:
+            row = check_case(case, device, base_seed + i, group)
+        except Exception as exc:
+            row = {
+                **dataclasses.asdict(case),
+                "name": case.name,
+                "seed": base_seed + i,
+                "ratio": math.inf,
+                "passed": False,
+                "error": f"{type(exc).__name__}: {str(exc)[:400]}",
+            }
+            if case.grad:
+                row["grad_ratio"] = math.inf
         rows.append(row)
         if progress and rank == 0:
             expect = "FAIL expected" if case.planted_bug else ""
             grad = f", gradients ratio {row['grad_ratio']:.3f}" if case.grad else ""
+            error = f" ERROR {row['error']}" if "error" in row else ""
             print(
                 f"[{i + 1}/{len(cases)}] {row['name']}: ratio {row['ratio']:.3f}{grad} "
-                f"passed {row['passed']} {expect}",
+                f"passed {row['passed']} {expect}{error}",
                 flush=True,
             )
     return rows
