@@ -345,7 +345,7 @@ def cmd_varlen(args) -> int:
     device = _device()
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
     cases = launch.varlen_cases(seed=args.seed, count=args.cases, small=device != "cuda")
-    results = [launch.run_varlen_case(c, device, dtype) for c in _progress(cases, "varlen cases")]
+    results = [launch.run_varlen_case(c, device, dtype) for c in _progress_iter(cases, "varlen cases")]
     failed = [r for r in results if not r["passed"]]
     print(f"varlen: {len(results)} cases, {len(failed)} fail the error rule "
           f"(worst ratio {max(r['ratio'] for r in results):.3f})")
@@ -357,14 +357,6 @@ def cmd_varlen(args) -> int:
     if args.record:
         print(f"recorded {write_result('varlen', payload)}")
     return 0 if not failed else 1
-
-
-def _progress(items, desc):
-    try:
-        from tqdm.auto import tqdm
-        return tqdm(items, desc=desc)
-    except ImportError:
-        return items
 
 
 def cmd_fp8(args) -> int:

@@ -46,3 +46,12 @@ def test_power_table_names_clock_events():
                         **TL.summarize_power(blocks(100.0, 99.0, 1700.0, 1717.0))}]}
     (row,) = TL.power_table(record)
     assert row["clock_events"] == "software power cap" and row["clock_explains"]
+
+
+def test_cli_progress_bar_takes_a_count():
+    # `leak`, `bench` and `tune` pass a total; a second `_progress(items, ...)` once shadowed it.
+    from flashcore.__main__ import _progress
+
+    bar = _progress(3, "count")
+    bar.update(3)
+    bar.close()
