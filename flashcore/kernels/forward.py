@@ -21,8 +21,9 @@ causal_offset = Sk - Sq is the bottom-right alignment of a KV cache / chunked pr
 queries are the last Sq positions). With bottom-right and Sq > Sk the first Sq - Sk rows see
 no key at all; they return zeros (and log-sum-exp -inf), never NaN.
 
-Not supported: backward, dropout, arbitrary masks/bias, head dims above 256, different
-head dims for q/k and v. ``attention`` raises a ValueError / TypeError for each.
+Gradients: kernels/backward.py (``attention`` routes inputs that require grad there).
+Not supported: dropout, arbitrary masks/bias, head dims above 256, different head dims for
+q/k and v. ``attention`` raises a ValueError / TypeError for each.
 """
 
 from __future__ import annotations
@@ -542,7 +543,7 @@ def attention(
     out: torch.Tensor | None = None,
     config: dict | None = None,
 ):
-    """Exact softmax attention, forward only: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
+    """Exact softmax attention: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
 
     Args:
         q: ``(B, Hq, Sq, D)``; k, v: ``(B, Hkv, Sk, D)``. Any strides (e.g. a
@@ -581,8 +582,10 @@ def attention(
     alignment, flags) is checked and launched through Triton's JIT; later calls with the
     same signature reuse its launch and skip the checks (they passed for that signature).
 
-    Not supported (raises): backward (inputs that require grad while grad mode is on),
-    head dims > 256, q/k and v head dims that differ, dropout, attention masks.
+    Differentiable: inputs that require grad (with grad mode on) go through the autograd
+    Function in kernels/backward.py (deterministic dQ; gradients of ``softcap`` and of
+    ``out=`` raise). Not supported (raises): head dims > 256, q/k and v head dims that
+    differ, dropout, attention masks.
     Sq == 0 returns an empty tensor; Sk == 0 returns zeros (no key to attend to).
 
     Returns:

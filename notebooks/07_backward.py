@@ -1,0 +1,423 @@
+# %% [markdown] tags=[]
+# # 07 · Backward: flashcore trains
+#
+# **What this notebook claims, and how it could fail.** `flashcore.attention` is
+# differentiable: its gradients dQ, dK, dV are within twice the error of PyTorch's own
+# computation in the same precision (against float64 autograd), on every case of a grid of
+# awkward sizes, causal alignments, GQA ratios, windows and head dims; the deterministic mode
+# is bitwise reproducible; memory grows linearly in S; a transformers training step agrees
+# with float64. Any case over the bound, any unwritten gradient element (buffers are
+# NaN-poisoned), any run-to-run difference prints `False` below. Speed is measured beside
+# SDPA's flash and cuDNN backends (and FlexAttention) in one process.
+#
+# Sections: (1) the derivation, checked numerically; (2) the gradient rule and planted bugs;
+# (3) the grid, live and recorded; (4) determinism; (5) memory against S; (6) speed;
+# (7) a transformers training step.
+
+# %% tags=["parameters"]
+PROFILE = "auto"  # "auto" | "gpu" | "cpu"
+# GPU profile: SWEEP "quick" runs a slice of the full gradient grid and times
+# SPEED_HEAD_DIMS; "full" runs the whole grid and times D 64/128/256.
+SWEEP = "quick"
+SEED = 0
+# GPU profile: sequence lengths and head dims timed live (B*S = 16K, H*D = 2048)
+SPEED_SEQLENS = [4096]
+SPEED_HEAD_DIMS = [128]
+# GPU profile: also time FlexAttention (compiled once per shape, about 30 s each)
+FLEX = False
+RECORD = True  # GPU profile: write results/<gpu>/backward_notebook_check.json
+RECORDED_GPU = "nvidia-h100-80gb-hbm3"  # which recorded GPU run the tables render
+SAVE_FIGURES = True
+
+# %% tags=[]
+from flashcore.notebook import setup, table
+
+PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+# %% tags=[]
+import math
+
+import matplotlib.pyplot as plt
+import torch
+
+from flashcore import validate_backward as VB
+from flashcore.plots import DTYPE_COLORS, save_figure
+from flashcore.results import describe, read_result, recorded_devices, write_result
+from flashcore.validate import AttentionCase
+
+# %% [markdown] tags=[]
+# ## 1. From dO to dS
+#
+# With $S = \text{scale}\cdot QK^\top$ (masked entries $-\infty$), $P = \text{softmax}(S)$ row by
+# row and $O = PV$, the upstream gradient $dO$ gives, by the chain rule:
+#
+# * $dV = P^\top dO$ and $dP = dO\,V^\top$ (a matrix product, nothing special);
+# * through the softmax of row $i$, $\partial P_{ij}/\partial S_{ik} = P_{ij}(\delta_{jk} - P_{ik})$, so
+#   $dS_{ik} = \sum_j dP_{ij} P_{ij}(\delta_{jk} - P_{ik}) = P_{ik}\,(dP_{ik} - D_i)$ with
+#   $D_i = \sum_j P_{ij}\, dP_{ij}$;
+# * $D_i = \sum_j P_{ij} \sum_d dO_{id} V_{jd} = \sum_d dO_{id} O_{id}$: the row sum of $dO \circ O$,
+#   one pass over two $(S, D)$ tensors instead of the $(S, S)$ matrices $P$ and $dP$ (the
+#   kernel's preprocess step);
+# * $dQ = \text{scale}\cdot dS\,K$ and $dK = \text{scale}\cdot dS^\top Q$ (for GQA, $dK$ and $dV$ sum
+#   over the query heads that share a KV head).
+#
+# $P$ itself is recomputed tile by tile from the forward's log-sum-exp:
+# $P_{ij} = \exp(S_{ij} - \text{lse}_i)$. Below, each identity in float64 against autograd.
+
+# %% tags=[]
+gen = torch.Generator().manual_seed(SEED)
+q, k, v, do = (torch.randn(1, 2, 9, 8, generator=gen, dtype=torch.float64) for _ in range(4))
+scale = 1 / math.sqrt(8)
+leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+s = leaves[0] @ leaves[1].transpose(-1, -2) * scale
+s = s.masked_fill(torch.ones(9, 9, dtype=torch.bool).triu(1), float("-inf"))  # causal
+out = torch.softmax(s, -1) @ leaves[2]
+out.backward(do)
+
+with torch.no_grad():
+    s = (q @ k.transpose(-1, -2) * scale).masked_fill(
+        torch.ones(9, 9, dtype=torch.bool).triu(1), float("-inf")
+    )
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.exp(s - lse)  # P recomputed from the log-sum-exp
+    o = p @ v
+    dv = p.transpose(-1, -2) @ do
+    dp = do @ v.transpose(-1, -2)
+    delta = (do * o).sum(-1, keepdim=True)  # rowsum(dO o O)
+    ds = p * (dp - delta)
+    dq, dk = scale * ds @ k, scale * ds.transpose(-1, -2) @ q
+checks = {
+    "D = rowsum(dO o O) = rowsum(P o dP)": float(
+        (delta - (p * dp).sum(-1, keepdim=True)).abs().max()
+    ),
+    "dV = P^T dO": float((dv - leaves[2].grad).abs().max()),
+    "dQ = scale dS K": float((dq - leaves[0].grad).abs().max()),
+    "dK = scale dS^T Q": float((dk - leaves[1].grad).abs().max()),
+}
+for name, err in checks.items():
+    print(f"{name:<38} max |difference| vs autograd {err:.1e}")
+
+# %% tags=[]
+# NBVAL_CHECK_OUTPUT
+print("every identity holds in float64 to 1e-12:", all(err < 1e-12 for err in checks.values()))
+
+# %% [markdown] tags=[]
+# **Why recompute P instead of storing it.** Storing $P$ costs $B\,H\,S^2$ elements written by
+# the forward and read by the backward; recomputing it costs one more $QK^\top$ matmul in the
+# backward. At the scale of a training step the stored matrix does not fit, and even where it
+# fits, moving it costs about as much time as recomputing it:
+
+
+# %% tags=[]
+def recompute_vs_store(batch, heads, seqlen, head_dim, tflops=500.0, tbps=3.0):
+    p_bytes = batch * heads * seqlen * seqlen * 2  # P in bf16
+    recompute_flops = 2 * batch * heads * seqlen * seqlen * head_dim  # one S = Q K^T
+    return {
+        "S": seqlen,
+        "P bf16 GiB": p_bytes / 2**30,
+        "write+read P ms": 2 * p_bytes / (tbps * 1e12) * 1e3,
+        "recompute S ms": recompute_flops / (tflops * 1e12) * 1e3,
+    }
+
+
+rows = [recompute_vs_store(max(1, 16384 // s), 16, s, 128) for s in (2048, 8192, 32768, 131072)]
+print(
+    table(
+        rows,
+        ["S", "P bf16 GiB", "write+read P ms", "recompute S ms"],
+        {"P bf16 GiB": "{:.1f}", "write+read P ms": "{:.2f}", "recompute S ms": "{:.2f}"},
+    )
+)
+print(
+    "(B*S = 16K tokens up to S = 16K, B = 1 beyond; H = 16, D = 128; 3 TB/s and 500 TFLOP/s,"
+    " round H100 numbers)"
+)
+
+# %% [markdown] tags=[]
+# Per layer, $P$ is $2\,B H S^2$ bytes: 4 GiB at S = 8K with 16K tokens per batch, growing
+# linearly in S at fixed tokens (quadratically for one sequence), per layer and per step, and
+# its round trip through memory takes longer than recomputing it; the recomputation is one of
+# the backward's five matmuls. The backward keeps only $O(S)$ extra state: the
+# log-sum-exp from the forward and $D$.
+#
+# **Where 2.5× the forward's FLOPs come from.** The forward does two matmuls per tile pair
+# ($QK^\top$, $PV$): $4\,B H S_q S_k D$ FLOPs. The backward does five: $QK^\top$ (recompute),
+# $dO\,V^\top$, $P^\top dO$, $dS\,K$, $dS^\top Q$: $10\,B H S_q S_k D$, 2.5×. The deterministic
+# mode computes dQ in a second pass per query tile, which repeats $QK^\top$ and $dO\,V^\top$:
+# seven matmuls, 1.4× the work of the atomic mode (five, with dQ summed by fp32 atomics).
+
+
+# %% tags=[]
+def matmuls(mode):
+    forward = ["Q K^T", "P V"]
+    backward = ["Q K^T", "dO V^T", "P^T dO", "dS^T Q"] + (
+        ["dS K"] if mode == "atomic" else ["Q K^T (dQ pass)", "dO V^T (dQ pass)", "dS K"]
+    )
+    return len(forward), len(backward)
+
+
+f, b_atomic = matmuls("atomic")
+_, b_det = matmuls("deterministic")
+print(
+    f"forward {f} matmuls; backward {b_atomic} with atomic dQ ({b_atomic / f}x the forward), "
+    f"{b_det} deterministic ({b_det / f}x the forward, {b_det / b_atomic}x the atomic mode)"
+)
+
+# %% [markdown] tags=[]
+# ## 2. The gradient rule, and bugs it must reject
+#
+# For each of dQ, dK, dV:
+#
+# $$\max|g - g_{64}| \le 2\,\max|g_\text{same} - g_{64}| + \text{floor},$$
+#
+# $g_{64}$ from float64 autograd through the reference, $g_\text{same}$ from autograd through
+# the same PyTorch computation in the inputs' dtype. The floor is one unit roundoff of the
+# dtype at the largest $|g_{64}|$, or fp32's unit roundoff times the sum of the absolute values
+# of the terms that cancel in $dS = P\circ(dP - D)$, whichever is larger: when every row sees
+# one key, $dQ$ and $dK$ are exactly zero, PyTorch gets exactly zero (it forms $D$ from $P \circ
+# dP$), and the kernel (which forms $D$ from $dO \circ O$, as FlashAttention does) gets the
+# fp32 rounding of a difference of two equal sums. Three planted bugs follow; each must fail.
+
+# %% tags=[]
+case = AttentionCase(1, 4, 2, 33, 33, 32, "float16", True)
+qh, kh, vh, doh = VB.make_grad_inputs(case, "cpu", SEED)
+bug_rows = []
+for name, fn in VB.planted_backward_bugs().items():
+    verdict = VB.rule_rejects(fn(qh, kh, vh, doh, True, "top_left"), qh, kh, vh, doh, causal=True)
+    bug_rows.append(
+        {"planted bug": name, **{g: "pass" if ok else "FAIL" for g, ok in verdict.items()}}
+    )
+same = VB.reference_gradients(qh, kh, vh, doh, compute_dtype=torch.float16, causal=True)
+control = VB.rule_rejects(same, qh, kh, vh, doh, causal=True)
+bug_rows.append(
+    {
+        "planted bug": "(control: fp16 PyTorch itself)",
+        **{g: "pass" if ok else "FAIL" for g, ok in control.items()},
+    }
+)
+print(table(bug_rows, ["planted bug", "dq", "dk", "dv"]))
+
+# %% tags=[]
+# NBVAL_CHECK_OUTPUT
+print(
+    "the rule rejects every planted backward bug:", all("FAIL" in r.values() for r in bug_rows[:-1])
+)
+print("the rule passes fp16 PyTorch's own gradients:", all(control.values()))
+
+# %% [markdown] tags=[]
+# ## 3. The grid
+#
+# Live: the CPU profile runs the interpreter grid (fp16/fp32, every mask kind, GQA, windows,
+# padded head dims, a transposed layout); the GPU profile runs a slice of the full grid
+# (`SWEEP="full"`: all of it), in the default deterministic mode.
+
+# %% tags=[]
+if PROFILE == "cpu":
+    live_cases = VB.backward_grid("cpu")
+else:
+    full = VB.backward_grid("full")
+    live_cases = full if SWEEP == "full" else full[::8]
+live = VB.run_backward_grid(live_cases, DEVICE, base_seed=SEED, progress=False)
+summary = VB.summarize_backward(live)
+print(
+    f"{summary['cases']} cases, {summary['failed']} failed; worst ratio {summary['worst_ratio']:.3f} "
+    f"({summary['worst_case']}); per gradient: "
+    + ", ".join(f"{g} {r:.3f}" for g, r in summary["worst_ratio_per_gradient"].items())
+)
+print(table(sorted(live, key=lambda r: -r["ratio"])[:8], ["name", "ratio"], {"ratio": "{:.3f}"}))
+
+# %% tags=[]
+# NBVAL_CHECK_OUTPUT
+print("every case of the live grid passes the gradient rule:", summary["failed"] == 0)
+
+# %% [markdown] tags=[]
+# The recorded H100 grid (`python -m flashcore backward --record`), bf16 included:
+
+# %% tags=[]
+record = (
+    read_result("backward", RECORDED_GPU) if RECORDED_GPU in recorded_devices("backward") else None
+)
+if record is None or "summary" not in record:
+    print(
+        "no recorded H100 gradient grid yet: run `python -m flashcore backward --record` on the GPU"
+    )
+else:
+    print("recorded on", describe(record))
+    rs = record["summary"]
+    print(
+        f"{rs['cases']} cases, {rs['failed']} failed; worst ratio {rs['worst_ratio']:.3f} ({rs['worst_case']})"
+    )
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for dtype, color in DTYPE_COLORS.items():
+        pts = [(i, r["ratio"]) for i, r in enumerate(record["cases"]) if r["dtype"] == dtype]
+        if pts:
+            ax.scatter(*zip(*pts), s=8, color=color, label=dtype)
+    ax.axhline(1.0, color="k", lw=1, ls="--")
+    ax.set(
+        xlabel="case",
+        ylabel="worst of dQ/dK/dV: error / bound",
+        title="gradient rule, recorded grid",
+    )
+    ax.legend()
+    if SAVE_FIGURES:
+        save_figure(fig, "07_gradient_grid")
+    plt.show()
+
+# %% [markdown] tags=[]
+# ## 4. Determinism
+#
+# The default mode computes dQ in its own pass, so every sum has a fixed order: repeated
+# calls must be bitwise identical. The atomic mode's fp32 sums depend on which key tile
+# finishes first (on a GPU; the interpreter runs programs in order, so it is reproducible
+# there too, and that proves nothing).
+
+# %% tags=[]
+det_cases = [AttentionCase(1, 4, 2, 65, 130, 32, "float16", True, "bottom_right")]
+if PROFILE == "gpu":
+    det_cases = [AttentionCase(2, 16, 4, 2048, 2048, 128, "bfloat16", True)]
+det = VB.check_backward_determinism(det_cases, DEVICE, repeats=3)
+print(
+    table(det, ["name", "repeats", "deterministic_bitwise_identical", "atomic_bitwise_identical"])
+)
+if record is not None and "determinism" in record:
+    print("recorded:")
+    print(
+        table(
+            record["determinism"],
+            ["name", "repeats", "deterministic_bitwise_identical", "atomic_bitwise_identical"],
+        )
+    )
+
+# %% tags=[]
+# NBVAL_CHECK_OUTPUT
+print(
+    "deterministic mode is bitwise reproducible:",
+    all(r["deterministic_bitwise_identical"] for r in det),
+)
+
+# %% [markdown] tags=[]
+# ## 5. Memory against S
+#
+# Peak device memory of one backward beyond its inputs and outputs (B = 1, H = 8, D = 128,
+# bf16, causal): FlashAttention's backward keeps $D$ and the log-sum-exp, $(B, H, S)$ fp32,
+# so the extra memory grows linearly; an $S \times S$ buffer would grow it quadratically.
+
+# %% tags=[]
+from flashcore.studies import backward_bench as BB
+
+mem = (
+    BB.backward_memory(seqlens=(2048, 8192, 32768))
+    if PROFILE == "gpu"
+    else (record or {}).get("memory")
+)
+if mem:
+    print(table(mem, ["S", "extra_bytes", "tensor_bytes", "s_by_s_bytes_would_be"]))
+    growth = mem[-1]["extra_bytes"] / max(1, mem[0]["extra_bytes"])
+    print(f"S x{mem[-1]['S'] // mem[0]['S']}: extra memory x{growth:.1f}")
+else:
+    print("no recorded memory measurement")
+
+# %% [markdown] tags=[]
+# ## 6. Speed
+#
+# The backward alone (`torch.autograd.grad` of one forward's output), bf16, B·S = 16K tokens,
+# H·D = 2048, TFLOP/s with FLOPs = 2.5 × the forward's (causal counts visible pairs);
+# `flashcore_atomic` is the atomic-dQ mode; peers in the same process. The GPU profile measures
+# `SPEED_SEQLENS` × `SPEED_HEAD_DIMS` live; the CPU profile renders the record.
+
+# %% tags=[]
+if PROFILE == "gpu":
+    impls = ["flashcore", "flashcore_atomic", "sdpa_flash", "sdpa_cudnn"] + (
+        ["flex"] if FLEX else []
+    )
+    head_dims = SPEED_HEAD_DIMS if SWEEP == "quick" else [64, 128, 256]
+    speed = []
+    for shape in BB.backward_shapes(head_dims=head_dims, seqlens=SPEED_SEQLENS):
+        speed += BB.bench_backward_shape(shape, impls, reps=20)
+    if RECORD:
+        print(
+            "recorded:",
+            write_result(
+                "backward_notebook_check",
+                {"speed": speed, "grid": summary, "memory": mem, "determinism": det},
+            ),
+        )
+else:
+    speed = (record or {}).get("speed", [])
+    if record is not None:
+        print("recorded on", describe(record))
+rows = [
+    {k: r.get(k) for k in ("D", "S", "causal", "impl")} | {"TFLOP/s": r.get("tflops", float("nan"))}
+    for r in speed
+]
+print(table(rows, ["D", "S", "causal", "impl", "TFLOP/s"], {"TFLOP/s": "{:.0f}"}))
+if record is not None and record.get("speed_summary"):
+    for key, peers in record["speed_summary"].items():
+        print(
+            key
+            + ": "
+            + ", ".join(
+                f"x{v['geomean']:.2f} vs {p} ({v['shapes']} shapes)"
+                for p, v in sorted(peers.items())
+            )
+        )
+
+# %% tags=[]
+if speed:
+    impls_seen = sorted({r["impl"] for r in speed if "tflops" in r})
+    shapes = sorted({(r["D"], r["S"], r["causal"]) for r in speed})
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    width = 0.8 / max(1, len(impls_seen))
+    for j, impl in enumerate(impls_seen):
+        vals = [
+            next(
+                (
+                    r["tflops"]
+                    for r in speed
+                    if (r["D"], r["S"], r["causal"]) == sh and r["impl"] == impl and "tflops" in r
+                ),
+                0.0,
+            )
+            for sh in shapes
+        ]
+        ax.bar([i + j * width for i in range(len(shapes))], vals, width, label=impl)
+    ax.set_xticks(
+        [i + 0.4 - width / 2 for i in range(len(shapes))],
+        [f"D{d} S{s}\n{'causal' if c else 'full'}" for d, s, c in shapes],
+        fontsize=8,
+    )
+    ax.set(ylabel="backward TFLOP/s", title="backward alone, bf16")
+    ax.legend(fontsize=8)
+    if SAVE_FIGURES and PROFILE == "cpu":  # the figure renders the record, never a live run
+        save_figure(fig, "07_backward_speed")
+    plt.show()
+
+# %% [markdown] tags=[]
+# ## 7. A transformers training step
+#
+# A random Llama-style model (GQA 8/2, 2 layers) in fp32: one forward, next-token loss and
+# backward with `attn_implementation="fc_triton"` (through `torch.ops.flashcore.attention` and
+# its registered autograd) and with "sdpa"; each parameter's gradient under the rule against
+# the same model in float64, with sdpa's as the same-precision baseline.
+
+# %% tags=[]
+from flashcore.studies.e2e import compare_training_step
+
+train = compare_training_step(DEVICE, torch.float32)
+print(
+    f"loss: flashcore {train['loss']['flashcore']:.6f}, sdpa {train['loss']['sdpa']:.6f}, "
+    f"float64 {train['loss']['float64']:.6f}"
+)
+print(
+    f"{train['parameters']} parameter gradients, {train['failed']} over the bound; worst ratio "
+    f"{train['worst_ratio']:.3f} ({train['worst_parameter']})"
+)
+if record is not None and "training_speed" in record:
+    for r in record["training_speed"]:
+        print(
+            f"recorded bf16 training steps, B{r['batch']} S{r['seqlen']}: flashcore "
+            f"{r['tokens_per_s_flashcore']:.0f} tokens/s, sdpa {r['tokens_per_s_sdpa']:.0f}"
+        )
+
+# %% tags=[]
+# NBVAL_CHECK_OUTPUT
+print("a training step's loss and every parameter gradient pass the rule:", train["passed"])
