@@ -174,14 +174,17 @@ def generation_speed(device="cuda", dtype=torch.bfloat16, *, prompt_len=512, new
     return rows
 
 
-def compare_training_step(device, dtype=torch.float32, *, batch=2, seqlen=24, seed=0, config=None) -> dict:
+def compare_training_step(
+    device, dtype=torch.float32, *, batch=2, seqlen=24, seed=0, config=None
+) -> dict:
     """One training step (forward, next-token loss, backward) of a random Llama-style model
     with flashcore and with sdpa, against the same model in float64 (eager attention).
 
     The loss and every parameter gradient are put under the error rule: flashcore's value
     against the float64 one, with sdpa's (same dtype) as the same-precision baseline."""
     name = register_transformers()
-    model = build_model(config or small_llama_config(initializer_range=0.1), device, dtype, seed).train()
+    config = config or small_llama_config(initializer_range=0.1)
+    model = build_model(config, device, dtype, seed).train()
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(1, model.config.vocab_size, (batch, seqlen), generator=gen).to(device)
 
@@ -204,14 +207,17 @@ def compare_training_step(device, dtype=torch.float32, *, batch=2, seqlen=24, se
     loss_rule = error_rule(loss_fc.reshape(1), loss_64.reshape(1), loss_sdpa.reshape(1))
     worst = max(rows, key=lambda r: r["ratio"])
     return {"dtype": str(dtype).replace("torch.", ""), "batch": batch, "seqlen": seqlen,
-            "loss": {"flashcore": float(loss_fc), "sdpa": float(loss_sdpa), "float64": float(loss_64),
+            "loss": {"flashcore": float(loss_fc), "sdpa": float(loss_sdpa),
+                     "float64": float(loss_64),
                      "ratio": loss_rule.ratio, "passed": loss_rule.passed},
             "parameters": len(rows), "failed": sum(not r["passed"] for r in rows),
             "worst_ratio": worst["ratio"], "worst_parameter": worst["parameter"],
             "passed": loss_rule.passed and all(r["passed"] for r in rows), "gradients": rows}
 
 
-def training_speed(device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048, steps=10, warmup=3) -> list[dict]:
+def training_speed(
+    device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048, steps=10, warmup=3
+) -> list[dict]:
     """Tokens/s of training steps (forward, loss, backward; no optimizer) of a ~0.4B-parameter
     random Llama-style model (GQA 32/8, head dim 64), flashcore vs sdpa, same process."""
     name = register_transformers()
@@ -219,8 +225,10 @@ def training_speed(device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048,
                                 num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8,
                                 head_dim=64, max_position_embeddings=seqlen, initializer_range=0.02)
     model = build_model(config, device, dtype).train()
-    ids = torch.randint(1, config.vocab_size, (batch, seqlen), generator=torch.Generator().manual_seed(0)).to(device)
-    row = {"batch": batch, "seqlen": seqlen, "dtype": str(dtype).replace("torch.", ""), "steps": steps}
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, config.vocab_size, (batch, seqlen), generator=gen).to(device)
+    dtype_name = str(dtype).replace("torch.", "")
+    row = {"batch": batch, "seqlen": seqlen, "dtype": dtype_name, "steps": steps}
     for impl in (name, "sdpa"):
         _with_impl(model, impl)
         for i in range(warmup + steps):
@@ -230,7 +238,9 @@ def training_speed(device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048,
             model.zero_grad(set_to_none=True)
             model(ids, labels=ids).loss.backward()
         torch.cuda.synchronize()
-        row[f"tokens_per_s_{'flashcore' if impl == name else impl}"] = batch * seqlen * steps / (time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        key = f"tokens_per_s_{'flashcore' if impl == name else impl}"
+        row[key] = batch * seqlen * steps / seconds
     return [row]
 
 
