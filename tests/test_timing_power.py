@@ -55,3 +55,14 @@ def test_cli_progress_bar_takes_a_count():
     bar = _progress(3, "count")
     bar.update(3)
     bar.close()
+
+
+def test_clock_hypothesis_can_come_out_every_way():
+    def row(kernel, time_pct, clock_pct, explains):
+        return {"kernel": kernel, "time_pct": time_pct, "clock_pct": clock_pct, "clock_explains": explains}
+
+    assert TL.clock_hypothesis([row("forward", -2.0, 2.1, True), row("decode", 0.1, 0.0, False)]) == "confirmed"
+    assert TL.clock_hypothesis([row("forward", -2.0, 0.0, False), row("cuBLAS", -1.0, 0.1, False)]) == "refuted"
+    assert TL.clock_hypothesis([row("forward", -2.0, 2.1, True), row("cuBLAS", -1.0, 0.0, False)]) == "inconclusive"
+    assert TL.clock_hypothesis([row("forward", -0.1, 0.0, False), row("decode", -3.0, 0.0, False)]) == \
+        "no shift to explain"

@@ -365,3 +365,19 @@ def power_table(record: dict) -> list[dict]:
                     "power_w": r["power_w"][0], "power_pct": r["power_w_shift_pct"], "temp_c": r["temp_c"][0],
                     "clock_explains": r["clock_explains_time"], "clock_events": clock_event_names(reasons)})
     return out
+
+
+def clock_hypothesis(table_rows: list[dict], min_shift_pct: float = 0.5, flat_clock_pct: float = 0.2) -> str:
+    """Verdict on "the value dependence of the tensor-core kernels' time is the clock's" from
+    ``power_table`` rows (the memory-bound decode kernel left out): "confirmed" when every time
+    shift over ``min_shift_pct`` comes with a clock shift that accounts for it; "refuted" when
+    every such shift happens at a clock that moved less than ``flat_clock_pct``; "no shift to
+    explain" when the blocked runs show none; otherwise "inconclusive"."""
+    shifted = [r for r in table_rows if not r["kernel"].startswith("decode") and abs(r["time_pct"]) > min_shift_pct]
+    if not shifted:
+        return "no shift to explain"
+    if all(r["clock_explains"] for r in shifted):
+        return "confirmed"
+    if all(abs(r["clock_pct"]) < flat_clock_pct for r in shifted):
+        return "refuted"
+    return "inconclusive"
