@@ -13,12 +13,14 @@ from flashcore.reference import attention_reference, causal_offset
 from flashcore.validate import error_rule
 
 HAS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-needs_hopper = pytest.mark.skipif(not (HAS_HOPPER and fh.GLUON_AVAILABLE),
-                                  reason="needs a Hopper GPU and triton with Gluon")
+needs_hopper = pytest.mark.skipif(
+    not (HAS_HOPPER and fh.GLUON_AVAILABLE), reason="needs a Hopper GPU and triton with Gluon"
+)
 
 
 def test_import_guard_never_breaks_flashcore():
     import flashcore  # noqa: F401  (must import whatever triton is installed)
+
     assert isinstance(fh.GLUON_AVAILABLE, bool)
     q = torch.zeros(1, 1, 4, 64, dtype=torch.float16)
     assert not fh.supports(q, q, q)  # CPU tensors never take the Gluon path
@@ -31,6 +33,7 @@ def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed):
         if layout == "bshd":
             return torch.randn(b, s, h, d, generator=gen).to("cuda", dtype).transpose(1, 2)
         return torch.randn(b, h, s, d, generator=gen).to("cuda", dtype)
+
     return rand(hq, sq), rand(hkv, sk), rand(hkv, sk)
 
 
@@ -39,9 +42,19 @@ def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None):
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
     lse_t = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
     off = causal_offset(sq, sk, alignment) if causal else 0
-    fh.attention_hopper(q, k, v, out, lse_t, causal_offset=off, is_causal=causal,
-                        qk_scale=fh.LOG2E / math.sqrt(d), store_lse=lse, pingpong=pingpong,
-                        num_wg=num_wg)
+    fh.attention_hopper(
+        q,
+        k,
+        v,
+        out,
+        lse_t,
+        causal_offset=off,
+        is_causal=causal,
+        qk_scale=fh.LOG2E / math.sqrt(d),
+        store_lse=lse,
+        pingpong=pingpong,
+        num_wg=num_wg,
+    )
     return out, lse_t
 
 
@@ -82,8 +95,11 @@ def test_error_rule(case, dtype, pingpong):
 @needs_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_wg", [2, 3])
-@pytest.mark.parametrize("case", [c for c in CASES if c[5] in (64, 128)][:6],
-                         ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c[5] in (64, 128)][:6],
+    ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c),
+)
 def test_error_rule_consumer_count(case, num_wg):
     """Two or three consumer warpgroups (128- or 192-row query tiles), bf16, ping-pong."""
     b, hq, hkv, sq, sk, d, causal, alignment, layout = case
@@ -117,5 +133,7 @@ def test_supports_routes_the_rest():
     assert not fh.supports(q96, q96, q96)
     strided = torch.randn(1, 2, 64, 256, device="cuda", dtype=torch.bfloat16)[..., ::2]
     assert not fh.supports(strided, strided, strided)
-    broadcast = torch.randn(1, 1, 64, 128, device="cuda", dtype=torch.bfloat16).expand(1, 4, 64, 128)
+    broadcast = torch.randn(1, 1, 64, 128, device="cuda", dtype=torch.bfloat16).expand(
+        1, 4, 64, 128
+    )
     assert not fh.supports(q, broadcast, broadcast)

@@ -14,23 +14,45 @@ import time
 import torch
 
 from flashcore.kernels import forward_hopper as fh
-from flashcore.kernels.forward import attention as triton_attention, default_config
+from flashcore.kernels.forward import attention as triton_attention
+from flashcore.kernels.forward import default_config
 from flashcore.studies import bench
 
 VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three consumer warpgroups
-    64: {"pp_bn128_s3": dict(block_n=128, stages=3), "nopp_bn128_s3": dict(block_n=128, stages=3, pingpong=False),
-         "wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3), "wg3_bn128_s3": dict(block_n=128, stages=3, num_wg=3)},
-    128: {"pp_bn128_s2": dict(block_n=128, stages=2), "nopp_bn128_s2": dict(block_n=128, stages=2, pingpong=False),
-          "wg3_bn64_s2": dict(block_n=64, stages=2, num_wg=3)},
-    256: {"pp_bn64_s2": dict(block_n=64, stages=2), "nopp_bn64_s2": dict(block_n=64, stages=2, pingpong=False)},
+    64: {
+        "pp_bn128_s3": dict(block_n=128, stages=3),
+        "nopp_bn128_s3": dict(block_n=128, stages=3, pingpong=False),
+        "wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3),
+        "wg3_bn128_s3": dict(block_n=128, stages=3, num_wg=3),
+    },
+    128: {
+        "pp_bn128_s2": dict(block_n=128, stages=2),
+        "nopp_bn128_s2": dict(block_n=128, stages=2, pingpong=False),
+        "wg3_bn64_s2": dict(block_n=64, stages=2, num_wg=3),
+    },
+    256: {
+        "pp_bn64_s2": dict(block_n=64, stages=2),
+        "nopp_bn64_s2": dict(block_n=64, stages=2, pingpong=False),
+    },
 }
 
 
 def hopper_fn(causal, kw):
     def run(q, k, v):
         out = torch.empty_like(q)
-        return fh.attention_hopper(q, k, v, out, out, causal_offset=0, is_causal=causal,
-                                   qk_scale=fh.LOG2E / math.sqrt(q.shape[3]), store_lse=False, **kw)
+        return fh.attention_hopper(
+            q,
+            k,
+            v,
+            out,
+            out,
+            causal_offset=0,
+            is_causal=causal,
+            qk_scale=fh.LOG2E / math.sqrt(q.shape[3]),
+            store_lse=False,
+            **kw,
+        )
+
     return run
 
 
@@ -43,19 +65,30 @@ def summarize(rows):
         impls = sorted({r["impl"] for r in rows if r["dtype"] == dtype and r["D"] == d})
         for impl in impls:
             for base in ("cudnn", "triton"):
-                ratios = {(s, c): keyed.get((dtype, d, s, c, impl)) / keyed[(dtype, d, s, c, base)]
-                          for (dt, dd, s, c, i) in keyed if dt == dtype and dd == d and i == base
-                          and keyed.get((dtype, d, s, c, impl)) and keyed[(dtype, d, s, c, base)]}
+                ratios = {
+                    (s, c): keyed.get((dtype, d, s, c, impl)) / keyed[(dtype, d, s, c, base)]
+                    for (dt, dd, s, c, i) in keyed
+                    if dt == dtype
+                    and dd == d
+                    and i == base
+                    and keyed.get((dtype, d, s, c, impl))
+                    and keyed[(dtype, d, s, c, base)]
+                }
                 long = [v for (s, c), v in ratios.items() if 2048 <= s <= 16384]
                 short = [v for (s, c), v in ratios.items() if s == 1024]
-                entry = {"geomean_2k_16k": bench.geomean(long), "worst_2k_16k": min(long) if long else None,
-                         "worst_1k": min(short) if short else None}
+                entry = {
+                    "geomean_2k_16k": bench.geomean(long),
+                    "worst_2k_16k": min(long) if long else None,
+                    "worst_1k": min(short) if short else None,
+                }
                 out[f"{dtype} D{d} {impl} / {base}"] = entry
                 if impl not in (base, "cudnn"):
                     out["lines"].append(
-                        f"{dtype} D{d} {impl:>14} / {base:<6}: geomean {entry['geomean_2k_16k']:.3f}, worst "
+                        f"{dtype} D{d} {impl:>14} / {base:<6}: geomean "
+                        f"{entry['geomean_2k_16k']:.3f}, worst "
                         f"{entry['worst_2k_16k'] or float('nan'):.3f} (S 2K-16K); S=1K worst "
-                        f"{entry['worst_1k'] or float('nan'):.3f}")
+                        f"{entry['worst_1k'] or float('nan'):.3f}"
+                    )
     return out
 
 
@@ -66,7 +99,9 @@ def main():
     ap.add_argument("--dtypes", default="bfloat16")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--record", action="store_true", help="also write results/<gpu>/fa3_attempt.json")
+    ap.add_argument(
+        "--record", action="store_true", help="also write results/<gpu>/fa3_attempt.json"
+    )
     args = ap.parse_args()
     seqlens = [int(s) for s in args.seqlens.split(",")]
     rows = []
@@ -82,15 +117,24 @@ def main():
                     gen = torch.Generator(device="cuda").manual_seed(0)
                     per_set = 3 * b * h * s * d * 2
                     n_sets = bench.rotation_count(per_set)
-                    sets = [tuple(torch.randn(b, h, s, d, device="cuda", dtype=dt, generator=gen) for _ in range(3))
-                            for _ in range(n_sets)]
+                    sets = [
+                        tuple(
+                            torch.randn(b, h, s, d, device="cuda", dtype=dt, generator=gen)
+                            for _ in range(3)
+                        )
+                        for _ in range(n_sets)
+                    ]
                     flops = bench.attention_flops(b, h, s, s, d, causal)
                     # "triton": today's kernel (an explicit config bypasses the dispatch);
                     # "flashcore": what flashcore.attention runs now (the dispatch table).
                     cfg = default_config(sets[0][0], sets[0][1], causal)
-                    impls = {"triton": lambda q, k, v, c=causal, g=cfg: triton_attention(q, k, v, causal=c, config=g),
-                             "flashcore": lambda q, k, v, c=causal: triton_attention(q, k, v, causal=c),
-                             "cudnn": bench.make_sdpa("cudnn", causal, False)}
+                    impls = {
+                        "triton": lambda q, k, v, c=causal, g=cfg: triton_attention(
+                            q, k, v, causal=c, config=g
+                        ),
+                        "flashcore": lambda q, k, v, c=causal: triton_attention(q, k, v, causal=c),
+                        "cudnn": bench.make_sdpa("cudnn", causal, False),
+                    }
                     for name, kw in VARIANTS[d].items():
                         impls[name] = hopper_fn(causal, kw)
                     ref = None
@@ -103,7 +147,9 @@ def main():
                                 if ref is None:
                                     ref = o
                                 row["max_abs_diff_vs_triton"] = float((o - ref).abs().max())
-                                t = bench.time_launches(lambda i: fn(*sets[i]), n_sets, warmup=5, reps=args.reps)
+                                t = bench.time_launches(
+                                    lambda i: fn(*sets[i]), n_sets, warmup=5, reps=args.reps
+                                )
                             row["median_ms"] = t.median_ms
                             row["tflops"] = flops / t.median_ms / 1e9
                             line.append(f"{name}={row['tflops']:.0f}")
@@ -112,17 +158,28 @@ def main():
                             line.append(f"{name}=ERR")
                         rows.append(row)
                     print(" ".join(line), f"[{time.time() - t0:.0f}s]", flush=True)
-                    del sets
+                    sets = None  # free the inputs before the next shape
                     torch.cuda.empty_cache()
-                    json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, open(args.out, "w"), indent=1)
+                    json.dump(
+                        {"device": torch.cuda.get_device_name(), "rows": rows},
+                        open(args.out, "w"),
+                        indent=1,
+                    )
     summary = summarize(rows)
     for line in summary["lines"]:
         print(line)
     if args.record:
         from flashcore.results import write_result
-        payload = {"method": __doc__.strip(), "dispatch": {f"D{d} {'causal' if c else 'full'}": t
-                                                           for (d, c), t in fh.DISPATCH.items()},
-                   "variants": {str(d): v for d, v in VARIANTS.items()}, "summary": summary, "rows": rows}
+
+        payload = {
+            "method": __doc__.strip(),
+            "dispatch": {
+                f"D{d} {'causal' if c else 'full'}": t for (d, c), t in fh.DISPATCH.items()
+            },
+            "variants": {str(d): v for d, v in VARIANTS.items()},
+            "summary": summary,
+            "rows": rows,
+        }
         print("recorded", write_result("fa3_attempt", payload))
     errs = [r for r in rows if "error" in r]
     for r in errs[:5]:

@@ -14,13 +14,32 @@ import json
 import math
 import sys
 
-STALLS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss", "lg_throttle",
-          "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction",
-          "not_selected", "selected", "short_scoreboard", "sleeping", "tex_throttle", "wait")
+STALLS = (
+    "barrier",
+    "branch_resolving",
+    "dispatch_stall",
+    "drain",
+    "gmma",
+    "imc_miss",
+    "lg_throttle",
+    "long_scoreboard",
+    "math_pipe_throttle",
+    "membar",
+    "mio_throttle",
+    "misc",
+    "no_instruction",
+    "not_selected",
+    "selected",
+    "short_scoreboard",
+    "sleeping",
+    "tex_throttle",
+    "wait",
+)
+TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained"  # HGMMA counts here
 METRICS = {
     "duration_ns": "gpu__time_duration.sum",
-    "tensor_pipe_pct_of_peak_active": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-    "tensor_pipe_pct_of_peak_elapsed": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "tensor_pipe_pct_of_peak_active": TENSOR_PIPE + "_active",
+    "tensor_pipe_pct_of_peak_elapsed": TENSOR_PIPE + "_elapsed",
     "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "issue_active_per_cycle": "smsp__issue_active.avg.per_cycle_active",
     "warps_active_per_scheduler": "smsp__warps_active.avg.per_cycle_active",
@@ -45,27 +64,43 @@ def parse_csv(text: str) -> dict:
             return float(v)
         except ValueError:
             return None
+
     out = {"kernel": raw.get("Kernel Name")}
     out.update({name: num(key) for name, key in METRICS.items()})
-    out["stalls_per_issue"] = {s: num(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio")
-                               for s in STALLS}
+    out["stalls_per_issue"] = {
+        s: num(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio") for s in STALLS
+    }
     return out
 
 
 def record(folder, commit, date):
     sys.path.insert(0, ".")
     from flashcore.results import REPO_ROOT
-    kernels = {impl: parse_csv(open(f"{folder}/ncu_{impl}.csv").read()) for impl in ("hopper", "triton", "cudnn")}
+
+    kernels = {
+        impl: parse_csv(open(f"{folder}/ncu_{impl}.csv").read())
+        for impl in ("hopper", "triton", "cudnn")
+    }
     payload = {
         "topic": "ncu_forward",
-        "provenance": {"date": date, "commit": commit, "device": "NVIDIA H100 80GB HBM3", "gpu": "NVIDIA H100 80GB HBM3",
-                       "gpu_slug": "nvidia-h100-80gb-hbm3", "torch": "2.11.0+cu130",
-                       "triton": "3.6.0", "command": "tools/gpu_forward_hopper.sh (ncu --clock-control none "
-                       "--section SpeedOfLight ComputeWorkloadAnalysis WarpStateStats Occupancy --page raw)"},
+        "provenance": {
+            "date": date,
+            "commit": commit,
+            "device": "NVIDIA H100 80GB HBM3",
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "gpu_slug": "nvidia-h100-80gb-hbm3",
+            "torch": "2.11.0+cu130",
+            "triton": "3.6.0",
+            "command": "tools/gpu_forward_hopper.sh (ncu --clock-control none "
+            "--section SpeedOfLight ComputeWorkloadAnalysis WarpStateStats Occupancy --page raw)",
+        },
         "shape": {"B": 2, "H": 16, "S": 8192, "D": 128, "dtype": "bfloat16", "causal": False},
-        "what": {"hopper": "Gluon FA3-structured kernel (kernels/forward_hopper.py), ping-pong, BLOCK_N 128, 2 stages",
-                 "triton": "today's Triton kernel (kernels/forward.py, its default config)",
-                 "cudnn": "SDPA's cuDNN backend"},
+        "what": {
+            "hopper": "Gluon FA3-structured kernel (kernels/forward_hopper.py), ping-pong, "
+            "BLOCK_N 128, 2 stages",
+            "triton": "today's Triton kernel (kernels/forward.py, its default config)",
+            "cudnn": "SDPA's cuDNN backend",
+        },
         "kernels": kernels,
     }
     path = REPO_ROOT / "results" / "nvidia-h100-80gb-hbm3" / "ncu_forward.json"
@@ -86,20 +121,36 @@ impl = sys.argv[1]
 causal = "--causal" in sys.argv
 B, H, S, D = 2, 16, 8192, 128
 gen = torch.Generator(device="cuda").manual_seed(0)
-q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+q, k, v = (
+    torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3)
+)
 if impl == "hopper":
     out = torch.empty_like(q)
+
     def fn():
-        forward_hopper.attention_hopper(q, k, v, out, out, causal_offset=0, is_causal=causal,
-                                        qk_scale=forward_hopper.LOG2E / math.sqrt(D), store_lse=False)
+        forward_hopper.attention_hopper(
+            q,
+            k,
+            v,
+            out,
+            out,
+            causal_offset=0,
+            is_causal=causal,
+            qk_scale=forward_hopper.LOG2E / math.sqrt(D),
+            store_lse=False,
+        )
 elif impl == "triton":
     cfg = forward.default_config(q, k, causal)
+
     def fn():
         forward.attention(q, k, v, causal=causal, config=cfg)
 else:
     sdpa = bench.make_sdpa("cudnn", causal, False)
+
     def fn():
         sdpa(q, k, v)
+
+
 for _ in range(4):
     fn()
 torch.cuda.synchronize()

@@ -92,8 +92,7 @@ if GLUON_AVAILABLE:
                   q_ready, k_ready, k_empty, v_ready, v_empty,
                   batch, q_head, kv_head, q_row0, n_tiles,
                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
-        """One warp: TMA loads only. A stage is reused once both consumers released it."""
-        HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+        """One warp: TMA loads only. A stage is reused once every consumer released it."""
         ROWS: gl.constexpr = q_desc.block_type.shape[2]
         for wg in gl.static_range(NUM_WG):
             mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
@@ -443,7 +442,7 @@ def _tma_ok(t: torch.Tensor) -> bool:
     return all(st > 0 and (st * t.element_size()) % 16 == 0 for st in t.stride()[:3])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _is_hopper(index) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
 

@@ -478,8 +478,12 @@ def _variants():
     from ..kernels.forward_hopper import GLUON_AVAILABLE
     gluon = {}
     if GLUON_AVAILABLE:
-        gluon = {"forward D128 causal (Gluon, warp-specialized)": (gluon_forward(128, True), "shipped (Gluon)"),
-                 "forward D256 non-causal (Gluon, warp-specialized)": (gluon_forward(256, False), "shipped (Gluon)")}
+        gluon = {
+            "forward D128 causal (Gluon, warp-specialized)":
+                (gluon_forward(128, True), "shipped (Gluon)"),
+            "forward D256 non-causal (Gluon, warp-specialized)":
+                (gluon_forward(256, False), "shipped (Gluon)"),
+        }
     return {
         **gluon,
         "forward D128 non-causal (TMA)": (fwd(128, False, True), "shipped"),
