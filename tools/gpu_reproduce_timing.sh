@@ -2,7 +2,8 @@
 # On a CUDA machine, in one session: notebook 06's power/clock study (NVML, observation only),
 # then every notebook's GPU profile timed with papermill (default sweeps) and recorded.
 # Usage: FLASHCORE_COMMIT=<hash> bash tools/gpu_reproduce_timing.sh <outdir> [notebooks/NN_name.ipynb ...]
-# Copies the records it writes to <outdir>/results/<gpu>/, and writes <outdir>/run.log and
+# Writes <outdir>/records.tar.gz (every record the run wrote, paths from the repo root),
+# <outdir>/results/<gpu>/{reproduce_timing,timing_power}.json, <outdir>/run.log and
 # <outdir>/executed_notebooks.tar.gz (the executed copies; the committed notebooks are not touched).
 set -u
 out=$1; shift
@@ -24,6 +25,10 @@ echo "== notebooks" | tee -a "$log"
 python3 tools/time_reproduce.py --profile gpu --timeout "${NB_TIMEOUT:-110}" --out-dir "$out/nb" --record \
   "${nbs[@]}" 2>&1 | tee -a "$log"
 tar -czf "$out/executed_notebooks.tar.gz" -C "$out" nb && rm -rf "$out/nb"
-find results -name '*.json' -newer "$marker" | while read -r f; do
+# Every record the run wrote goes into one archive (the notebooks' quick records among them);
+# the timing and power records also come back as plain files.
+find results -name '*.json' -newer "$marker" >"$out/new_records.txt"
+tar -czf "$out/records.tar.gz" -T "$out/new_records.txt"
+grep -E "/(reproduce_timing|timing_power)\.json$" "$out/new_records.txt" | while read -r f; do
   mkdir -p "$out/$(dirname "$f")"; cp "$f" "$out/$f"; done
-ls -R "$out/results" | tee -a "$log"
+cat "$out/new_records.txt" | tee -a "$log"; rm "$out/new_records.txt"
