@@ -167,12 +167,12 @@ def test_transformers_training_step_matches_float64():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", ["bfloat16"])  # fp16 runs in the CPU grid; the record has both
 @pytest.mark.parametrize(
     "causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
 )
-@pytest.mark.parametrize("sq,sk", [(1, 1), (239, 17), (1023, 1023)])
-@pytest.mark.parametrize("d", [16, 128, 256])
+@pytest.mark.parametrize("sq,sk", [(239, 17), (1023, 1023)])
+@pytest.mark.parametrize("d", [64, 256])
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_gpu_half_precision(dtype, causal, align, sq, sk, d, deterministic):
     row = check_grad_case(

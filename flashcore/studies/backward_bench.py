@@ -77,6 +77,7 @@ def bench_backward_shape(
         row = {**shape, "Hkv": Hkv, "impl": impl, "flops": flops}
         try:
             leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            fwd = None
             if impl in ("flashcore_deterministic", "flashcore_atomic"):
                 det = impl == "flashcore_deterministic"
                 with torch.no_grad():
@@ -105,8 +106,7 @@ def bench_backward_shape(
             t = time_launches(run_backward, 1, warmup=warmup, reps=reps)
             row["timing"] = t.as_dict()
             row["tflops"] = flops / t.median_ms / 1e9
-            if with_forward and impl not in ("flashcore_deterministic", "flashcore_atomic"):
-                fwd = _forward_fn(impl, causal, q, k)
+            if with_forward and fwd is not None:  # the same (compiled) forward as above
 
                 def step(i):
                     return torch.autograd.grad(fwd(*leaves), leaves, do)
