@@ -94,20 +94,35 @@ def _attention_fake(q, k, v, is_causal, bottom_right, scale, window=None, softca
 _GRAD_ARGS = ("q", "k", "v", "is_causal", "bottom_right", "scale", "window")
 
 
-@torch.library.custom_op("flashcore::attention_backward", mutates_args=(), device_types=("cuda", "cpu"))
-def attention_backward_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          is_causal: bool, bottom_right: bool, scale: float | None,
-                          window: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@torch.library.custom_op(
+    "flashcore::attention_backward", mutates_args=(), device_types=("cuda", "cpu")
+)
+def attention_backward_op(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    bottom_right: bool,
+    scale: float | None,
+    window: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of flashcore::attention; contiguous, in the inputs' dtype."""
     from .kernels.backward import op_backward
-    return tuple(g.contiguous() for g in op_backward(grad_out, q, k, v, is_causal, bottom_right, scale, window))
+
+    return tuple(
+        g.contiguous()
+        for g in op_backward(grad_out, q, k, v, is_causal, bottom_right, scale, window)
+    )
 
 
 @attention_backward_op.register_fake
 def _attention_backward_fake(grad_out, q, k, v, is_causal, bottom_right, scale, window):
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-            torch.empty(k.shape, dtype=k.dtype, device=k.device),
-            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+    return (
+        torch.empty(q.shape, dtype=q.dtype, device=q.device),
+        torch.empty(k.shape, dtype=k.dtype, device=k.device),
+        torch.empty(v.shape, dtype=v.dtype, device=v.device),
+    )
 
 
 def _attention_setup_context(ctx, inputs, output):
@@ -117,7 +132,8 @@ def _attention_setup_context(ctx, inputs, output):
         if name not in _GRAD_ARGS and value not in (None, False, 0, 0.0):
             raise NotImplementedError(
                 f"flashcore::attention has no backward for {name}={value!r}; run it under "
-                "torch.no_grad() or detach the inputs")
+                "torch.no_grad() or detach the inputs"
+            )
     ctx.save_for_backward(args["q"], args["k"], args["v"])
     ctx.options = (args["is_causal"], args["bottom_right"], args["scale"], args.get("window"))
     ctx.num_inputs = len(inputs)
