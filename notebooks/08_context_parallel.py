@@ -284,7 +284,7 @@ if PROFILE == "gpu":
             "--topic",
             f"context_parallel_{SWEEP}",
         ]
-        cmd += ["--s", *seqlens] if seqlens else []
+        cmd += ["--seqlens", *seqlens] if seqlens else []
         env = dict(
             os.environ,
             NCCL_NVLS_ENABLE="0",
@@ -322,8 +322,13 @@ if recorded:
     summary_rows = []
     for r in record["rows"]:
         if r["impl"] in IMPLS + ["flashcore_cp_nocomm", "comm_only"]:
+            eff, hidden = r.get("scaling_efficiency"), r.get("comm_hidden_fraction")
             summary_rows.append(
-                {**r, "eff": r.get("scaling_efficiency"), "hidden": r.get("comm_hidden_fraction")}
+                {
+                    **r,
+                    "eff": "" if eff is None else f"{eff:.3f}",
+                    "hidden": "" if hidden is None else f"{hidden:.2f}",
+                }
             )
     print(
         table(
