@@ -701,25 +701,45 @@ def main(argv=None) -> int:
     p.add_argument("--topic", default="context_parallel", help="record name")
     p.set_defaults(fn=cmd_cp)
 
-    p = sub.add_parser("backward", help="backward pass: gradient grid vs float64, determinism, memory, "
-                       "speed beside SDPA/Flex, training step (GPU; --grid cpu on CPU)")
+    p = sub.add_parser(
+        "backward",
+        help="backward pass: gradient grid vs float64, determinism, memory, "
+        "speed beside SDPA/Flex, training step (GPU; --grid cpu on CPU)",
+    )
     p.add_argument("--grid", default="full", choices=["full", "cpu", "none"])
     p.add_argument("--limit", type=int, help="only the first N grid cases")
-    p.add_argument("--both-modes", action="store_true", help="grid in deterministic and atomic mode")
-    p.add_argument("--jobs", type=int, default=8, help="processes compiling/checking the grid at once (GPU)")
+    p.add_argument(
+        "--both-modes", action="store_true", help="grid in deterministic and atomic mode"
+    )
+    p.add_argument(
+        "--jobs", type=int, default=8, help="processes compiling/checking the grid at once (GPU)"
+    )
     p.add_argument("--repeats", type=int, default=5, help="repeats of the determinism check")
     p.add_argument("--d", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--s", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
     p.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=["bfloat16", "float16"])
-    p.add_argument("--impls", nargs="+", default=["flashcore", "flashcore_atomic", "sdpa_flash", "sdpa_cudnn", "flex"])
-    p.add_argument("--flex-d", type=int, nargs="*", default=[],
-                   help="head dims at which Flex is timed (compiled per shape, ~30 s each)")
+    p.add_argument(
+        "--impls",
+        nargs="+",
+        default=["flashcore", "flashcore_atomic", "sdpa_flash", "sdpa_cudnn", "flex"],
+    )
+    p.add_argument(
+        "--flex-d",
+        type=int,
+        nargs="*",
+        default=[],
+        help="head dims at which Flex is timed (compiled per shape, ~30 s each)",
+    )
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--fwd-bwd", action="store_true", help="also time forward + backward")
     p.add_argument("--memory", action="store_true", help="peak memory against S")
-    p.add_argument("--tune", action="store_true", help="launch-config sweep of the backward kernels")
+    p.add_argument(
+        "--tune", action="store_true", help="launch-config sweep of the backward kernels"
+    )
     p.add_argument("--tune-s", type=int, nargs="+", default=[4096])
-    p.add_argument("--train", action="store_true", help="transformers training step: fp32 rule, bf16 tokens/s")
+    p.add_argument(
+        "--train", action="store_true", help="transformers training step: fp32 rule, bf16 tokens/s"
+    )
     p.add_argument("--record", action="store_true", help="write results/<gpu>/backward.json")
     p.set_defaults(fn=cmd_backward)
 

@@ -45,8 +45,13 @@ class ErrorReport:
     row_ratio: float = 0.0
 
 
-def error_rule(out: torch.Tensor, ref64: torch.Tensor, out_same_precision: torch.Tensor,
-               *, floor_magnitude: float = 0.0) -> ErrorReport:
+def error_rule(
+    out: torch.Tensor,
+    ref64: torch.Tensor,
+    out_same_precision: torch.Tensor,
+    *,
+    floor_magnitude: float = 0.0,
+) -> ErrorReport:
     """Apply the rule to one output. All three tensors have the same shape.
 
     ``floor_magnitude``: the floor is one unit roundoff at max(max|ref64|, this). The

@@ -595,9 +595,12 @@ def attention(
     # --- autograd hook (kernels/backward.py): inputs that require grad go through an
     # autograd Function that calls back here with grad mode off and saves (out, lse).
     # First, before the launch cache: a cached launch would return a detached output.
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
+    if torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
+    ):
         options = {name: value for name, value in locals().items() if name not in ("q", "k", "v")}
         from .backward import differentiable_attention
+
         return differentiable_attention(attention, q, k, v, **options)
     # --- end of autograd hook
     key = None
