@@ -144,3 +144,38 @@ def test_planted_bugs_fail_the_error_rule(two_rank_rows, case):
     worst = max(row["ratio"], row.get("grad_ratio", 0.0))
     assert not row["passed"], f"planted bug {case.planted_bug} passed: ratio {worst:.3f}"
     assert worst > 2 or row["nan_mismatch"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (one NCCL rank each)")
+def test_ring_attention_on_two_gpus():
+    """The GPU grid's S=1024 cases (bf16) on 2 NCCL ranks, through the CLI."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ,
+        NCCL_NVLS_ENABLE="0",
+        TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+        NVSHMEM_DISABLE_NVLS="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "flashcore",
+        "cp",
+        "check",
+        "--grid",
+        "gpu",
+        "--filter",
+        "S1024",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "0 failed" in proc.stdout
