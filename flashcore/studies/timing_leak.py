@@ -206,14 +206,18 @@ class NvmlSampler:
             except pynvml.NVMLError:
                 self.instant_field = None
         self.samples: list[tuple[float, float, float, float, int]] = []
+        self.errors: list[str] = []
         self._stop = None
         self._thread = None
 
     def _power_w(self) -> float:
         nv = self.nvml
         if self.instant_field is not None:
-            value = nv.nvmlDeviceGetFieldValues(self.handle, [self.instant_field])[0]
-            return value.value.uiVal / 1000.0
+            field = nv.nvmlDeviceGetFieldValues(self.handle, [self.instant_field])[0]
+            # The union member to read depends on the field's value type (milliwatts).
+            member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}.get(
+                int(field.valueType), "uiVal")
+            return float(getattr(field.value, member)) / 1000.0
         return nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
 
     def _reasons(self) -> int:
@@ -227,9 +231,14 @@ class NvmlSampler:
 
         nv = self.nvml
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), float(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM)),
-                                 self._power_w(), float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)),
-                                 self._reasons()))
+            try:
+                self.samples.append((time.perf_counter(),
+                                     float(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM)),
+                                     self._power_w(),
+                                     float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)),
+                                     self._reasons()))
+            except nv.NVMLError as exc:  # kept for the record; the windows then have fewer samples
+                self.errors.append(str(exc))
             self._stop.wait(self.interval_s)
 
     def __enter__(self):
@@ -336,9 +345,9 @@ def run_power_suite(kernel_names=("hardware reference", "forward non-causal", "f
                     progress.update(1)
             del random_sets
             torch.cuda.empty_cache()
-        n_samples = len(sampler.samples)
+        n_samples, errors = len(sampler.samples), sorted(set(sampler.errors))
         source, interval = sampler.power_source, sampler.interval_s
-    return {"power_source": source, "sample_interval_s": interval, "samples": n_samples,
+    return {"power_source": source, "sample_interval_s": interval, "samples": n_samples, "nvml_errors": errors,
             "block_order": BLOCK_ORDER, "block_s": block_s, "rows": rows}
 
 
