@@ -66,3 +66,28 @@ def test_clock_hypothesis_can_come_out_every_way():
     assert TL.clock_hypothesis([row("forward", -2.0, 2.1, True), row("cuBLAS", -1.0, 0.0, False)]) == "inconclusive"
     assert TL.clock_hypothesis([row("forward", -0.1, 0.0, False), row("decode", -3.0, 0.0, False)]) == \
         "no shift to explain"
+
+
+def test_sampler_thread_with_a_stand_in_nvml(monkeypatch):
+    """The sampler's NVML calls, thread and windows, against a stand-in pynvml (no GPU here)."""
+    import sys
+    import time
+
+    class NVMLError(Exception):
+        pass
+
+    field = types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=512_000))
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, NVML_FI_DEV_POWER_INSTANT=186, NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: "gpu0",
+        nvmlDeviceGetFieldValues=lambda h, ids: [field], nvmlDeviceGetClockInfo=lambda h, c: 1755,
+        nvmlDeviceGetTemperature=lambda h, s: 48, nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with TL.NvmlSampler(interval_s=0.001) as sampler:
+        t0 = time.perf_counter()
+        time.sleep(0.05)
+        t1 = time.perf_counter()
+    assert sampler.power_source == "NVML_FI_DEV_POWER_INSTANT" and not sampler.errors
+    w = sampler.window(t0, t1)
+    assert w["samples"] > 5 and w["power_w"] == 512.0 and w["sm_clock_mhz"] == 1755.0
+    assert TL.clock_event_names(w["clock_event_reasons"]) == "software power cap"
