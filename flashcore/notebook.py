@@ -34,7 +34,10 @@ def table(rows: list[dict], columns: list[str], formats: dict | None = None) -> 
     """A plain-text table (no pandas dependency)."""
     formats = formats or {}
     cells = [[(formats.get(c, "{}")).format(r[c]) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    widths = [
+        max(len(c), *(len(row[i]) for row in cells)) if cells else len(c)
+        for i, c in enumerate(columns)
+    ]
     line = "  ".join(c.ljust(w) for c, w in zip(columns, widths))
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]

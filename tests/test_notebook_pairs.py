@@ -43,7 +43,9 @@ def notebook_names() -> list[str]:
 @pytest.mark.parametrize("name", notebook_names())
 def test_pair_in_sync(name):
     diffs = pair_differences(NOTEBOOK_DIR / f"{name}.py", NOTEBOOK_DIR / f"{name}.ipynb")
-    assert not diffs, "notebook pair out of sync (run `jupytext --sync notebooks/*.py`):\n" + "\n".join(diffs)
+    assert not diffs, (
+        "notebook pair out of sync (run `jupytext --sync notebooks/*.py`):\n" + "\n".join(diffs)
+    )
 
 
 def test_pair_check_catches_an_unsynced_edit(tmp_path):
@@ -54,10 +56,12 @@ def test_pair_check_catches_an_unsynced_edit(tmp_path):
     shutil.copy(NOTEBOOK_DIR / f"{name}.ipynb", ipynb)
     assert pair_differences(py, ipynb) == []
     text = py.read_text()
-    py.write_text(text.replace("PROFILE = \"auto\"", "PROFILE = \"cpu\"", 1))
+    py.write_text(text.replace('PROFILE = "auto"', 'PROFILE = "cpu"', 1))
     assert any("cell 1 source" in d for d in pair_differences(py, ipynb))
     py.write_text(text + "\n# %%\nprint('a cell only the source has')\n")
-    assert pair_differences(py, ipynb) == [f"{name}: {len(cells_of(ipynb)) + 1} cells in {py.name}, "
-                                           f"{len(cells_of(ipynb))} in {ipynb.name}"]
+    assert pair_differences(py, ipynb) == [
+        f"{name}: {len(cells_of(ipynb)) + 1} cells in {py.name}, "
+        f"{len(cells_of(ipynb))} in {ipynb.name}"
+    ]
     py.unlink()
     assert pair_differences(py, ipynb) == [f"{name}: missing {py.name}"]

@@ -9,9 +9,16 @@ def blocks(time_r, time_f, clock_r, clock_f, power_r=600.0, power_f=560.0):
     out = []
     for letter in TL.BLOCK_ORDER:
         fixed = letter == "F"
-        out.append({"class": "fixed" if fixed else "random", "median_us": time_f if fixed else time_r,
-                    "sm_clock_mhz": clock_f if fixed else clock_r, "power_w": power_f if fixed else power_r,
-                    "temp_c": 60.0, "clock_event_reasons": 0x4 if not fixed else 0})
+        out.append(
+            {
+                "class": "fixed" if fixed else "random",
+                "median_us": time_f if fixed else time_r,
+                "sm_clock_mhz": clock_f if fixed else clock_r,
+                "power_w": power_f if fixed else power_r,
+                "temp_c": 60.0,
+                "clock_event_reasons": 0x4 if not fixed else 0,
+            }
+        )
     return out
 
 
@@ -33,8 +40,9 @@ def test_clock_explains_a_shift_it_matches_and_not_one_it_does_not():
 
 
 def test_sampler_window_skips_the_settling_quarter():
-    sampler = types.SimpleNamespace(samples=[(t / 10, 1000.0 + t, 500.0, 50.0, 0x4 if t == 9 else 0)
-                                             for t in range(11)])
+    sampler = types.SimpleNamespace(
+        samples=[(t / 10, 1000.0 + t, 500.0, 50.0, 0x4 if t == 9 else 0) for t in range(11)]
+    )
     w = TL.NvmlSampler.window(sampler, 0.0, 1.0)
     assert w["samples"] == 8
     assert w["sm_clock_min_mhz"] == 1003.0 and w["clock_event_reasons"] == 0x4
@@ -42,8 +50,16 @@ def test_sampler_window_skips_the_settling_quarter():
 
 
 def test_power_table_names_clock_events():
-    record = {"rows": [{"kernel": "k", "fixed_class": "all_equal", "blocks": blocks(1, 1, 1, 1),
-                        **TL.summarize_power(blocks(100.0, 99.0, 1700.0, 1717.0))}]}
+    record = {
+        "rows": [
+            {
+                "kernel": "k",
+                "fixed_class": "all_equal",
+                "blocks": blocks(1, 1, 1, 1),
+                **TL.summarize_power(blocks(100.0, 99.0, 1700.0, 1717.0)),
+            }
+        ]
+    }
     (row,) = TL.power_table(record)
     assert row["clock_events"] == "software power cap" and row["clock_explains"]
 
@@ -59,13 +75,29 @@ def test_cli_progress_bar_takes_a_count():
 
 def test_clock_hypothesis_can_come_out_every_way():
     def row(kernel, time_pct, clock_pct, explains):
-        return {"kernel": kernel, "time_pct": time_pct, "clock_pct": clock_pct, "clock_explains": explains}
+        return {
+            "kernel": kernel,
+            "time_pct": time_pct,
+            "clock_pct": clock_pct,
+            "clock_explains": explains,
+        }
 
-    assert TL.clock_hypothesis([row("forward", -2.0, 2.1, True), row("decode", 0.1, 0.0, False)]) == "confirmed"
-    assert TL.clock_hypothesis([row("forward", -2.0, 0.0, False), row("cuBLAS", -1.0, 0.1, False)]) == "refuted"
-    assert TL.clock_hypothesis([row("forward", -2.0, 2.1, True), row("cuBLAS", -1.0, 0.0, False)]) == "inconclusive"
-    assert TL.clock_hypothesis([row("forward", -0.1, 0.0, False), row("decode", -3.0, 0.0, False)]) == \
-        "no shift to explain"
+    assert (
+        TL.clock_hypothesis([row("forward", -2.0, 2.1, True), row("decode", 0.1, 0.0, False)])
+        == "confirmed"
+    )
+    assert (
+        TL.clock_hypothesis([row("forward", -2.0, 0.0, False), row("cuBLAS", -1.0, 0.1, False)])
+        == "refuted"
+    )
+    assert (
+        TL.clock_hypothesis([row("forward", -2.0, 2.1, True), row("cuBLAS", -1.0, 0.0, False)])
+        == "inconclusive"
+    )
+    assert (
+        TL.clock_hypothesis([row("forward", -0.1, 0.0, False), row("decode", -3.0, 0.0, False)])
+        == "no shift to explain"
+    )
 
 
 def test_sampler_thread_with_a_stand_in_nvml(monkeypatch):
@@ -76,12 +108,22 @@ def test_sampler_thread_with_a_stand_in_nvml(monkeypatch):
     class NVMLError(Exception):
         pass
 
-    field = types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=512_000))
+    field = types.SimpleNamespace(
+        nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=512_000)
+    )
     fake = types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_FI_DEV_POWER_INSTANT=186, NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: "gpu0",
-        nvmlDeviceGetFieldValues=lambda h, ids: [field], nvmlDeviceGetClockInfo=lambda h, c: 1755,
-        nvmlDeviceGetTemperature=lambda h, s: 48, nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4)
+        NVMLError=NVMLError,
+        NVML_FI_DEV_POWER_INSTANT=186,
+        NVML_CLOCK_SM=1,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: "gpu0",
+        nvmlDeviceGetFieldValues=lambda h, ids: [field],
+        nvmlDeviceGetClockInfo=lambda h, c: 1755,
+        nvmlDeviceGetTemperature=lambda h, s: 48,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4,
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     with TL.NvmlSampler(interval_s=0.001) as sampler:
         t0 = time.perf_counter()

@@ -33,23 +33,43 @@ def slowest_cells(executed: Path, n: int = 3) -> list[dict]:
     for i, cell in enumerate(nb["cells"]):
         duration = cell.get("metadata", {}).get("papermill", {}).get("duration")
         if duration is not None and cell["cell_type"] == "code":
-            lines = [ln for ln in "".join(cell["source"]).splitlines() if ln and not ln.startswith("#")]
-            cells.append({"cell": i, "seconds": round(float(duration), 2), "first_line": (lines or [""])[0][:80]})
+            lines = [
+                ln for ln in "".join(cell["source"]).splitlines() if ln and not ln.startswith("#")
+            ]
+            cells.append(
+                {
+                    "cell": i,
+                    "seconds": round(float(duration), 2),
+                    "first_line": (lines or [""])[0][:80],
+                }
+            )
     return sorted(cells, key=lambda c: -c["seconds"])[:n]
 
 
-def time_notebook(path: Path, profile: str, params: list[tuple[str, str]], out_dir: Path,
-                  timeout_s: float) -> dict:
+def time_notebook(
+    path: Path, profile: str, params: list[tuple[str, str]], out_dir: Path, timeout_s: float
+) -> dict:
     executed = out_dir / path.name
-    cmd = [sys.executable, "-m", "papermill", "--kernel", "python3", "--cwd", str(path.parent),
-           "-p", "PROFILE", profile]
+    cmd = [
+        sys.executable,
+        "-m",
+        "papermill",
+        "--kernel",
+        "python3",
+        "--cwd",
+        str(path.parent),
+        "-p",
+        "PROFILE",
+        profile,
+    ]
     for name, value in params:
         cmd += ["-p", name, value]
     cmd += [str(path), str(executed)]
     t0 = time.perf_counter()
     # A session of its own, so a timeout stops the kernel process too (it holds the GPU's memory).
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, stderr = proc.communicate(timeout=timeout_s)
         status = "ok" if proc.returncode == 0 else f"failed (papermill exit {proc.returncode})"
@@ -59,20 +79,39 @@ def time_notebook(path: Path, profile: str, params: list[tuple[str, str]], out_d
         proc.communicate()
         status, tail = f"timed out after {timeout_s:.0f} s", []
     seconds = time.perf_counter() - t0
-    return {"notebook": path.stem, "seconds": round(seconds, 1), "profile": profile,
-            "parameters": dict(params), "status": status,
-            "slowest_cells": slowest_cells(executed), "stderr_tail": tail if status != "ok" else []}
+    return {
+        "notebook": path.stem,
+        "seconds": round(seconds, 1),
+        "profile": profile,
+        "parameters": dict(params),
+        "status": status,
+        "slowest_cells": slowest_cells(executed),
+        "stderr_tail": tail if status != "ok" else [],
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("notebooks", nargs="+", type=Path)
     ap.add_argument("--profile", default="gpu", choices=("gpu", "cpu", "auto"))
-    ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                    help="papermill parameter for every notebook (e.g. -p SWEEP full)")
-    ap.add_argument("--out-dir", type=Path, help="where the executed copies go (default: a temporary directory)")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds per notebook before it is stopped")
-    ap.add_argument("--record", action="store_true", help="write results/<gpu>/reproduce_timing.json")
+    ap.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="papermill parameter for every notebook (e.g. -p SWEEP full)",
+    )
+    ap.add_argument(
+        "--out-dir", type=Path, help="where the executed copies go (default: a temporary directory)"
+    )
+    ap.add_argument(
+        "--timeout", type=float, default=600, help="seconds per notebook before it is stopped"
+    )
+    ap.add_argument(
+        "--record", action="store_true", help="write results/<gpu>/reproduce_timing.json"
+    )
     args = ap.parse_args(argv)
 
     missing = [str(p) for p in args.notebooks if not p.exists() or p.suffix != ".ipynb"]
@@ -86,20 +125,34 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(ROOT))
         from flashcore.results import write_result
 
-        return write_result("reproduce_timing", {
-            "method": "wall time of one papermill process per notebook (kernel start, imports, compiles "
-                      "and every cell), run one after another on an otherwise idle machine",
-            "total_seconds": round(sum(r["seconds"] for r in rows), 1), "rows": rows},
-            command=" ".join(["python tools/time_reproduce.py", "--profile", args.profile,
-                              *(f"-p {n} {v}" for n, v in params),
-                              *(f"notebooks/{p.name}" for p in args.notebooks)]))
+        return write_result(
+            "reproduce_timing",
+            {
+                "method": "wall time of one papermill process per notebook (kernel start, "
+                "imports, compiles and every cell), one after another on an otherwise idle machine",
+                "total_seconds": round(sum(r["seconds"] for r in rows), 1),
+                "rows": rows,
+            },
+            command=" ".join(
+                [
+                    "python tools/time_reproduce.py",
+                    "--profile",
+                    args.profile,
+                    *(f"-p {n} {v}" for n, v in params),
+                    *(f"notebooks/{p.name}" for p in args.notebooks),
+                ]
+            ),
+        )
 
     rows = []
     for path in args.notebooks:
         row = time_notebook(path.resolve(), args.profile, params, out_dir, args.timeout)
         rows.append(row)
         cells = ", ".join(f"cell {c['cell']} {c['seconds']:.0f} s" for c in row["slowest_cells"])
-        print(f"{row['notebook']:<24} {row['seconds']:7.1f} s  {row['status']}  (slowest: {cells})", flush=True)
+        print(
+            f"{row['notebook']:<24} {row['seconds']:7.1f} s  {row['status']}  (slowest: {cells})",
+            flush=True,
+        )
         if args.record:
             written = record(rows)
     total = sum(r["seconds"] for r in rows)
