@@ -1,5 +1,7 @@
 """The torch op, the SDPA stand-in, and the transformers integration (CPU and GPU)."""
 
+import os
+
 import pytest
 import torch
 
@@ -158,7 +160,7 @@ def test_transformers_padded_batch_greedy_tokens_match_sdpa(padding, sliding_win
     fp16 on a GPU (the KV-cache kernel takes half precision; noise ~1e-2)."""
     from flashcore.ops import register_transformers
     model = _mistral(sliding_window)
-    dtype, noise = (torch.float16, 5e-2) if HAS_CUDA else (torch.float32, 1e-3)
+    dtype, noise = (torch.float16, 5e-2) if (HAS_CUDA or os.environ.get("FC_TEST_FP16")) else (torch.float32, 1e-3)
     model.to(dtype)
     name = register_transformers()
     lengths = [20, 12, 5]
@@ -182,7 +184,13 @@ def test_transformers_padded_batch_greedy_tokens_match_sdpa(padding, sliding_win
     decided = margins > noise  # closer calls are not compared
     assert bool(decided.any())
     new = slice(ids.shape[1], None)
+    # A right-padded sequence whose last prompt row (a padding row, whose logits pick the
+    # first new token) sees no valid key inside the window has no defined output there:
+    # SDPA's result for a fully masked row depends on the backend (zeros on CPU, not on every
+    # CUDA backend); flashcore returns zeros. Such sequences are not compared.
+    defined = [padding == "left" or sliding_window is None or 20 - n < sliding_window for n in lengths]
+    assert any(defined)
     # Compare each sequence up to its first undecided step.
-    for b in range(3):
+    for b in [i for i in range(3) if defined[i]]:
         upto = int(decided[b].int().cumprod(0).sum())
         assert torch.equal(ours[b, new][:upto], ref[b, new][:upto]), (b, ours[b], ref[b])
