@@ -97,3 +97,44 @@ def test_gpu_long_cache_many_splits():
     lengths = torch.tensor([65000], dtype=torch.int32, device=DEVICE)
     out = attention_with_kvcache(q, kc, vc, lengths)
     assert kvcache_rule(out, q, kc, vc, lengths).passed
+
+
+@pytest.mark.parametrize("new_tokens", [True, False])
+@pytest.mark.parametrize("seqlen_new", [1, 3])
+@pytest.mark.parametrize("window,softcap,masked", [(20, None, False), (None, 4.0, False), (None, None, True),
+                                                   (33, 2.0, True)])
+def test_window_softcap_and_key_padding_mask(new_tokens, seqlen_new, window, softcap, masked):
+    """Sliding window, logit softcapping and a per-key padding mask (holes included), each
+    against the float64 reference, with several splits; outputs poisoned."""
+    from flashcore.reference import kvcache_reference
+    from flashcore.validate import error_rule
+
+    g = torch.Generator().manual_seed(seqlen_new * 7 + (window or 0))
+    b, hq, hkv, cap, d = 3, 8, 2, 150, 32
+    q = _randn(b, hq, seqlen_new, d, gen=g)
+    kc, vc = _randn(b, hkv, cap, d, gen=g), _randn(b, hkv, cap, d, gen=g)
+    lens = torch.tensor([5, 100, 140 - seqlen_new], device=DEVICE)
+    kn = _randn(b, hkv, seqlen_new, d, gen=g) if new_tokens else None
+    vn = _randn(b, hkv, seqlen_new, d, gen=g) if new_tokens else None
+    mask = None
+    if masked:
+        mask = (torch.rand(b, cap, generator=g) > 0.3).to(DEVICE)
+        mask[:, :2] = True
+    out = torch.full(q.shape, float("nan"), dtype=HALF, device=DEVICE)
+    attention_with_kvcache(q, kc, vc, lens, kn, vn, window=window, softcap=softcap, key_padding_mask=mask,
+                           num_splits=3, out=out)
+    total = lens + seqlen_new if new_tokens else lens
+    opts = dict(window=window, softcap=softcap, key_padding_mask=mask)
+    report = error_rule(out, kvcache_reference(q, kc, vc, total, **opts),
+                        kvcache_reference(q, kc, vc, total, compute_dtype=HALF, **opts))
+    assert report.passed, report
+
+
+def test_key_padding_mask_errors():
+    q = _randn(2, 4, 1, 16)
+    kc = _randn(2, 2, 32, 16)
+    lens = torch.tensor([3, 5], device=DEVICE)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        attention_with_kvcache(q, kc, kc, lens, key_padding_mask=torch.ones(2, 31, dtype=torch.bool, device=DEVICE))
+    with pytest.raises(ValueError, match="softcap"):
+        attention_with_kvcache(q, kc, kc, lens, softcap=0.0)
