@@ -38,22 +38,41 @@ def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=N
     from .kernels.forward import attention
 
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
-    decode_like = seqlen_q <= DECODE_MAX_QUERIES and seqlen_k >= 4 * seqlen_q and (
-        seqlen_q == 1 or (is_causal and bottom_right))
+    decode_like = (
+        seqlen_q <= DECODE_MAX_QUERIES
+        and seqlen_k >= 4 * seqlen_q
+        and (seqlen_q == 1 or (is_causal and bottom_right))
+    )
     if decode_like and q.dtype != torch.float32 and (window is None or is_causal):
         lengths = _full_lengths(q.shape[0], seqlen_k, q.device)
         # A window needs the causal position of each query: the decode kernel's
         # bottom-right alignment (Sq == 1 is bottom-right either way).
-        return attention_with_kvcache(q, k, v, lengths, scale=scale, window=window, softcap=softcap,
-                                      check_lengths=False)
-    return attention(q, k, v, causal=is_causal, causal_alignment="bottom_right" if bottom_right else "top_left",
-                     scale=scale, window=window, softcap=softcap)
+        return attention_with_kvcache(
+            q, k, v, lengths, scale=scale, window=window, softcap=softcap, check_lengths=False
+        )
+    return attention(
+        q,
+        k,
+        v,
+        causal=is_causal,
+        causal_alignment="bottom_right" if bottom_right else "top_left",
+        scale=scale,
+        window=window,
+        softcap=softcap,
+    )
 
 
 @torch.library.custom_op("flashcore::attention", mutates_args=(), device_types="cuda")
-def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                 bottom_right: bool, scale: float | None, window: int | None = None,
-                 softcap: float | None = None) -> torch.Tensor:
+def attention_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    bottom_right: bool,
+    scale: float | None,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
     """Forward attention as a torch op. Returns a contiguous tensor of q's shape/dtype.
     ``window`` (causal sliding window, keys each query sees, itself included) and
     ``softcap`` as ``flashcore.attention``."""
@@ -67,21 +86,42 @@ def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap
     with torch.no_grad():
         if interpreter_enabled() and q.dtype in (torch.float16, torch.float32):
             from .kernels.forward import attention
-            return attention(q, k, v, causal=is_causal, causal_alignment=align, scale=scale, window=window,
-                             softcap=softcap).contiguous()
+
+            return attention(
+                q,
+                k,
+                v,
+                causal=is_causal,
+                causal_alignment=align,
+                scale=scale,
+                window=window,
+                softcap=softcap,
+            ).contiguous()
         from ._checks import check_window
         from .kernels.forward import check_softcap
+
         check_window(window, is_causal)
         check_softcap(softcap)
         from .reference import attention_reference
-        out = attention_reference(q, k, v, causal=is_causal, causal_alignment=align, scale=scale, window=window,
-                                  softcap=softcap, compute_dtype=torch.float32)
+
+        out = attention_reference(
+            q,
+            k,
+            v,
+            causal=is_causal,
+            causal_alignment=align,
+            scale=scale,
+            window=window,
+            softcap=softcap,
+            compute_dtype=torch.float32,
+        )
         return out.to(q.dtype).contiguous()
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
     from ._checks import check_attention_inputs, check_window
+
     check_attention_inputs(q, k, v, max_head_dim=256)
     check_window(window, is_causal)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -149,8 +189,19 @@ attention_op.register_autograd(_attention_backward_formula, setup_context=_atten
 # --- end of autograd for flashcore::attention
 
 
-def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-         enable_gqa=False, *, window=None, softcap=None):
+def sdpa(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    window=None,
+    softcap=None,
+):
     """``torch.nn.functional.scaled_dot_product_attention`` for the cases flashcore computes.
 
     Shapes ``(B, H, L, E)`` (or 3-D ``(H, L, E)``); ``is_causal`` is SDPA's top-left
@@ -163,8 +214,10 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     ``attn_mask`` together with ``is_causal`` (as SDPA does).
     """
     if attn_mask is not None:
-        raise ValueError("flashcore.sdpa does not support attn_mask (only is_causal); call "
-                         "torch.nn.functional.scaled_dot_product_attention for arbitrary masks")
+        raise ValueError(
+            "flashcore.sdpa does not support attn_mask (only is_causal); call "
+            "torch.nn.functional.scaled_dot_product_attention for arbitrary masks"
+        )
     if dropout_p != 0.0:
         raise ValueError(f"flashcore.sdpa does not support dropout, got dropout_p={dropout_p}")
     squeeze = query.dim() == 3
@@ -173,11 +226,21 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if query.dim() == 4 and key.dim() == 4 and query.shape[1] != key.shape[1] and not enable_gqa:
         raise ValueError(
             f"expected query and key to have the same number of heads unless enable_gqa=True, "
-            f"got {query.shape[1]} and {key.shape[1]}")
-    args = (query, key, value, bool(is_causal), False, None if scale is None else float(scale), window,
-            None if softcap is None else float(softcap))
+            f"got {query.shape[1]} and {key.shape[1]}"
+        )
+    args = (
+        query,
+        key,
+        value,
+        bool(is_causal),
+        False,
+        None if scale is None else float(scale),
+        window,
+        None if softcap is None else float(softcap),
+    )
     differentiable = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value))
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value)
+    )
     if differentiable or torch.compiler.is_compiling() or not isinstance(query, torch.Tensor):
         out = torch.ops.flashcore.attention(*args)  # traced, differentiable
     else:
@@ -189,6 +252,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 
 # ------------------------------------------------------------------- transformers
+
 
 class PaddedKeys:
     """What the mask hook hands the attention function for a padded batch (instead of a
@@ -206,14 +270,32 @@ class PaddedKeys:
         self.ends = (self.starts + counts).to(torch.int32)
         # One host sync per forward pass (SDPA's mask path has one too: padding_mask.all()).
         span_ok, self.longest, self.ends_at_last = (
-            int(x) for x in torch.stack([((last - first == counts) | (counts == 0)).all().int(), counts.max(),
-                                         (self.ends == kv_length).all().int()]).tolist())
+            int(x)
+            for x in torch.stack(
+                [
+                    ((last - first == counts) | (counts == 0)).all().int(),
+                    counts.max(),
+                    (self.ends == kv_length).all().int(),
+                ]
+            ).tolist()
+        )
         self.contiguous = bool(span_ok)
         self.ends_at_last = bool(self.ends_at_last)
 
 
-def _transformers_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                            sliding_window=None, softcap=None, is_causal=None, **kwargs):
+def _transformers_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout=0.0,
+    scaling=None,
+    sliding_window=None,
+    softcap=None,
+    is_causal=None,
+    **kwargs,
+):
     """transformers' attention-function signature: (B, H, S, D) in, ((B, S, H, D), None) out.
 
     Queries are the last Sq positions of the keys (bottom-right causal), which is what a
@@ -230,7 +312,8 @@ def _transformers_attention(module, query, key, value, attention_mask, dropout=0
     if attention_mask is not None and not isinstance(attention_mask, PaddedKeys):
         raise NotImplementedError(
             "flashcore's transformers attention takes padding masks only through its mask hook "
-            f"(register_transformers); got a {type(attention_mask).__name__}")
+            f"(register_transformers); got a {type(attention_mask).__name__}"
+        )
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal)
     window = None if sliding_window is None else int(sliding_window)
@@ -240,15 +323,22 @@ def _transformers_attention(module, query, key, value, attention_mask, dropout=0
     if attention_mask is None:
         if differentiable or torch.compiler.is_compiling():
             # The op: traced by torch.compile, differentiable through its registered backward.
-            out = torch.ops.flashcore.attention(query, key, value, causal, True, scale, window, softcap)
+            out = torch.ops.flashcore.attention(
+                query, key, value, causal, True, scale, window, softcap
+            )
         else:
             # Eager inference: the op's dispatch costs as much as the launch; call it directly.
             with torch.no_grad():
-                out = _launch_cuda(query, key, value, causal, True, scale, window, softcap) \
-                    if query.is_cuda else _attention_cpu(query, key, value, causal, True, scale, window, softcap)
+                out = (
+                    _launch_cuda(query, key, value, causal, True, scale, window, softcap)
+                    if query.is_cuda
+                    else _attention_cpu(query, key, value, causal, True, scale, window, softcap)
+                )
         return out.transpose(1, 2).contiguous(), None
     if differentiable:
-        raise NotImplementedError("flashcore's padded-batch path is forward-only; use unpadded batches to train")
+        raise NotImplementedError(
+            "flashcore's padded-batch path is forward-only; use unpadded batches to train"
+        )
     with torch.no_grad():
         out = _padded_attention(query, key, value, attention_mask, causal, scale, window, softcap)
     return out.transpose(1, 2).contiguous(), None
@@ -260,7 +350,9 @@ def _padded_attention(q, k, v, pad: PaddedKeys, causal, scale, window, softcap):
 
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     if pad.valid.shape != (q.shape[0], seqlen_k):
-        raise ValueError(f"padding mask of shape {tuple(pad.valid.shape)} for keys of shape {tuple(k.shape)}")
+        raise ValueError(
+            f"padding mask of shape {tuple(pad.valid.shape)} for keys of shape {tuple(k.shape)}"
+        )
     if seqlen_q == seqlen_k and pad.contiguous:
         # Prefill: queries and keys share positions. Sequence b's keys are its valid range;
         # its queries run from the range's start to the end, top-left aligned, so a padding
@@ -268,35 +360,79 @@ def _padded_attention(q, k, v, pad: PaddedKeys, causal, scale, window, softcap):
         # the last row, which is padding in a right-padded batch). Rows before the range
         # (left padding) see no valid key in SDPA either; they return zeros.
         q_ends = torch.full_like(pad.starts, seqlen_q)
-        return attention_ranges(q, k, v, pad.starts, q_ends, pad.starts, pad.ends, seqlen_q,
-                                causal=causal, causal_alignment="top_left", window=window, softcap=softcap,
-                                scale=scale)
+        return attention_ranges(
+            q,
+            k,
+            v,
+            pad.starts,
+            q_ends,
+            pad.starts,
+            pad.ends,
+            seqlen_q,
+            causal=causal,
+            causal_alignment="top_left",
+            window=window,
+            softcap=softcap,
+            scale=scale,
+        )
     if not causal:
         raise NotImplementedError("flashcore: padded non-causal attention with a cache")
     if q.dtype != torch.float32 or not q.is_cuda:
         # The KV-cache kernel: queries are the last Sq cached positions, keys masked per key.
         lengths = _full_lengths(q.shape[0], seqlen_k, q.device)
-        return attention_with_kvcache(q, k, v, lengths, scale=scale, window=window, softcap=softcap,
-                                      key_padding_mask=pad.valid, check_lengths=False)
+        return attention_with_kvcache(
+            q,
+            k,
+            v,
+            lengths,
+            scale=scale,
+            window=window,
+            softcap=softcap,
+            key_padding_mask=pad.valid,
+            check_lengths=False,
+        )
     if pad.contiguous and pad.ends_at_last:
         # float32 on CUDA, left padding: every query row is valid, keys [start, Sk).
         q_starts = torch.zeros_like(pad.starts)
         q_ends = torch.full_like(pad.starts, seqlen_q)
-        return attention_ranges(q, k, v, q_starts, q_ends, pad.starts, pad.ends, seqlen_q, causal=True,
-                                causal_alignment="bottom_right", window=window, softcap=softcap, scale=scale)
+        return attention_ranges(
+            q,
+            k,
+            v,
+            q_starts,
+            q_ends,
+            pad.starts,
+            pad.ends,
+            seqlen_q,
+            causal=True,
+            causal_alignment="bottom_right",
+            window=window,
+            softcap=softcap,
+            scale=scale,
+        )
     raise NotImplementedError("flashcore: float32 on CUDA with a cache needs left padding")
 
 
-def _padding_only_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
-                       mask_function=None, attention_mask=None, **kwargs):
+def _padding_only_mask(
+    batch_size,
+    q_length,
+    kv_length,
+    q_offset=0,
+    kv_offset=0,
+    mask_function=None,
+    attention_mask=None,
+    **kwargs,
+):
     """transformers mask hook: None when nothing is padded (the kernels apply the causal and
     window masks themselves), else a :class:`PaddedKeys` for this layer type's key range."""
     if attention_mask is None:
         return None
     valid = attention_mask.to(torch.bool)
     if valid.shape[-1] < kv_offset + kv_length:  # padded with False, as transformers does
-        valid = torch.nn.functional.pad(valid, (0, kv_offset + kv_length - valid.shape[-1]), value=False)
-    valid = valid[:, kv_offset:kv_offset + kv_length]
+        valid = torch.nn.functional.pad(
+            valid, (0, kv_offset + kv_length - valid.shape[-1]), value=False
+        )
+    valid = valid[:, kv_offset : kv_offset + kv_length]
     if bool(valid.all()):
         return None
     return PaddedKeys(valid.contiguous())
@@ -309,12 +445,13 @@ def register_transformers(name: str = TRANSFORMERS_NAME) -> str:
     """Register flashcore as ``attn_implementation=name`` in transformers (attention
     function and mask hook); returns the name."""
     if "flash" in name:
-        raise ValueError("transformers treats attention names containing 'flash' as "
-                         "FlashAttention packages to import; pick another name")
+        raise ValueError(
+            "transformers treats attention names containing 'flash' as "
+            "FlashAttention packages to import; pick another name"
+        )
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(name, _transformers_attention)
     AttentionMaskInterface.register(name, _padding_only_mask)
     return name
-

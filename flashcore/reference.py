@@ -25,8 +25,16 @@ def causal_offset(seqlen_q: int, seqlen_k: int, alignment: str) -> int:
     raise ValueError(f"causal_alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
 
 
-def visible_keys(seqlen_q: int, seqlen_k: int, *, causal: bool, alignment: str = "top_left",
-                 window: int | None = None, device=None, rows: torch.Tensor | None = None) -> torch.Tensor:
+def visible_keys(
+    seqlen_q: int,
+    seqlen_k: int,
+    *,
+    causal: bool,
+    alignment: str = "top_left",
+    window: int | None = None,
+    device=None,
+    rows: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Boolean (Sq, Sk) mask (or (len(rows), Sk) for the given query rows): True where the
     query may attend to the key. ``window`` (causal only): also require
     j > i + offset - window, i.e. only the ``window`` most recent keys."""
@@ -47,9 +55,21 @@ def expand_kv_heads(t: torch.Tensor, num_q_heads: int) -> torch.Tensor:
     return t.repeat_interleave(group, dim=1) if group > 1 else t
 
 
-def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", window=None, scale=None,
-                        compute_dtype=torch.float64, return_lse=False, query_rows=None, softcap=None,
-                        key_padding_mask=None):
+def attention_reference(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    causal_alignment="top_left",
+    window=None,
+    scale=None,
+    compute_dtype=torch.float64,
+    return_lse=False,
+    query_rows=None,
+    softcap=None,
+    key_padding_mask=None,
+):
     """softmax(q k^T * scale + mask) v, with every operation in ``compute_dtype``.
 
     ``compute_dtype=torch.float64`` gives the reference the error rule measures against;
@@ -69,7 +89,9 @@ def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", w
     (padding), on top of the causal / window mask.
     """
     batch, num_q_heads, seqlen_q, head_dim = q.shape
-    all_rows = torch.arange(seqlen_q, device=q.device) if query_rows is None else query_rows.to(q.device)
+    all_rows = (
+        torch.arange(seqlen_q, device=q.device) if query_rows is None else query_rows.to(q.device)
+    )
     seqlen_k = k.shape[2]
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
@@ -91,25 +113,40 @@ def attention_reference(q, k, v, *, causal=False, causal_alignment="top_left", w
         scores = torch.matmul(q_c[:, :, local], k_c.transpose(-1, -2)) * scale
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap
-        mask = visible_keys(seqlen_q, seqlen_k, causal=causal, alignment=causal_alignment,
-                            window=window, rows=rows)
+        mask = visible_keys(
+            seqlen_q, seqlen_k, causal=causal, alignment=causal_alignment, window=window, rows=rows
+        )
         if key_padding_mask is not None:
-            mask = mask[None, None] & key_padding_mask.to(torch.bool).to(mask.device)[:, None, None, :]
+            mask = (
+                mask[None, None] & key_padding_mask.to(torch.bool).to(mask.device)[:, None, None, :]
+            )
         scores = scores.masked_fill(~mask, float("-inf"))
         # softmax of an all -inf row is NaN (and so is its gradient, which would spread to
         # every dK/dV): such a row sees no key, gets finite scores here and zeros below.
         # (NaN from NaN inputs is kept: only rows with no visible key are zeroed.)
         has_key = mask.any(dim=-1)
         probs = torch.softmax(scores.masked_fill(~has_key[..., None], 0.0), dim=-1)
-        probs = torch.where(has_key[..., None], probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
+        probs = torch.where(
+            has_key[..., None], probs, torch.zeros((), dtype=probs.dtype, device=probs.device)
+        )
         out[:, :, local] = torch.matmul(probs, v_c)
         if return_lse:
             lse[:, :, local] = torch.logsumexp(scores, dim=-1)
     return (out, lse) if return_lse else out
 
 
-def kvcache_reference(q, k_cache, v_cache, total_lengths, *, scale=None, compute_dtype=torch.float64,
-                      window=None, softcap=None, key_padding_mask=None):
+def kvcache_reference(
+    q,
+    k_cache,
+    v_cache,
+    total_lengths,
+    *,
+    scale=None,
+    compute_dtype=torch.float64,
+    window=None,
+    softcap=None,
+    key_padding_mask=None,
+):
     """Reference for KV-cache attention: sequence b's Sn queries are the last Sn of its
     ``total_lengths[b]`` cached positions (bottom-right causal). ``k_cache``/``v_cache`` must
     already hold the appended tokens. ``window``, ``softcap``, ``key_padding_mask``
@@ -117,16 +154,39 @@ def kvcache_reference(q, k_cache, v_cache, total_lengths, *, scale=None, compute
     ``compute_dtype``."""
     outs = []
     for b, length in enumerate(torch.as_tensor(total_lengths).tolist()):
-        outs.append(attention_reference(
-            q[b:b + 1], k_cache[b:b + 1, :, :length], v_cache[b:b + 1, :, :length], causal=True,
-            causal_alignment="bottom_right", scale=scale, compute_dtype=compute_dtype, window=window,
-            softcap=softcap,
-            key_padding_mask=None if key_padding_mask is None else key_padding_mask[b:b + 1, :length]))
+        outs.append(
+            attention_reference(
+                q[b : b + 1],
+                k_cache[b : b + 1, :, :length],
+                v_cache[b : b + 1, :, :length],
+                causal=True,
+                causal_alignment="bottom_right",
+                scale=scale,
+                compute_dtype=compute_dtype,
+                window=window,
+                softcap=softcap,
+                key_padding_mask=None
+                if key_padding_mask is None
+                else key_padding_mask[b : b + 1, :length],
+            )
+        )
     return torch.cat(outs, 0)
 
 
-def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, causal_alignment="bottom_right",
-                     window=None, softcap=None, scale=None, compute_dtype=torch.float64):
+def varlen_reference(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    *,
+    causal=False,
+    causal_alignment="bottom_right",
+    window=None,
+    softcap=None,
+    scale=None,
+    compute_dtype=torch.float64,
+):
     """Reference for packed variable-length attention: q ``(total_q, Hq, D)``, k/v
     ``(total_k, Hkv, D)``; sequence b is rows ``cu_seqlens[b]:cu_seqlens[b+1]``, attended on
     its own. Returns ``(total_q, Hq, D)`` in ``compute_dtype``."""
@@ -135,8 +195,15 @@ def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, causa
     for b in range(len(cq) - 1):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
         seq = attention_reference(
-            q[qs].transpose(0, 1)[None], k[ks].transpose(0, 1)[None], v[ks].transpose(0, 1)[None],
-            causal=causal, causal_alignment=causal_alignment, window=window, softcap=softcap, scale=scale,
-            compute_dtype=compute_dtype)
+            q[qs].transpose(0, 1)[None],
+            k[ks].transpose(0, 1)[None],
+            v[ks].transpose(0, 1)[None],
+            causal=causal,
+            causal_alignment=causal_alignment,
+            window=window,
+            softcap=softcap,
+            scale=scale,
+            compute_dtype=compute_dtype,
+        )
         out[qs] = seq[0].transpose(0, 1)
     return out

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from conftest import DEVICE
+
 from flashcore import attention_with_kvcache
 from flashcore.validate import kvcache_rule, kvcache_session
 
@@ -54,8 +54,10 @@ def _cache_call_args(capacity=32, lengths=(10, 20)):
     return q, kc, vc, torch.tensor(lengths, dtype=torch.int32, device=DEVICE), kn, vn
 
 
-@pytest.mark.parametrize("lengths,match", [((10, 31), "cache_seqlens in \\[10, 31\\]"),
-                                            ((-1, 3), "cache_seqlens in \\[-1, 3\\]")])
+@pytest.mark.parametrize(
+    "lengths,match",
+    [((10, 31), "cache_seqlens in \\[10, 31\\]"), ((-1, 3), "cache_seqlens in \\[-1, 3\\]")],
+)
 def test_bad_lengths_raise_and_leave_cache_untouched(lengths, match):
     q, kc, vc, lens, kn, vn = _cache_call_args(lengths=lengths)
     before = (kc.clone(), vc.clone())
@@ -84,7 +86,9 @@ def test_input_errors():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (8, 8, 64), (16, 1, 256)])
 def test_gpu_session(dtype, hq, hkv, d):
-    reports = kvcache_session(4, hq, hkv, 2048, d, prompt_lens=[1, 300, 1024, 2000], steps=8, dtype=dtype, device=DEVICE)
+    reports = kvcache_session(
+        4, hq, hkv, 2048, d, prompt_lens=[1, 300, 1024, 2000], steps=8, dtype=dtype, device=DEVICE
+    )
     assert all(r.passed for r in reports), [round(r.ratio, 3) for r in reports]
 
 
@@ -101,8 +105,10 @@ def test_gpu_long_cache_many_splits():
 
 @pytest.mark.parametrize("new_tokens", [True, False])
 @pytest.mark.parametrize("seqlen_new", [1, 3])
-@pytest.mark.parametrize("window,softcap,masked", [(20, None, False), (None, 4.0, False), (None, None, True),
-                                                   (33, 2.0, True)])
+@pytest.mark.parametrize(
+    "window,softcap,masked",
+    [(20, None, False), (None, 4.0, False), (None, None, True), (33, 2.0, True)],
+)
 def test_window_softcap_and_key_padding_mask(new_tokens, seqlen_new, window, softcap, masked):
     """Sliding window, logit softcapping and a per-key padding mask (holes included), each
     against the float64 reference, with several splits; outputs poisoned."""
@@ -121,12 +127,26 @@ def test_window_softcap_and_key_padding_mask(new_tokens, seqlen_new, window, sof
         mask = (torch.rand(b, cap, generator=g) > 0.3).to(DEVICE)
         mask[:, :2] = True
     out = torch.full(q.shape, float("nan"), dtype=HALF, device=DEVICE)
-    attention_with_kvcache(q, kc, vc, lens, kn, vn, window=window, softcap=softcap, key_padding_mask=mask,
-                           num_splits=3, out=out)
+    attention_with_kvcache(
+        q,
+        kc,
+        vc,
+        lens,
+        kn,
+        vn,
+        window=window,
+        softcap=softcap,
+        key_padding_mask=mask,
+        num_splits=3,
+        out=out,
+    )
     total = lens + seqlen_new if new_tokens else lens
     opts = dict(window=window, softcap=softcap, key_padding_mask=mask)
-    report = error_rule(out, kvcache_reference(q, kc, vc, total, **opts),
-                        kvcache_reference(q, kc, vc, total, compute_dtype=HALF, **opts))
+    report = error_rule(
+        out,
+        kvcache_reference(q, kc, vc, total, **opts),
+        kvcache_reference(q, kc, vc, total, compute_dtype=HALF, **opts),
+    )
     assert report.passed, report
 
 
@@ -135,6 +155,8 @@ def test_key_padding_mask_errors():
     kc = _randn(2, 2, 32, 16)
     lens = torch.tensor([3, 5], device=DEVICE)
     with pytest.raises(ValueError, match="key_padding_mask"):
-        attention_with_kvcache(q, kc, kc, lens, key_padding_mask=torch.ones(2, 31, dtype=torch.bool, device=DEVICE))
+        attention_with_kvcache(
+            q, kc, kc, lens, key_padding_mask=torch.ones(2, 31, dtype=torch.bool, device=DEVICE)
+        )
     with pytest.raises(ValueError, match="softcap"):
         attention_with_kvcache(q, kc, kc, lens, softcap=0.0)

@@ -4,8 +4,8 @@ import os
 
 import pytest
 import torch
-
 from conftest import DEVICE, HAS_CUDA
+
 import flashcore.ops  # noqa: F401  (registers torch.ops.flashcore.attention)
 from flashcore.ops import sdpa
 from flashcore.reference import attention_reference
@@ -23,7 +23,9 @@ def _qkv(b=2, hq=4, hkv=2, sq=19, sk=19, d=32, dtype=DTYPE, seed=0):
 @pytest.mark.parametrize("causal,bottom_right", [(False, False), (True, False), (True, True)])
 def test_opcheck(causal, bottom_right):
     q, k, v = _qkv(sq=9, sk=21)
-    torch.library.opcheck(torch.ops.flashcore.attention.default, (q, k, v, causal, bottom_right, None))
+    torch.library.opcheck(
+        torch.ops.flashcore.attention.default, (q, k, v, causal, bottom_right, None)
+    )
 
 
 def test_compile_fullgraph_traces_the_op():
@@ -44,7 +46,9 @@ def test_sdpa_matches_reference_under_the_rule(causal):
     q, k, v = _qkv(sq=23, sk=40)
     out = sdpa(q, k, v, is_causal=causal, enable_gqa=True)
     ref = attention_reference(q, k, v, causal=causal)
-    same = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    same = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=causal, enable_gqa=True
+    )
     assert error_rule(out, ref, same).passed
 
 
@@ -77,6 +81,7 @@ def test_sdpa_errors():
 def _e2e(device, dtype):
     pytest.importorskip("transformers")
     from flashcore.studies.e2e import run_e2e
+
     return run_e2e(device, dtype, steps=32)
 
 
@@ -108,7 +113,9 @@ def test_op_window_and_softcap_under_the_rule(window, softcap):
     q, k, v = _qkv(sq=23, sk=23)
     out = sdpa(q, k, v, is_causal=True, enable_gqa=True, window=window, softcap=softcap)
     ref = attention_reference(q, k, v, causal=True, window=window, softcap=softcap)
-    same = attention_reference(q, k, v, causal=True, window=window, softcap=softcap, compute_dtype=q.dtype)
+    same = attention_reference(
+        q, k, v, causal=True, window=window, softcap=softcap, compute_dtype=q.dtype
+    )
     assert error_rule(out, ref, same).passed
 
 
@@ -123,12 +130,28 @@ def _mistral(sliding_window, layers=2):
     from transformers import MistralConfig, MistralForCausalLM
 
     from flashcore.studies.e2e import small_llama_config
+
     base = small_llama_config(num_hidden_layers=layers)
-    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "initializer_range")
+    keys = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "initializer_range",
+    )
     torch.manual_seed(0)
-    return MistralForCausalLM(MistralConfig(**{k: getattr(base, k) for k in keys},
-                                            sliding_window=sliding_window)).eval().to(DEVICE)
+    return (
+        MistralForCausalLM(
+            MistralConfig(**{k: getattr(base, k) for k in keys}, sliding_window=sliding_window)
+        )
+        .eval()
+        .to(DEVICE)
+    )
 
 
 def test_transformers_sliding_window_matches_eager_convention():
@@ -137,6 +160,7 @@ def test_transformers_sliding_window_matches_eager_convention():
     tokens, flashcore vs float64 eager, under the rule with sdpa as the baseline: an
     off-by-one window would attend to another set of keys and fail by far."""
     from flashcore.ops import register_transformers
+
     model = _mistral(5)
     name = register_transformers()
     ids = torch.randint(1, 128, (2, 20), generator=torch.Generator().manual_seed(3)).to(DEVICE)
@@ -159,8 +183,13 @@ def test_transformers_padded_batch_greedy_tokens_match_sdpa(padding, sliding_win
     mask: greedy tokens identical to sdpa's where margins allow: fp32 on CPU (noise ~1e-5),
     fp16 on a GPU (the KV-cache kernel takes half precision; noise ~1e-2)."""
     from flashcore.ops import register_transformers
+
     model = _mistral(sliding_window)
-    dtype, noise = (torch.float16, 5e-2) if (HAS_CUDA or os.environ.get("FC_TEST_FP16")) else (torch.float32, 1e-3)
+    dtype, noise = (
+        (torch.float16, 5e-2)
+        if (HAS_CUDA or os.environ.get("FC_TEST_FP16"))
+        else (torch.float32, 1e-3)
+    )
     model.to(dtype)
     name = register_transformers()
     lengths = [20, 12, 5]
@@ -168,19 +197,32 @@ def test_transformers_padded_batch_greedy_tokens_match_sdpa(padding, sliding_win
     mask = torch.zeros(3, 20, dtype=torch.long, device=DEVICE)
     for b, n in enumerate(lengths):
         if padding == "left":
-            mask[b, 20 - n:] = 1
+            mask[b, 20 - n :] = 1
         else:
             mask[b, :n] = 1
     result = {}
     for impl in (name, "sdpa"):
         model.set_attn_implementation(impl)
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False,
-                                 pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+            out = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=6,
+                min_new_tokens=6,
+                do_sample=False,
+                pad_token_id=0,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
         result[impl] = out
     ours, ref = result[name].sequences, result["sdpa"].sequences
-    margins = torch.stack([s.float().topk(2).values[:, 0] - s.float().topk(2).values[:, 1]
-                           for s in result["sdpa"].scores], 1)
+    margins = torch.stack(
+        [
+            s.float().topk(2).values[:, 0] - s.float().topk(2).values[:, 1]
+            for s in result["sdpa"].scores
+        ],
+        1,
+    )
     decided = margins > noise  # closer calls are not compared
     assert bool(decided.any())
     new = slice(ids.shape[1], None)
@@ -188,7 +230,9 @@ def test_transformers_padded_batch_greedy_tokens_match_sdpa(padding, sliding_win
     # first new token) sees no valid key inside the window has no defined output there:
     # SDPA's result for a fully masked row depends on the backend (zeros on CPU, not on every
     # CUDA backend); flashcore returns zeros. Such sequences are not compared.
-    defined = [padding == "left" or sliding_window is None or 20 - n < sliding_window for n in lengths]
+    defined = [
+        padding == "left" or sliding_window is None or 20 - n < sliding_window for n in lengths
+    ]
     assert any(defined)
     # Compare each sequence up to its first undecided step.
     for b in [i for i in range(3) if defined[i]]:

@@ -35,22 +35,54 @@ import triton.language as tl
 
 from .._checks import check_kvcache_inputs, check_window, on_interpreter
 from . import _launch as launch
-from .forward import LOG2E, _kernel_scales, _tanh, check_softcap
 from ._launch import LaunchCache
+from .forward import _kernel_scales, _tanh, check_softcap
 
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, SeqLens, OutPartial, LsePartial, Out,
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk,
-    stride_oz, stride_oh, stride_om, stride_ok,
-    num_kv_heads, group_size, seqlen_new, num_splits, split_len, qk_scale,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr,
-    window=0, softcap_scale=0.0, KeyMask=None, stride_mz=0, lengths_include_new=0,
-    HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, HAS_KEY_MASK: tl.constexpr = False,
+    Q,
+    K,
+    V,
+    SeqLens,
+    OutPartial,
+    LsePartial,
+    Out,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vk,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_ok,
+    num_kv_heads,
+    group_size,
+    seqlen_new,
+    num_splits,
+    split_len,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr,
+    window=0,
+    softcap_scale=0.0,
+    KeyMask=None,
+    stride_mz=0,
+    lengths_include_new=0,
+    HAS_WINDOW: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False,
+    HAS_KEY_MASK: tl.constexpr = False,
 ):
     # Options (defaults off): HAS_WINDOW, a causal sliding window of `window` keys ending at
     # each query's position; SOFTCAP, logits c * tanh(s / c) (scales as in the forward
@@ -80,13 +112,28 @@ def _decode_split_kernel(
     d_in = offs_d < HEAD_DIM
     offs_n = tl.arange(0, BLOCK_N)
 
-    q_ptrs = (Q + batch.to(tl.int64) * stride_qz + q_head[:, None].to(tl.int64) * stride_qh
-              + pos[:, None].to(tl.int64) * stride_qm + offs_d[None, :] * stride_qk)
+    q_ptrs = (
+        Q
+        + batch.to(tl.int64) * stride_qz
+        + q_head[:, None].to(tl.int64) * stride_qh
+        + pos[:, None].to(tl.int64) * stride_qm
+        + offs_d[None, :] * stride_qk
+    )
     q = tl.load(q_ptrs, mask=row_in[:, None] & d_in[None, :], other=0.0)
-    k_ptrs = (K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
-              + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kk)
-    v_ptrs = (V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
-              + offs_n[:, None].to(tl.int64) * stride_vn + offs_d[None, :] * stride_vk)
+    k_ptrs = (
+        K
+        + batch.to(tl.int64) * stride_kz
+        + kv_head.to(tl.int64) * stride_kh
+        + offs_n[:, None].to(tl.int64) * stride_kn
+        + offs_d[None, :] * stride_kk
+    )
+    v_ptrs = (
+        V
+        + batch.to(tl.int64) * stride_vz
+        + kv_head.to(tl.int64) * stride_vh
+        + offs_n[:, None].to(tl.int64) * stride_vn
+        + offs_d[None, :] * stride_vk
+    )
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -109,7 +156,9 @@ def _decode_split_kernel(
         if HAS_WINDOW:
             visible = visible & (cols[None, :] > last_visible[:, None] - window)
         if HAS_KEY_MASK:
-            valid = tl.load(KeyMask + batch.to(tl.int64) * stride_mz + cols, mask=cols < key_hi, other=0)
+            valid = tl.load(
+                KeyMask + batch.to(tl.int64) * stride_mz + cols, mask=cols < key_hi, other=0
+            )
             visible = visible & (valid[None, :] != 0)
         s = tl.where(visible, s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -125,8 +174,13 @@ def _decode_split_kernel(
     if SINGLE_SPLIT:
         # One split covers every key: normalise and write the output directly.
         out = acc / tl.where(empty, 1.0, l_i)[:, None]
-        o_ptrs = (Out + batch.to(tl.int64) * stride_oz + q_head[:, None].to(tl.int64) * stride_oh
-                  + pos[:, None].to(tl.int64) * stride_om + offs_d[None, :] * stride_ok)
+        o_ptrs = (
+            Out
+            + batch.to(tl.int64) * stride_oz
+            + q_head[:, None].to(tl.int64) * stride_oh
+            + pos[:, None].to(tl.int64) * stride_om
+            + offs_d[None, :] * stride_ok
+        )
         tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_in[:, None] & d_in[None, :])
     else:
         # Partial of this split, normalised by its own sum, and its log2-sum-exp2 (-inf if
@@ -134,18 +188,32 @@ def _decode_split_kernel(
         part = acc / tl.where(empty, 1.0, l_i)[:, None]
         lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
         num_q_heads = num_kv_heads * group_size
-        row_index = ((batch * num_q_heads + q_head).to(tl.int64) * seqlen_new + pos) * num_splits + split
+        row_index = (
+            (batch * num_q_heads + q_head).to(tl.int64) * seqlen_new + pos
+        ) * num_splits + split
         tl.store(LsePartial + row_index, lse2, mask=row_in)
-        tl.store(OutPartial + row_index[:, None] * HEAD_DIM_PADDED + offs_d[None, :], part,
-                 mask=row_in[:, None])
+        tl.store(
+            OutPartial + row_index[:, None] * HEAD_DIM_PADDED + offs_d[None, :],
+            part,
+            mask=row_in[:, None],
+        )
 
 
 @triton.jit
 def _decode_combine_kernel(
-    OutPartial, LsePartial, Out,
-    stride_oz, stride_oh, stride_om, stride_ok,
-    num_q_heads, seqlen_new, num_splits,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr, SPLITS_PADDED: tl.constexpr,
+    OutPartial,
+    LsePartial,
+    Out,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_ok,
+    num_q_heads,
+    seqlen_new,
+    num_splits,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    SPLITS_PADDED: tl.constexpr,
 ):
     # One program per output row (batch, query head, position); splits reduced in a fixed
     # order and tile shape: deterministic.
@@ -161,8 +229,11 @@ def _decode_combine_kernel(
     m_use = tl.where(m == float("-inf"), 0.0, m)
     w = tl.math.exp2(lse2 - m_use)  # 0 for splits that saw no key
     w_sum = tl.sum(w, 0)
-    parts = tl.load(OutPartial + (row * num_splits + offs_s[:, None]) * HEAD_DIM_PADDED + offs_d[None, :],
-                    mask=s_in[:, None], other=0.0)
+    parts = tl.load(
+        OutPartial + (row * num_splits + offs_s[:, None]) * HEAD_DIM_PADDED + offs_d[None, :],
+        mask=s_in[:, None],
+        other=0.0,
+    )
     out = tl.sum(parts * w[:, None], 0) / tl.where(w_sum == 0.0, 1.0, w_sum)
     o_ptrs = Out + batch * stride_oz + head * stride_oh + pos * stride_om + offs_d * stride_ok
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
@@ -172,15 +243,18 @@ def append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new) -> None:
     """Write k_new/v_new ``(B, Hkv, Sn, D)`` at positions cache_seqlens[b] + [0, Sn) of each
     sequence's cache, in place, without a host sync (one indexed copy per tensor)."""
     batch, _, seqlen_new, _ = k_new.shape
-    positions = cache_seqlens.to(torch.long)[:, None] + torch.arange(seqlen_new, device=k_new.device)
+    positions = cache_seqlens.to(torch.long)[:, None] + torch.arange(
+        seqlen_new, device=k_new.device
+    )
     batch_index = torch.arange(batch, device=k_new.device)[:, None].expand(batch, seqlen_new)
     # Indexing (batch, :, position) puts the advanced dims first: (B, Sn, Hkv, D).
     k_cache[batch_index, :, positions] = k_new.transpose(1, 2)
     v_cache[batch_index, :, positions] = v_new.transpose(1, 2)
 
 
-def choose_num_splits(batch: int, num_kv_heads: int, row_tiles: int, max_keys: int, block_n: int,
-                      num_sms: int) -> int:
+def choose_num_splits(
+    batch: int, num_kv_heads: int, row_tiles: int, max_keys: int, block_n: int, num_sms: int
+) -> int:
     """Enough splits that the grid fills the GPU about twice over, each split at least
     four key tiles long (shorter splits pay more in partial traffic than they gain)."""
     programs = max(1, batch * num_kv_heads * row_tiles)
@@ -189,7 +263,7 @@ def choose_num_splits(batch: int, num_kv_heads: int, row_tiles: int, max_keys: i
     return int(max(1, min(want, most, 256)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _num_sms(index) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
@@ -200,8 +274,16 @@ _DECODE_LAUNCHES = LaunchCache("decode")
 
 
 class _DecodeEntry:
-    __slots__ = ("split", "combine", "split_grid", "combine_grid", "split_args", "combine_args",
-                 "partial_shape", "num_splits")
+    __slots__ = (
+        "split",
+        "combine",
+        "split_grid",
+        "combine_grid",
+        "split_args",
+        "combine_args",
+        "partial_shape",
+        "num_splits",
+    )
 
     def __init__(self, **kw):
         for name, value in kw.items():
@@ -214,27 +296,47 @@ def _partials(partial_shape, device):
     padded head dim (>= 16 floats), so the second view stays 16-byte aligned."""
     rows = math.prod(partial_shape[:-1])
     buf = torch.empty(rows * (partial_shape[-1] + 1), dtype=torch.float32, device=device)
-    return buf[: rows * partial_shape[-1]].view(partial_shape), buf[rows * partial_shape[-1]:].view(partial_shape[:-1])
+    return buf[: rows * partial_shape[-1]].view(partial_shape), buf[
+        rows * partial_shape[-1] :
+    ].view(partial_shape[:-1])
 
 
-def _decode_key(q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, num_splits, window, softcap):
-    if not (type(window) is int or window is None) or not (num_splits is None or type(num_splits) is int) \
-            or not (softcap is None or (type(softcap) in (int, float) and 0 < softcap < math.inf)) \
-            or type(cache_seqlens) is not torch.Tensor \
-            or not (key_padding_mask is None or type(key_padding_mask) is torch.Tensor):
+def _decode_key(
+    q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, num_splits, window, softcap
+):
+    if (
+        not (type(window) is int or window is None)
+        or not (num_splits is None or type(num_splits) is int)
+        or not (softcap is None or (type(softcap) in (int, float) and 0 < softcap < math.inf))
+        or type(cache_seqlens) is not torch.Tensor
+        or not (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
+    ):
         return None
     sig = lambda t: (t.shape, t.stride(), t.dtype, t.device, launch.aligned(t))  # noqa: E731
-    grad = torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad or v_cache.requires_grad)
-    return (sig(q), sig(k_cache), sig(v_cache), sig(cache_seqlens), None if out is None else sig(out),
-            None if key_padding_mask is None else sig(key_padding_mask), num_splits, window,
-            softcap is None, grad)
+    grad = torch.is_grad_enabled() and (
+        q.requires_grad or k_cache.requires_grad or v_cache.requires_grad
+    )
+    return (
+        sig(q),
+        sig(k_cache),
+        sig(v_cache),
+        sig(cache_seqlens),
+        None if out is None else sig(out),
+        None if key_padding_mask is None else sig(key_padding_mask),
+        num_splits,
+        window,
+        softcap is None,
+        grad,
+    )
 
 
 def _decode_cached(e, q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, scale, softcap):
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     stream = launch.current_stream(q.device.index)
-    qk_scale, softcap_scale = _kernel_scales(1.0 / math.sqrt(q.shape[3]) if scale is None else scale, softcap)
+    qk_scale, softcap_scale = _kernel_scales(
+        1.0 / math.sqrt(q.shape[3]) if scale is None else scale, softcap
+    )
     args = list(e.split_args)
     if e.num_splits == 1:
         partial = lse_partial = out
@@ -306,15 +408,25 @@ def attention_with_kvcache(
     Returns: ``(B, Hq, Sn, D)`` in q's dtype.
     """
     key = None
-    if not check_lengths and k_new is None and v_new is None and type(q) is torch.Tensor \
-            and type(k_cache) is torch.Tensor and type(v_cache) is torch.Tensor \
-            and (out is None or type(out) is torch.Tensor) and q.device.type == "cuda" \
-            and launch.usable(q.device):
-        key = _decode_key(q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, num_splits, window, softcap)
+    if (
+        not check_lengths
+        and k_new is None
+        and v_new is None
+        and type(q) is torch.Tensor
+        and type(k_cache) is torch.Tensor
+        and type(v_cache) is torch.Tensor
+        and (out is None or type(out) is torch.Tensor)
+        and q.device.type == "cuda"
+        and launch.usable(q.device)
+    ):
+        key = _decode_key(
+            q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, num_splits, window, softcap
+        )
         entry = _DECODE_LAUNCHES.get(key) if key is not None else None
         if entry is not None:
-            return _decode_cached(entry, q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, scale,
-                                  softcap)
+            return _decode_cached(
+                entry, q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, scale, softcap
+            )
 
     new_tokens = check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out)
     check_window(window, True)
@@ -322,20 +434,32 @@ def attention_with_kvcache(
     batch, num_q_heads, seqlen_new, head_dim = q.shape
     num_kv_heads, capacity = k_cache.shape[1], k_cache.shape[2]
     if key_padding_mask is not None and (
-            not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.shape != (batch, capacity)
-            or key_padding_mask.dtype not in (torch.bool, torch.uint8) or key_padding_mask.device != q.device):
-        got = (tuple(key_padding_mask.shape), key_padding_mask.dtype, key_padding_mask.device) \
-            if isinstance(key_padding_mask, torch.Tensor) else type(key_padding_mask).__name__
-        raise ValueError(f"expected key_padding_mask to be a ({batch}, {capacity}) bool tensor on {q.device}, got {got}")
+        not isinstance(key_padding_mask, torch.Tensor)
+        or key_padding_mask.shape != (batch, capacity)
+        or key_padding_mask.dtype not in (torch.bool, torch.uint8)
+        or key_padding_mask.device != q.device
+    ):
+        got = (
+            (tuple(key_padding_mask.shape), key_padding_mask.dtype, key_padding_mask.device)
+            if isinstance(key_padding_mask, torch.Tensor)
+            else type(key_padding_mask).__name__
+        )
+        raise ValueError(
+            f"expected key_padding_mask to be a ({batch}, {capacity}) bool tensor on {q.device}, got {got}"
+        )
     max_keys = capacity
     if check_lengths and batch > 0:
         lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))
         if lo < 0 or hi + (seqlen_new if new_tokens else 0) > capacity:
-            need = "0 <= cache_seqlens and cache_seqlens + Sn <= S_max" if new_tokens else \
-                "0 <= cache_seqlens <= S_max"
+            need = (
+                "0 <= cache_seqlens and cache_seqlens + Sn <= S_max"
+                if new_tokens
+                else "0 <= cache_seqlens <= S_max"
+            )
             raise ValueError(
                 f"expected {need} for every sequence (Sn={seqlen_new}, S_max={capacity}), got "
-                f"cache_seqlens in [{lo}, {hi}]; the cache was not modified")
+                f"cache_seqlens in [{lo}, {hi}]; the cache was not modified"
+            )
         max_keys = hi + (seqlen_new if new_tokens else 0)
     if new_tokens:
         append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new)
@@ -374,43 +498,83 @@ def attention_with_kvcache(
         key_padding_mask = key_padding_mask.view(torch.uint8)  # same bytes; Triton loads bool as i1
     split_grid = (num_splits, row_tiles, batch * num_kv_heads)
     split_params = dict(
-        Q=q, K=k_cache, V=v_cache, SeqLens=cache_seqlens, OutPartial=out_partial, LsePartial=lse_partial,
+        Q=q,
+        K=k_cache,
+        V=v_cache,
+        SeqLens=cache_seqlens,
+        OutPartial=out_partial,
+        LsePartial=lse_partial,
         Out=out,
         **dict(zip(("stride_qz", "stride_qh", "stride_qm", "stride_qk"), q.stride())),
         **dict(zip(("stride_kz", "stride_kh", "stride_kn", "stride_kk"), k_cache.stride())),
         **dict(zip(("stride_vz", "stride_vh", "stride_vn", "stride_vk"), v_cache.stride())),
         **dict(zip(("stride_oz", "stride_oh", "stride_om", "stride_ok"), out.stride())),
-        num_kv_heads=num_kv_heads, group_size=group, seqlen_new=seqlen_new, num_splits=num_splits,
-        split_len=split_len, qk_scale=qk_scale,
-        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, BLOCK_M=block_m, BLOCK_N=block_n,
-        SINGLE_SPLIT=single, window=window or 0, softcap_scale=softcap_scale, KeyMask=key_padding_mask,
+        num_kv_heads=num_kv_heads,
+        group_size=group,
+        seqlen_new=seqlen_new,
+        num_splits=num_splits,
+        split_len=split_len,
+        qk_scale=qk_scale,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim_padded,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        SINGLE_SPLIT=single,
+        window=window or 0,
+        softcap_scale=softcap_scale,
+        KeyMask=key_padding_mask,
         stride_mz=0 if key_padding_mask is None else key_padding_mask.stride(0),
         # Without new tokens the queries are the last Sn cached positions.
         lengths_include_new=0 if new_tokens else 1,
-        HAS_WINDOW=window is not None, SOFTCAP=softcap is not None, HAS_KEY_MASK=key_padding_mask is not None)
+        HAS_WINDOW=window is not None,
+        SOFTCAP=softcap is not None,
+        HAS_KEY_MASK=key_padding_mask is not None,
+    )
     split = _decode_split_kernel[split_grid](**split_params, num_warps=warps, num_stages=stages)
     combine = None
     if not single:
         combine_grid = (batch * num_q_heads * seqlen_new, 1, 1)
         combine_params = dict(
-            OutPartial=out_partial, LsePartial=lse_partial, Out=out,
+            OutPartial=out_partial,
+            LsePartial=lse_partial,
+            Out=out,
             **dict(zip(("stride_oz", "stride_oh", "stride_om", "stride_ok"), out.stride())),
-            num_q_heads=num_q_heads, seqlen_new=seqlen_new, num_splits=num_splits,
-            HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
-            SPLITS_PADDED=max(2, triton.next_power_of_2(num_splits)))
+            num_q_heads=num_q_heads,
+            seqlen_new=seqlen_new,
+            num_splits=num_splits,
+            HEAD_DIM=head_dim,
+            HEAD_DIM_PADDED=head_dim_padded,
+            SPLITS_PADDED=max(2, triton.next_power_of_2(num_splits)),
+        )
         combine = _decode_combine_kernel[combine_grid](**combine_params, num_warps=4)
     if key is not None:
         split_kernel = launch.direct_kernel(split)
         combine_kernel = launch.direct_kernel(combine) if combine is not None else None
         if split_kernel is not None and (single or combine_kernel is not None):
             # Tensors are filled in per call; only integers derived from the key are kept.
-            split_args = [None if isinstance(split_params[n], torch.Tensor) else split_params[n]
-                          for n in _SPLIT_PARAMS]
-            combine_args = None if single else [
-                None if isinstance(combine_params[n], torch.Tensor) else combine_params[n] for n in _COMBINE_PARAMS]
-            _DECODE_LAUNCHES.put(key, _DecodeEntry(
-                split=split_kernel, combine=combine_kernel, split_grid=split_grid,
-                combine_grid=None if single else combine_grid, split_args=tuple(split_args),
-                combine_args=None if single else tuple(combine_args), partial_shape=partial_shape,
-                num_splits=num_splits))
+            split_args = [
+                None if isinstance(split_params[n], torch.Tensor) else split_params[n]
+                for n in _SPLIT_PARAMS
+            ]
+            combine_args = (
+                None
+                if single
+                else [
+                    None if isinstance(combine_params[n], torch.Tensor) else combine_params[n]
+                    for n in _COMBINE_PARAMS
+                ]
+            )
+            _DECODE_LAUNCHES.put(
+                key,
+                _DecodeEntry(
+                    split=split_kernel,
+                    combine=combine_kernel,
+                    split_grid=split_grid,
+                    combine_grid=None if single else combine_grid,
+                    split_args=tuple(split_args),
+                    combine_args=None if single else tuple(combine_args),
+                    partial_shape=partial_shape,
+                    num_splits=num_splits,
+                ),
+            )
     return out

@@ -45,9 +45,19 @@ MAX_HEAD_DIM = 256
 
 
 @triton.jit
-def _load_kv_tile(ptrs, desc, batch, kv_head, start_n, stride_n, kv_mask,
-                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  USE_TMA: tl.constexpr, MASKED: tl.constexpr):
+def _load_kv_tile(
+    ptrs,
+    desc,
+    batch,
+    kv_head,
+    start_n,
+    stride_n,
+    kv_mask,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """One (BLOCK_N, HEAD_DIM_PADDED) K or V tile starting at key start_n.
 
     TMA (Hopper's bulk tensor copy) reads through a 4-D descriptor of the whole
@@ -96,23 +106,53 @@ def _tanh(x):
     e = tl.math.exp2(ax * -2.885390081777927)  # exp(-2|x|) = 2^(-2|x| log2 e)
     far = (1.0 - e) / (1.0 + e)
     x2 = ax * ax
-    near = ax * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * (
-        -0.05396825396825397 + x2 * 0.021869488536155203))))
+    near = ax * (
+        1.0
+        + x2
+        * (
+            -0.3333333333333333
+            + x2 * (0.13333333333333333 + x2 * (-0.05396825396825397 + x2 * 0.021869488536155203))
+        )
+    )
     t = tl.where(ax < 0.2, near, far)
     return tl.where(x < 0, -t, t)
 
 
 @triton.jit
 def _attend_key_tiles(
-    acc, l_i, m_i, q,
-    k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
-    offs_m, offs_n, offs_d,
-    key_lo, key_hi, seqlen_k, causal_offset, window, qk_scale,
-    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_ptrs,
+    v_ptrs,
+    k_desc,
+    v_desc,
+    batch,
+    kv_head,
+    stride_kn,
+    stride_vn,
+    offs_m,
+    offs_n,
+    offs_d,
+    key_lo,
+    key_hi,
+    seqlen_k,
+    causal_offset,
+    window,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    APPLY_MASK: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LEAKY_CONTROL: tl.constexpr,
-    softcap_scale=0.0, SOFTCAP: tl.constexpr = False,
+    USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    LEAKY_CONTROL: tl.constexpr,
+    softcap_scale=0.0,
+    SOFTCAP: tl.constexpr = False,
 ):
     """Fold key tiles [key_lo, key_hi) into the running (acc, l_i, m_i) of one query tile.
 
@@ -131,8 +171,19 @@ def _attend_key_tiles(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         kv_mask = (cols[:, None] < seqlen_k) & d_mask
-        k = _load_kv_tile(k_ptrs, k_desc, batch, kv_head, start_n, stride_kn, kv_mask,
-                          BLOCK_N, HEAD_DIM_PADDED, USE_TMA, APPLY_MASK or PADDED)
+        k = _load_kv_tile(
+            k_ptrs,
+            k_desc,
+            batch,
+            kv_head,
+            start_n,
+            stride_kn,
+            kv_mask,
+            BLOCK_N,
+            HEAD_DIM_PADDED,
+            USE_TMA,
+            APPLY_MASK or PADDED,
+        )
         if FP32_IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -156,8 +207,19 @@ def _attend_key_tiles(
         else:
             acc = acc * alpha[:, None]
 
-        v = _load_kv_tile(v_ptrs, v_desc, batch, kv_head, start_n, stride_vn, kv_mask,
-                          BLOCK_N, HEAD_DIM_PADDED, USE_TMA, APPLY_MASK or PADDED)
+        v = _load_kv_tile(
+            v_ptrs,
+            v_desc,
+            batch,
+            kv_head,
+            start_n,
+            stride_vn,
+            kv_mask,
+            BLOCK_N,
+            HEAD_DIM_PADDED,
+            USE_TMA,
+            APPLY_MASK or PADDED,
+        )
         if FP32_IEEE:
             acc = tl.dot(p, v, acc, input_precision="ieee")
         else:
@@ -168,18 +230,54 @@ def _attend_key_tiles(
 
 @triton.jit
 def _attn_fwd_kernel(
-    Q, K, V, Out, Lse, k_desc, v_desc,
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk,
-    stride_oz, stride_oh, stride_om, stride_ok,
-    num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, window, qk_scale,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, STORE_LSE: tl.constexpr, FP32_IEEE: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LEAKY_CONTROL: tl.constexpr = 0,
-    softcap_scale=0.0, SeqStartsQ=None, SeqEndsQ=None, SeqStartsK=None, SeqEndsK=None,
-    SOFTCAP: tl.constexpr = False, VARLEN: tl.constexpr = 0,
+    Q,
+    K,
+    V,
+    Out,
+    Lse,
+    k_desc,
+    v_desc,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vk,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_ok,
+    num_q_heads,
+    gqa_group_size,
+    seqlen_q,
+    seqlen_k,
+    causal_offset,
+    window,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    STORE_LSE: tl.constexpr,
+    FP32_IEEE: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    LEAKY_CONTROL: tl.constexpr = 0,
+    softcap_scale=0.0,
+    SeqStartsQ=None,
+    SeqEndsQ=None,
+    SeqStartsK=None,
+    SeqEndsK=None,
+    SOFTCAP: tl.constexpr = False,
+    VARLEN: tl.constexpr = 0,
 ):
     # 1-D grid: the query-tile index varies fastest, so programs running together share
     # one head's K/V in L2; a 1-D grid also has no 65535 limit on batch * heads.
@@ -240,7 +338,9 @@ def _attn_fwd_kernel(
         # Every row sees keys j <= tile_start + causal_offset; the last row sees up to
         # tile_start + BLOCK_M - 1 + causal_offset.
         first_row_sees = tile_start + causal_offset + 1
-        unmasked_end = tl.maximum(tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0)
+        unmasked_end = tl.maximum(
+            tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0
+        )
         key_end = tl.maximum(tl.minimum(tile_start + BLOCK_M + causal_offset, seqlen_k), 0)
     else:
         unmasked_end = full_tiles_end
@@ -251,7 +351,9 @@ def _attn_fwd_kernel(
         lowest_key = tl.maximum(first_row_sees - window, 0)
         key_start = (lowest_key // BLOCK_N) * BLOCK_N
         last_row_lowest = tile_start + BLOCK_M + causal_offset - window
-        full_start = tl.maximum(tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start)
+        full_start = tl.maximum(
+            tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start
+        )
         lower_end = tl.minimum(full_start, key_end)
         unmasked_end = tl.maximum(unmasked_end, full_start)
     else:
@@ -273,20 +375,110 @@ def _attn_fwd_kernel(
 
     if HAS_WINDOW:
         acc, l_i, m_i = _attend_key_tiles(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
-            offs_m, offs_n, offs_d, key_start, lower_end, seqlen_k, causal_offset, window, qk_scale,
-            BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, True, FP32_IEEE, USE_TMA,
-            WARP_SPECIALIZE, LEAKY_CONTROL, softcap_scale, SOFTCAP)
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_ptrs,
+            v_ptrs,
+            k_desc,
+            v_desc,
+            batch,
+            kv_head,
+            stride_kn,
+            stride_vn,
+            offs_m,
+            offs_n,
+            offs_d,
+            key_start,
+            lower_end,
+            seqlen_k,
+            causal_offset,
+            window,
+            qk_scale,
+            BLOCK_N,
+            HEAD_DIM,
+            HEAD_DIM_PADDED,
+            True,
+            IS_CAUSAL,
+            True,
+            FP32_IEEE,
+            USE_TMA,
+            WARP_SPECIALIZE,
+            LEAKY_CONTROL,
+            softcap_scale,
+            SOFTCAP,
+        )
     acc, l_i, m_i = _attend_key_tiles(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
-        offs_m, offs_n, offs_d, full_start, unmasked_end, seqlen_k, causal_offset, window, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, False, IS_CAUSAL, False, FP32_IEEE, USE_TMA,
-        WARP_SPECIALIZE, LEAKY_CONTROL, softcap_scale, SOFTCAP)
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_ptrs,
+        v_ptrs,
+        k_desc,
+        v_desc,
+        batch,
+        kv_head,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        offs_d,
+        full_start,
+        unmasked_end,
+        seqlen_k,
+        causal_offset,
+        window,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        HEAD_DIM_PADDED,
+        False,
+        IS_CAUSAL,
+        False,
+        FP32_IEEE,
+        USE_TMA,
+        WARP_SPECIALIZE,
+        LEAKY_CONTROL,
+        softcap_scale,
+        SOFTCAP,
+    )
     acc, l_i, m_i = _attend_key_tiles(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, batch, kv_head, stride_kn, stride_vn,
-        offs_m, offs_n, offs_d, unmasked_end, key_end, seqlen_k, causal_offset, window, qk_scale,
-        BLOCK_N, HEAD_DIM, HEAD_DIM_PADDED, True, IS_CAUSAL, HAS_WINDOW, FP32_IEEE, USE_TMA,
-        WARP_SPECIALIZE, LEAKY_CONTROL, softcap_scale, SOFTCAP)
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_ptrs,
+        v_ptrs,
+        k_desc,
+        v_desc,
+        batch,
+        kv_head,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        offs_d,
+        unmasked_end,
+        key_end,
+        seqlen_k,
+        causal_offset,
+        window,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        HEAD_DIM_PADDED,
+        True,
+        IS_CAUSAL,
+        HAS_WINDOW,
+        FP32_IEEE,
+        USE_TMA,
+        WARP_SPECIALIZE,
+        LEAKY_CONTROL,
+        softcap_scale,
+        SOFTCAP,
+    )
 
     # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
     sees_nothing = l_i == 0.0
@@ -309,24 +501,30 @@ def _attn_fwd_kernel(
 # same in every process, and the first call pays no autotuning.
 #   key: (head_dim_padded <= , causal, long keys)  ->  (BLOCK_M, BLOCK_N, warps, stages, mode)
 _HOPPER_TABLE = {
-    (64, False, False): (64, 64, 4, 3, "tma"),    # 393 TFLOP/s at S=1024
-    (64, True, False): (64, 64, 4, 3, "ptr"),     # 313
-    (64, False, True): (128, 64, 8, 3, "ws"),     # 444 at S=8192
-    (64, True, True): (128, 64, 8, 3, "ptr"),     # 421
-    (128, False, False): (64, 64, 4, 3, "tma"),   # 459
-    (128, True, False): (64, 64, 4, 3, "tma"),    # 359
+    (64, False, False): (64, 64, 4, 3, "tma"),  # 393 TFLOP/s at S=1024
+    (64, True, False): (64, 64, 4, 3, "ptr"),  # 313
+    (64, False, True): (128, 64, 8, 3, "ws"),  # 444 at S=8192
+    (64, True, True): (128, 64, 8, 3, "ptr"),  # 421
+    (128, False, False): (64, 64, 4, 3, "tma"),  # 459
+    (128, True, False): (64, 64, 4, 3, "tma"),  # 359
     (128, False, True): (128, 128, 8, 3, "tma"),  # 508
-    (128, True, True): (64, 64, 4, 3, "tma"),     # 484
-    (256, False, False): (64, 64, 4, 3, "tma"),   # 419 (larger tiles exceed shared memory)
-    (256, True, False): (64, 64, 4, 3, "tma"),    # 315
-    (256, False, True): (64, 64, 4, 3, "tma"),    # 489
-    (256, True, True): (64, 64, 4, 3, "tma"),     # 526
+    (128, True, True): (64, 64, 4, 3, "tma"),  # 484
+    (256, False, False): (64, 64, 4, 3, "tma"),  # 419 (larger tiles exceed shared memory)
+    (256, True, False): (64, 64, 4, 3, "tma"),  # 315
+    (256, False, True): (64, 64, 4, 3, "tma"),  # 489
+    (256, True, True): (64, 64, 4, 3, "tma"),  # 526
 }
 LONG_KEYS = 4096  # "long" bucket from this many keys on
 
 
-def _pick_config(head_dim_padded: int, dtype: torch.dtype, seqlen_q: int, seqlen_k: int,
-                 causal: bool, interpreted: bool) -> dict:
+def _pick_config(
+    head_dim_padded: int,
+    dtype: torch.dtype,
+    seqlen_q: int,
+    seqlen_k: int,
+    causal: bool,
+    interpreted: bool,
+) -> dict:
     """Tile shape, warps, pipeline depth and load path for one launch."""
     if interpreted:
         # The interpreter runs one program at a time in numpy: large tiles are faster.
@@ -339,11 +537,17 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, seqlen_q: int, seqlen
         return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1, USE_TMA=False)
     bucket = 64 if head_dim_padded <= 64 else head_dim_padded
     bm, bn, warps, stages, mode = _HOPPER_TABLE[(bucket, bool(causal), seqlen_k >= LONG_KEYS)]
-    return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages,
-                USE_TMA=mode in ("tma", "ws"), WARP_SPECIALIZE=mode == "ws")
+    return dict(
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        num_warps=warps,
+        num_stages=stages,
+        USE_TMA=mode in ("tma", "ws"),
+        WARP_SPECIALIZE=mode == "ws",
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compute_capability(index) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
@@ -377,6 +581,7 @@ def _kv_descriptors(k, v, block_n, head_dim):
     def make(t):
         # Keys past S are zero-filled by the hardware: no mask for the sequence tail.
         return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_n, head_dim])
+
     return make(k), make(v)
 
 
@@ -386,7 +591,9 @@ def check_softcap(softcap) -> None:
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"expected softcap to be a float or None, got {type(softcap).__name__}")
     if not 0 < softcap < math.inf:
-        raise ValueError(f"expected softcap > 0 (logits become softcap * tanh(s / softcap)), got {softcap}")
+        raise ValueError(
+            f"expected softcap > 0 (logits become softcap * tanh(s / softcap)), got {softcap}"
+        )
 
 
 def _kernel_scales(scale: float, softcap) -> tuple[float, float]:
@@ -401,14 +608,37 @@ def _kernel_scales(scale: float, softcap) -> tuple[float, float]:
 # Parameter order of _attn_fwd_kernel and the slots a call fills in; everything else in a
 # launch is derived from the cache key (see _launch.py).
 _PARAMS = list(_attn_fwd_kernel.arg_names)
-_SLOTS = {name: _PARAMS.index(name) for name in (
-    "Q", "K", "V", "Out", "Lse", "k_desc", "v_desc", "qk_scale", "softcap_scale",
-    "SeqStartsQ", "SeqEndsQ", "SeqStartsK", "SeqEndsK")}
+_SLOTS = {
+    name: _PARAMS.index(name)
+    for name in (
+        "Q",
+        "K",
+        "V",
+        "Out",
+        "Lse",
+        "k_desc",
+        "v_desc",
+        "qk_scale",
+        "softcap_scale",
+        "SeqStartsQ",
+        "SeqEndsQ",
+        "SeqStartsK",
+        "SeqEndsK",
+    )
+}
 _FORWARD_LAUNCHES = LaunchCache("forward")
 
 
 class _ForwardEntry:
-    __slots__ = ("kernel", "grid", "template", "tma_block", "return_lse", "lse_shape", "default_scale")
+    __slots__ = (
+        "kernel",
+        "grid",
+        "template",
+        "tma_block",
+        "return_lse",
+        "lse_shape",
+        "default_scale",
+    )
 
     def __init__(self, kernel, grid, template, tma_block, return_lse, lse_shape, default_scale):
         self.kernel, self.grid, self.template = kernel, grid, template
@@ -420,7 +650,9 @@ def _signature(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
 
 
-def _forward_key(q, k, v, out, seqs, causal, causal_alignment, window, softcap, return_lse, max_seqlen_q):
+def _forward_key(
+    q, k, v, out, seqs, causal, causal_alignment, window, softcap, return_lse, max_seqlen_q
+):
     """Everything a launch depends on besides the data: shapes, strides, dtypes, devices,
     16-byte alignment of every pointer (Triton specializes on it), flags, the window (an
     integer Triton may specialize), whether a softcap is set (its value is a runtime
@@ -452,7 +684,11 @@ def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
     """The lean path: fill the call's tensors and scales into the cached argument list."""
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(entry.lse_shape, dtype=torch.float32, device=q.device) if entry.return_lse else out
+    lse = (
+        torch.empty(entry.lse_shape, dtype=torch.float32, device=q.device)
+        if entry.return_lse
+        else out
+    )
     args = list(entry.template)
     args[_Q], args[_K], args[_V], args[_OUT], args[_LSE] = q, k, v, out, lse
     if seqs is not None:
@@ -472,8 +708,24 @@ def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
     return out, lse
 
 
-def _launch_forward(q, k, v, out, lse, *, seqs, max_seqlen_q, causal, bottom_right, window, softcap,
-                    scale, return_lse, config, key):
+def _launch_forward(
+    q,
+    k,
+    v,
+    out,
+    lse,
+    *,
+    seqs,
+    max_seqlen_q,
+    causal,
+    bottom_right,
+    window,
+    softcap,
+    scale,
+    return_lse,
+    config,
+    key,
+):
     """The checked path: pick the config, launch through the JIT, and remember the
     compiled kernel under ``key`` (None: do not cache). q, k, v are (B, H, S, D) views; with
     ``seqs`` (starts/ends of queries and keys per sequence) the kernel runs in varlen mode
@@ -484,8 +736,13 @@ def _launch_forward(q, k, v, out, lse, *, seqs, max_seqlen_q, causal, bottom_rig
         seqlen_q = max_seqlen_q
     causal_offset = seqlen_k - seqlen_q if (causal and bottom_right and seqs is None) else 0
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
-    cfg = dict(config) if config is not None else _pick_config(
-        head_dim_padded, q.dtype, seqlen_q, seqlen_k, bool(causal), on_interpreter(q))
+    cfg = (
+        dict(config)
+        if config is not None
+        else _pick_config(
+            head_dim_padded, q.dtype, seqlen_q, seqlen_k, bool(causal), on_interpreter(q)
+        )
+    )
     # Varlen reads keys through per-sequence offsets: the pointer path.
     use_tma = cfg.pop("USE_TMA", True) and seqs is None and _tma_usable(k, v, head_dim)
     warp_specialize = cfg.pop("WARP_SPECIALIZE", False) and use_tma
@@ -501,20 +758,43 @@ def _launch_forward(q, k, v, out, lse, *, seqs, max_seqlen_q, causal, bottom_rig
     varlen = 0 if seqs is None else (2 if bottom_right else 1)
     starts_q, ends_q, starts_k, ends_k = seqs if seqs is not None else (None,) * 4
     params = dict(
-        Q=q, K=k, V=v, Out=out, Lse=lse, k_desc=k_desc, v_desc=v_desc,
+        Q=q,
+        K=k,
+        V=v,
+        Out=out,
+        Lse=lse,
+        k_desc=k_desc,
+        v_desc=v_desc,
         **dict(zip(("stride_qz", "stride_qh", "stride_qm", "stride_qk"), q.stride())),
         **dict(zip(("stride_kz", "stride_kh", "stride_kn", "stride_kk"), k.stride())),
         **dict(zip(("stride_vz", "stride_vh", "stride_vn", "stride_vk"), v.stride())),
         **dict(zip(("stride_oz", "stride_oh", "stride_om", "stride_ok"), out.stride())),
-        num_q_heads=num_q_heads, gqa_group_size=num_q_heads // num_kv_heads, seqlen_q=seqlen_q,
-        seqlen_k=seqlen_k, causal_offset=causal_offset, window=window or 0, qk_scale=qk_scale,
-        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
-        BLOCK_M=cfg.pop("BLOCK_M"), BLOCK_N=cfg.pop("BLOCK_N"),
-        IS_CAUSAL=bool(causal), HAS_WINDOW=window is not None, STORE_LSE=bool(return_lse),
-        FP32_IEEE=q.dtype == torch.float32, USE_TMA=use_tma, WARP_SPECIALIZE=warp_specialize,
+        num_q_heads=num_q_heads,
+        gqa_group_size=num_q_heads // num_kv_heads,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        causal_offset=causal_offset,
+        window=window or 0,
+        qk_scale=qk_scale,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim_padded,
+        BLOCK_M=cfg.pop("BLOCK_M"),
+        BLOCK_N=cfg.pop("BLOCK_N"),
+        IS_CAUSAL=bool(causal),
+        HAS_WINDOW=window is not None,
+        STORE_LSE=bool(return_lse),
+        FP32_IEEE=q.dtype == torch.float32,
+        USE_TMA=use_tma,
+        WARP_SPECIALIZE=warp_specialize,
         LEAKY_CONTROL=cfg.pop("LEAKY_CONTROL", 0),
-        softcap_scale=softcap_scale, SeqStartsQ=starts_q, SeqEndsQ=ends_q, SeqStartsK=starts_k,
-        SeqEndsK=ends_k, SOFTCAP=softcap is not None, VARLEN=varlen)
+        softcap_scale=softcap_scale,
+        SeqStartsQ=starts_q,
+        SeqEndsQ=ends_q,
+        SeqStartsK=starts_k,
+        SeqEndsK=ends_k,
+        SOFTCAP=softcap is not None,
+        VARLEN=varlen,
+    )
     compiled = _attn_fwd_kernel[grid](**params, **cfg)
     if key is not None:
         kernel = launch.direct_kernel(compiled, _DESC_SLOTS if use_tma else ())
@@ -524,9 +804,18 @@ def _launch_forward(q, k, v, out, lse, *, seqs, max_seqlen_q, causal, bottom_rig
                 template[slot] = None  # no tensor outlives its call in the cache
             template[_SOFTCAP_SCALE] = 0.0
             tma_block = (1, 1, params["BLOCK_N"], head_dim) if use_tma else None
-            _FORWARD_LAUNCHES.put(key, _ForwardEntry(
-                kernel, grid, tuple(template), tma_block, bool(return_lse),
-                (batch, num_q_heads, seqlen_q), 1.0 / math.sqrt(head_dim)))
+            _FORWARD_LAUNCHES.put(
+                key,
+                _ForwardEntry(
+                    kernel,
+                    grid,
+                    tuple(template),
+                    tma_block,
+                    bool(return_lse),
+                    (batch, num_q_heads, seqlen_q),
+                    1.0 / math.sqrt(head_dim),
+                ),
+            )
 
 
 def attention(
@@ -604,10 +893,18 @@ def attention(
         return differentiable_attention(attention, q, k, v, **options)
     # --- end of autograd hook
     key = None
-    if config is None and type(q) is torch.Tensor and type(k) is torch.Tensor \
-            and type(v) is torch.Tensor and (out is None or type(out) is torch.Tensor) \
-            and q.device.type == "cuda" and launch.usable(q.device):
-        key = _forward_key(q, k, v, out, None, causal, causal_alignment, window, softcap, return_lse, None)
+    if (
+        config is None
+        and type(q) is torch.Tensor
+        and type(k) is torch.Tensor
+        and type(v) is torch.Tensor
+        and (out is None or type(out) is torch.Tensor)
+        and q.device.type == "cuda"
+        and launch.usable(q.device)
+    ):
+        key = _forward_key(
+            q, k, v, out, None, causal, causal_alignment, window, softcap, return_lse, None
+        )
         entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
         if entry is not None:
             out, lse = _launch_cached(entry, q, k, v, out, None, scale, softcap)
@@ -616,7 +913,8 @@ def attention(
     check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError(
-            f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}")
+            f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}"
+        )
     check_window(window, causal)
     check_softcap(softcap)
     batch, num_q_heads, seqlen_q, head_dim = q.shape
@@ -627,11 +925,15 @@ def attention(
     elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
         raise ValueError(
             f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
-            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}")
+            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
+        )
     # The kernel writes lse only when asked (STORE_LSE); otherwise `out` stands in for the
     # pointer and is never touched through it.
-    lse = (torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
-           if return_lse or out.numel() == 0 or seqlen_k == 0 else out)
+    lse = (
+        torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
+        if return_lse or out.numel() == 0 or seqlen_k == 0
+        else out
+    )
     if out.numel() == 0 or seqlen_k == 0:
         out.zero_()
         lse.fill_(float("-inf"))
@@ -640,11 +942,35 @@ def attention(
     # --- Hopper hook (kernels/forward_hopper.py): the Gluon FA3-structured kernel where its
     # dispatch table says it was measured faster; everything else falls through.
     if config is None and forward_hopper.maybe_dispatch(
-            q, k, v, out, lse, causal=bool(causal), bottom_right=causal_alignment == "bottom_right",
-            window=window, softcap=softcap, scale=scale, return_lse=return_lse):
+        q,
+        k,
+        v,
+        out,
+        lse,
+        causal=bool(causal),
+        bottom_right=causal_alignment == "bottom_right",
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        return_lse=return_lse,
+    ):
         return (out, lse) if return_lse else out
     # --- end of Hopper hook
-    _launch_forward(q, k, v, out, lse, seqs=None, max_seqlen_q=None, causal=causal,
-                    bottom_right=causal_alignment == "bottom_right", window=window, softcap=softcap,
-                    scale=scale, return_lse=return_lse, config=config, key=key)
+    _launch_forward(
+        q,
+        k,
+        v,
+        out,
+        lse,
+        seqs=None,
+        max_seqlen_q=None,
+        causal=causal,
+        bottom_right=causal_alignment == "bottom_right",
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        return_lse=return_lse,
+        config=config,
+        key=key,
+    )
     return (out, lse) if return_lse else out

@@ -19,13 +19,22 @@ from ..validate import error_rule
 def small_llama_config(**overrides):
     from transformers import LlamaConfig
 
-    cfg = dict(vocab_size=128, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-               num_attention_heads=8, num_key_value_heads=2, head_dim=32,
-               max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=False,
-               # A wider init than the default 0.02 and a small vocabulary give peaked
-               # next-token distributions, so greedy choices are decided by margins above
-               # bf16 rounding noise (the smallest margin is recorded with the result).
-               initializer_range=0.5)
+    cfg = dict(
+        vocab_size=128,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        # A wider init than the default 0.02 and a small vocabulary give peaked
+        # next-token distributions, so greedy choices are decided by margins above
+        # bf16 rounding noise (the smallest margin is recorded with the result).
+        initializer_range=0.5,
+    )
     cfg.update(overrides)
     return LlamaConfig(**cfg)
 
@@ -53,18 +62,33 @@ def compare_logits(model, input_ids) -> dict:
         ref = model64(input_ids).logits
         model.to(ours.dtype)
     report = error_rule(ours, ref, sdpa)
-    return {"max_abs_err": report.max_abs_err, "sdpa_max_abs_err": report.baseline_err,
-            "bound": report.bound, "ratio": report.ratio, "passed": report.passed}
+    return {
+        "max_abs_err": report.max_abs_err,
+        "sdpa_max_abs_err": report.baseline_err,
+        "bound": report.bound,
+        "ratio": report.ratio,
+        "passed": report.passed,
+    }
 
 
 def greedy_tokens(model, impl, input_ids, steps):
     with torch.no_grad():
         out = _with_impl(model, impl).generate(
-            input_ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=True,
-            output_scores=True, return_dict_in_generate=True, pad_token_id=0)
-    tokens = out.sequences[:, input_ids.shape[1]:]
+            input_ids,
+            max_new_tokens=steps,
+            min_new_tokens=steps,
+            do_sample=False,
+            use_cache=True,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
+        )
+    tokens = out.sequences[:, input_ids.shape[1] :]
     # margin between the top two logits at each step: how close a greedy choice was
-    margins = [float((s.float().topk(2).values[:, 0] - s.float().topk(2).values[:, 1]).min()) for s in out.scores]
+    margins = [
+        float((s.float().topk(2).values[:, 0] - s.float().topk(2).values[:, 1]).min())
+        for s in out.scores
+    ]
     return tokens, margins
 
 
@@ -82,8 +106,14 @@ def compare_generation(model, input_ids, steps=32, *, noise=None) -> dict:
         decided = close[0] if close else steps
     same = (ours[:, :decided] == ref[:, :decided]).all(dim=0)
     first_diff = int((~same).nonzero()[0]) if not bool(same.all()) else None
-    return {"steps": steps, "compared_steps": decided, "identical": bool(same.all()),
-            "first_divergence": first_diff, "min_top2_margin": min(margins), "tokens": ours.tolist()}
+    return {
+        "steps": steps,
+        "compared_steps": decided,
+        "identical": bool(same.all()),
+        "first_divergence": first_diff,
+        "min_top2_margin": min(margins),
+        "tokens": ours.tolist(),
+    }
 
 
 def per_layer_attention(model, input_ids) -> dict:
@@ -105,24 +135,44 @@ def per_layer_attention(model, input_ids) -> dict:
 
     AttentionInterface.register("fc_probe", probe)
     from transformers.masking_utils import AttentionMaskInterface
+
     from ..ops import _padding_only_mask
+
     AttentionMaskInterface.register("fc_probe", _padding_only_mask)
     with torch.no_grad():
         _with_impl(model, "fc_probe")(input_ids)
     layers = []
     for i, (q, k, v, kw, out) in enumerate(calls):
-        opts = dict(causal=True, causal_alignment="bottom_right", scale=kw.get("scaling"),
-                    window=kw.get("sliding_window"), softcap=kw.get("softcap"))
+        opts = dict(
+            causal=True,
+            causal_alignment="bottom_right",
+            scale=kw.get("scaling"),
+            window=kw.get("sliding_window"),
+            softcap=kw.get("softcap"),
+        )
         ref = attention_reference(q, k, v, **opts).transpose(1, 2)
-        same = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=True, scale=opts["scale"], enable_gqa=True).transpose(1, 2) \
-            if opts["window"] is None and opts["softcap"] is None and q.shape[2] == k.shape[2] else \
-            attention_reference(q, k, v, compute_dtype=q.dtype, **opts).transpose(1, 2)
+        same = (
+            torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=opts["scale"], enable_gqa=True
+            ).transpose(1, 2)
+            if opts["window"] is None and opts["softcap"] is None and q.shape[2] == k.shape[2]
+            else attention_reference(q, k, v, compute_dtype=q.dtype, **opts).transpose(1, 2)
+        )
         report = error_rule(out, ref, same)
-        layers.append({"layer": i, "ratio": report.ratio, "max_abs_err": report.max_abs_err,
-                       "sdpa_max_abs_err": report.baseline_err, "passed": report.passed})
-    return {"layers": layers, "passed": bool(layers) and all(r["passed"] for r in layers),
-            "worst_ratio": max(r["ratio"] for r in layers) if layers else None}
+        layers.append(
+            {
+                "layer": i,
+                "ratio": report.ratio,
+                "max_abs_err": report.max_abs_err,
+                "sdpa_max_abs_err": report.baseline_err,
+                "passed": report.passed,
+            }
+        )
+    return {
+        "layers": layers,
+        "passed": bool(layers) and all(r["passed"] for r in layers),
+        "worst_ratio": max(r["ratio"] for r in layers) if layers else None,
+    }
 
 
 def tokens_per_second(model, impl, input_ids, new_tokens=128, repeats=3) -> float:
@@ -131,8 +181,14 @@ def tokens_per_second(model, impl, input_ids, new_tokens=128, repeats=3) -> floa
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.no_grad():
-            _with_impl(model, impl).generate(input_ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                             do_sample=False, use_cache=True, pad_token_id=0)
+            _with_impl(model, impl).generate(
+                input_ids,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                use_cache=True,
+                pad_token_id=0,
+            )
         torch.cuda.synchronize()
         best = max(best, input_ids.shape[0] * new_tokens / (time.perf_counter() - t0))
     return best
@@ -143,33 +199,58 @@ def run_e2e(device, dtype, *, prompt_len=24, steps=32, batch=1, seed=0) -> dict:
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(1, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
     logits = compare_logits(model, ids)
-    return {"dtype": str(dtype).replace("torch.", ""), "device": str(device),
-            "config": {k: getattr(model.config, k) for k in (
-                "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "head_dim", "vocab_size")},
-            "logits": logits, "per_layer": per_layer_attention(model, ids),
-            "generation": compare_generation(model, ids, steps, noise=logits["sdpa_max_abs_err"])}
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": str(device),
+        "config": {
+            k: getattr(model.config, k)
+            for k in (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "vocab_size",
+            )
+        },
+        "logits": logits,
+        "per_layer": per_layer_attention(model, ids),
+        "generation": compare_generation(model, ids, steps, noise=logits["sdpa_max_abs_err"]),
+    }
 
 
-def generation_speed(device="cuda", dtype=torch.bfloat16, *, prompt_len=512, new_tokens=128,
-                     batches=(1, 8)) -> list[dict]:
+def generation_speed(
+    device="cuda", dtype=torch.bfloat16, *, prompt_len=512, new_tokens=128, batches=(1, 8)
+) -> list[dict]:
     """Tokens/s of greedy generation with a ~0.4B-parameter random Llama-style model (GQA
     32/8, head dim 64), flashcore vs sdpa, same process. transformers' eager generation loop
     is Python-bound at batch 1, so attention is a small part of the step time there."""
     name = register_transformers()
-    config = small_llama_config(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
-                                num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8,
-                                head_dim=64, max_position_embeddings=prompt_len + new_tokens,
-                                initializer_range=0.02)
+    config = small_llama_config(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=8,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        max_position_embeddings=prompt_len + new_tokens,
+        initializer_range=0.02,
+    )
     model = build_model(config, device, dtype)
     rows = []
     for batch in batches:
-        ids = torch.randint(1, config.vocab_size, (batch, prompt_len),
-                            generator=torch.Generator().manual_seed(batch)).to(device)
+        ids = torch.randint(
+            1,
+            config.vocab_size,
+            (batch, prompt_len),
+            generator=torch.Generator().manual_seed(batch),
+        ).to(device)
         row = {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens}
         for impl in (name, "sdpa"):
             row[f"tokens_per_s_{'flashcore' if impl == name else impl}"] = tokens_per_second(
-                model, impl, ids, new_tokens)
+                model, impl, ids, new_tokens
+            )
         rows.append(row)
     return rows
 
@@ -202,17 +283,35 @@ def compare_training_step(
     rows = []
     for n, g64 in grads_64.items():
         r = error_rule(grads_fc[n], g64, grads_sdpa[n])
-        rows.append({"parameter": n, "ratio": r.ratio, "max_abs_err": r.max_abs_err,
-                     "sdpa_max_abs_err": r.baseline_err, "passed": r.passed})
+        rows.append(
+            {
+                "parameter": n,
+                "ratio": r.ratio,
+                "max_abs_err": r.max_abs_err,
+                "sdpa_max_abs_err": r.baseline_err,
+                "passed": r.passed,
+            }
+        )
     loss_rule = error_rule(loss_fc.reshape(1), loss_64.reshape(1), loss_sdpa.reshape(1))
     worst = max(rows, key=lambda r: r["ratio"])
-    return {"dtype": str(dtype).replace("torch.", ""), "batch": batch, "seqlen": seqlen,
-            "loss": {"flashcore": float(loss_fc), "sdpa": float(loss_sdpa),
-                     "float64": float(loss_64),
-                     "ratio": loss_rule.ratio, "passed": loss_rule.passed},
-            "parameters": len(rows), "failed": sum(not r["passed"] for r in rows),
-            "worst_ratio": worst["ratio"], "worst_parameter": worst["parameter"],
-            "passed": loss_rule.passed and all(r["passed"] for r in rows), "gradients": rows}
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "batch": batch,
+        "seqlen": seqlen,
+        "loss": {
+            "flashcore": float(loss_fc),
+            "sdpa": float(loss_sdpa),
+            "float64": float(loss_64),
+            "ratio": loss_rule.ratio,
+            "passed": loss_rule.passed,
+        },
+        "parameters": len(rows),
+        "failed": sum(not r["passed"] for r in rows),
+        "worst_ratio": worst["ratio"],
+        "worst_parameter": worst["parameter"],
+        "passed": loss_rule.passed and all(r["passed"] for r in rows),
+        "gradients": rows,
+    }
 
 
 def training_speed(
@@ -221,9 +320,17 @@ def training_speed(
     """Tokens/s of training steps (forward, loss, backward; no optimizer) of a ~0.4B-parameter
     random Llama-style model (GQA 32/8, head dim 64), flashcore vs sdpa, same process."""
     name = register_transformers()
-    config = small_llama_config(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
-                                num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8,
-                                head_dim=64, max_position_embeddings=seqlen, initializer_range=0.02)
+    config = small_llama_config(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=8,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        max_position_embeddings=seqlen,
+        initializer_range=0.02,
+    )
     model = build_model(config, device, dtype).train()
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(1, config.vocab_size, (batch, seqlen), generator=gen).to(device)
@@ -244,8 +351,9 @@ def training_speed(
     return [row]
 
 
-def issue_generation_speed(device="cuda", dtype=torch.bfloat16, *, prompt_len=512, new_tokens=128,
-                           repeats=3) -> list[dict]:
+def issue_generation_speed(
+    device="cuda", dtype=torch.bfloat16, *, prompt_len=512, new_tokens=128, repeats=3
+) -> list[dict]:
     """Tokens/s of greedy generation, flashcore vs sdpa, same process: a random Llama
     (8 layers, hidden 1024, GQA 16/4, head dim 64) at B1 and B8, the same model with
     sliding-window layers (Mistral, window 256) at B8, and a padded batch of 8 prompts of
@@ -253,37 +361,72 @@ def issue_generation_speed(device="cuda", dtype=torch.bfloat16, *, prompt_len=51
     from transformers import MistralConfig, MistralForCausalLM
 
     name = register_transformers()
-    shape = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                 num_attention_heads=16, num_key_value_heads=4, head_dim=64,
-                 max_position_embeddings=prompt_len + new_tokens, initializer_range=0.02)
+    shape = dict(
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        head_dim=64,
+        max_position_embeddings=prompt_len + new_tokens,
+        initializer_range=0.02,
+    )
     llama = build_model(small_llama_config(**shape), device, dtype)
     torch.manual_seed(0)
-    mistral = MistralForCausalLM(MistralConfig(**shape, sliding_window=256, rms_norm_eps=1e-6)).eval().to(
-        device=device, dtype=dtype)
+    mistral = (
+        MistralForCausalLM(MistralConfig(**shape, sliding_window=256, rms_norm_eps=1e-6))
+        .eval()
+        .to(device=device, dtype=dtype)
+    )
     lengths = [100, 160, 230, 290, 350, 410, 470, 512]
-    runs = [(llama, 1, False, None), (llama, 8, False, None), (mistral, 8, False, 256), (llama, 8, True, None)]
+    runs = [
+        (llama, 1, False, None),
+        (llama, 8, False, None),
+        (mistral, 8, False, 256),
+        (llama, 8, True, None),
+    ]
     rows = []
     for model, batch, padded, window in runs:
-        ids = torch.randint(1, shape["vocab_size"], (batch, prompt_len),
-                            generator=torch.Generator().manual_seed(batch)).to(device)
+        ids = torch.randint(
+            1,
+            shape["vocab_size"],
+            (batch, prompt_len),
+            generator=torch.Generator().manual_seed(batch),
+        ).to(device)
         mask = torch.ones_like(ids)
         if padded:
             for b, n in enumerate(lengths):
-                mask[b, :prompt_len - n] = 0
-        row = {"batch": batch, "padded": padded, "window": window, "prompt_len": prompt_len,
-               "new_tokens": new_tokens, "prompt_lengths": lengths if padded else None}
+                mask[b, : prompt_len - n] = 0
+        row = {
+            "batch": batch,
+            "padded": padded,
+            "window": window,
+            "prompt_len": prompt_len,
+            "new_tokens": new_tokens,
+            "prompt_lengths": lengths if padded else None,
+        }
         for rep in range(repeats + 1):  # the first round is warm-up (compiles, allocator)
-            for impl in ((name, "sdpa") if rep % 2 == 0 else ("sdpa", name)):
+            for impl in (name, "sdpa") if rep % 2 == 0 else ("sdpa", name):
                 key = f"tokens_per_s_{'flashcore' if impl == name else impl}"
                 _with_impl(model, impl)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 with torch.no_grad():
-                    model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                   do_sample=False, use_cache=True, pad_token_id=0)
+                    model.generate(
+                        ids,
+                        attention_mask=mask,
+                        max_new_tokens=new_tokens,
+                        min_new_tokens=new_tokens,
+                        do_sample=False,
+                        use_cache=True,
+                        pad_token_id=0,
+                    )
                 torch.cuda.synchronize()
                 if rep:
-                    row.setdefault(key + "_repeats", []).append(batch * new_tokens / (time.perf_counter() - t0))
+                    row.setdefault(key + "_repeats", []).append(
+                        batch * new_tokens / (time.perf_counter() - t0)
+                    )
         for impl in ("flashcore", "sdpa"):
             samples = sorted(row[f"tokens_per_s_{impl}_repeats"])
             row[f"tokens_per_s_{impl}"] = samples[len(samples) // 2]
