@@ -432,6 +432,77 @@ def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
     return ms, peak, out_global
 
 
+def overlap_probe(
+    seqlens=(16384, 65536),
+    *,
+    num_heads=8,
+    head_dim=128,
+    dtype=torch.bfloat16,
+    reps=10,
+    group=None,
+    log=print,
+) -> list[dict]:
+    """Where the transfers are not negligible. In the main sweep a step's K/V message is a
+    fraction of a percent of its compute (ring attention is compute-bound once a shard holds
+    more than about a thousand rows), so "hidden" is hidden trivially. Here: short shards,
+    MHA (Hkv = Hq, four times the bytes of GQA 4), full attention; the same three times
+    (ring, no transfers, transfers alone), median of ``reps`` calls."""
+    from .. import parallel as P
+
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )
+    rows = []
+    for seqlen in seqlens:
+        local = sum(b - a for a, b in P.shard_spans(seqlen, world_size, rank, "contiguous"))
+        gen = torch.Generator(device=device).manual_seed(seqlen)
+        q, k, v = (
+            torch.randn((1, num_heads, local, head_dim), generator=gen, device=device, dtype=dtype)
+            for _ in range(3)
+        )
+        kw = dict(seqlen=seqlen, causal=False, sharding="contiguous", group=group)
+        buf = [torch.empty(2 * k.numel(), dtype=dtype, device=device) for _ in range(2)]
+
+        def ring_only():
+            for step in range(world_size - 1):
+                for w in P.ring_exchange(buf[step % 2], buf[(step + 1) % 2], group):
+                    w.wait()
+
+        with torch.no_grad():
+            t_ring = _timed(
+                lambda: P.ring_attention(q, k, v, **kw), reps=reps, warmup=2, group=group
+            )
+            t_alone = _timed(
+                lambda: P.ring_attention(q, k, v, skip_comm=True, **kw),
+                reps=reps,
+                warmup=1,
+                group=group,
+            )
+            t_comm = _timed(ring_only, reps=reps, warmup=1, group=group)
+        exposed = max(t_ring - t_alone, 0.0)
+        row = {
+            "S": seqlen,
+            "num_heads": num_heads,
+            "head_dim": head_dim,
+            "world_size": world_size,
+            "ring_ms": t_ring,
+            "no_transfers_ms": t_alone,
+            "transfers_alone_ms": t_comm,
+            "comm_to_compute": t_comm / t_alone if t_alone else None,
+            "comm_hidden_fraction": max(0.0, 1.0 - exposed / t_comm) if t_comm > 0 else None,
+        }
+        rows.append(row)
+        log(
+            f"overlap probe S={seqlen} MHA H{num_heads}: ring {t_ring:.2f} ms, no transfers "
+            f"{t_alone:.2f} ms, transfers alone {t_comm:.2f} ms, hidden fraction "
+            f"{row['comm_hidden_fraction']}"
+        )
+    return rows
+
+
 def bench(
     seqlens,
     *,
@@ -452,6 +523,7 @@ def bench(
     cp_only_from: int | None = None,
     budget_s: float = 300.0,
     train_max_s: int = 1 << 18,
+    probe_seqlens=(16384, 65536),
     on_row=None,
     group=None,
     log=print,
@@ -463,6 +535,7 @@ def bench(
     ``cp_only_from``: from this S on only flashcore's ring (with and without transfers) and
     the transfers alone are timed (the 1-GPU run and PyTorch's CP take too long there).
     ``train_max_s``: the ring forward + backward is timed up to this S.
+    ``probe_seqlens``: ``overlap_probe`` first (short MHA shards, where transfers matter).
     ``budget_s``: stop before an S whose predicted time (quadratic from the last S) would
     pass it.
     """
@@ -485,6 +558,20 @@ def bench(
     )
     batch = 1
     result = {"rows": [], "torch_cp_checks": [], "skipped": []}
+    if probe_seqlens and world_size > 1:
+        try:
+            result["overlap_probe"] = overlap_probe(
+                probe_seqlens,
+                num_heads=num_q_heads,
+                head_dim=head_dim,
+                dtype=dtype,
+                group=group,
+                log=log,
+            )
+        except Exception as exc:
+            result["skipped"].append(
+                {"impl": "overlap_probe", "reason": f"{type(exc).__name__}: {exc}"}
+            )
     start = time.perf_counter()
     last_s, last_elapsed = None, None
     compiled = set()
