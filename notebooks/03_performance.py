@@ -20,6 +20,8 @@ MEASURE_SEQLENS = [1024, 4096, 16384]
 MEASURE_DTYPES = ["bfloat16"]
 MEASURE_PRIOR = True
 MEASURE_DECODE = True
+MEASURE_LAUNCH = True      # GPU profile: host cost per call vs SDPA (about 20 s; the record: SWEEP full)
+MEASURE_E2E = False        # GPU profile: transformers generation tokens/s (about 2 min), else the record
 REPS = 60
 
 # %%
@@ -288,3 +290,89 @@ print("decode: at least as fast as SDPA cuDNN at every shape (graph):",
 # but not ahead of it at every shape; the short-cache, batch-1 case is latency-bound and two
 # launches (split + combine) cost a few microseconds of GPU time that cuDNN's single kernel does
 # not pay. The eager column again carries flashcore's Python launch cost.
+
+# %% [markdown]
+# ## Host cost per call, and generation end to end
+#
+# A call costs host time (argument checks, the launcher, allocation) before its GPU work is
+# queued. Eager is the wall time per call of 300 calls back to back (as a model's Python loop
+# makes them); graph is the CUDA-graph replay of the same call (the GPU work alone).
+# `flashcore` is `flashcore.attention` (or `attention_with_kvcache` for the decode row) on
+# its cached launch path: the first call with a given signature is checked and compiled
+# through Triton's JIT, later calls reuse the compiled kernel's launcher directly;
+# `flashcore op` is `torch.ops.flashcore.attention`, what `torch.compile` traces (its
+# dispatch through `torch.library` is part of its cost). bf16, alternating order, medians.
+
+# %%
+if PROFILE == "gpu" and MEASURE_LAUNCH:
+    from flashcore.studies import launch as launch_study
+    launch_rows = launch_study.measure(calls=100 if SWEEP == "quick" else 300, repeats=3 if SWEEP == "quick" else 5)
+    write_result("launch" if SWEEP == "full" else "launch_quick", {"rows": launch_rows},
+                 command=f"notebooks/03_performance.ipynb (PROFILE=gpu, SWEEP={SWEEP})")
+    launch_record = read_result("launch" if SWEEP == "full" else "launch_quick", None)
+else:
+    launch_record = read_result("launch", RECORDED_GPU)
+print("recorded on", describe(launch_record))
+by_impl = {(r["shape"], r["impl"]): r for r in launch_record["rows"]}
+launch_table = []
+for shape in dict.fromkeys(r["shape"] for r in launch_record["rows"]):
+    ref = by_impl[(shape, "sdpa default")]
+    row = {"shape": shape}
+    for impl in ("flashcore", "flashcore op", "sdpa default", "sdpa cudnn", "sdpa flash"):
+        r = by_impl.get((shape, impl))
+        row[f"{impl} eager"] = r["eager_us_per_call"] if r else None
+        row[f"{impl} graph"] = r["graph_us"] if r else None
+    row["eager x sdpa"] = row["flashcore eager"] / ref["eager_us_per_call"]
+    launch_table.append(row)
+print(table(launch_table, ["shape", "flashcore eager", "flashcore op eager", "sdpa default eager", "sdpa cudnn eager",
+                           "sdpa flash eager", "flashcore graph", "sdpa default graph", "eager x sdpa"],
+            {k: "{:.1f}" for k in ("flashcore eager", "flashcore op eager", "sdpa default eager", "sdpa cudnn eager",
+                                  "sdpa flash eager", "flashcore graph", "sdpa default graph")} | {"eager x sdpa": "{:.2f}"}))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("eager time per call within 1.10x of SDPA's default at every shape:",
+      all(r["eager x sdpa"] <= 1.10 for r in launch_table))
+print("torch.ops.flashcore.attention within 1.10x of SDPA's default at every shape:",
+      all(r["flashcore op eager"] <= 1.10 * r["sdpa default eager"] for r in launch_table))
+
+# %% [markdown]
+# End to end in transformers: greedy generation (prompt 512, 128 new tokens) of a random
+# Llama (8 layers, hidden 1024, GQA 16/4, bf16), flashcore (`attn_implementation="fc_triton"`)
+# against SDPA in the same process, at batch 1 and 8, the same shapes in a Mistral model with
+# sliding-window layers (window 256), and a left-padded batch of 8 prompts of 100-512 tokens
+# (flashcore takes the padding through its mask hook: varlen ranges for the prompt, a
+# per-key padding mask in the KV-cache kernel for each step; no dense mask).
+
+# %%
+if PROFILE == "gpu" and MEASURE_E2E:
+    from flashcore.studies import e2e as e2e_study
+    write_result("e2e_transformers", {"check_fp32": e2e_study.run_e2e("cuda", torch.float32, steps=32),
+                                      "generation": e2e_study.issue_generation_speed(repeats=2)},
+                 command="notebooks/03_performance.ipynb (PROFILE=gpu, MEASURE_E2E=True)")
+    e2e_record = read_result("e2e_transformers", None)
+else:
+    e2e_record = read_result("e2e_transformers", RECORDED_GPU)
+print("recorded on", describe(e2e_record))
+gen_rows = e2e_record["generation"]
+print(table(gen_rows, ["batch", "padded", "window", "tokens_per_s_flashcore", "tokens_per_s_sdpa", "ratio"],
+            {"tokens_per_s_flashcore": "{:.0f}", "tokens_per_s_sdpa": "{:.0f}", "ratio": "{:.2f}"}))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("generation at least as fast as SDPA in every row (B1, B8, sliding window, padded):",
+      all(r["ratio"] >= 1.0 for r in gen_rows))
+
+# %% [markdown]
+# What the record shows (H100, commit b849f23). The cached launch path brings
+# `flashcore.attention` to SDPA's host cost on the pointer-path shapes (1.00-1.03x) and within
+# 11% at D=128 (TMA descriptors are encoded once per address and reused), from 46-150 µs per call
+# through Triton's JIT before. Three targets are missed, for known reasons: the decode call
+# (1.6x: two launches, split and combine, and their buffers against SDPA's one
+# kernel); the GQA prefill at S=2K (2.1x), which the dispatch table sends to the Gluon kernel,
+# whose launch does not use the cache yet; and `torch.ops.flashcore.attention` (2.2-3.5x),
+# whose `torch.library` dispatch alone costs 45-55 µs per call (the transformers function and
+# `flashcore.sdpa` call the kernels directly in eager inference and pay it only when traced or
+# differentiated). In generation flashcore is ahead where SDPA needs a mask (sliding window
+# 1.14x, padded batch 1.13x) and behind without one (B1 0.97x, B8 0.92x): each decode step's
+# KV cache has a new length, so the launch cache, keyed on exact shapes, misses on every step.
