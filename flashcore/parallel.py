@@ -345,7 +345,7 @@ def ring_attention(
     skip_comm: bool = False,
     _planted_bug: str | None = None,
 ):
-    """Context-parallel exact attention (forward), called by every rank of ``group``.
+    """Context-parallel exact attention (differentiable), called by every rank of ``group``.
 
     Args:
         q: this rank's query shard ``(B, Hq, L, D)``; k, v: its key/value shard
