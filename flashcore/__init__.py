@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "attention": "flashcore.kernels.forward",
     "attention_with_kvcache": "flashcore.kernels.decode",
+    "attention_varlen": "flashcore.kernels.varlen",
     "fp8_attention": "flashcore.kernels.fp8",
     "quantize_fp8": "flashcore.kernels.fp8",
     "kvcache_reference": "flashcore.reference",
