@@ -219,3 +219,65 @@ def test_cpu_calls_never_fill_the_cache():
     q = torch.randn(1, 2, 16, 16)
     forward.attention(q, q, q)
     assert len(forward._FORWARD_LAUNCHES) == 0
+
+
+def test_direct_launch_passes_what_triton_s_own_wrapper_passes(monkeypatch):
+    """The direct launch assembles the C launcher's arguments itself (descriptors encoded
+    once and reused); it must pass exactly what Triton's own tensor-descriptor wrapper
+    (triton.backends.nvidia.driver.wrap_handle_tensordesc, the installed version's) passes.
+    A recording launcher and a deterministic encoder stand in for the GPU."""
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    calls = []
+
+    def encode(desc, meta):
+        return [
+            ("map", desc.base.data_ptr(), tuple(desc.shape), tuple(desc.strides), meta["swizzle"])
+        ]
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", encode)
+    signature = {
+        "A": "*fp16",
+        "kd": "tensordesc<fp16[1, 1, 64, 64]>",
+        "n": "i32",
+        "vd": "tensordesc<fp16[1, 1, 64, 64]>",
+        "B": "constexpr",
+    }
+    metas = [{"swizzle": 128}, {"swizzle": 64}]
+    inner = driver.wrap_handle_tensordesc(lambda *a: calls.append(a), signature, metas)
+
+    class Launcher:  # what CompiledKernel.run is on 3.6: __call__ inserts coop, pdl, scratch
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid, launch_pdl = False, False
+
+        def __init__(self):
+            self.launch = inner
+
+        def __call__(self, gx, gy, gz, stream, function, *args):
+            self.launch(gx, gy, gz, stream, function, False, False, None, None, *args)
+
+    class Compiled:
+        run, function, packed_metadata = Launcher(), 1234, ("meta",)
+
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    kernel = _launch.DirectKernel(Compiled(), desc_slots=(1, 3))
+    if kernel.raw is None:
+        pytest.skip("this triton's launcher is not the one the direct path was written against")
+    k, v, a = torch.empty(1, 2, 64, 64), torch.empty(1, 2, 96, 64), torch.empty(8)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    real = [
+        a,
+        TensorDescriptor(k, list(k.shape), list(k.stride()), [1, 1, 64, 64]),
+        7,
+        TensorDescriptor(v, list(v.shape), list(v.stride()), [1, 1, 64, 64]),
+        16,
+    ]
+    Compiled.run(3, 1, 1, 99, 1234, ("meta",), None, None, None, *real)
+    for _ in range(2):  # the second call reuses the encoded descriptors
+        kernel(
+            (3, 1, 1),
+            99,
+            [a, None, 7, None, 16],
+            ((k, k.shape, k.stride(), (1, 1, 64, 64)), (v, v.shape, v.stride(), (1, 1, 64, 64))),
+        )
+    assert calls[1] == calls[0] and calls[2] == calls[0]
