@@ -238,3 +238,25 @@ def test_transformers_padded_batch_greedy_tokens_match_sdpa(padding, sliding_win
     for b in [i for i in range(3) if defined[i]]:
         upto = int(decided[b].int().cumprod(0).sum())
         assert torch.equal(ours[b, new][:upto], ref[b, new][:upto]), (b, ours[b], ref[b])
+
+
+def test_per_layer_check_catches_a_planted_attention_error(monkeypatch):
+    """The per-layer check can fail: a softmax scale off by 1% in the attention calls is
+    caught on the calls' own inputs."""
+    pytest.importorskip("transformers")
+    import flashcore.ops as ops
+    from flashcore.studies.e2e import build_model, per_layer_attention, small_llama_config
+
+    if HAS_CUDA:
+        pytest.skip("plants the bug in the CPU path")
+    honest = ops._attention_cpu
+
+    def off_scale(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
+        scale = (scale if scale is not None else q.shape[-1] ** -0.5) * 1.01
+        return honest(q, k, v, is_causal, bottom_right, scale, window, softcap)
+
+    model = build_model(small_llama_config(), "cpu", torch.float32)
+    ids = torch.randint(1, 128, (1, 24), generator=torch.Generator().manual_seed(1))
+    assert per_layer_attention(model, ids)["passed"]
+    monkeypatch.setattr(ops, "_attention_cpu", off_scale)
+    assert not per_layer_attention(model, ids)["passed"]
