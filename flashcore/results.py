@@ -27,8 +27,12 @@ def slugify(name: str) -> str:
 
 def _run(cmd: list[str]) -> str | None:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True,
-                              cwd=REPO_ROOT).stdout.strip() or None
+        return (
+            subprocess.run(
+                cmd, capture_output=True, text=True, timeout=20, check=True, cwd=REPO_ROOT
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -73,17 +77,21 @@ def provenance(command: str | None = None) -> dict:
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        info.update({
-            "device": props.name,
-            "gpu": props.name,
-            "gpu_slug": slugify(props.name),
-            "sm_count": props.multi_processor_count,
-            "memory_gib": round(props.total_memory / 2**30, 1),
-            "compute_capability": f"{props.major}.{props.minor}",
-            "driver": _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
-            "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(),
-        })
+        info.update(
+            {
+                "device": props.name,
+                "gpu": props.name,
+                "gpu_slug": slugify(props.name),
+                "sm_count": props.multi_processor_count,
+                "memory_gib": round(props.total_memory / 2**30, 1),
+                "compute_capability": f"{props.major}.{props.minor}",
+                "driver": _run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+                ),
+                "cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version(),
+            }
+        )
     return info
 
 
@@ -97,7 +105,9 @@ def result_path(topic: str, slug: str | None = None) -> Path:
     return RESULTS_DIR / (slug or device_slug()) / f"{topic}.json"
 
 
-def write_result(topic: str, payload: dict, *, command: str | None = None, slug: str | None = None) -> Path:
+def write_result(
+    topic: str, payload: dict, *, command: str | None = None, slug: str | None = None
+) -> Path:
     """Write ``payload`` with provenance to results/<slug>/<topic>.json (stable key order)."""
     path = result_path(topic, slug)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,5 +138,7 @@ def describe(record: dict) -> str:
     """One line of provenance for a notebook: device, date, commit, versions."""
     p = record["provenance"]
     extra = f", driver {p['driver']}, CUDA {p['cuda']}" if p.get("driver") else ""
-    return (f"{p['device']} — recorded {p['date']} at commit {p['commit'][:10]} "
-            f"(torch {p['torch']}, triton {p['triton']}{extra})")
+    return (
+        f"{p['device']} — recorded {p['date']} at commit {p['commit'][:10]} "
+        f"(torch {p['torch']}, triton {p['triton']}{extra})"
+    )

@@ -12,22 +12,25 @@
 # this runs on a CPU, so both profiles print the same verdicts.
 
 # %% tags=["parameters"]
-PROFILE = "auto"      # "auto" | "gpu" | "cpu"
+PROFILE = "auto"  # "auto" | "gpu" | "cpu"
 SEED = 0
 SAVE_FIGURES = True
 
 # %%
-from flashcore.notebook import setup, table
-PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
-import torch
+from flashcore.notebook import setup
 
+PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
 # %%
 import math
+
 import matplotlib.pyplot as plt
-from flashcore.studies import derivation as drv
+import torch
+
 from flashcore.plots import save_figure
 from flashcore.reference import attention_reference
+from flashcore.studies import derivation as drv
 from flashcore.validate import error_rule
+
 _ = torch.manual_seed(SEED)  # the generator it returns is not for display
 
 # %% [markdown]
@@ -47,7 +50,10 @@ print("safe: ", safe.tolist())
 # %%
 # NBVAL_CHECK_OUTPUT
 print("naive softmax overflows to NaN on scores near 1000:", bool(torch.isnan(naive[1]).any()))
-print("max-subtracted softmax is finite and shift-invariant:", bool(torch.isfinite(safe).all() and torch.allclose(safe[0], safe[1])))
+print(
+    "max-subtracted softmax is finite and shift-invariant:",
+    bool(torch.isfinite(safe).all() and torch.allclose(safe[0], safe[1])),
+)
 
 # %% [markdown]
 # ## 2. The rescaling identity: softmax statistics of two blocks combine exactly
@@ -72,7 +78,10 @@ print(f"relative error of the merged denominator: {merge_err:.1e}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("merged statistics equal the one-pass ones to 1e-12:", merge_err < 1e-12 and bool(torch.equal(m, m_ref)))
+print(
+    "merged statistics equal the one-pass ones to 1e-12:",
+    merge_err < 1e-12 and bool(torch.equal(m, m_ref)),
+)
 
 # %% [markdown]
 # ## 3. Online over many blocks
@@ -84,13 +93,22 @@ print("merged statistics equal the one-pass ones to 1e-12:", merge_err < 1e-12 a
 
 # %%
 ms, ls = drv.online_softmax_stats(x[:1], 256)
-ms = torch.stack(ms)[:, 0]; ls = torch.stack(ls)[:, 0]
+ms = torch.stack(ms)[:, 0]
+ls = torch.stack(ls)[:, 0]
 fig, ax = plt.subplots(1, 2, figsize=(9, 3))
 blocks = range(1, len(ms) + 1)
-ax[0].step(blocks, ms, where="post"); ax[0].axhline(float(m_ref[0]), ls=":", c="k", label="row max")
-ax[0].set(xlabel="key blocks seen", ylabel="running max m", title="running maximum"); ax[0].legend()
-ax[1].plot(blocks, ls, marker="o", ms=3); ax[1].axhline(float(l_ref[0]), ls=":", c="k", label="one-pass value")
-ax[1].set(xlabel="key blocks seen", ylabel="running denominator l", title="denominator, rescaled at each new max"); ax[1].legend()
+ax[0].step(blocks, ms, where="post")
+ax[0].axhline(float(m_ref[0]), ls=":", c="k", label="row max")
+ax[0].set(xlabel="key blocks seen", ylabel="running max m", title="running maximum")
+ax[0].legend()
+ax[1].plot(blocks, ls, marker="o", ms=3)
+ax[1].axhline(float(l_ref[0]), ls=":", c="k", label="one-pass value")
+ax[1].set(
+    xlabel="key blocks seen",
+    ylabel="running denominator l",
+    title="denominator, rescaled at each new max",
+)
+ax[1].legend()
 fig.tight_layout()
 if SAVE_FIGURES:
     save_figure(fig, "01_online_softmax")
@@ -175,7 +193,8 @@ fig, ax = plt.subplots(figsize=(5, 3.2))
 for name, errs in acc_err.items():
     ax.loglog(lengths, errs, marker="o", label=f"{name} accumulator")
 ax.set(xlabel="keys summed (S_k)", ylabel="relative L2 error of P·V", title="accumulator precision")
-ax.legend(); fig.tight_layout()
+ax.legend()
+fig.tight_layout()
 if SAVE_FIGURES:
     save_figure(fig, "01_accumulation_error")
 for n, a, b in zip(lengths, acc_err["float16"], acc_err["float32"]):
@@ -183,8 +202,14 @@ for n, a, b in zip(lengths, acc_err["float16"], acc_err["float32"]):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("fp32 accumulation beats fp16 at every length:", all(b < a for a, b in zip(acc_err["float16"], acc_err["float32"])))
-print("fp16 accumulation error grows with S_k (x4 or more from 64 to 16384):", acc_err["float16"][-1] > 4 * acc_err["float16"][0])
+print(
+    "fp32 accumulation beats fp16 at every length:",
+    all(b < a for a, b in zip(acc_err["float16"], acc_err["float32"])),
+)
+print(
+    "fp16 accumulation error grows with S_k (x4 or more from 64 to 16384):",
+    acc_err["float16"][-1] > 4 * acc_err["float16"][0],
+)
 
 # %% [markdown]
 # ## 7. The compiled loop
@@ -198,12 +223,18 @@ print("fp16 accumulation error grows with S_k (x4 or more from 64 to 16384):", a
 
 # %%
 from flashcore import attention
+
 dt = torch.float16 if DEVICE == "cuda" else torch.float32
 q4, k4, v4 = (t[None, None].to(device=DEVICE, dtype=dt) for t in (q, k, v))
 out = attention(q4, k4, v4, causal=True)
-report = error_rule(out, attention_reference(q4, k4, v4, causal=True),
-                    attention_reference(q4, k4, v4, causal=True, compute_dtype=dt))
-print(f"{dt}: max |err| {report.max_abs_err:.2e}, bound {report.bound:.2e}, ratio {report.ratio:.2f}")
+report = error_rule(
+    out,
+    attention_reference(q4, k4, v4, causal=True),
+    attention_reference(q4, k4, v4, causal=True, compute_dtype=dt),
+)
+print(
+    f"{dt}: max |err| {report.max_abs_err:.2e}, bound {report.bound:.2e}, ratio {report.ratio:.2f}"
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -23,26 +23,31 @@
 # both live.
 
 # %% tags=["parameters"]
-PROFILE = "auto"          # "gpu": errors and speed live, recorded; "cpu": errors live, speed from the record
+PROFILE = (
+    "auto"  # "gpu": errors and speed live, recorded; "cpu": errors live, speed from the record
+)
 RECORD_TOPIC = "fp8"
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
-LIVE_SEQLEN = 256         # live error study: (1, LIVE_HEADS, S, 128) per distribution
+LIVE_SEQLEN = 256  # live error study: (1, LIVE_HEADS, S, 128) per distribution
 LIVE_HEADS = 2
 LIVE_SEEDS = 3
-MEASURE_SPEED = True      # GPU profile only
-SWEEP = "quick"           # GPU profile: "quick" (speed at S 4K and 16K, no launch-config sweep) or "full"
-                          # (S 1K-16K and the config sweep: the recorded run), -p SWEEP full
+MEASURE_SPEED = True  # GPU profile only
+SWEEP = "quick"  # GPU profile: "quick" (speed at S 4K and 16K, no launch-config sweep) or "full"
+# (S 1K-16K and the config sweep: the recorded run), -p SWEEP full
 
 # %%
 from flashcore.notebook import setup, table
+
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
-import torch
 import math
+
 import matplotlib.pyplot as plt
-from flashcore.studies import fp8_study as F
-from flashcore.kernels.fp8 import quantize, random_hadamard, VARIANTS
+import torch
+
+from flashcore.kernels.fp8 import VARIANTS, random_hadamard
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
+from flashcore.studies import fp8_study as F
 
 # %% [markdown]
 # ## 1. The e4m3 format and its rounding error
@@ -57,13 +62,19 @@ codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
 finite = codes[torch.isfinite(codes)]
 positive = finite[finite > 0].unique()
 normals = positive[positive >= 2.0**-6]
-print(f"distinct finite values: {finite.unique().numel()}, NaN patterns: {int(torch.isnan(codes).sum())}")
-print(f"largest {positive.max().item():g}, smallest normal {normals.min().item():g} (2^-6), "
-      f"smallest subnormal {positive.min().item():g} (2^-9)")
+print(
+    f"distinct finite values: {finite.unique().numel()}, NaN patterns: {int(torch.isnan(codes).sum())}"
+)
+print(
+    f"largest {positive.max().item():g}, smallest normal {normals.min().item():g} (2^-6), "
+    f"smallest subnormal {positive.min().item():g} (2^-9)"
+)
 x = torch.logspace(-12, math.log2(440), 200_000, base=2, dtype=torch.float64)
-rel = ((F.e4m3_round_trip(x) - x).abs() / x)
+rel = (F.e4m3_round_trip(x) - x).abs() / x
 step = normals[1:] / normals[:-1] - 1
-print(f"max relative rounding error of values in the normal range: {rel[x >= 2**-6].max().item():.4f} (2^-4 = {2**-4:.4f})")
+print(
+    f"max relative rounding error of values in the normal range: {rel[x >= 2**-6].max().item():.4f} (2^-4 = {2**-4:.4f})"
+)
 print(f"largest relative gap between neighbouring normal values: {step.max().item():.4f} (2^-3)")
 
 # %%
@@ -71,7 +82,11 @@ fig, ax = plt.subplots(figsize=(7, 3))
 ax.loglog(x, rel.clamp_min(1e-6), lw=0.5)
 ax.axhline(2**-4, color="k", ls="--", lw=0.8, label="2^-4: half a mantissa step")
 ax.axvline(2**-6, color="r", ls=":", lw=0.8, label="2^-6: subnormals below")
-ax.set(xlabel="|x|", ylabel="relative error of round(x)", title="e4m3 rounding error (round to nearest even)")
+ax.set(
+    xlabel="|x|",
+    ylabel="relative error of round(x)",
+    title="e4m3 rounding error (round to nearest even)",
+)
 ax.legend(loc="lower left")
 save_figure(fig, "04_e4m3_rounding")
 
@@ -87,8 +102,10 @@ save_figure(fig, "04_e4m3_rounding")
 g = torch.Generator().manual_seed(0)
 z = torch.randn(1_000_000, generator=g, dtype=torch.float64)
 err = (F.e4m3_round_trip(z) - z).abs()
-print(f"N(0,1), 10^6 samples, unscaled round trip: max abs error {err.max().item():.3f} "
-      f"(at |x| = {z.abs()[err.argmax()].item():.2f}), RMS {err.pow(2).mean().sqrt().item():.4f}")
+print(
+    f"N(0,1), 10^6 samples, unscaled round trip: max abs error {err.max().item():.3f} "
+    f"(at |x| = {z.abs()[err.argmax()].item():.2f}), RMS {err.pow(2).mean().sqrt().item():.4f}"
+)
 
 # %% [markdown]
 # ## 2. Incoherent processing in one picture
@@ -102,12 +119,20 @@ print(f"N(0,1), 10^6 samples, unscaled round trip: max abs error {err.max().item
 
 # %%
 q = torch.randn(4, 128, generator=g)
-q[:, 7] += 40.0                        # one "massive" channel shared by every token
+q[:, 7] += 40.0  # one "massive" channel shared by every token
 rot = random_hadamard(128, seed=0)
 print(f"before rotation: max |q| = {q.abs().max():.1f}, RMS = {q.pow(2).mean().sqrt():.2f}")
-print(f"after rotation:  max |q| = {(q @ rot).abs().max():.1f}, RMS = {(q @ rot).pow(2).mean().sqrt():.2f}")
-print("q q^T unchanged by the rotation (float64):",
-      torch.allclose((q.double() @ rot.double()) @ (q.double() @ rot.double()).T, q.double() @ q.double().T, atol=1e-8))
+print(
+    f"after rotation:  max |q| = {(q @ rot).abs().max():.1f}, RMS = {(q @ rot).pow(2).mean().sqrt():.2f}"
+)
+print(
+    "q q^T unchanged by the rotation (float64):",
+    torch.allclose(
+        (q.double() @ rot.double()) @ (q.double() @ rot.double()).T,
+        q.double() @ q.double().T,
+        atol=1e-8,
+    ),
+)
 
 # %% [markdown]
 # ## 3. Error against float64, per recipe and input distribution (live)
@@ -126,24 +151,55 @@ print("q q^T unchanged by the rotation (float64):",
 
 # %%
 from tqdm.auto import tqdm
+
 live_rows = []
 for dist in tqdm(F.DISTRIBUTIONS, desc="live error study"):
     for causal in (False, True):
-        live_rows += F.error_rows(dist, heads=LIVE_HEADS, seqlen=LIVE_SEQLEN, head_dim=128, causal=causal,
-                                  seeds=tuple(range(LIVE_SEEDS)), device=DEVICE)
+        live_rows += F.error_rows(
+            dist,
+            heads=LIVE_HEADS,
+            seqlen=LIVE_SEQLEN,
+            head_dim=128,
+            causal=causal,
+            seeds=tuple(range(LIVE_SEEDS)),
+            device=DEVICE,
+        )
 live = F.summarize(live_rows)
 print(f"live: B=1 H={LIVE_HEADS} S={LIVE_SEQLEN} D=128, {LIVE_SEEDS} seeds, on {DEVICE}")
-print(table(live, ["dist", "causal", "impl", "rmse_median", "rmse_min", "rmse_max", "max_err", "own_bound_ratio"],
-            {k: "{:.2e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")} | {"own_bound_ratio": "{:.2f}"}))
+print(
+    table(
+        live,
+        [
+            "dist",
+            "causal",
+            "impl",
+            "rmse_median",
+            "rmse_min",
+            "rmse_max",
+            "max_err",
+            "own_bound_ratio",
+        ],
+        {k: "{:.2e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")}
+        | {"own_bound_ratio": "{:.2f}"},
+    )
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 fp8_live = [r for r in live_rows if r["impl"].startswith("fp8")]
-print(f"every live fp8 run ({len(fp8_live)}) within its own-reference p-rounding bound:",
-      all(r["own_bound_ratio"] <= 1 for r in fp8_live))
+print(
+    f"every live fp8 run ({len(fp8_live)}) within its own-reference p-rounding bound:",
+    all(r["own_bound_ratio"] <= 1 for r in fp8_live),
+)
 print("every live fp8 run is finite (no NaN):", all(r["nan"] == 0 for r in fp8_live))
+
+
 def median_rmse(dist, impl):
-    return sorted(r["rmse"] for r in live_rows if r["dist"] == dist and r["impl"] == impl)[LIVE_SEEDS]  # median of 2 x seeds
+    return sorted(r["rmse"] for r in live_rows if r["dist"] == dist and r["impl"] == impl)[
+        LIVE_SEEDS
+    ]  # median of 2 x seeds
+
+
 for dist in ("outlier", "massive_channels"):
     best = min(VARIANTS, key=lambda v: median_rmse(dist, f"fp8_{v}"))
     print(f"{dist}: lowest median RMSE of the four recipes (live):", best)
@@ -159,25 +215,56 @@ if SWEEP not in ("quick", "full"):
     raise ValueError(f"SWEEP must be 'quick' or 'full', got {SWEEP!r}")
 topic = RECORD_TOPIC if SWEEP == "full" else f"{RECORD_TOPIC}_quick"
 if PROFILE == "gpu":
-    from flashcore.studies import bench
     payload = {"variants": list(VARIANTS), "p_scale": F.P_SCALE, "errors": []}
     for dist in F.DISTRIBUTIONS:
         for causal in (False, True):
             for s in (1024, 4096):
-                payload["errors"] += F.error_rows(dist, heads=8, seqlen=s, causal=causal, seeds=tuple(range(5)),
-                                                  baselines=("bfloat16", "float16"), device="cuda")
+                payload["errors"] += F.error_rows(
+                    dist,
+                    heads=8,
+                    seqlen=s,
+                    causal=causal,
+                    seeds=tuple(range(5)),
+                    baselines=("bfloat16", "float16"),
+                    device="cuda",
+                )
     payload["error_summary"] = F.summarize(payload["errors"])
     if MEASURE_SPEED and SWEEP == "full":
-        payload["tuning"] = [t for c in (False, True) for t in F.tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=c), F.FP8_TUNING_CONFIGS)]
+        payload["tuning"] = [
+            t
+            for c in (False, True)
+            for t in F.tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=c), F.FP8_TUNING_CONFIGS)
+        ]
     if MEASURE_SPEED:
-        payload["speed"] = F.bench_fp8(F.fp8_shapes() if SWEEP == "full" else F.fp8_shapes((4096, 16384)))
-    write_result(topic, payload, command=f"notebooks/04_fp8.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})")
+        payload["speed"] = F.bench_fp8(
+            F.fp8_shapes() if SWEEP == "full" else F.fp8_shapes((4096, 16384))
+        )
+    write_result(
+        topic,
+        payload,
+        command=f"notebooks/04_fp8.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})",
+    )
 record = read_result(topic, None) if PROFILE == "gpu" else read_result(RECORD_TOPIC, RECORDED_GPU)
 print("recorded on", describe(record))
 summary = record["error_summary"]
 show = [r for r in summary if r["S"] == 4096]
-print(table(show, ["dist", "causal", "impl", "rmse_median", "rmse_min", "rmse_max", "max_err", "own_bound_ratio"],
-            {k: "{:.2e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")} | {"own_bound_ratio": "{:.2f}"}))
+print(
+    table(
+        show,
+        [
+            "dist",
+            "causal",
+            "impl",
+            "rmse_median",
+            "rmse_min",
+            "rmse_max",
+            "max_err",
+            "own_bound_ratio",
+        ],
+        {k: "{:.2e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")}
+        | {"own_bound_ratio": "{:.2f}"},
+    )
+)
 
 # %%
 impls = ["bfloat16", "fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"]
@@ -189,10 +276,22 @@ for ax, dist in zip(axes, F.DISTRIBUTIONS):
         med = [p["rmse_median"] for p in pts]
         lo = [p["rmse_median"] - p["rmse_min"] for p in pts]
         hi = [p["rmse_max"] - p["rmse_median"] for p in pts]
-        ax.errorbar(xs, med, yerr=[lo, hi], fmt="o", ms=4, capsize=2, label="causal" if causal else "non-causal")
+        ax.errorbar(
+            xs,
+            med,
+            yerr=[lo, hi],
+            fmt="o",
+            ms=4,
+            capsize=2,
+            label="causal" if causal else "non-causal",
+        )
     ax.axhline(9.1e-3, color="k", ls="--", lw=0.8, label="FA3 fp8: 9.1e-3")
     ax.set_yscale("log")
-    ax.set_xticks(range(len(impls)), [i.replace("fp8_", "").replace("_hadamard", "+H") for i in impls], rotation=30)
+    ax.set_xticks(
+        range(len(impls)),
+        [i.replace("fp8_", "").replace("_hadamard", "+H") for i in impls],
+        rotation=30,
+    )
     ax.set_title(f"{dist} (S=4096, 5 seeds)")
 axes[0].set_ylabel("RMSE vs float64 (median, min-max)")
 axes[0].legend(fontsize=8)
@@ -206,22 +305,44 @@ save_figure(fig, "04_rmse_by_recipe")
 # that experiment. Its maximum error on N(0,1) inputs:
 
 # %%
-rows = [F.summary_lookup(summary, "normal", c, s, i) for c in (False, True) for s in (1024, 4096)
-        for i in ("fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard")]
-print(table(rows, ["causal", "S", "impl", "rmse_median", "max_err"], {"rmse_median": "{:.2e}", "max_err": "{:.3f}"}))
+rows = [
+    F.summary_lookup(summary, "normal", c, s, i)
+    for c in (False, True)
+    for s in (1024, 4096)
+    for i in ("fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard")
+]
+print(
+    table(
+        rows,
+        ["causal", "S", "impl", "rmse_median", "max_err"],
+        {"rmse_median": "{:.2e}", "max_err": "{:.3f}"},
+    )
+)
 naive = [r for r in rows if r["impl"] == "fp8_naive"]
 for c in (False, True):
     for s in (1024, 4096):
         group = [r["rmse_median"] for r in rows if r["causal"] == c and r["S"] == s]
-        print(f"causal={c!s:5} S={s}: RMSE of the four recipes within {100 * (max(group) / min(group) - 1):.1f}% of each other")
+        print(
+            f"causal={c!s:5} S={s}: RMSE of the four recipes within {100 * (max(group) / min(group) - 1):.1f}% of each other"
+        )
 
 # %%
 # NBVAL_CHECK_OUTPUT
 worst_naive = max(r["max_err"] for r in naive)
-print(f"naive fp8, N(0,1): worst max error {worst_naive:.3f} (prior report: 0.294); same order: {0.1 < worst_naive < 1.0}")
-print("on N(0,1), scaling changes the RMSE by < 5% at every recorded shape:",
-      all(max(g) / min(g) < 1.05 for g in ([r["rmse_median"] for r in rows if r["causal"] == c and r["S"] == s]
-                                           for c in (False, True) for s in (1024, 4096))))
+print(
+    f"naive fp8, N(0,1): worst max error {worst_naive:.3f} (prior report: 0.294); same order: {0.1 < worst_naive < 1.0}"
+)
+print(
+    "on N(0,1), scaling changes the RMSE by < 5% at every recorded shape:",
+    all(
+        max(g) / min(g) < 1.05
+        for g in (
+            [r["rmse_median"] for r in rows if r["causal"] == c and r["S"] == s]
+            for c in (False, True)
+            for s in (1024, 4096)
+        )
+    ),
+)
 
 # %% [markdown]
 # **Verdict on the prior report.** The size of the error is reproduced: a maximum error of a few
@@ -245,36 +366,99 @@ print("on N(0,1), scaling changes the RMSE by < 5% at every recorded shape:",
 
 # %%
 speed = F.speed_table(record["speed"])
-print(table(speed, ["causal", "S", "B", "H", "flashcore", "sdpa_flash", "sdpa_cudnn", "fp8_naive", "fp8_per_block",
-                    "x_bf16", "x_cudnn", "quantize_ms_per_block", "attn_ms_per_block"],
-            {k: "{:.0f}" for k in ("flashcore", "sdpa_flash", "sdpa_cudnn", "fp8_naive", "fp8_per_block")}
-            | {"x_bf16": "{:.2f}", "x_cudnn": "{:.2f}", "quantize_ms_per_block": "{:.3f}", "attn_ms_per_block": "{:.3f}"}))
-print("(TFLOP/s; x_bf16 = fp8 per_block / flashcore bf16; x_cudnn = fp8 per_block / SDPA cuDNN bf16)")
+print(
+    table(
+        speed,
+        [
+            "causal",
+            "S",
+            "B",
+            "H",
+            "flashcore",
+            "sdpa_flash",
+            "sdpa_cudnn",
+            "fp8_naive",
+            "fp8_per_block",
+            "x_bf16",
+            "x_cudnn",
+            "quantize_ms_per_block",
+            "attn_ms_per_block",
+        ],
+        {
+            k: "{:.0f}"
+            for k in ("flashcore", "sdpa_flash", "sdpa_cudnn", "fp8_naive", "fp8_per_block")
+        }
+        | {
+            "x_bf16": "{:.2f}",
+            "x_cudnn": "{:.2f}",
+            "quantize_ms_per_block": "{:.3f}",
+            "attn_ms_per_block": "{:.3f}",
+        },
+    )
+)
+print(
+    "(TFLOP/s; x_bf16 = fp8 per_block / flashcore bf16; x_cudnn = fp8 per_block / SDPA cuDNN bf16)"
+)
 tuned = record.get("tuned_config")
 print("fp8 launch config from the sweep in the record:", tuned)
+
+
 def cfg_name(c):
-    return f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}" + (" ws" if c.get("WARP_SPECIALIZE") else "")
-print(table([{"config": cfg_name(t["config"]), "causal": t["causal"],
-              "TFLOP/s": f"{t['tflops']:.0f}" if "tflops" in t else t["error"][:50]} for t in record.get("tuning", [])],
-            ["config", "causal", "TFLOP/s"]))
+    return f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}" + (
+        " ws" if c.get("WARP_SPECIALIZE") else ""
+    )
+
+
+print(
+    table(
+        [
+            {
+                "config": cfg_name(t["config"]),
+                "causal": t["causal"],
+                "TFLOP/s": f"{t['tflops']:.0f}" if "tflops" in t else t["error"][:50],
+            }
+            for t in record.get("tuning", [])
+        ],
+        ["config", "causal", "TFLOP/s"],
+    )
+)
 print("(launch-config sweep at B=2, H=16, S=8192, D=128; ws = Triton warp specialization)")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
 for causal, ax in zip((False, True), axes):
     lines = [l for l in speed if l["causal"] == causal]
-    for impl, style in (("fp8_per_block", "o-"), ("fp8_naive", "x:"), ("flashcore", "s-"), ("sdpa_cudnn", "^--"), ("sdpa_flash", "v--")):
+    for impl, style in (
+        ("fp8_per_block", "o-"),
+        ("fp8_naive", "x:"),
+        ("flashcore", "s-"),
+        ("sdpa_cudnn", "^--"),
+        ("sdpa_flash", "v--"),
+    ):
         ax.plot([l["S"] for l in lines], [l[impl] for l in lines], style, label=impl)
-    ax.set(xscale="log", xlabel="S", ylabel="TFLOP/s", title=f"D=128, {'causal' if causal else 'non-causal'}")
+    ax.set(
+        xscale="log",
+        xlabel="S",
+        ylabel="TFLOP/s",
+        title=f"D=128, {'causal' if causal else 'non-causal'}",
+    )
 axes[0].legend(fontsize=8)
 save_figure(fig, "04_fp8_speed")
 
 # %%
 from flashcore.studies.bench import geomean
+
 long = [l for l in speed if l["S"] >= 4096]
 fp8_tflops = geomean([l["fp8_per_block"] for l in long])
 bf16_tflops = geomean([l["flashcore"] for l in long])
-e2e_tflops = geomean([l["fp8_per_block"] * l["attn_ms_per_block"] / (l["attn_ms_per_block"] + l["quantize_ms_per_block"]) for l in long])
+e2e_tflops = geomean(
+    [
+        l["fp8_per_block"]
+        * l["attn_ms_per_block"]
+        / (l["attn_ms_per_block"] + l["quantize_ms_per_block"])
+        for l in long
+    ]
+)
 fig, ax = plt.subplots(figsize=(6, 3.6))
 for dist, marker in (("outlier", "o"), ("massive_channels", "s")):
     for impl in ("fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"):
@@ -285,13 +469,21 @@ for dist, marker in (("outlier", "o"), ("massive_channels", "s")):
     h = F.summary_lookup(summary, dist, False, 4096, "fp8_per_block_hadamard")
     ax.scatter(e2e_tflops, h["rmse_median"], marker=marker, facecolors="none", edgecolors="gray")
 ax.axhline(9.1e-3, color="k", ls="--", lw=0.8)
-ax.set(yscale="log", xlabel="TFLOP/s (geomean, D=128, S>=4096; hollow: incl. quantize)", ylabel="RMSE (S=4096, non-causal)",
-       title="error vs speed (black: bf16 kernel)")
+ax.set(
+    yscale="log",
+    xlabel="TFLOP/s (geomean, D=128, S>=4096; hollow: incl. quantize)",
+    ylabel="RMSE (S=4096, non-causal)",
+    title="error vs speed (black: bf16 kernel)",
+)
 ax.legend(fontsize=6, ncol=2)
 save_figure(fig, "04_error_vs_speed")
-print(f"geomean TFLOP/s at S>=4096: fp8 {fp8_tflops:.0f}, bf16 {bf16_tflops:.0f}, fp8 incl. unfused quantize {e2e_tflops:.0f}")
+print(
+    f"geomean TFLOP/s at S>=4096: fp8 {fp8_tflops:.0f}, bf16 {bf16_tflops:.0f}, fp8 incl. unfused quantize {e2e_tflops:.0f}"
+)
 q_over_attn = [l["quantize_ms_per_block"] / l["attn_ms_per_block"] for l in speed]
-print(f"unfused quantize from bf16 / fp8 attention time: {min(q_over_attn):.2f}-{max(q_over_attn):.2f}")
+print(
+    f"unfused quantize from bf16 / fp8 attention time: {min(q_over_attn):.2f}-{max(q_over_attn):.2f}"
+)
 
 # %% [markdown]
 # ## 7. The targets
@@ -303,7 +495,9 @@ print(f"unfused quantize from bf16 / fp8 attention time: {min(q_over_attn):.2f}-
 # %%
 # NBVAL_CHECK_OUTPUT
 ratios = [l["x_bf16"] for l in long]
-print(f"fp8 / bf16 throughput at D=128, S>=4096: per shape {min(ratios):.2f}-{max(ratios):.2f}, geomean {geomean(ratios):.2f}")
+print(
+    f"fp8 / bf16 throughput at D=128, S>=4096: per shape {min(ratios):.2f}-{max(ratios):.2f}, geomean {geomean(ratios):.2f}"
+)
 try:  # the same measurement in another process: how much of the spread is run-to-run noise
     other = read_result("fp8_notebook_check", RECORDED_GPU)
     o = [l["x_bf16"] for l in F.speed_table(other["speed"]) if l["S"] >= 4096]
@@ -314,10 +508,14 @@ print("target: >= 1.5x bf16 at every shape:", all(r >= 1.5 for r in ratios))
 for causal in (False, True):
     h = F.summary_lookup(summary, "outlier", causal, 4096, "fp8_per_block_hadamard")
     t = F.summary_lookup(summary, "outlier", causal, 4096, "fp8_per_tensor")
-    print(f"outlier inputs, S=4096, causal={causal!s:5}: RMSE per-block+Hadamard {h['rmse_median']:.2e} "
-          f"(worst seed {h['rmse_max']:.2e}), per-tensor {t['rmse_median']:.2e}, ratio {t['rmse_median'] / h['rmse_median']:.2f}")
-    print(f"   target RMSE <= 9.1e-3 (every seed): {h['rmse_max'] <= 9.1e-3};  target >= 2.5x below per-tensor: "
-          f"{t['rmse_median'] / h['rmse_median'] >= 2.5}")
+    print(
+        f"outlier inputs, S=4096, causal={causal!s:5}: RMSE per-block+Hadamard {h['rmse_median']:.2e} "
+        f"(worst seed {h['rmse_max']:.2e}), per-tensor {t['rmse_median']:.2e}, ratio {t['rmse_median'] / h['rmse_median']:.2f}"
+    )
+    print(
+        f"   target RMSE <= 9.1e-3 (every seed): {h['rmse_max'] <= 9.1e-3};  target >= 2.5x below per-tensor: "
+        f"{t['rmse_median'] / h['rmse_median'] >= 2.5}"
+    )
 
 # %% [markdown]
 # ## Conclusion

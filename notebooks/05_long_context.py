@@ -14,44 +14,64 @@
 # renders that record; the correctness parts run live.
 
 # %% tags=["parameters"]
-PROFILE = "auto"          # "gpu": measure live and record; "cpu": render the record
-SWEEP = "quick"           # GPU profile: "quick" (S 1K-128K, decode to 1M tokens, about a minute on
-                          # an H100) or "full" (S 1K-1M, decode to 16M: the recorded run), -p SWEEP full
-RECORD_TOPIC = "long_context"   # the full sweep records here, the quick one as <topic>_quick
+PROFILE = "auto"  # "gpu": measure live and record; "cpu": render the record
+SWEEP = "quick"  # GPU profile: "quick" (S 1K-128K, decode to 1M tokens, about a minute on
+# an H100) or "full" (S 1K-1M, decode to 16M: the recorded run), -p SWEEP full
+RECORD_TOPIC = "long_context"  # the full sweep records here, the quick one as <topic>_quick
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
-MEASURE_SEQLENS = []      # GPU profile: lengths to use instead of the sweep's, e.g. [1024, 8192, 131072]
+MEASURE_SEQLENS = []  # GPU profile: lengths to use instead of the sweep's, e.g. [1024, 8192, 131072]
 MEASURE_HEADS = 8
 
 # %%
 from flashcore.notebook import setup, table
+
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
-import torch
-import math
-import numpy as np
+
 import matplotlib.pyplot as plt
-from flashcore.studies import long_context as L
+import numpy as np
+import torch
+
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
+from flashcore.studies import long_context as L
 
 # %%
 if SWEEP not in ("quick", "full"):
     raise ValueError(f"SWEEP must be 'quick' or 'full', got {SWEEP!r}")
 topic = RECORD_TOPIC if SWEEP == "full" else f"{RECORD_TOPIC}_quick"
 if PROFILE == "gpu":
-    from flashcore.validate import check_large_offsets, correctness_grid, run_grid, summarize
     from flashcore.studies.bench import bench_attention_shape
-    seqlens = MEASURE_SEQLENS or ([2**i for i in range(10, 21)] if SWEEP == "full" else [1024, 4096, 8192, 32768, 131072])
-    decode_shapes = L.long_decode_shapes() if SWEEP == "full" else L.long_decode_shapes((32768, 131072, 1048576))
-    payload = {"sweep": L.bench_long_context(seqlens, heads=MEASURE_HEADS, windows=(4096,)),
-               "sweep_shape": dict(B=1, H=MEASURE_HEADS, D=128, dtype="bfloat16")}
+    from flashcore.validate import check_large_offsets, correctness_grid, run_grid, summarize
+
+    seqlens = MEASURE_SEQLENS or (
+        [2**i for i in range(10, 21)] if SWEEP == "full" else [1024, 4096, 8192, 32768, 131072]
+    )
+    decode_shapes = (
+        L.long_decode_shapes()
+        if SWEEP == "full"
+        else L.long_decode_shapes((32768, 131072, 1048576))
+    )
+    payload = {
+        "sweep": L.bench_long_context(seqlens, heads=MEASURE_HEADS, windows=(4096,)),
+        "sweep_shape": dict(B=1, H=MEASURE_HEADS, D=128, dtype="bfloat16"),
+    }
     payload["large_offsets"] = check_large_offsets("cuda", seqlen=2**20)
     payload["int32_demo"] = L.int32_offset_demo()
     rows = run_grid(correctness_grid("window"), "cuda", progress=False)
     payload["window_correctness"] = {"summary": summarize(rows), "cases": rows}
-    payload["decode"] = [r for sh in decode_shapes
-                         for r in bench_attention_shape(sh, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True)]
+    payload["decode"] = [
+        r
+        for sh in decode_shapes
+        for r in bench_attention_shape(
+            sh, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True
+        )
+    ]
     payload["whole_sequence_tile"] = {"32768": L.whole_sequence_tile_compile(32768)}
-    write_result(topic, payload, command=f"notebooks/05_long_context.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})")
+    write_result(
+        topic,
+        payload,
+        command=f"notebooks/05_long_context.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})",
+    )
 record = read_result(topic, None) if PROFILE == "gpu" else read_result(RECORD_TOPIC, RECORDED_GPU)
 sweep = record["sweep"]
 print("recorded on", describe(record))
@@ -70,12 +90,21 @@ IMPLS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_math"]
 fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
 for causal, ax in zip((False, True), axes):
     for impl in IMPLS:
-        pts = [(r["S"], r["timing"]["median_ms"]) for r in sweep if r["impl"] == impl and r["causal"] == causal and "timing" in r]
+        pts = [
+            (r["S"], r["timing"]["median_ms"])
+            for r in sweep
+            if r["impl"] == impl and r["causal"] == causal and "timing" in r
+        ]
         slope = L.loglog_slope(sweep, impl, causal)
         ax.plot(*zip(*pts), "o-", ms=3, label=f"{impl} (slope {slope:.2f})" if slope else impl)
     s_ref = np.array([8192, 2**20])
     ax.plot(s_ref, 0.3 * (s_ref / 8192) ** 2, "k:", lw=0.8, label="S^2")
-    ax.set(xscale="log", yscale="log", xlabel="S (tokens)", title=f"{'causal' if causal else 'non-causal'}, B=1 H=8 D=128 bf16")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="S (tokens)",
+        title=f"{'causal' if causal else 'non-causal'}, B=1 H=8 D=128 bf16",
+    )
 axes[0].set_ylabel("time per call (ms, median)")
 axes[0].legend(fontsize=8)
 save_figure(fig, "05_time_vs_seqlen")
@@ -88,9 +117,15 @@ print("(median ms / TFLOP/s)")
 fig, ax = plt.subplots(figsize=(7, 3.4))
 for impl in IMPLS[:3]:
     for causal, style in ((False, "o-"), (True, "s--")):
-        pts = [(r["S"], r["tflops"]) for r in sweep if r["impl"] == impl and r["causal"] == causal and "tflops" in r]
+        pts = [
+            (r["S"], r["tflops"])
+            for r in sweep
+            if r["impl"] == impl and r["causal"] == causal and "tflops" in r
+        ]
         ax.plot(*zip(*pts), style, ms=3, label=f"{impl}{' causal' if causal else ''}")
-ax.set(xscale="log", xlabel="S (tokens)", ylabel="TFLOP/s", title="efficiency vs S (flat is the goal)")
+ax.set(
+    xscale="log", xlabel="S (tokens)", ylabel="TFLOP/s", title="efficiency vs S (flat is the goal)"
+)
 ax.legend(fontsize=7, ncol=2)
 save_figure(fig, "05_tflops_vs_seqlen")
 
@@ -108,18 +143,34 @@ save_figure(fig, "05_tflops_vs_seqlen")
 # %%
 # NBVAL_CHECK_OUTPUT
 for causal in (False, True):
-    at8k, at128k = L.tflops_at(sweep, "flashcore", causal, 8192), L.tflops_at(sweep, "flashcore", causal, 131072)
-    print(f"causal={causal!s:5}: flashcore {at8k:.0f} TFLOP/s at S=8K, {at128k:.0f} at S=128K ({100 * (at128k / at8k - 1):+.1f}%); "
-          f"within 5% or better: {at128k >= 0.95 * at8k}")
+    at8k, at128k = (
+        L.tflops_at(sweep, "flashcore", causal, 8192),
+        L.tflops_at(sweep, "flashcore", causal, 131072),
+    )
+    print(
+        f"causal={causal!s:5}: flashcore {at8k:.0f} TFLOP/s at S=8K, {at128k:.0f} at S=128K ({100 * (at128k / at8k - 1):+.1f}%); "
+        f"within 5% or better: {at128k >= 0.95 * at8k}"
+    )
 fc = [r for r in sweep if r["impl"] == "flashcore" and "extra_bytes" in r]
-print(f"flashcore memory beyond inputs and output, S=1K..{max(r['S'] for r in fc)}: "
-      f"{sorted({r['extra_bytes'] for r in fc})} bytes")
+print(
+    f"flashcore memory beyond inputs and output, S=1K..{max(r['S'] for r in fc)}: "
+    f"{sorted({r['extra_bytes'] for r in fc})} bytes"
+)
 print("flashcore extra memory constant in S:", len({r["extra_bytes"] for r in fc}) == 1)
 slopes = [L.loglog_slope(sweep, "flashcore", c) for c in (False, True)]
-print(f"flashcore log-log slope of time vs S (S >= 8K): non-causal {slopes[0]:.3f}, causal {slopes[1]:.3f}")
-print("flashcore time is quadratic in S (slope within 0.1 of 2):", all(abs(s - 2) < 0.1 for s in slopes))
+print(
+    f"flashcore log-log slope of time vs S (S >= 8K): non-causal {slopes[0]:.3f}, causal {slopes[1]:.3f}"
+)
+print(
+    "flashcore time is quadratic in S (slope within 0.1 of 2):",
+    all(abs(s - 2) < 0.1 for s in slopes),
+)
 longest = max(r["S"] for r in fc)
-print(f"longest sequence measured: {longest} tokens ({longest // 2**20}M)" if longest >= 2**20 else f"longest: {longest}")
+print(
+    f"longest sequence measured: {longest} tokens ({longest // 2**20}M)"
+    if longest >= 2**20
+    else f"longest: {longest}"
+)
 
 # %% [markdown]
 # ## 3. The prior report's table, side by side
@@ -134,14 +185,32 @@ rows = []
 for seqlen, prior_us in L.PRIOR_REPORT_US.items():
     line = {"S": seqlen, "prior_us": "compile failure" if prior_us is None else f"{prior_us:.1f}"}
     for causal in (False, True):
-        r = next((r for r in sweep if r["S"] == seqlen and r["impl"] == "flashcore" and r["causal"] == causal and "timing" in r), None)
-        line["flashcore_causal" if causal else "flashcore"] = f"{1e3 * r['timing']['median_ms']:.1f}" if r else "not measured"
+        r = next(
+            (
+                r
+                for r in sweep
+                if r["S"] == seqlen
+                and r["impl"] == "flashcore"
+                and r["causal"] == causal
+                and "timing" in r
+            ),
+            None,
+        )
+        line["flashcore_causal" if causal else "flashcore"] = (
+            f"{1e3 * r['timing']['median_ms']:.1f}" if r else "not measured"
+        )
     rows.append(line)
 print(table(rows, ["S", "prior_us", "flashcore", "flashcore_causal"]))
 print("(µs per call; flashcore at B=1 H=8 D=128 bf16 on the recorded GPU)")
-fc_nc = {r["S"]: r["timing"]["median_ms"] for r in sweep if r["impl"] == "flashcore" and not r["causal"] and "timing" in r}
+fc_nc = {
+    r["S"]: r["timing"]["median_ms"]
+    for r in sweep
+    if r["impl"] == "flashcore" and not r["causal"] and "timing" in r
+}
 if 4096 in fc_nc and 16384 in fc_nc:
-    print(f"growth 4K -> 16K: prior report {11746.0 / 337.1:.1f}x, flashcore {fc_nc[16384] / fc_nc[4096]:.1f}x (FLOP ratio 16x)")
+    print(
+        f"growth 4K -> 16K: prior report {11746.0 / 337.1:.1f}x, flashcore {fc_nc[16384] / fc_nc[4096]:.1f}x (FLOP ratio 16x)"
+    )
 
 # %% [markdown]
 # ## 4. What broke at 32K, and what breaks next
@@ -158,7 +227,10 @@ if 4096 in fc_nc and 16384 in fc_nc:
 for seqlen in (16384, 32768):
     ok, msg = L.tile_fits([seqlen, 64])
     print(f"one tile of S x D = {seqlen} x 64: {'fits' if ok else 'rejected: ' + msg}")
-print("recorded: compiling _whole_row_attention at S=32K, D=64 for sm_90:", record["whole_sequence_tile"]["32768"])
+print(
+    "recorded: compiling _whole_row_attention at S=32K, D=64 for sm_90:",
+    record["whole_sequence_tile"]["32768"],
+)
 
 # %% [markdown]
 # **The next failure: int32 offsets.** A tensor of more than $2^{31}$ elements needs 64-bit
@@ -170,12 +242,25 @@ print("recorded: compiling _whole_row_attention at S=32K, D=64 for sm_90:", reco
 # %%
 # NBVAL_CHECK_OUTPUT
 row = torch.tensor([2**20 + 5], dtype=torch.int32)
-print(f"row {row.item()} * stride 4096 in int32 = {(row * 4096).item()} (the offset of row 5); in int64 = {(row.long() * 4096).item()}")
+print(
+    f"row {row.item()} * stride 4096 in int32 = {(row * 4096).item()} (the offset of row 5); in int64 = {(row.long() * 4096).item()}"
+)
 demo = record["int32_demo"]
-print(table([{"row": r, "offset": o, "expected": e, "int32 read": a, "int64 read": b}
-             for r, o, e, a, b in zip(demo["rows"], demo["row_offsets"], demo["int32"]["expected"],
-                                      demo["int32"]["values_read"], demo["int64"]["values_read"])],
-            ["row", "offset", "expected", "int32 read", "int64 read"]))
+print(
+    table(
+        [
+            {"row": r, "offset": o, "expected": e, "int32 read": a, "int64 read": b}
+            for r, o, e, a, b in zip(
+                demo["rows"],
+                demo["row_offsets"],
+                demo["int32"]["expected"],
+                demo["int32"]["values_read"],
+                demo["int64"]["values_read"],
+            )
+        ],
+        ["row", "offset", "expected", "int32 read", "int64 read"],
+    )
+)
 print("(row r holds r mod 251; recorded on the GPU)")
 print("int32 offsets return wrong rows past 2^32 elements:", not all(demo["int32"]["correct"]))
 print("int64 offsets return every row correctly:", all(demo["int64"]["correct"]))
@@ -189,10 +274,22 @@ print("int64 offsets return every row correctly:", all(demo["int64"]["correct"])
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(table(record["large_offsets"], ["name", "max_element_offset", "rows_checked", "max_abs_err", "bound", "ratio", "passed"],
-            {"max_element_offset": "{:.3e}", "max_abs_err": "{:.2e}", "bound": "{:.2e}", "ratio": "{:.3f}"}))
-print("offsets past 2^31 elements pass the error rule:",
-      all(r["passed"] and r["max_element_offset"] > 2**31 for r in record["large_offsets"]))
+print(
+    table(
+        record["large_offsets"],
+        ["name", "max_element_offset", "rows_checked", "max_abs_err", "bound", "ratio", "passed"],
+        {
+            "max_element_offset": "{:.3e}",
+            "max_abs_err": "{:.2e}",
+            "bound": "{:.2e}",
+            "ratio": "{:.3f}",
+        },
+    )
+)
+print(
+    "offsets past 2^31 elements pass the error rule:",
+    all(r["passed"] and r["max_element_offset"] > 2**31 for r in record["large_offsets"]),
+)
 
 # %% [markdown]
 # ## 5. Memory
@@ -206,15 +303,35 @@ print("offsets past 2^31 elements pass the error rule:",
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.4))
 for impl, style in zip(IMPLS, ("o-", "s:", "^--", "v-")):
-    pts = [(r["S"], r["extra_bytes"] / 2**20) for r in sweep if r["impl"] == impl and not r["causal"] and "extra_bytes" in r]
+    pts = [
+        (r["S"], r["extra_bytes"] / 2**20)
+        for r in sweep
+        if r["impl"] == impl and not r["causal"] and "extra_bytes" in r
+    ]
     ax.plot(*zip(*pts), style, ms=4, lw=2 if impl == "flashcore" else 1, label=impl)
-ax.set(xscale="log", yscale="symlog", xlabel="S (tokens)", ylabel="extra MiB (symlog)", title="memory beyond inputs + output, non-causal")
+ax.set(
+    xscale="log",
+    yscale="symlog",
+    xlabel="S (tokens)",
+    ylabel="extra MiB (symlog)",
+    title="memory beyond inputs + output, non-causal",
+)
 ax.set_ylim(bottom=-0.1)
 ax.legend(fontsize=8)
 save_figure(fig, "05_memory")
 for causal in (False, True):
-    oom = sorted({r["S"] for r in sweep if r["impl"] == "sdpa_math" and r["causal"] == causal and L.status(r) == "out of memory"})
-    print(f"math backend, causal={causal}: out of memory from S = {oom[0]}" if oom else "math never ran out")
+    oom = sorted(
+        {
+            r["S"]
+            for r in sweep
+            if r["impl"] == "sdpa_math" and r["causal"] == causal and L.status(r) == "out of memory"
+        }
+    )
+    print(
+        f"math backend, causal={causal}: out of memory from S = {oom[0]}"
+        if oom
+        else "math never ran out"
+    )
 
 # %% [markdown]
 # ## 6. Sliding windows: what "long context" can honestly mean without changing the function
@@ -226,32 +343,58 @@ for causal in (False, True):
 
 # %%
 from flashcore.validate import correctness_grid, run_grid, summarize
+
 cases = correctness_grid("window" if PROFILE == "gpu" else "window-cpu")
 live = summarize(run_grid(cases, DEVICE, progress=False))
-print(f"live on {DEVICE}: {live['cases']} window cases, {live['failed']} failed, worst ratio {live['worst_ratio']:.3f}")
+print(
+    f"live on {DEVICE}: {live['cases']} window cases, {live['failed']} failed, worst ratio {live['worst_ratio']:.3f}"
+)
 rec = record["window_correctness"]["summary"]
-print(f"recorded on the GPU: {rec['cases']} cases (fp16/bf16, D 64-256, windows 1-5000), {rec['failed']} failed, worst ratio {rec['worst_ratio']:.3f}")
+print(
+    f"recorded on the GPU: {rec['cases']} cases (fp16/bf16, D 64-256, windows 1-5000), {rec['failed']} failed, worst ratio {rec['worst_ratio']:.3f}"
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("every sliding-window case passes the error rule (live and recorded):", live["failed"] == 0 and rec["failed"] == 0)
+print(
+    "every sliding-window case passes the error rule (live and recorded):",
+    live["failed"] == 0 and rec["failed"] == 0,
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 win = [r for r in sweep if r["impl"].startswith("flashcore_window") and "timing" in r]
 full = [r for r in sweep if r["impl"] == "flashcore" and r["causal"] and "timing" in r]
 fig, ax = plt.subplots(figsize=(7, 3.4))
-ax.plot([r["S"] for r in full], [r["timing"]["median_ms"] for r in full], "o-", label="causal, full")
-ax.plot([r["S"] for r in win], [r["timing"]["median_ms"] for r in win], "s-", label=win[0]["impl"].replace("flashcore_", "causal, "))
-ax.set(xscale="log", yscale="log", xlabel="S (tokens)", ylabel="ms", title="sliding window: linear in S")
+ax.plot(
+    [r["S"] for r in full], [r["timing"]["median_ms"] for r in full], "o-", label="causal, full"
+)
+ax.plot(
+    [r["S"] for r in win],
+    [r["timing"]["median_ms"] for r in win],
+    "s-",
+    label=win[0]["impl"].replace("flashcore_", "causal, "),
+)
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="S (tokens)",
+    ylabel="ms",
+    title="sliding window: linear in S",
+)
 ax.legend()
 save_figure(fig, "05_window")
 # S >= 4 x window, where the band, not the causal triangle, sets the work
 w_slope = L.loglog_slope(sweep, win[0]["impl"], True, min_seqlen=4 * win[0]["window"])
-print(f"window {win[0]['window']}: log-log slope for S >= {4 * win[0]['window']} "
-      + (f"{w_slope:.2f}" if w_slope is not None else "(fewer than 2 points)")
-      + f"; {win[-1]['S']} tokens in {win[-1]['timing']['median_ms']:.1f} ms at {win[-1]['tflops']:.0f} TFLOP/s (of the window's FLOPs)")
-print("sliding-window time is linear in S (slope within 0.15 of 1):", w_slope is not None and abs(w_slope - 1) < 0.15)
+print(
+    f"window {win[0]['window']}: log-log slope for S >= {4 * win[0]['window']} "
+    + (f"{w_slope:.2f}" if w_slope is not None else "(fewer than 2 points)")
+    + f"; {win[-1]['S']} tokens in {win[-1]['timing']['median_ms']:.1f} ms at {win[-1]['tflops']:.0f} TFLOP/s (of the window's FLOPs)"
+)
+print(
+    "sliding-window time is linear in S (slope within 0.15 of 1):",
+    w_slope is not None and abs(w_slope - 1) < 0.15,
+)
 
 # %% [markdown]
 # ## 7. Decode with long caches
@@ -265,21 +408,43 @@ print("sliding-window time is linear in S (slope within 0.15 of 1):", w_slope is
 
 # %%
 from flashcore.studies.bench import kv_bytes
+
 lines = []
 for n in sorted({r["Sk"] for r in record["decode"]}):
-    line = {"cache_tokens": n, "GB": kv_bytes(next(r for r in record["decode"] if r["Sk"] == n)) / 1e9}
+    line = {
+        "cache_tokens": n,
+        "GB": kv_bytes(next(r for r in record["decode"] if r["Sk"] == n)) / 1e9,
+    }
     for r in (r for r in record["decode"] if r["Sk"] == n):
         if "graph_timing" in r:
-            line[r["impl"]] = f"{1e3 * r['graph_timing']['median_ms']:.0f} us / {kv_bytes(r) / r['graph_timing']['median_ms'] / 1e9:.2f} TB/s"
+            line[r["impl"]] = (
+                f"{1e3 * r['graph_timing']['median_ms']:.0f} us / {kv_bytes(r) / r['graph_timing']['median_ms'] / 1e9:.2f} TB/s"
+            )
         else:
             line[r["impl"]] = r.get("error", "-")
         if "max_abs_diff_vs_first" in r:
             line["diff"] = max(line.get("diff", 0.0), r["max_abs_diff_vs_first"])
     lines.append(line)
-print(table(lines, ["cache_tokens", "GB", "flashcore_decode", "sdpa_flash", "sdpa_cudnn", "diff"], {"GB": "{:.2f}", "diff": "{:.1e}"}))
-by = {(r["Sk"], r["impl"]): r["graph_timing"]["median_ms"] for r in record["decode"] if "graph_timing" in r}
-ratios = [by[(n, "sdpa_cudnn")] / by[(n, "flashcore_decode")] for n in sorted({k[0] for k in by}) if (n, "sdpa_cudnn") in by]
-print(f"flashcore decode vs cuDNN (time ratio, >1 = flashcore faster): {min(ratios):.3f}-{max(ratios):.3f}")
+print(
+    table(
+        lines,
+        ["cache_tokens", "GB", "flashcore_decode", "sdpa_flash", "sdpa_cudnn", "diff"],
+        {"GB": "{:.2f}", "diff": "{:.1e}"},
+    )
+)
+by = {
+    (r["Sk"], r["impl"]): r["graph_timing"]["median_ms"]
+    for r in record["decode"]
+    if "graph_timing" in r
+}
+ratios = [
+    by[(n, "sdpa_cudnn")] / by[(n, "flashcore_decode")]
+    for n in sorted({k[0] for k in by})
+    if (n, "sdpa_cudnn") in by
+]
+print(
+    f"flashcore decode vs cuDNN (time ratio, >1 = flashcore faster): {min(ratios):.3f}-{max(ratios):.3f}"
+)
 
 # %% [markdown]
 # From 512K tokens on, every kernel streams the cache at about 3.1 TB/s. That is the HBM read
@@ -302,9 +467,13 @@ print(f"flashcore decode vs cuDNN (time ratio, >1 = flashcore faster): {min(rati
 
 # %%
 fc_long = [r for r in sweep if r["impl"] == "flashcore" and "tflops" in r and r["S"] >= 8192]
-print(f"flashcore TFLOP/s for S >= 8K (causal and non-causal): {min(r['tflops'] for r in fc_long):.0f}-{max(r['tflops'] for r in fc_long):.0f}")
+print(
+    f"flashcore TFLOP/s for S >= 8K (causal and non-causal): {min(r['tflops'] for r in fc_long):.0f}-{max(r['tflops'] for r in fc_long):.0f}"
+)
 top = max(fc_long, key=lambda r: (r["S"], r["causal"]))
-print(f"longest full-attention call: S={top['S']} causal={top['causal']}, H={top['H']}: {top['timing']['median_ms'] / 1e3:.1f} s")
+print(
+    f"longest full-attention call: S={top['S']} causal={top['causal']}, H={top['H']}: {top['timing']['median_ms'] / 1e3:.1f} s"
+)
 
 # %% [markdown]
 # ## Conclusion

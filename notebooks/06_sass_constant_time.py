@@ -23,18 +23,18 @@
 # %% tags=["parameters"]
 PROFILE = "auto"
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
-SWEEP = "quick"            # GPU profile: "full" turns on both measurements below (-p SWEEP full)
-MEASURE_TIMING = False     # GPU profile: re-run the timing test (about 2 minutes) and record
+SWEEP = "quick"  # GPU profile: "full" turns on both measurements below (-p SWEEP full)
+MEASURE_TIMING = False  # GPU profile: re-run the timing test (about 2 minutes) and record
 TIMING_N = 10000
-MEASURE_POWER = False      # GPU profile: re-run the NVML power/clock study (about a minute) and record
+MEASURE_POWER = False  # GPU profile: re-run the NVML power/clock study (about a minute) and record
 
 # %%
 from flashcore.notebook import setup, table
+
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
-import torch
-from flashcore.studies import report, sass
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
+from flashcore.studies import report, sass
 
 # %% [markdown]
 # ## The SASS, classified
@@ -44,9 +44,25 @@ from flashcore.results import describe, read_result, write_result
 # %%
 sass_report = sass.analyze_variants(keep_sass=True)
 print(f"compiled for {sass_report['arch']} with triton {sass_report['triton']}")
-print(table(report.sass_table(sass_report), ["kernel", "role", "instr", "blocks", "br_public", "br_metadata",
-                                             "br_sync", "br_data", "mem_public", "mem_metadata", "mem_data",
-                                             "data_addr"]))
+print(
+    table(
+        report.sass_table(sass_report),
+        [
+            "kernel",
+            "role",
+            "instr",
+            "blocks",
+            "br_public",
+            "br_metadata",
+            "br_sync",
+            "br_data",
+            "mem_public",
+            "mem_metadata",
+            "mem_data",
+            "data_addr",
+        ],
+    )
+)
 
 # %% [markdown]
 # Columns: `br_*` conditional branches by predicate class, `mem_*` guarded memory accesses by
@@ -83,13 +99,27 @@ for name, r in sass_report["kernels"].items():
 k = sass_report["kernels"]
 shipped = {n: r for n, r in k.items() if r["role"] == "shipped"}
 controls = {n: r for n, r in k.items() if r["role"] == "leaky control"}
-print("every leaky control has a data-dependent branch:", all(r["branches"]["data"] > 0 for r in controls.values()))
-print("shipped forward kernels (bf16/fp16, sliding window, fp8): no data-dependent branch:",
-      all(r["branches"]["data"] == 0 for n, r in shipped.items() if "forward" in n))
-print("decode split-KV: its conditional branches depend on the cache lengths (public metadata), not on data:",
-      shipped["decode split-KV"]["branches"]["data"] == 0 and shipped["decode split-KV"]["branches"]["metadata"] > 0)
-print("shipped forward kernels use warpgroup tensor-core instructions (HGMMA; QGMMA for fp8):",
-      all(("QGMMA" if n.startswith("fp8") else "HGMMA") in r["opcode_histogram"] for n, r in shipped.items() if "forward" in n))
+print(
+    "every leaky control has a data-dependent branch:",
+    all(r["branches"]["data"] > 0 for r in controls.values()),
+)
+print(
+    "shipped forward kernels (bf16/fp16, sliding window, fp8): no data-dependent branch:",
+    all(r["branches"]["data"] == 0 for n, r in shipped.items() if "forward" in n),
+)
+print(
+    "decode split-KV: its conditional branches depend on the cache lengths (public metadata), not on data:",
+    shipped["decode split-KV"]["branches"]["data"] == 0
+    and shipped["decode split-KV"]["branches"]["metadata"] > 0,
+)
+print(
+    "shipped forward kernels use warpgroup tensor-core instructions (HGMMA; QGMMA for fp8):",
+    all(
+        ("QGMMA" if n.startswith("fp8") else "HGMMA") in r["opcode_histogram"]
+        for n, r in shipped.items()
+        if "forward" in n
+    ),
+)
 
 # %%
 name = "forward D128 causal (TMA)"
@@ -97,7 +127,9 @@ text = sass_report["kernels"][name]["sass"]
 fig = report.plot_cfg(*sass.cfg_edges(text), title=f"{name}: basic blocks and branches (sm_90)")
 save_figure(fig, "06_cfg_forward_causal")
 name = "control: early exit on NaN"
-fig = report.plot_cfg(*sass.cfg_edges(sass_report["kernels"][name]["sass"]), title=f"{name} (sm_90)")
+fig = report.plot_cfg(
+    *sass.cfg_edges(sass_report["kernels"][name]["sass"]), title=f"{name} (sm_90)"
+)
 save_figure(fig, "06_cfg_control_nan_exit")
 
 # %%
@@ -105,7 +137,7 @@ save_figure(fig, "06_cfg_control_nan_exit")
 lines = sass_report["kernels"]["forward D128 causal (TMA)"]["sass"].splitlines()
 waits = [i for i, l in enumerate(lines) if "TRYWAIT" in l][:1]
 for i in waits:
-    print("\n".join(lines[i - 2:i + 4]))
+    print("\n".join(lines[i - 2 : i + 4]))
 print("...")
 ctrl = sass_report["kernels"]["control: early exit on NaN"]
 print(ctrl["data_branches"][0]["text"], "  <- predicate derived from loaded q values")
@@ -123,33 +155,74 @@ print(ctrl["data_branches"][0]["text"], "  <- predicate derived from loaded q va
 MEASURE_TIMING = MEASURE_TIMING or SWEEP == "full"
 if PROFILE == "gpu" and MEASURE_TIMING:
     from flashcore.studies import timing_leak
+
     rows = timing_leak.run_suite(TIMING_N)
-    write_result("timing_leak", {"method": timing_leak.__doc__.strip(), "threshold": timing_leak.THRESHOLD,
-                                 "n_per_class": TIMING_N, "rows": rows},
-                 command="notebooks/06_sass_constant_time.ipynb (PROFILE=gpu, MEASURE_TIMING=True)")
+    write_result(
+        "timing_leak",
+        {
+            "method": timing_leak.__doc__.strip(),
+            "threshold": timing_leak.THRESHOLD,
+            "n_per_class": TIMING_N,
+            "rows": rows,
+        },
+        command="notebooks/06_sass_constant_time.ipynb (PROFILE=gpu, MEASURE_TIMING=True)",
+    )
 leak = read_result("timing_leak", None if (PROFILE == "gpu" and MEASURE_TIMING) else RECORDED_GPU)
 print("recorded on", describe(leak))
-print(table(report.leak_table(leak), ["kernel", "class", "max_abs_t", "random_us", "fixed_us", "diff_pct"],
-            {"max_abs_t": "{:.1f}", "random_us": "{:.2f}", "fixed_us": "{:.2f}", "diff_pct": "{:+.2f}"}))
+print(
+    table(
+        report.leak_table(leak),
+        ["kernel", "class", "max_abs_t", "random_us", "fixed_us", "diff_pct"],
+        {"max_abs_t": "{:.1f}", "random_us": "{:.2f}", "fixed_us": "{:.2f}", "diff_pct": "{:+.2f}"},
+    )
+)
 fig = report.plot_leak(leak)
 save_figure(fig, "06_timing_test")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 lt = report.leak_table(leak)
+
+
 def worst(kernel_prefix, cls=None):
-    return max(r["max_abs_t"] for r in lt if r["kernel"].startswith(kernel_prefix) and (cls is None or r["class"] == cls))
+    return max(
+        r["max_abs_t"]
+        for r in lt
+        if r["kernel"].startswith(kernel_prefix) and (cls is None or r["class"] == cls)
+    )
+
+
 def shift(kernel_prefix, cls):
-    return next(r["diff_pct"] for r in lt if r["kernel"].startswith(kernel_prefix) and r["class"] == cls)
-print("NaN-exit control flagged on NaN inputs (|t| > 4.5):", worst("control: early exit on NaN", "nan_inf") > 4.5)
-print("skip-rescale control flagged on all-equal inputs (|t| > 4.5):", worst("control: skip rescale", "all_equal") > 4.5)
-print("NaN-exit control: time shift on NaN inputs larger than 10%:", abs(shift("control: early exit on NaN", "nan_inf")) > 10)
-print("cuBLAS matmul (no branches) has value-dependent time (|t| > 4.5):", worst("hardware reference") > 4.5)
+    return next(
+        r["diff_pct"] for r in lt if r["kernel"].startswith(kernel_prefix) and r["class"] == cls
+    )
+
+
+print(
+    "NaN-exit control flagged on NaN inputs (|t| > 4.5):",
+    worst("control: early exit on NaN", "nan_inf") > 4.5,
+)
+print(
+    "skip-rescale control flagged on all-equal inputs (|t| > 4.5):",
+    worst("control: skip rescale", "all_equal") > 4.5,
+)
+print(
+    "NaN-exit control: time shift on NaN inputs larger than 10%:",
+    abs(shift("control: early exit on NaN", "nan_inf")) > 10,
+)
+print(
+    "cuBLAS matmul (no branches) has value-dependent time (|t| > 4.5):",
+    worst("hardware reference") > 4.5,
+)
 print("shipped forward kernels: value-dependent time measured (|t| > 4.5):", worst("forward") > 4.5)
-print("shipped forward kernels: every fixed-vs-random median shift under 5%:",
-      all(abs(r["diff_pct"]) < 5 for r in lt if r["kernel"].startswith("forward")))
-print("decode split-KV (memory-bound): every median shift under 0.5%:",
-      all(abs(r["diff_pct"]) < 0.5 for r in lt if r["kernel"].startswith("decode")))
+print(
+    "shipped forward kernels: every fixed-vs-random median shift under 5%:",
+    all(abs(r["diff_pct"]) < 5 for r in lt if r["kernel"].startswith("forward")),
+)
+print(
+    "decode split-KV (memory-bound): every median shift under 0.5%:",
+    all(abs(r["diff_pct"]) < 0.5 for r in lt if r["kernel"].startswith("decode")),
+)
 
 # %% [markdown]
 # ## Power and clocks during the test
@@ -166,37 +239,77 @@ print("decode split-KV (memory-bound): every median shift under 0.5%:",
 
 # %%
 from flashcore.studies import timing_leak as TL
+
 MEASURE_POWER = MEASURE_POWER or SWEEP == "full"
 if PROFILE == "gpu" and MEASURE_POWER:
-    write_result("timing_power", {"method": TL.POWER_METHOD, **TL.run_power_suite()},
-                 command="notebooks/06_sass_constant_time.ipynb (PROFILE=gpu, MEASURE_POWER=True)")
+    write_result(
+        "timing_power",
+        {"method": TL.POWER_METHOD, **TL.run_power_suite()},
+        command="notebooks/06_sass_constant_time.ipynb (PROFILE=gpu, MEASURE_POWER=True)",
+    )
 try:
-    power = read_result("timing_power", None if (PROFILE == "gpu" and MEASURE_POWER) else RECORDED_GPU)
+    power = read_result(
+        "timing_power", None if (PROFILE == "gpu" and MEASURE_POWER) else RECORDED_GPU
+    )
 except FileNotFoundError:
     power = None
-    print(f"no power/clock record for {RECORDED_GPU}: `python -m flashcore leak --power --record` on that GPU writes it")
+    print(
+        f"no power/clock record for {RECORDED_GPU}: `python -m flashcore leak --power --record` on that GPU writes it"
+    )
 pt = TL.power_table(power) if power else []
 if power:
     print("recorded on", describe(power))
-    print(f"power: {power['power_source']}; NVML sampled every {1e3 * power['sample_interval_s']:.0f} ms "
-          f"({power['samples']} samples); blocks {power['block_order']}, {power['block_s']} s each")
-    print(table(pt, ["kernel", "class", "time_pct", "sm_mhz", "clock_pct", "power_w", "power_pct", "temp_c",
-                     "clock_explains", "clock_events"],
-                {"time_pct": "{:+.2f}", "sm_mhz": "{:.0f}", "clock_pct": "{:+.2f}", "power_w": "{:.0f}",
-                 "power_pct": "{:+.1f}", "temp_c": "{:.0f}"}))
+    print(
+        f"power: {power['power_source']}; NVML sampled every {1e3 * power['sample_interval_s']:.0f} ms "
+        f"({power['samples']} samples); blocks {power['block_order']}, {power['block_s']} s each"
+    )
+    print(
+        table(
+            pt,
+            [
+                "kernel",
+                "class",
+                "time_pct",
+                "sm_mhz",
+                "clock_pct",
+                "power_w",
+                "power_pct",
+                "temp_c",
+                "clock_explains",
+                "clock_events",
+            ],
+            {
+                "time_pct": "{:+.2f}",
+                "sm_mhz": "{:.0f}",
+                "clock_pct": "{:+.2f}",
+                "power_w": "{:.0f}",
+                "power_pct": "{:+.1f}",
+                "temp_c": "{:.0f}",
+            },
+        )
+    )
 
 # %%
 # NBVAL_CHECK_OUTPUT
 tensor_core = [r for r in pt if not r["kernel"].startswith("decode")]
 print("power/clock record present:", power is not None)
 if power:
-    print("blocked runs reproduce the timing test: tensor-core kernels faster on some fixed class by > 0.5%:",
-          any(r["time_pct"] < -0.5 for r in tensor_core))
-    print("board power differs between the classes by more than 5% for some tensor-core kernel:",
-          any(abs(r["power_pct"]) > 5 for r in tensor_core))
-    print("SM clock differs between the classes by more than 0.5% for some tensor-core kernel:",
-          any(abs(r["clock_pct"]) > 0.5 for r in tensor_core))
-    print("hypothesis 'the time shift is the SM clock's (data-dependent power)':", TL.clock_hypothesis(pt))
+    print(
+        "blocked runs reproduce the timing test: tensor-core kernels faster on some fixed class by > 0.5%:",
+        any(r["time_pct"] < -0.5 for r in tensor_core),
+    )
+    print(
+        "board power differs between the classes by more than 5% for some tensor-core kernel:",
+        any(abs(r["power_pct"]) > 5 for r in tensor_core),
+    )
+    print(
+        "SM clock differs between the classes by more than 0.5% for some tensor-core kernel:",
+        any(abs(r["clock_pct"]) > 0.5 for r in tensor_core),
+    )
+    print(
+        "hypothesis 'the time shift is the SM clock's (data-dependent power)':",
+        TL.clock_hypothesis(pt),
+    )
 
 # %% [markdown]
 # ## Verdict

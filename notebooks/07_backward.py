@@ -443,7 +443,9 @@ if record is not None and "speed" in record:
         for r in record["speed"]:
             if r.get("dtype") == dtype and r["D"] == 128 and "tflops" in r:
                 pairs.setdefault((r["S"], r["causal"]), {})[r["impl"]] = r["tflops"]
-        ratios = [p["flashcore"] / p[peer] for p in pairs.values() if "flashcore" in p and peer in p]
+        ratios = [
+            p["flashcore"] / p[peer] for p in pairs.values() if "flashcore" in p and peer in p
+        ]
         return (math.exp(sum(map(math.log, ratios)) / len(ratios)), min(ratios)) if ratios else None
 
     for dtype in ("bfloat16", "float16"):
@@ -453,8 +455,10 @@ if record is not None and "speed" in record:
                 print(f"{dtype} D128 vs {peer}: not measured in this record")
             else:
                 verdict = "met" if got[0] >= target else "MISSED"
-                print(f"{dtype} D128 vs {peer}: geomean x{got[0]:.2f} (worst x{got[1]:.2f}), "
-                      f"target x{target}: {verdict}")
+                print(
+                    f"{dtype} D128 vs {peer}: geomean x{got[0]:.2f} (worst x{got[1]:.2f}), "
+                    f"target x{target}: {verdict}"
+                )
     failed = [c for c in record.get("cases", []) if not c["passed"]]
     print(f"gradient grid: {len(failed)} failed of {len(record.get('cases', []))}")
     for c in failed:

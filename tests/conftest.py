@@ -33,6 +33,8 @@ def device():
 @pytest.fixture
 def poisoned():
     """Allocate an output filled with NaN, so an element the kernel never writes fails."""
+
     def make(shape, dtype, device=DEVICE):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
     return make

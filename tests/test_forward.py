@@ -1,11 +1,9 @@
 """The forward kernel against float64, under the error rule, on fresh random inputs."""
 
-import math
-
 import pytest
 import torch
-
 from conftest import DEVICE
+
 from flashcore import attention
 from flashcore.reference import attention_reference
 from flashcore.validate import AttentionCase, check_case, correctness_grid, error_rule, make_inputs
@@ -26,11 +24,15 @@ def test_grid_case_passes_rule(case):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")])
+@pytest.mark.parametrize(
+    "causal,align", [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
+)
 @pytest.mark.parametrize("sq,sk", [(1, 1), (17, 239), (239, 17), (1023, 1023)])
 @pytest.mark.parametrize("d", [16, 64, 128, 256])
 def test_gpu_half_precision(dtype, causal, align, sq, sk, d):
-    row = check_case(AttentionCase(2, 8, 2, sq, sk, d, dtype, causal, align), DEVICE, seed=sq * 7 + d)
+    row = check_case(
+        AttentionCase(2, 8, 2, sq, sk, d, dtype, causal, align), DEVICE, seed=sq * 7 + d
+    )
     assert row["passed"], row
 
 
@@ -38,7 +40,9 @@ def test_rows_that_see_no_key_are_zero(poisoned):
     # bottom-right with Sq > Sk: the first Sq - Sk queries precede every key.
     q, k, v = make_inputs(AttentionCase(1, 2, 1, 80, 30, 32, "float32"), DEVICE, 1)
     out = poisoned(q.shape, q.dtype)
-    _, lse = attention(q, k, v, causal=True, causal_alignment="bottom_right", out=out, return_lse=True)
+    _, lse = attention(
+        q, k, v, causal=True, causal_alignment="bottom_right", out=out, return_lse=True
+    )
     assert torch.equal(out[:, :, :50], torch.zeros_like(out[:, :, :50]))
     assert torch.isneginf(lse[:, :, :50]).all() and torch.isfinite(lse[:, :, 50:]).all()
     assert _rule(out, q, k, v, causal=True, causal_alignment="bottom_right").passed
@@ -57,7 +61,9 @@ def test_lse_matches_float64():
     q, k, v = make_inputs(AttentionCase(2, 4, 2, 33, 70, 64, "float32"), DEVICE, 3)
     for causal in (False, True):
         _, lse = attention(q, k, v, causal=causal, causal_alignment="bottom_right", return_lse=True)
-        _, ref = attention_reference(q, k, v, causal=causal, causal_alignment="bottom_right", return_lse=True)
+        _, ref = attention_reference(
+            q, k, v, causal=causal, causal_alignment="bottom_right", return_lse=True
+        )
         assert (lse.double() - ref).abs().max() < 1e-5
 
 
@@ -103,8 +109,8 @@ def test_empty_dimensions_like_sdpa(sq, sk, b, h):
 
 def test_nan_inputs_propagate_like_reference():
     q, k, v = make_inputs(AttentionCase(1, 2, 2, 40, 40, 32, "float32"), DEVICE, 7)
-    q[0, 0, 5, 3] = float("nan")      # poisons query row 5 of head 0
-    k[0, 1, 20, 0] = float("nan")     # poisons key 20 of head 1: rows >= 20 under causal
+    q[0, 0, 5, 3] = float("nan")  # poisons query row 5 of head 0
+    k[0, 1, 20, 0] = float("nan")  # poisons key 20 of head 1: rows >= 20 under causal
     for causal in (False, True):
         out = attention(q, k, v, causal=causal)
         ref = attention_reference(q, k, v, causal=causal)
@@ -120,7 +126,9 @@ def test_padded_head_dim_is_computed_unpadded():
 
 
 def test_repeated_launches_are_bitwise_identical():
-    q, k, v = make_inputs(AttentionCase(2, 4, 2, 65, 130, 64, "float16", True, "bottom_right"), DEVICE, 9)
+    q, k, v = make_inputs(
+        AttentionCase(2, 4, 2, 65, 130, 64, "float16", True, "bottom_right"), DEVICE, 9
+    )
     first = attention(q, k, v, causal=True, causal_alignment="bottom_right")
     for _ in range(3):
         assert torch.equal(first, attention(q, k, v, causal=True, causal_alignment="bottom_right"))
@@ -159,6 +167,7 @@ def test_inf_inputs_propagate_like_reference(where, value, causal):
 
 # ------------------------------------------------------------------ sliding window
 
+
 @pytest.mark.parametrize("case", correctness_grid("window-cpu"), ids=lambda c: c.name)
 def test_window_passes_rule(case):
     row = check_case(case, DEVICE, seed=hash(case.name) % 10_000)
@@ -177,7 +186,9 @@ def test_window_wider_than_sequence_is_plain_causal():
     q, k, v = make_inputs(AttentionCase(1, 2, 1, 70, 90, 32, "float32"), DEVICE, 5)
     for align in ("top_left", "bottom_right"):
         causal = attention(q, k, v, causal=True, causal_alignment=align)
-        assert torch.equal(attention(q, k, v, causal=True, causal_alignment=align, window=10**6), causal)
+        assert torch.equal(
+            attention(q, k, v, causal=True, causal_alignment=align, window=10**6), causal
+        )
 
 
 def test_window_one_returns_own_value():

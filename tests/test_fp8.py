@@ -5,10 +5,10 @@ import math
 
 import pytest
 import torch
-
 from conftest import DEVICE
-from flashcore.studies import fp8_study
+
 from flashcore.kernels.fp8 import VARIANTS, dequantized, fp8_attention, quantize, random_hadamard
+from flashcore.studies import fp8_study
 
 IN_DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16
 
@@ -27,7 +27,9 @@ def _bound_ratio(x, causal):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("b,hq,hkv,s,d", [(1, 2, 2, 1, 32), (2, 4, 2, 17, 64), (1, 2, 1, 200, 128), (1, 1, 1, 129, 256)])
+@pytest.mark.parametrize(
+    "b,hq,hkv,s,d", [(1, 2, 2, 1, 32), (2, 4, 2, 17, 64), (1, 2, 1, 200, 128), (1, 1, 1, 129, 256)]
+)
 def test_kernel_within_own_reference_bound(variant, causal, b, hq, hkv, s, d):
     x = quantize(*_inputs("outlier", b, hq, hkv, s, d, seed=s + d), variant)
     assert _bound_ratio(x, causal) <= 1.0
@@ -73,11 +75,14 @@ def test_hadamard_spreads_a_large_channel():
     assert torch.allclose(rotated.abs(), torch.full_like(rotated, 100 / math.sqrt(64)), rtol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs,exc,msg", [
-    (dict(variant="int8"), ValueError, "unknown fp8 variant"),
-    (dict(d=48), ValueError, "head_dim in"),
-    (dict(d=16), ValueError, "head_dim in"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,msg",
+    [
+        (dict(variant="int8"), ValueError, "unknown fp8 variant"),
+        (dict(d=48), ValueError, "head_dim in"),
+        (dict(d=16), ValueError, "head_dim in"),
+    ],
+)
 def test_bad_fp8_inputs(kwargs, exc, msg):
     d = kwargs.get("d", 64)
     q = torch.randn(1, 1, 8, d, device=DEVICE).to(IN_DTYPE)
@@ -92,7 +97,9 @@ def test_fp8_attention_wants_quantized_inputs():
 
 
 def test_error_rows_report_each_variant():
-    rows = fp8_study.error_rows("normal", heads=1, seqlen=64, head_dim=64, seeds=(0,), device=DEVICE)
+    rows = fp8_study.error_rows(
+        "normal", heads=1, seqlen=64, head_dim=64, seeds=(0,), device=DEVICE
+    )
     impls = [r["impl"] for r in rows]
     assert impls == ["float16"] + [f"fp8_{v}" for v in VARIANTS]
     fp8 = [r for r in rows if r["impl"].startswith("fp8")]

@@ -37,7 +37,8 @@ def test_plain_write_kills_data():
 
 def test_public_pointer_loads_are_metadata():
     text = SYNTHETIC.replace("LDG.E R4, desc[UR4][R6.64]", "LDG.E R4, desc[UR4][R2.64]").replace(
-        "LDC R2, c[0x0][0x210]", "LDC.64 R2, c[0x0][0x228]")
+        "LDC R2, c[0x0][0x210]", "LDC.64 R2, c[0x0][0x228]"
+    )
     r = sass.analyze_sass(text, public_params={0x228})
     assert r["branches"]["data"] == 0 and r["branches"]["metadata"] == 1
 

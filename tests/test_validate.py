@@ -3,12 +3,9 @@
 import json
 
 import pytest
-import torch
 
-from conftest import DEVICE
-from flashcore import attention
 from flashcore.reference import attention_reference
-from flashcore.results import REPO_ROOT, describe, read_result, recorded_devices, write_result
+from flashcore.results import describe, read_result, recorded_devices, write_result
 from flashcore.validate import AttentionCase, error_rule, make_inputs, planted_bugs, weak_checks
 
 
@@ -80,7 +77,11 @@ def test_recorded_gpu_correctness_grid():
     assert all(r["passed"] and r["ratio"] <= 1.0 for r in rows)
     dtypes = {r["dtype"] for r in rows}
     assert {"float16", "bfloat16"} <= dtypes
-    assert {(r["causal"], r["alignment"]) for r in rows} >= {(False, "top_left"), (True, "top_left"), (True, "bottom_right")}
+    assert {(r["causal"], r["alignment"]) for r in rows} >= {
+        (False, "top_left"),
+        (True, "top_left"),
+        (True, "bottom_right"),
+    }
     assert {r["num_q_heads"] // r["num_kv_heads"] for r in rows} >= {1, 2, 4, 7, 8, 32}
     assert all(r["bitwise_identical"] for r in record["determinism"])
     assert all(r["passed"] and r["max_element_offset"] > 2**31 for r in record["large_offsets"])

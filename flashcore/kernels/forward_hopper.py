@@ -66,6 +66,7 @@ try:  # Gluon is experimental; its API moves between triton releases.
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
     GLUON_AVAILABLE = hasattr(gl, "warp_specialize") and hasattr(gl, "NVMMADistributedLayout")
 except Exception:  # pragma: no cover - depends on the installed triton
     GLUON_AVAILABLE = False
@@ -88,16 +89,34 @@ VARIANTS = {
 if GLUON_AVAILABLE:
 
     @gluon.jit
-    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-                  q_ready, k_ready, k_empty, v_ready, v_empty,
-                  batch, q_head, kv_head, q_row0, n_tiles,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
+    def _producer(
+        q_desc,
+        k_desc,
+        v_desc,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        k_ready,
+        k_empty,
+        v_ready,
+        v_empty,
+        batch,
+        q_head,
+        kv_head,
+        q_row0,
+        n_tiles,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        NUM_WG: gl.constexpr,
+    ):
         """One warp: TMA loads only. A stage is reused once every consumer released it."""
         ROWS: gl.constexpr = q_desc.block_type.shape[2]
         for wg in gl.static_range(NUM_WG):
             mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [batch, q_head, q_row0 + wg * ROWS, 0],
-                                            q_ready.index(wg), q_smem.index(wg))
+            tma.async_copy_global_to_shared(
+                q_desc, [batch, q_head, q_row0 + wg * ROWS, 0], q_ready.index(wg), q_smem.index(wg)
+            )
         for j in range(n_tiles):
             stage = j % STAGES
             # The first pass over the ring waits on parity 1, which a fresh barrier
@@ -105,24 +124,39 @@ if GLUON_AVAILABLE:
             empty_phase = ((j // STAGES) & 1) ^ 1
             mbarrier.wait(k_empty.index(stage), empty_phase)
             mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [batch, kv_head, j * BLOCK_N, 0],
-                                            k_ready.index(stage), k_smem.index(stage))
+            tma.async_copy_global_to_shared(
+                k_desc, [batch, kv_head, j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage)
+            )
             mbarrier.wait(v_empty.index(stage), empty_phase)
             mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [batch, kv_head, j * BLOCK_N, 0],
-                                            v_ready.index(stage), v_smem.index(stage))
+            tma.async_copy_global_to_shared(
+                v_desc, [batch, kv_head, j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage)
+            )
 
     @gluon.jit
-    def _softmax_step(s, m_i, l_i, qk_scale, rows, start_n, seqlen_k, causal_offset,
-                      s_layout: gl.constexpr, BLOCK_N: gl.constexpr,
-                      MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    def _softmax_step(
+        s,
+        m_i,
+        l_i,
+        qk_scale,
+        rows,
+        start_n,
+        seqlen_k,
+        causal_offset,
+        s_layout: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        MASKED: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+    ):
         """Online softmax over one key tile: p = exp2(s*scale - m_new), the rescale factor
         alpha for what was accumulated before, the new running max and denominator."""
         if MASKED:
             cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
             visible = gl.expand_dims(cols < seqlen_k, 0)
             if IS_CAUSAL:
-                visible = visible & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_offset, 1))
+                visible = visible & (
+                    gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_offset, 1)
+                )
             s = gl.where(visible, s * qk_scale, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, 1))
             # A row that has seen no key keeps m = -inf: subtract 0 instead so p and
@@ -149,12 +183,35 @@ if GLUON_AVAILABLE:
             mbarrier.arrive(turn.index((wg + 1) % NUM_WG), count=1)
 
     @gluon.jit
-    def _attend_tiles(acc, p_op, m_i, l_i, turn_phase, q_tile, k_smem, v_smem,
-                      k_ready, k_empty, v_ready, v_empty, turn, rows,
-                      first, last, seqlen_k, causal_offset, qk_scale,
-                      wg: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-                      BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                      MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    def _attend_tiles(
+        acc,
+        p_op,
+        m_i,
+        l_i,
+        turn_phase,
+        q_tile,
+        k_smem,
+        v_smem,
+        k_ready,
+        k_empty,
+        v_ready,
+        v_empty,
+        turn,
+        rows,
+        first,
+        last,
+        seqlen_k,
+        causal_offset,
+        qk_scale,
+        wg: gl.constexpr,
+        s_layout: gl.constexpr,
+        o_layout: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        MASKED: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        PINGPONG: gl.constexpr,
+    ):
         """Key tiles [first, last) of one warpgroup; tile j's softmax overlaps P_{j-1} V_{j-1}."""
         ROWS: gl.constexpr = q_tile.shape[0]
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
@@ -164,15 +221,28 @@ if GLUON_AVAILABLE:
             mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
             mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
             turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-            s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), zero_s,
-                                  use_acc=False, is_async=True)
+            s_tok = warpgroup_mma(
+                q_tile, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True
+            )
             o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
             _pass_turn(turn, wg, PINGPONG)
             # Groups retire in order: one outstanding means S_j is done, P V may run on.
             s = warpgroup_mma_wait(1, deps=(s_tok,))
             mbarrier.arrive(k_empty.index(stage), count=1)
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, rows, j * BLOCK_N, seqlen_k,
-                                               causal_offset, s_layout, BLOCK_N, MASKED, IS_CAUSAL)
+            p, alpha, m_i, l_i = _softmax_step(
+                s,
+                m_i,
+                l_i,
+                qk_scale,
+                rows,
+                j * BLOCK_N,
+                seqlen_k,
+                causal_offset,
+                s_layout,
+                BLOCK_N,
+                MASKED,
+                IS_CAUSAL,
+            )
             acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
             mbarrier.arrive(v_empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -180,18 +250,45 @@ if GLUON_AVAILABLE:
         return acc, p_op, m_i, l_i, turn_phase
 
     @gluon.jit
-    def _consumer(wg: gl.constexpr, Out, Lse, q_smem, k_smem, v_smem,
-                  q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                  HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+    def _consumer(
+        wg: gl.constexpr,
+        Out,
+        Lse,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        k_ready,
+        k_empty,
+        v_ready,
+        v_empty,
+        turn,
+        stride_om,
+        stride_ok,
+        o_offset,
+        lse_offset,
+        q_row0,
+        n_tiles,
+        n_unmasked,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        qk_scale,
+        HEAD_DIM: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        STORE_LSE: gl.constexpr,
+        PINGPONG: gl.constexpr,
+    ):
         ROWS: gl.constexpr = 64
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, HEAD_DIM, 16])
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+        )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
 
@@ -206,25 +303,92 @@ if GLUON_AVAILABLE:
         turn_phase = 0
         mbarrier.wait(k_ready.index(0), 0)
         turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-        s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)),
-                              gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        s_tok = warpgroup_mma(
+            q_tile,
+            k_smem.index(0).permute((1, 0)),
+            gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+            use_acc=False,
+            is_async=True,
+        )
         _pass_turn(turn, wg, PINGPONG)
         s = warpgroup_mma_wait(0, deps=(s_tok,))
         mbarrier.arrive(k_empty.index(0), count=1)
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
-                                           s_layout, BLOCK_N, True, IS_CAUSAL)
+        p, alpha, m_i, l_i = _softmax_step(
+            s,
+            m_i,
+            l_i,
+            qk_scale,
+            rows,
+            0,
+            seqlen_k,
+            causal_offset,
+            s_layout,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+        )
         p_op = gl.convert_layout(p.to(dtype), p_layout)
 
         # Tiles every row sees whole, then the tiles that need a mask.
         mid = gl.maximum(n_unmasked, 1)
         acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-            acc, p_op, m_i, l_i, turn_phase, q_tile, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-            turn, rows, 1, mid, seqlen_k, causal_offset, qk_scale,
-            wg, s_layout, o_layout, BLOCK_N, STAGES, False, IS_CAUSAL, PINGPONG)
+            acc,
+            p_op,
+            m_i,
+            l_i,
+            turn_phase,
+            q_tile,
+            k_smem,
+            v_smem,
+            k_ready,
+            k_empty,
+            v_ready,
+            v_empty,
+            turn,
+            rows,
+            1,
+            mid,
+            seqlen_k,
+            causal_offset,
+            qk_scale,
+            wg,
+            s_layout,
+            o_layout,
+            BLOCK_N,
+            STAGES,
+            False,
+            IS_CAUSAL,
+            PINGPONG,
+        )
         acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-            acc, p_op, m_i, l_i, turn_phase, q_tile, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-            turn, rows, mid, n_tiles, seqlen_k, causal_offset, qk_scale,
-            wg, s_layout, o_layout, BLOCK_N, STAGES, True, IS_CAUSAL, PINGPONG)
+            acc,
+            p_op,
+            m_i,
+            l_i,
+            turn_phase,
+            q_tile,
+            k_smem,
+            v_smem,
+            k_ready,
+            k_empty,
+            v_ready,
+            v_empty,
+            turn,
+            rows,
+            mid,
+            n_tiles,
+            seqlen_k,
+            causal_offset,
+            qk_scale,
+            wg,
+            s_layout,
+            o_layout,
+            BLOCK_N,
+            STAGES,
+            True,
+            IS_CAUSAL,
+            PINGPONG,
+        )
 
         # The last P V.
         last = (n_tiles - 1) % STAGES
@@ -241,54 +405,235 @@ if GLUON_AVAILABLE:
         out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1)
         o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
         o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        o_ptrs = (Out + o_offset + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
-                  + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0))
+        o_ptrs = (
+            Out
+            + o_offset
+            + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
+            + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
+        )
         o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
         gl.store(o_ptrs, out.to(dtype), mask=o_mask)
         if STORE_LSE:
-            lse = gl.where(sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634)
+            lse = gl.where(
+                sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634
+            )
             gl.store(Lse + lse_offset + rows.to(gl.int64), lse, mask=rows < seqlen_q)
 
     @gluon.jit
-    def _consumer_wg0(Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                      stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                      n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
-        _consumer(0, Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)
+    def _consumer_wg0(
+        Out,
+        Lse,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        k_ready,
+        k_empty,
+        v_ready,
+        v_empty,
+        turn,
+        stride_om,
+        stride_ok,
+        o_offset,
+        lse_offset,
+        q_row0,
+        n_tiles,
+        n_unmasked,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        qk_scale,
+        HEAD_DIM: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        STORE_LSE: gl.constexpr,
+        PINGPONG: gl.constexpr,
+    ):
+        _consumer(
+            0,
+            Out,
+            Lse,
+            q_smem,
+            k_smem,
+            v_smem,
+            q_ready,
+            k_ready,
+            k_empty,
+            v_ready,
+            v_empty,
+            turn,
+            stride_om,
+            stride_ok,
+            o_offset,
+            lse_offset,
+            q_row0,
+            n_tiles,
+            n_unmasked,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_N,
+            STAGES,
+            IS_CAUSAL,
+            STORE_LSE,
+            PINGPONG,
+        )
 
     @gluon.jit
-    def _consumer_wg1(Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                      stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                      n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
-        _consumer(1, Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)
+    def _consumer_wg1(
+        Out,
+        Lse,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        k_ready,
+        k_empty,
+        v_ready,
+        v_empty,
+        turn,
+        stride_om,
+        stride_ok,
+        o_offset,
+        lse_offset,
+        q_row0,
+        n_tiles,
+        n_unmasked,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        qk_scale,
+        HEAD_DIM: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        STORE_LSE: gl.constexpr,
+        PINGPONG: gl.constexpr,
+    ):
+        _consumer(
+            1,
+            Out,
+            Lse,
+            q_smem,
+            k_smem,
+            v_smem,
+            q_ready,
+            k_ready,
+            k_empty,
+            v_ready,
+            v_empty,
+            turn,
+            stride_om,
+            stride_ok,
+            o_offset,
+            lse_offset,
+            q_row0,
+            n_tiles,
+            n_unmasked,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_N,
+            STAGES,
+            IS_CAUSAL,
+            STORE_LSE,
+            PINGPONG,
+        )
 
     @gluon.jit
-    def _consumer_wg2(Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                      stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                      n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
-        _consumer(2, Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)
+    def _consumer_wg2(
+        Out,
+        Lse,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        k_ready,
+        k_empty,
+        v_ready,
+        v_empty,
+        turn,
+        stride_om,
+        stride_ok,
+        o_offset,
+        lse_offset,
+        q_row0,
+        n_tiles,
+        n_unmasked,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        qk_scale,
+        HEAD_DIM: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        STORE_LSE: gl.constexpr,
+        PINGPONG: gl.constexpr,
+    ):
+        _consumer(
+            2,
+            Out,
+            Lse,
+            q_smem,
+            k_smem,
+            v_smem,
+            q_ready,
+            k_ready,
+            k_empty,
+            v_ready,
+            v_empty,
+            turn,
+            stride_om,
+            stride_ok,
+            o_offset,
+            lse_offset,
+            q_row0,
+            n_tiles,
+            n_unmasked,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_N,
+            STAGES,
+            IS_CAUSAL,
+            STORE_LSE,
+            PINGPONG,
+        )
 
     @gluon.jit
-    def _fa3_fwd_kernel(q_desc, k_desc, v_desc, Out, Lse,
-                        stride_oz, stride_oh, stride_om, stride_ok,
-                        num_q_heads, gqa_group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                        HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                        IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                        CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2):
+    def _fa3_fwd_kernel(
+        q_desc,
+        k_desc,
+        v_desc,
+        Out,
+        Lse,
+        stride_oz,
+        stride_oh,
+        stride_om,
+        stride_ok,
+        num_q_heads,
+        gqa_group_size,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        qk_scale,
+        HEAD_DIM: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        STORE_LSE: gl.constexpr,
+        PINGPONG: gl.constexpr,
+        CONSUMER_REGS: gl.constexpr,
+        NUM_WG: gl.constexpr = 2,
+    ):
         ROWS: gl.constexpr = 64
         BLOCK_M: gl.constexpr = NUM_WG * ROWS
         dtype: gl.constexpr = q_desc.dtype
@@ -310,7 +655,9 @@ if GLUON_AVAILABLE:
         full_tiles = seqlen_k // BLOCK_N
         if IS_CAUSAL:
             key_end = gl.minimum(q_row0 + BLOCK_M + causal_offset, seqlen_k)
-            n_unmasked = gl.minimum(gl.maximum((q_row0 + causal_offset + 1) // BLOCK_N, 0), full_tiles)
+            n_unmasked = gl.minimum(
+                gl.maximum((q_row0 + causal_offset + 1) // BLOCK_N, 0), full_tiles
+            )
         else:
             key_end = seqlen_k
             n_unmasked = full_tiles
@@ -320,8 +667,11 @@ if GLUON_AVAILABLE:
         o_offset = batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh
         lse_offset = batch_head.to(gl.int64) * seqlen_q
 
-        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, ROWS, HEAD_DIM],
-                                           gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype))
+        q_smem = gl.allocate_shared_memory(
+            dtype,
+            [NUM_WG, ROWS, HEAD_DIM],
+            gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype),
+        )
         kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
@@ -343,37 +693,232 @@ if GLUON_AVAILABLE:
             mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
 
         if NUM_WG == 3:
-            gl.warp_specialize([
-                (_consumer_wg0, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
-                (_consumer_wg1, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
-                (_consumer_wg2, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-                             q_ready, k_ready, k_empty, v_ready, v_empty,
-                             batch, q_head, kv_head, q_row0, n_tiles, BLOCK_N, STAGES, NUM_WG)),
-            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            gl.warp_specialize(
+                [
+                    (
+                        _consumer_wg0,
+                        (
+                            Out,
+                            Lse,
+                            q_smem,
+                            k_smem,
+                            v_smem,
+                            q_ready,
+                            k_ready,
+                            k_empty,
+                            v_ready,
+                            v_empty,
+                            turn,
+                            stride_om,
+                            stride_ok,
+                            o_offset,
+                            lse_offset,
+                            q_row0,
+                            n_tiles,
+                            n_unmasked,
+                            seqlen_q,
+                            seqlen_k,
+                            causal_offset,
+                            qk_scale,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                        ),
+                    ),
+                    (
+                        _consumer_wg1,
+                        (
+                            Out,
+                            Lse,
+                            q_smem,
+                            k_smem,
+                            v_smem,
+                            q_ready,
+                            k_ready,
+                            k_empty,
+                            v_ready,
+                            v_empty,
+                            turn,
+                            stride_om,
+                            stride_ok,
+                            o_offset,
+                            lse_offset,
+                            q_row0,
+                            n_tiles,
+                            n_unmasked,
+                            seqlen_q,
+                            seqlen_k,
+                            causal_offset,
+                            qk_scale,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                        ),
+                    ),
+                    (
+                        _consumer_wg2,
+                        (
+                            Out,
+                            Lse,
+                            q_smem,
+                            k_smem,
+                            v_smem,
+                            q_ready,
+                            k_ready,
+                            k_empty,
+                            v_ready,
+                            v_empty,
+                            turn,
+                            stride_om,
+                            stride_ok,
+                            o_offset,
+                            lse_offset,
+                            q_row0,
+                            n_tiles,
+                            n_unmasked,
+                            seqlen_q,
+                            seqlen_k,
+                            causal_offset,
+                            qk_scale,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                        ),
+                    ),
+                    (
+                        _producer,
+                        (
+                            q_desc,
+                            k_desc,
+                            v_desc,
+                            q_smem,
+                            k_smem,
+                            v_smem,
+                            q_ready,
+                            k_ready,
+                            k_empty,
+                            v_ready,
+                            v_empty,
+                            batch,
+                            q_head,
+                            kv_head,
+                            q_row0,
+                            n_tiles,
+                            BLOCK_N,
+                            STAGES,
+                            NUM_WG,
+                        ),
+                    ),
+                ],
+                [4, 4, 1],
+                [CONSUMER_REGS, CONSUMER_REGS, 24],
+            )
         else:
-            gl.warp_specialize([
-                (_consumer_wg0, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
-                (_consumer_wg1, (Out, Lse, q_smem, k_smem, v_smem, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                                  stride_om, stride_ok, o_offset, lse_offset, q_row0,
-                                  n_tiles, n_unmasked, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                                  HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG)),
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-                             q_ready, k_ready, k_empty, v_ready, v_empty,
-                             batch, q_head, kv_head, q_row0, n_tiles, BLOCK_N, STAGES, NUM_WG)),
-            ], [4, 1], [CONSUMER_REGS, 24])
+            gl.warp_specialize(
+                [
+                    (
+                        _consumer_wg0,
+                        (
+                            Out,
+                            Lse,
+                            q_smem,
+                            k_smem,
+                            v_smem,
+                            q_ready,
+                            k_ready,
+                            k_empty,
+                            v_ready,
+                            v_empty,
+                            turn,
+                            stride_om,
+                            stride_ok,
+                            o_offset,
+                            lse_offset,
+                            q_row0,
+                            n_tiles,
+                            n_unmasked,
+                            seqlen_q,
+                            seqlen_k,
+                            causal_offset,
+                            qk_scale,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                        ),
+                    ),
+                    (
+                        _consumer_wg1,
+                        (
+                            Out,
+                            Lse,
+                            q_smem,
+                            k_smem,
+                            v_smem,
+                            q_ready,
+                            k_ready,
+                            k_empty,
+                            v_ready,
+                            v_empty,
+                            turn,
+                            stride_om,
+                            stride_ok,
+                            o_offset,
+                            lse_offset,
+                            q_row0,
+                            n_tiles,
+                            n_unmasked,
+                            seqlen_q,
+                            seqlen_k,
+                            causal_offset,
+                            qk_scale,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                        ),
+                    ),
+                    (
+                        _producer,
+                        (
+                            q_desc,
+                            k_desc,
+                            v_desc,
+                            q_smem,
+                            k_smem,
+                            v_smem,
+                            q_ready,
+                            k_ready,
+                            k_empty,
+                            v_ready,
+                            v_empty,
+                            batch,
+                            q_head,
+                            kv_head,
+                            q_row0,
+                            n_tiles,
+                            BLOCK_N,
+                            STAGES,
+                            NUM_WG,
+                        ),
+                    ),
+                ],
+                [4, 1],
+                [CONSUMER_REGS, 24],
+            )
 
 
 # (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
@@ -401,7 +946,9 @@ DISPATCH = {
 def _mode() -> str:
     mode = os.environ.get("FLASHCORE_FORWARD_HOPPER", "auto")
     if mode not in ("auto", "always", "never"):
-        raise ValueError(f"FLASHCORE_FORWARD_HOPPER must be 'auto', 'always' or 'never', got {mode!r}")
+        raise ValueError(
+            f"FLASHCORE_FORWARD_HOPPER must be 'auto', 'always' or 'never', got {mode!r}"
+        )
     return mode
 
 
@@ -416,8 +963,9 @@ def chosen(q, k, v, *, causal: bool, window=None, softcap=None) -> bool:
     return threshold is not None and min(q.shape[2], k.shape[2]) >= threshold
 
 
-def maybe_dispatch(q, k, v, out, lse, *, causal: bool, bottom_right: bool, window, softcap,
-                   scale, return_lse: bool) -> bool:
+def maybe_dispatch(
+    q, k, v, out, lse, *, causal: bool, bottom_right: bool, window, softcap, scale, return_lse: bool
+) -> bool:
     """Called by forward.attention on validated inputs with ``out``/``lse`` allocated and
     Sq, Sk >= 1: launch the Gluon kernel and return True where it is chosen, else False."""
     if not chosen(q, k, v, causal=causal, window=window, softcap=softcap):
@@ -425,17 +973,30 @@ def maybe_dispatch(q, k, v, out, lse, *, causal: bool, bottom_right: bool, windo
     seqlen_q, seqlen_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    attention_hopper(q, k, v, out, lse, causal_offset=seqlen_k - seqlen_q if (causal and bottom_right) else 0,
-                     is_causal=causal, qk_scale=scale * LOG2E, store_lse=return_lse)
+    attention_hopper(
+        q,
+        k,
+        v,
+        out,
+        lse,
+        causal_offset=seqlen_k - seqlen_q if (causal and bottom_right) else 0,
+        is_causal=causal,
+        qk_scale=scale * LOG2E,
+        store_lse=return_lse,
+    )
     return True
 
 
 def describe() -> str:
     """One line for ``python -m flashcore info``."""
     if not GLUON_AVAILABLE:
-        return "unavailable (this triton has no Gluon Hopper API): every call runs the Triton kernel"
-    rules = ", ".join(f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
-                      for (d, c), t in DISPATCH.items())
+        return (
+            "unavailable (this triton has no Gluon Hopper API): every call runs the Triton kernel"
+        )
+    rules = ", ".join(
+        f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
+        for (d, c), t in DISPATCH.items()
+    )
     return f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_mode()}): {rules}"
 
 
@@ -465,12 +1026,28 @@ def _descriptor(t, block_rows, head_dim):
     dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
     # 4-D over the whole (B, H, S, D) tensor: rows past S come back as zeros.
     layout = gl.NVMMASharedLayout.get_default_for([block_rows, head_dim], dtype)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_rows, head_dim], layout)
+    return TensorDescriptor(
+        t, list(t.shape), list(t.stride()), [1, 1, block_rows, head_dim], layout
+    )
 
 
-def attention_hopper(q, k, v, out, lse, *, causal_offset: int, is_causal: bool, qk_scale: float,
-                     store_lse: bool, block_n: int | None = None, stages: int | None = None,
-                     pingpong: bool = True, num_wg: int | None = None, consumer_regs: int | None = None):
+def attention_hopper(
+    q,
+    k,
+    v,
+    out,
+    lse,
+    *,
+    causal_offset: int,
+    is_causal: bool,
+    qk_scale: float,
+    store_lse: bool,
+    block_n: int | None = None,
+    stages: int | None = None,
+    pingpong: bool = True,
+    num_wg: int | None = None,
+    consumer_regs: int | None = None,
+):
     """Launch the Gluon kernel on validated inputs (``supports`` true). ``out`` (B, Hq, Sq, D)
     any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
     ``qk_scale`` = softmax scale * log2(e)."""
@@ -486,11 +1063,28 @@ def attention_hopper(q, k, v, out, lse, *, causal_offset: int, is_causal: bool, 
     v_desc = _descriptor(v, block_n, head_dim)
     grid = (triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG) * batch * num_q_heads,)
     _fa3_fwd_kernel[grid](
-        q_desc, k_desc, v_desc, out, lse, *out.stride(),
-        num_q_heads, num_q_heads // num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale,
-        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages, IS_CAUSAL=bool(is_causal),
-        STORE_LSE=bool(store_lse), PINGPONG=bool(pingpong), CONSUMER_REGS=consumer_regs,
-        NUM_WG=num_wg, num_warps=4)
+        q_desc,
+        k_desc,
+        v_desc,
+        out,
+        lse,
+        *out.stride(),
+        num_q_heads,
+        num_q_heads // num_kv_heads,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        qk_scale,
+        HEAD_DIM=head_dim,
+        BLOCK_N=block_n,
+        STAGES=stages,
+        IS_CAUSAL=bool(is_causal),
+        STORE_LSE=bool(store_lse),
+        PINGPONG=bool(pingpong),
+        CONSUMER_REGS=consumer_regs,
+        NUM_WG=num_wg,
+        num_warps=4,
+    )
     return out
 
 

@@ -48,8 +48,8 @@ from .forward import LOG2E, _compute_capability, _online_softmax_tile
 
 VARIANTS = ("naive", "per_tensor", "per_block", "per_block_hadamard")
 E4M3_MAX = 448.0
-QUANT_BLOCK = 128   # rows of q / k per scale in the per-block variants; kernel tiles divide it
-P_SCALE = 256.0     # p is multiplied by this before the fp8 cast (scaled variants)
+QUANT_BLOCK = 128  # rows of q / k per scale in the per-block variants; kernel tiles divide it
+P_SCALE = 256.0  # p is multiplied by this before the fp8 cast (scaled variants)
 FP8_HEAD_DIMS = (32, 64, 128, 256)  # the fp8 tensor-core dot reduces over >= 32 elements
 
 
@@ -62,6 +62,7 @@ class Fp8Inputs:
     ``(B, Hkv, Sk_pad/128)``, v_scale ``(B, Hkv, D)``, float32. Keys past ``seqlen_k`` are
     zero padding. ``rotation`` is the (D, D) matrix q and k were multiplied by, or None.
     """
+
     variant: str
     q8: torch.Tensor
     k8: torch.Tensor
@@ -107,8 +108,9 @@ def _scale_from_amax(amax: torch.Tensor) -> torch.Tensor:
     return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax)).float()
 
 
-def quantize(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str, *,
-             rotation_seed: int = 0) -> Fp8Inputs:
+def quantize(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str, *, rotation_seed: int = 0
+) -> Fp8Inputs:
     """Quantize (B, H, S, D) q, k, v to e4m3 with the named recipe (see module docstring).
 
     Shapes and GQA as ``flashcore.attention``; head_dim in {32, 64, 128, 256}. The scales
@@ -148,9 +150,22 @@ def quantize(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str, *,
     pad = n_kb * QUANT_BLOCK - seqlen_k
     q8 = _to_e4m3(qf / per_row(q_scale, q.shape[2]))
     k8 = _to_e4m3(torch.nn.functional.pad(kf / per_row(k_scale, seqlen_k), (0, 0, 0, pad)))
-    v8t = _to_e4m3(torch.nn.functional.pad(vf / v_scale[:, :, None, :], (0, 0, 0, pad)).transpose(2, 3))
-    return Fp8Inputs(variant, q8, k8.contiguous(), v8t.contiguous(), q_scale, k_scale, v_scale,
-                     seqlen_k, 1.0 if variant == "naive" else P_SCALE, q.dtype, rotation)
+    v8t = _to_e4m3(
+        torch.nn.functional.pad(vf / v_scale[:, :, None, :], (0, 0, 0, pad)).transpose(2, 3)
+    )
+    return Fp8Inputs(
+        variant,
+        q8,
+        k8.contiguous(),
+        v8t.contiguous(),
+        q_scale,
+        k_scale,
+        v_scale,
+        seqlen_k,
+        1.0 if variant == "naive" else P_SCALE,
+        q.dtype,
+        rotation,
+    )
 
 
 quantize_fp8 = quantize  # the name flashcore exports
@@ -160,11 +175,11 @@ def dequantized(x: Fp8Inputs, dtype=torch.float64):
     """The (q, k, v) the kernel computes with, in ``dtype``: x8 * scale, padding dropped,
     rotation kept (it does not change q k^T). Attention of these in float64 is the variant's
     own reference: the kernel may differ from it only by rounding p and by fp32 sums."""
-    q_rows = x.q_scale.to(dtype).repeat_interleave(QUANT_BLOCK, 2)[:, :, :x.q8.shape[2], None]
+    q_rows = x.q_scale.to(dtype).repeat_interleave(QUANT_BLOCK, 2)[:, :, : x.q8.shape[2], None]
     k_rows = x.k_scale.to(dtype).repeat_interleave(QUANT_BLOCK, 2)[:, :, :, None]
     q = x.q8.to(dtype) * q_rows
-    k = (x.k8.to(dtype) * k_rows)[:, :, :x.seqlen_k]
-    v = (x.v8t.to(dtype).transpose(2, 3) * x.v_scale.to(dtype)[:, :, None, :])[:, :, :x.seqlen_k]
+    k = (x.k8.to(dtype) * k_rows)[:, :, : x.seqlen_k]
+    v = (x.v8t.to(dtype).transpose(2, 3) * x.v_scale.to(dtype)[:, :, None, :])[:, :, : x.seqlen_k]
     return q, k, v
 
 
@@ -174,7 +189,7 @@ def _round_to_e4m3(x):
     arithmetic. Only for the Triton interpreter, whose fp32 -> fp8 cast truncates and mishandles
     subnormals; the GPU converts in hardware (round to nearest even)."""
     e = tl.maximum(tl.floor(tl.log2(tl.maximum(x, 1e-30))), -6.0)  # binade; subnormals: -6
-    step = tl.exp2(e - 3.0)                      # 3 mantissa bits
+    step = tl.exp2(e - 3.0)  # 3 mantissa bits
     y = x / step
     r = tl.floor(y + 0.5)
     odd = (r - 2.0 * tl.floor(r * 0.5)) == 1.0
@@ -183,12 +198,37 @@ def _round_to_e4m3(x):
 
 
 @triton.jit
-def _fp8_key_tiles(acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales,
-                   batch, kv_head, stride_kn, stride_vn, offs_m, offs_n,
-                   key_lo, key_hi, seqlen_k, qk_scale,
-                   BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, QUANT_BLOCK: tl.constexpr,
-                   P_SCALE: tl.constexpr, APPLY_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+def _fp8_key_tiles(
+    acc,
+    l_i,
+    m_i,
+    q,
+    q_scale,
+    k_ptrs,
+    vt_ptrs,
+    k_desc,
+    v_desc,
+    k_scales,
+    batch,
+    kv_head,
+    stride_kn,
+    stride_vn,
+    offs_m,
+    offs_n,
+    key_lo,
+    key_hi,
+    seqlen_k,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    QUANT_BLOCK: tl.constexpr,
+    P_SCALE: tl.constexpr,
+    APPLY_MASK: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    EMULATE_P_CAST: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
     """Fold key tiles [key_lo, key_hi) into (acc, l_i, m_i): forward.py's loop and its online
     softmax step, with fp8 dots. Keys are padded to whole QUANT_BLOCKs with zeros, so every load is in bounds;
     the masked phase sets padded and future keys' scores to -inf."""
@@ -228,16 +268,48 @@ def _fp8_key_tiles(acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k
 
 @triton.jit
 def _fp8_attn_fwd_kernel(
-    Q8, K8, V8T, QScale, KScale, VScale, Out, k_desc, v_desc,
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vk, stride_vn,
-    stride_oz, stride_oh, stride_om, stride_ok,
-    num_q_heads, num_kv_heads, gqa_group_size, seqlen_q, seqlen_k, n_q_blocks, n_k_blocks,
-    qk_scale, inv_p_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    QUANT_BLOCK: tl.constexpr, P_SCALE: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, EMULATE_P_CAST: tl.constexpr,
+    Q8,
+    K8,
+    V8T,
+    QScale,
+    KScale,
+    VScale,
+    Out,
+    k_desc,
+    v_desc,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vz,
+    stride_vh,
+    stride_vk,
+    stride_vn,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_ok,
+    num_q_heads,
+    num_kv_heads,
+    gqa_group_size,
+    seqlen_q,
+    seqlen_k,
+    n_q_blocks,
+    n_k_blocks,
+    qk_scale,
+    inv_p_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    QUANT_BLOCK: tl.constexpr,
+    P_SCALE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    EMULATE_P_CAST: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr = False,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
@@ -261,8 +333,11 @@ def _fp8_attn_fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     row_in = offs_m < seqlen_q
-    q = tl.load(q_base + offs_m[:, None].to(tl.int64) * stride_qm + offs_d[None, :] * stride_qk,
-                mask=row_in[:, None], other=0.0)
+    q = tl.load(
+        q_base + offs_m[:, None].to(tl.int64) * stride_qm + offs_d[None, :] * stride_qk,
+        mask=row_in[:, None],
+        other=0.0,
+    )
     # The q tile lies inside one quantization block: one scale, folded into the score scale.
     q_scale = tl.load(QScale + batch_head.to(tl.int64) * n_q_blocks + tile_start // QUANT_BLOCK)
     k_ptrs = k_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kk
@@ -275,18 +350,74 @@ def _fp8_attn_fwd_kernel(
 
     if IS_CAUSAL:  # top-left: row i sees keys j <= i
         key_end = tl.minimum(tile_start + BLOCK_M, seqlen_k)
-        unmasked_end = tl.minimum(((tile_start + 1) // BLOCK_N) * BLOCK_N, (seqlen_k // BLOCK_N) * BLOCK_N)
+        unmasked_end = tl.minimum(
+            ((tile_start + 1) // BLOCK_N) * BLOCK_N, (seqlen_k // BLOCK_N) * BLOCK_N
+        )
     else:
         key_end = seqlen_k
         unmasked_end = (seqlen_k // BLOCK_N) * BLOCK_N
     acc, l_i, m_i = _fp8_key_tiles(
-        acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales, batch, kv_head,
-        stride_kn, stride_vn, offs_m, offs_n, 0, unmasked_end, seqlen_k, qk_scale,
-        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, False, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE)
+        acc,
+        l_i,
+        m_i,
+        q,
+        q_scale,
+        k_ptrs,
+        vt_ptrs,
+        k_desc,
+        v_desc,
+        k_scales,
+        batch,
+        kv_head,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        0,
+        unmasked_end,
+        seqlen_k,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        QUANT_BLOCK,
+        P_SCALE,
+        False,
+        IS_CAUSAL,
+        USE_TMA,
+        EMULATE_P_CAST,
+        WARP_SPECIALIZE,
+    )
     acc, l_i, m_i = _fp8_key_tiles(
-        acc, l_i, m_i, q, q_scale, k_ptrs, vt_ptrs, k_desc, v_desc, k_scales, batch, kv_head,
-        stride_kn, stride_vn, offs_m, offs_n, unmasked_end, key_end, seqlen_k, qk_scale,
-        BLOCK_N, HEAD_DIM, QUANT_BLOCK, P_SCALE, True, IS_CAUSAL, USE_TMA, EMULATE_P_CAST, WARP_SPECIALIZE)
+        acc,
+        l_i,
+        m_i,
+        q,
+        q_scale,
+        k_ptrs,
+        vt_ptrs,
+        k_desc,
+        v_desc,
+        k_scales,
+        batch,
+        kv_head,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        unmasked_end,
+        key_end,
+        seqlen_k,
+        qk_scale,
+        BLOCK_N,
+        HEAD_DIM,
+        QUANT_BLOCK,
+        P_SCALE,
+        True,
+        IS_CAUSAL,
+        USE_TMA,
+        EMULATE_P_CAST,
+        WARP_SPECIALIZE,
+    )
 
     # Epilogue: undo P_SCALE, apply v's per-channel scale, normalize.
     v_scale = tl.load(VScale + kv_batch_head.to(tl.int64) * HEAD_DIM + offs_d)
@@ -310,8 +441,14 @@ def _pick_config(x: Fp8Inputs, causal: bool, interpreted: bool) -> dict:
     return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, USE_TMA=True)
 
 
-def fp8_attention(x: Fp8Inputs, *, causal: bool = False, scale: float | None = None,
-                  out: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+def fp8_attention(
+    x: Fp8Inputs,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    config: dict | None = None,
+) -> torch.Tensor:
     """softmax(q k^T * scale [+ top-left causal mask]) v on quantized inputs.
 
     Returns ``(B, Hq, Sq, D)`` in ``x.out_dtype``. CUDA (sm_89+) or the Triton interpreter
@@ -319,7 +456,9 @@ def fp8_attention(x: Fp8Inputs, *, causal: bool = False, scale: float | None = N
     num_warps, num_stages, USE_TMA). Not supported: bottom-right alignment, windows, lse.
     """
     if not isinstance(x, Fp8Inputs):
-        raise TypeError(f"expected Fp8Inputs from flashcore.kernels.fp8.quantize, got {type(x).__name__}")
+        raise TypeError(
+            f"expected Fp8Inputs from flashcore.kernels.fp8.quantize, got {type(x).__name__}"
+        )
     q8 = x.q8
     interpreted = on_interpreter(q8)
     if q8.device.type == "cuda" and _compute_capability(q8.device.index) < (8, 9):
@@ -339,19 +478,49 @@ def fp8_attention(x: Fp8Inputs, *, causal: bool = False, scale: float | None = N
     if QUANT_BLOCK % cfg["BLOCK_M"] or QUANT_BLOCK % cfg["BLOCK_N"]:
         raise ValueError(f"BLOCK_M and BLOCK_N must divide the quantization block {QUANT_BLOCK}")
     use_tma = cfg.pop("USE_TMA", True) and not interpreted and q8.device.type == "cuda"
-    cfg["WARP_SPECIALIZE"] = cfg.get("WARP_SPECIALIZE", False) and use_tma  # Triton's producer/consumer split
+    cfg["WARP_SPECIALIZE"] = (
+        cfg.get("WARP_SPECIALIZE", False) and use_tma
+    )  # Triton's producer/consumer split
     k_desc = v_desc = None
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
-        k_desc = TensorDescriptor(x.k8, list(x.k8.shape), list(x.k8.stride()), [1, 1, cfg["BLOCK_N"], head_dim])
-        v_desc = TensorDescriptor(x.v8t, list(x.v8t.shape), list(x.v8t.stride()), [1, 1, head_dim, cfg["BLOCK_N"]])
+
+        k_desc = TensorDescriptor(
+            x.k8, list(x.k8.shape), list(x.k8.stride()), [1, 1, cfg["BLOCK_N"], head_dim]
+        )
+        v_desc = TensorDescriptor(
+            x.v8t, list(x.v8t.shape), list(x.v8t.stride()), [1, 1, head_dim, cfg["BLOCK_N"]]
+        )
     grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]) * batch * num_q_heads,)
     _fp8_attn_fwd_kernel[grid](
-        q8, x.k8, x.v8t, x.q_scale, x.k_scale, x.v_scale, out, k_desc, v_desc,
-        *q8.stride(), *x.k8.stride(), *x.v8t.stride(), *out.stride(),
-        num_q_heads, num_kv_heads, num_q_heads // num_kv_heads, seqlen_q, x.seqlen_k,
-        x.q_scale.shape[2], x.k_scale.shape[2], scale * LOG2E, 1.0 / x.p_scale,
-        HEAD_DIM=head_dim, QUANT_BLOCK=QUANT_BLOCK, P_SCALE=x.p_scale,
-        IS_CAUSAL=bool(causal), USE_TMA=use_tma, EMULATE_P_CAST=interpreted, **cfg,
+        q8,
+        x.k8,
+        x.v8t,
+        x.q_scale,
+        x.k_scale,
+        x.v_scale,
+        out,
+        k_desc,
+        v_desc,
+        *q8.stride(),
+        *x.k8.stride(),
+        *x.v8t.stride(),
+        *out.stride(),
+        num_q_heads,
+        num_kv_heads,
+        num_q_heads // num_kv_heads,
+        seqlen_q,
+        x.seqlen_k,
+        x.q_scale.shape[2],
+        x.k_scale.shape[2],
+        scale * LOG2E,
+        1.0 / x.p_scale,
+        HEAD_DIM=head_dim,
+        QUANT_BLOCK=QUANT_BLOCK,
+        P_SCALE=x.p_scale,
+        IS_CAUSAL=bool(causal),
+        USE_TMA=use_tma,
+        EMULATE_P_CAST=interpreted,
+        **cfg,
     )
     return out

@@ -32,10 +32,11 @@ L2_FALLBACK_BYTES = 50 * 2**20  # H100's L2; used if the device does not report 
 @dataclass
 class Timing:
     """Per-launch times in milliseconds and their summary statistics."""
+
     median_ms: float
     p95_ms: float
     p99_ms: float
-    ci_low_ms: float   # bootstrap 95% CI of the median
+    ci_low_ms: float  # bootstrap 95% CI of the median
     ci_high_ms: float
     mean_ms: float
     n: int
@@ -48,14 +49,23 @@ class Timing:
         return d
 
 
-def summarize_samples(samples_ms, *, n_boot: int = 2000, seed: int = 0, keep: bool = False) -> Timing:
+def summarize_samples(
+    samples_ms, *, n_boot: int = 2000, seed: int = 0, keep: bool = False
+) -> Timing:
     x = np.asarray(samples_ms, dtype=np.float64)
     rng = np.random.default_rng(seed)
     boot = np.median(rng.choice(x, size=(n_boot, x.size), replace=True), axis=1)
     lo, hi = np.percentile(boot, [2.5, 97.5])
-    return Timing(float(np.median(x)), float(np.percentile(x, 95)), float(np.percentile(x, 99)),
-                  float(lo), float(hi), float(x.mean()), int(x.size),
-                  [round(float(v), 6) for v in x] if keep else None)
+    return Timing(
+        float(np.median(x)),
+        float(np.percentile(x, 95)),
+        float(np.percentile(x, 99)),
+        float(lo),
+        float(hi),
+        float(x.mean()),
+        int(x.size),
+        [round(float(v), 6) for v in x] if keep else None,
+    )
 
 
 def l2_bytes() -> int:
@@ -63,7 +73,9 @@ def l2_bytes() -> int:
     return int(getattr(props, "L2_cache_size", 0) or L2_FALLBACK_BYTES)
 
 
-def rotation_count(bytes_per_set: int, *, max_sets: int = 64, budget_bytes: int | None = None) -> int:
+def rotation_count(
+    bytes_per_set: int, *, max_sets: int = 64, budget_bytes: int | None = None
+) -> int:
     """How many input copies make one pass exceed 3x L2 (at least 1, within the budget)."""
     want = math.ceil(3 * l2_bytes() / max(1, bytes_per_set))
     if budget_bytes is not None:
@@ -71,8 +83,16 @@ def rotation_count(bytes_per_set: int, *, max_sets: int = 64, budget_bytes: int 
     return int(max(1, min(max_sets, want)))
 
 
-def time_launches(fn, n_sets: int, *, warmup: int = 10, reps: int = 100, graph: bool = False,
-                  keep_samples: bool = False, min_sample_ms: float = 0.5) -> Timing:
+def time_launches(
+    fn,
+    n_sets: int,
+    *,
+    warmup: int = 10,
+    reps: int = 100,
+    graph: bool = False,
+    keep_samples: bool = False,
+    min_sample_ms: float = 0.5,
+) -> Timing:
     """Time ``fn(i)`` (i selects the rotated input set) with CUDA events; ms per launch.
 
     Eager: launches queued back to back from Python. A sample is one event pair around
@@ -134,13 +154,17 @@ def time_launches(fn, n_sets: int, *, warmup: int = 10, reps: int = 100, graph: 
 
 # ----------------------------------------------------------------------------- ceilings
 
+
 def matmul_ceiling(n: int = 8192, dtype=torch.bfloat16, reps: int = 30) -> dict:
     a = torch.randn(n, n, device="cuda", dtype=dtype)
     b = torch.randn(n, n, device="cuda", dtype=dtype)
     t = time_launches(lambda i: torch.mm(a, b), 1, warmup=5, reps=reps)
-    flops = 2 * n ** 3
-    return {"what": f"{str(dtype).replace('torch.', '')} matmul {n}^3", "tflops": flops / t.median_ms / 1e9,
-            "timing": t.as_dict()}
+    flops = 2 * n**3
+    return {
+        "what": f"{str(dtype).replace('torch.', '')} matmul {n}^3",
+        "tflops": flops / t.median_ms / 1e9,
+        "timing": t.as_dict(),
+    }
 
 
 def copy_ceiling(nbytes: int = 2 * 2**30, reps: int = 30) -> dict:
@@ -148,8 +172,11 @@ def copy_ceiling(nbytes: int = 2 * 2**30, reps: int = 30) -> dict:
     dst = torch.empty_like(src)
     t = time_launches(lambda i: dst.copy_(src), 1, warmup=5, reps=reps)
     moved = 2 * nbytes  # read + write
-    return {"what": f"device copy {nbytes / 2**30:.0f} GiB (read + write)",
-            "tbps": moved / t.median_ms / 1e9, "timing": t.as_dict()}
+    return {
+        "what": f"device copy {nbytes / 2**30:.0f} GiB (read + write)",
+        "tbps": moved / t.median_ms / 1e9,
+        "timing": t.as_dict(),
+    }
 
 
 def ceilings() -> dict:
@@ -157,6 +184,7 @@ def ceilings() -> dict:
 
 
 # ----------------------------------------------------------------------------- attention
+
 
 def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, causal_offset=0) -> float:
     """4 * B * H * D * (number of (query, key) pairs computed); causal counts only the pairs a
@@ -174,19 +202,26 @@ SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
 
 def _sdpa_backend(name):
     from torch.nn.attention import SDPBackend
-    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
+
+    return {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[name]
 
 
 def make_sdpa(name: str, causal: bool, gqa: bool):
     """SDPA pinned to one backend (no silent fallback to another)."""
     from torch.nn.attention import sdpa_kernel
+
     backend = _sdpa_backend(name)
     kw = {"enable_gqa": True} if gqa else {}
 
     def run(q, k, v):
         with sdpa_kernel([backend]):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
+
     return run
 
 
@@ -203,13 +238,18 @@ def make_flex(causal: bool, shape_q, shape_k, device):
     compiled = torch.compile(flex_attention, dynamic=False)
     block_mask = None
     if causal:
+
         def causal_mod(b, h, q_idx, kv_idx):
             return q_idx >= kv_idx
-        block_mask = create_block_mask(causal_mod, None, None, shape_q[2], shape_k[2], device=device)
+
+        block_mask = create_block_mask(
+            causal_mod, None, None, shape_q[2], shape_k[2], device=device
+        )
     gqa = shape_q[1] != shape_k[1]
 
     def run(q, k, v):
         return compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+
     return run
 
 
@@ -220,6 +260,7 @@ def make_flashcore_decode(lengths: torch.Tensor):
 
     def run(q, k, v):
         return attention_with_kvcache(q, k, v, lengths, check_lengths=False)
+
     return run
 
 
@@ -228,6 +269,7 @@ def make_flashcore(causal: bool, config: dict | None = None):
 
     def run(q, k, v):
         return attention(q, k, v, causal=causal, config=config)
+
     return run
 
 
@@ -238,20 +280,38 @@ def math_fits(batch, heads, seqlen_q, seqlen_k, dtype) -> bool:
     return need < 0.5 * free
 
 
-def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, warmup: int = 10,
-                          graph: bool = False, keep_samples: bool = False) -> list[dict]:
+def bench_attention_shape(
+    shape: dict,
+    impls: list[str],
+    *,
+    reps: int = 100,
+    warmup: int = 10,
+    graph: bool = False,
+    keep_samples: bool = False,
+) -> list[dict]:
     """Time every implementation in ``impls`` on one shape, in this process, on the same
     rotated inputs. Returns one row per implementation (errors recorded, not raised)."""
-    B, Hq, Hkv, S, D = shape["B"], shape["Hq"], shape.get("Hkv", shape["Hq"]), shape["S"], shape["D"]
+    B, Hq, Hkv, S, D = (
+        shape["B"],
+        shape["Hq"],
+        shape.get("Hkv", shape["Hq"]),
+        shape["S"],
+        shape["D"],
+    )
     Sk = shape.get("Sk", S)
     causal, dtype = shape["causal"], getattr(torch, shape["dtype"])
     per_set = (B * Hq * S * D + 2 * B * Hkv * Sk * D) * torch.finfo(dtype).bits // 8
     free, _ = torch.cuda.mem_get_info()
     n_sets = rotation_count(per_set, budget_bytes=int(0.25 * free))
     gen = torch.Generator(device="cuda").manual_seed(0)
-    sets = [(torch.randn(B, Hq, S, D, device="cuda", dtype=dtype, generator=gen),
-             torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen),
-             torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen)) for _ in range(n_sets)]
+    sets = [
+        (
+            torch.randn(B, Hq, S, D, device="cuda", dtype=dtype, generator=gen),
+            torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen),
+            torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen),
+        )
+        for _ in range(n_sets)
+    ]
     flops = attention_flops(B, Hq, S, Sk, D, causal)
     rows = []
     reference_out = None
@@ -260,15 +320,18 @@ def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, war
         try:
             if impl == "flashcore":
                 fn = make_flashcore(causal)
-            elif impl == "flashcore_triton":  # the Triton kernel alone: an explicit config skips the Hopper dispatch
+            elif (
+                impl == "flashcore_triton"
+            ):  # the Triton kernel alone: an explicit config skips the Hopper dispatch
                 from ..kernels.forward import default_config
+
                 fn = make_flashcore(causal, default_config(sets[0][0], sets[0][1], causal))
             elif impl == "flashcore_decode":
                 fn = make_flashcore_decode(torch.full((B,), Sk, dtype=torch.int32, device="cuda"))
             elif impl == "flex":
                 fn = make_flex(causal, sets[0][0].shape, sets[0][1].shape, "cuda")
             elif impl.startswith("sdpa_"):
-                name = impl[len("sdpa_"):]
+                name = impl[len("sdpa_") :]
                 if name == "math" and not math_fits(B, Hq, S, Sk, dtype):
                     row["skipped"] = "math backend's S x S scores do not fit in memory"
                     rows.append(row)
@@ -282,16 +345,25 @@ def bench_attention_shape(shape: dict, impls: list[str], *, reps: int = 100, war
                     reference_out = out.float()
                 else:  # sanity: we are timing the same function
                     row["max_abs_diff_vs_first"] = float((out.float() - reference_out).abs().max())
-                t = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps,
-                                  keep_samples=keep_samples)
+                t = time_launches(
+                    lambda i: fn(*sets[i]),
+                    n_sets,
+                    warmup=warmup,
+                    reps=reps,
+                    keep_samples=keep_samples,
+                )
                 row["timing"] = t.as_dict(keep_samples)
                 row["tflops"] = flops / t.median_ms / 1e9
                 if graph:
-                    tg = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps, graph=True)
+                    tg = time_launches(
+                        lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps, graph=True
+                    )
                     row["graph_timing"] = tg.as_dict()
                     row["host_us_per_call"] = host_time_per_call(lambda i: fn(*sets[i]), n_sets)
         except Exception as exc:  # a peer that does not support the shape is a result too
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            row["error"] = (
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            )
         rows.append(row)
         torch.cuda.empty_cache()
     return rows
@@ -301,6 +373,7 @@ def host_time_per_call(fn, n_sets: int, calls: int = 200) -> float:
     """CPU microseconds one call spends before returning (argument checks, launch); the GPU
     queue absorbs the launches, so this is the Python side of the launch overhead."""
     import time
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(calls):
@@ -314,19 +387,45 @@ def decode_shapes() -> list[dict]:
     """q_len 1, bf16, D 128: the ANCHORS.md decode table plus long caches for the
     bandwidth target (GQA 32/8 and MHA 32/32)."""
     shapes = []
-    for b, hq, hkv, cache in [(1, 32, 8, 8192), (8, 32, 8, 8192), (32, 32, 8, 4096), (1, 32, 8, 32768),
-                              (4, 32, 8, 32768), (1, 32, 8, 131072), (1, 32, 32, 8192),
-                              (1, 32, 32, 32768), (4, 32, 32, 32768), (1, 32, 32, 131072)]:
-        shapes.append(dict(B=b, Hq=hq, Hkv=hkv, S=1, Sk=cache, D=128, causal=False, dtype="bfloat16"))
+    for b, hq, hkv, cache in [
+        (1, 32, 8, 8192),
+        (8, 32, 8, 8192),
+        (32, 32, 8, 4096),
+        (1, 32, 8, 32768),
+        (4, 32, 8, 32768),
+        (1, 32, 8, 131072),
+        (1, 32, 32, 8192),
+        (1, 32, 32, 32768),
+        (4, 32, 32, 32768),
+        (1, 32, 32, 131072),
+    ]:
+        shapes.append(
+            dict(B=b, Hq=hq, Hkv=hkv, S=1, Sk=cache, D=128, causal=False, dtype="bfloat16")
+        )
     return shapes
 
 
-DECODE_PEERS = ["flashcore_decode", "flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math"]
+DECODE_PEERS = [
+    "flashcore_decode",
+    "flashcore",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "sdpa_efficient",
+    "sdpa_math",
+]
 
 
 def kv_bytes(row: dict) -> int:
     """K and V read once: the bytes decode must move."""
-    return 2 * row["B"] * row["Hkv"] * row["Sk"] * row["D"] * torch.finfo(getattr(torch, row["dtype"])).bits // 8
+    return (
+        2
+        * row["B"]
+        * row["Hkv"]
+        * row["Sk"]
+        * row["D"]
+        * torch.finfo(getattr(torch, row["dtype"])).bits
+        // 8
+    )
 
 
 def geomean(xs) -> float:
@@ -336,12 +435,24 @@ def geomean(xs) -> float:
 
 # ----------------------------------------------------------------------------- sweeps
 
-PEERS = ["flashcore", "flashcore_triton", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex"]
+PEERS = [
+    "flashcore",
+    "flashcore_triton",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "sdpa_efficient",
+    "sdpa_math",
+    "flex",
+]
 TOKENS_PER_BATCH = 16384  # B * S held fixed so every point does the same work per token
 
 
-def forward_shapes(head_dims=(64, 128, 256), seqlens=(512, 1024, 2048, 4096, 8192, 16384),
-                   dtypes=("bfloat16",), causal=(False, True)) -> list[dict]:
+def forward_shapes(
+    head_dims=(64, 128, 256),
+    seqlens=(512, 1024, 2048, 4096, 8192, 16384),
+    dtypes=("bfloat16",),
+    causal=(False, True),
+) -> list[dict]:
     """The performance sweep: B * S = 16K tokens, H * D = 2048 (H = 32 at D = 64 would be
     small; we keep H = 2048 / D so every D moves the same bytes per token)."""
     shapes = []
@@ -350,15 +461,20 @@ def forward_shapes(head_dims=(64, 128, 256), seqlens=(512, 1024, 2048, 4096, 819
             for s in seqlens:
                 for c in causal:
                     h = 2048 // d
-                    shapes.append(dict(B=max(1, TOKENS_PER_BATCH // s), Hq=h, S=s, D=d, causal=c, dtype=dtype))
+                    shapes.append(
+                        dict(B=max(1, TOKENS_PER_BATCH // s), Hq=h, S=s, D=d, causal=c, dtype=dtype)
+                    )
     return shapes
 
 
 def prior_report_shapes() -> list[dict]:
     """The prior reports' regime: fp16, D = 64, H = 8, non-causal, S <= 512, plus their H = 96
     "per head" case (see seeds/README.md and ANCHORS.md)."""
-    shapes = [dict(B=b, Hq=8, S=s, D=64, causal=False, dtype="float16")
-              for s in (128, 256, 512) for b in (8, 16, 32)]
+    shapes = [
+        dict(B=b, Hq=8, S=s, D=64, causal=False, dtype="float16")
+        for s in (128, 256, 512)
+        for b in (8, 16, 32)
+    ]
     shapes.append(dict(B=16, Hq=96, S=512, D=64, causal=False, dtype="float16"))
     return shapes
 
@@ -369,13 +485,32 @@ def tuning_configs() -> list[dict]:
     out = []
     for bm, bn, w, st in [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 64, 4, 3)]:
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, USE_TMA=False))
-    for bm, bn, w, st in [(128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 4, 3),
-                          (64, 64, 4, 3), (128, 64, 8, 4)]:
+    for bm, bn, w, st in [
+        (128, 64, 8, 3),
+        (128, 128, 8, 2),
+        (128, 128, 8, 3),
+        (128, 64, 4, 3),
+        (64, 64, 4, 3),
+        (128, 64, 8, 4),
+    ]:
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, USE_TMA=True))
-    for bm, bn, w, st in [(128, 64, 4, 3), (128, 128, 4, 2), (128, 128, 8, 2), (128, 64, 8, 3),
-                          (128, 128, 4, 3)]:
-        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, USE_TMA=True,
-                        WARP_SPECIALIZE=True))
+    for bm, bn, w, st in [
+        (128, 64, 4, 3),
+        (128, 128, 4, 2),
+        (128, 128, 8, 2),
+        (128, 64, 8, 3),
+        (128, 128, 4, 3),
+    ]:
+        out.append(
+            dict(
+                BLOCK_M=bm,
+                BLOCK_N=bn,
+                num_warps=w,
+                num_stages=st,
+                USE_TMA=True,
+                WARP_SPECIALIZE=True,
+            )
+        )
     return out
 
 
@@ -385,8 +520,10 @@ def known_compile_failure(cfg: dict) -> str | None:
     stderr and a request to share the reproducer). Such configs are recorded as failed
     compiles without being tried."""
     if cfg.get("WARP_SPECIALIZE") and cfg.get("num_warps", 4) < 8:
-        return ("failed compile (known, not tried): warp specialization at num_warps=4 fails in "
-                "triton's pass pipeline (PassManager::run failed on triton 3.6.0)")
+        return (
+            "failed compile (known, not tried): warp specialization at num_warps=4 fails in "
+            "triton's pass pipeline (PassManager::run failed on triton 3.6.0)"
+        )
     return None
 
 
@@ -395,7 +532,9 @@ def config_name(cfg: dict) -> str:
     return f"{mode}-m{cfg['BLOCK_M']}-n{cfg['BLOCK_N']}-w{cfg['num_warps']}-s{cfg['num_stages']}"
 
 
-def tune_forward(shapes: list[dict], configs: list[dict], *, reps: int = 40, progress=None) -> list[dict]:
+def tune_forward(
+    shapes: list[dict], configs: list[dict], *, reps: int = 40, progress=None
+) -> list[dict]:
     """Time every config on every shape (flashcore only). Configs that fail to compile
     (shared memory, registers) are recorded with their error."""
     from ..kernels.forward import attention
@@ -406,8 +545,10 @@ def tune_forward(shapes: list[dict], configs: list[dict], *, reps: int = 40, pro
         dtype = getattr(torch, shape["dtype"])
         per_set = 3 * B * H * S * D * 2
         n_sets = rotation_count(per_set)
-        sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dtype) for _ in range(3))
-                for _ in range(n_sets)]
+        sets = [
+            tuple(torch.randn(B, H, S, D, device="cuda", dtype=dtype) for _ in range(3))
+            for _ in range(n_sets)
+        ]
         flops = attention_flops(B, H, S, S, D, shape["causal"])
         ref = None
         for cfg in configs:
@@ -423,17 +564,24 @@ def tune_forward(shapes: list[dict], configs: list[dict], *, reps: int = 40, pro
                     out = attention(*sets[0], causal=shape["causal"], config=cfg).float()
                     if ref is None:
                         ref = torch.nn.functional.scaled_dot_product_attention(
-                            *(t.float() for t in sets[0]), is_causal=shape["causal"])
+                            *(t.float() for t in sets[0]), is_causal=shape["causal"]
+                        )
                     row["max_abs_diff_vs_fp32_sdpa"] = float((out - ref).abs().max())
-                    t = time_launches(lambda i: attention(*sets[i], causal=shape["causal"], config=cfg),
-                                      n_sets, warmup=5, reps=reps)
+                    t = time_launches(
+                        lambda i: attention(*sets[i], causal=shape["causal"], config=cfg),
+                        n_sets,
+                        warmup=5,
+                        reps=reps,
+                    )
                 row["median_ms"] = t.median_ms
                 row["tflops"] = flops / t.median_ms / 1e9
             except Exception as exc:
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                row["error"] = (
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                )
             rows.append(row)
             if progress is not None:
                 progress.update(1)
-        del sets
+        sets = None  # free the rotated inputs before the next shape
         torch.cuda.empty_cache()
     return rows

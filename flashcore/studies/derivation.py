@@ -41,15 +41,25 @@ def online_softmax_stats(x: torch.Tensor, block: int):
     l = torch.zeros(x.shape[:-1], dtype=x.dtype)
     ms, ls = [], []
     for start in range(0, x.shape[-1], block):
-        blk = x[..., start:start + block]
+        blk = x[..., start : start + block]
         m, l = merge_stats(m, l, blk.amax(-1), torch.exp(blk - blk.amax(-1, keepdim=True)).sum(-1))
         ms.append(m.clone())
         ls.append(l.clone())
     return ms, ls
 
 
-def tiled_attention(q, k, v, *, block_n: int = 64, scale: float | None = None, rescale: bool = True,
-                    use_exp2: bool = True, acc_dtype=None, p_dtype=None):
+def tiled_attention(
+    q,
+    k,
+    v,
+    *,
+    block_n: int = 64,
+    scale: float | None = None,
+    rescale: bool = True,
+    use_exp2: bool = True,
+    acc_dtype=None,
+    p_dtype=None,
+):
     """FlashAttention-2's loop in torch: one pass over key blocks with a running max m, a
     running denominator l and an unnormalised accumulator, divided once at the end.
 
@@ -66,7 +76,7 @@ def tiled_attention(q, k, v, *, block_n: int = 64, scale: float | None = None, r
     l = torch.zeros((q.shape[0],), dtype=acc_dtype)
     acc = torch.zeros((q.shape[0], v.shape[-1]), dtype=acc_dtype)
     for start in range(0, k.shape[0], block_n):
-        kb, vb = k[start:start + block_n], v[start:start + block_n]
+        kb, vb = k[start : start + block_n], v[start : start + block_n]
         s = (q.to(acc_dtype) @ kb.to(acc_dtype).T) * sm
         m_new = torch.maximum(m, s.amax(-1))
         p = expf(s - m_new[:, None])
@@ -84,6 +94,6 @@ def accumulate_pv(p: torch.Tensor, v: torch.Tensor, *, block_n: int, acc_dtype) 
     isolates the accumulator's rounding error (fp16 vs fp32) from everything else."""
     acc = torch.zeros((p.shape[0], v.shape[-1]), dtype=acc_dtype)
     for start in range(0, p.shape[-1], block_n):
-        part = p[:, start:start + block_n].double() @ v[start:start + block_n].double()
+        part = p[:, start : start + block_n].double() @ v[start : start + block_n].double()
         acc = (acc.double() + part).to(acc_dtype)
     return acc

@@ -25,13 +25,22 @@ from ..reference import attention_reference, expand_kv_heads, visible_keys
 from ..validate import UNIT_ROUNDOFF
 
 DISTRIBUTIONS = ("normal", "outlier", "massive_channels")
-E4M3_HALF_ULP = 2.0**-4     # relative rounding error of a normal e4m3 number (3 mantissa bits)
+E4M3_HALF_ULP = 2.0**-4  # relative rounding error of a normal e4m3 number (3 mantissa bits)
 E4M3_MIN_NORMAL = 2.0**-6
 E4M3_SUBNORMAL_STEP = 2.0**-9
 
 
-def make_qkv(dist: str, batch: int, heads: int, kv_heads: int, seqlen: int, head_dim: int,
-             *, seed: int, device="cpu"):
+def make_qkv(
+    dist: str,
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    seqlen: int,
+    head_dim: int,
+    *,
+    seed: int,
+    device="cpu",
+):
     """float32 q, k, v of shape (B, H, S, D) drawn from one of DISTRIBUTIONS:
 
     normal            N(0, 1)
@@ -49,7 +58,11 @@ def make_qkv(dist: str, batch: int, heads: int, kv_heads: int, seqlen: int, head
     q, k, v = normal(heads), normal(kv_heads), normal(kv_heads)
     if dist == "outlier":
         for t in (q, k, v):
-            t += torch.randn(t.shape, generator=gen) * 10.0 * (torch.rand(t.shape, generator=gen) < 0.001)
+            t += (
+                torch.randn(t.shape, generator=gen)
+                * 10.0
+                * (torch.rand(t.shape, generator=gen) < 0.001)
+            )
     elif dist == "massive_channels":
         channels = torch.randperm(head_dim, generator=gen)[:2]
         for t, size in ((q, 8.0), (k, 8.0)):
@@ -57,7 +70,9 @@ def make_qkv(dist: str, batch: int, heads: int, kv_heads: int, seqlen: int, head
                 t[..., c] += sign * size * (1 + 0.2 * torch.randn(t.shape[:-1], generator=gen))
         v *= torch.exp(torch.randn(head_dim, generator=gen) * 1.15)  # ~100x spread over channels
     elif dist != "normal":
-        raise ValueError(f"unknown distribution {dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+        raise ValueError(
+            f"unknown distribution {dist!r}; expected one of {', '.join(DISTRIBUTIONS)}"
+        )
     return q.to(device), k.to(device), v.to(device)
 
 
@@ -106,8 +121,21 @@ def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).pow(2).mean().sqrt())
 
 
-def error_rows(dist: str, *, batch=1, heads=4, kv_heads=None, seqlen=512, head_dim=128, causal=False,
-               seeds=(0,), variants=VARIANTS, baselines=("float16",), device="cpu", check_bound=True):
+def error_rows(
+    dist: str,
+    *,
+    batch=1,
+    heads=4,
+    kv_heads=None,
+    seqlen=512,
+    head_dim=128,
+    causal=False,
+    seeds=(0,),
+    variants=VARIANTS,
+    baselines=("float16",),
+    device="cpu",
+    check_bound=True,
+):
     """One row per (seed, implementation): RMSE and max error against float64 of the
     original inputs; for fp8 variants also the input-quantization part and the ratio of the
     kernel's deviation from its own reference to ``own_reference_bound``."""
@@ -118,19 +146,43 @@ def error_rows(dist: str, *, batch=1, heads=4, kv_heads=None, seqlen=512, head_d
     for seed in seeds:
         q, k, v = make_qkv(dist, batch, heads, kv_heads, seqlen, head_dim, seed=seed, device=device)
         ref64 = attention_reference(q, k, v, causal=causal)
-        base = dict(dist=dist, seed=seed, B=batch, H=heads, Hkv=kv_heads, S=seqlen, D=head_dim,
-                    causal=causal, ref_rms=float(ref64.pow(2).mean().sqrt()))
+        base = dict(
+            dist=dist,
+            seed=seed,
+            B=batch,
+            H=heads,
+            Hkv=kv_heads,
+            S=seqlen,
+            D=head_dim,
+            causal=causal,
+            ref_rms=float(ref64.pow(2).mean().sqrt()),
+        )
         for name in baselines:
             dtype = getattr(torch, name)
             out = attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=causal)
-            rows.append({**base, "impl": name, "rmse": rmse(out, ref64),
-                         "max_err": float((out.double() - ref64).abs().max())})
+            rows.append(
+                {
+                    **base,
+                    "impl": name,
+                    "rmse": rmse(out, ref64),
+                    "max_err": float((out.double() - ref64).abs().max()),
+                }
+            )
         for variant in variants:
-            x = quantize(_input_dtype(q, device), _input_dtype(k, device), _input_dtype(v, device),
-                         variant, rotation_seed=seed)
+            x = quantize(
+                _input_dtype(q, device),
+                _input_dtype(k, device),
+                _input_dtype(v, device),
+                variant,
+                rotation_seed=seed,
+            )
             out = fp8_attention(x, causal=causal)
-            row = {**base, "impl": f"fp8_{variant}", "rmse": rmse(out, ref64),
-                   "max_err": float((out.double() - ref64).abs().max())}
+            row = {
+                **base,
+                "impl": f"fp8_{variant}",
+                "rmse": rmse(out, ref64),
+                "max_err": float((out.double() - ref64).abs().max()),
+            }
             if check_bound:
                 own, bound = own_reference_bound(x, causal=causal)
                 row["rmse_inputs_only"] = rmse(own, ref64)
@@ -156,17 +208,35 @@ def summarize(rows: list[dict]) -> list[dict]:
     out = []
     for (dist, causal, seqlen, impl), rs in groups.items():
         vals = [r["rmse"] for r in rs]
-        out.append(dict(dist=dist, causal=causal, S=seqlen, impl=impl, seeds=len(rs),
-                        rmse_median=statistics.median(vals), rmse_min=min(vals), rmse_max=max(vals),
-                        max_err=max(r["max_err"] for r in rs),
-                        own_bound_ratio=max((r.get("own_bound_ratio", 0.0) for r in rs), default=0.0)))
+        out.append(
+            dict(
+                dist=dist,
+                causal=causal,
+                S=seqlen,
+                impl=impl,
+                seeds=len(rs),
+                rmse_median=statistics.median(vals),
+                rmse_min=min(vals),
+                rmse_max=max(vals),
+                max_err=max(r["max_err"] for r in rs),
+                own_bound_ratio=max((r.get("own_bound_ratio", 0.0) for r in rs), default=0.0),
+            )
+        )
     return out
 
 
 # ------------------------------------------------------------------------------ speed
 
-def bench_fp8(shapes: list[dict], *, variants=("naive", "per_block"), peers=("flashcore", "sdpa_flash", "sdpa_cudnn"),
-              config: dict | None = None, reps: int = 50, warmup: int = 10) -> list[dict]:
+
+def bench_fp8(
+    shapes: list[dict],
+    *,
+    variants=("naive", "per_block"),
+    peers=("flashcore", "sdpa_flash", "sdpa_cudnn"),
+    config: dict | None = None,
+    reps: int = 50,
+    warmup: int = 10,
+) -> list[dict]:
     """Time the fp8 kernel (on pre-quantized inputs, as an fp8 model would hand it over),
     flashcore's bf16 kernel and SDPA's bf16 backends on the same shapes in one process.
     Also times ``quantize`` itself from bf16 (the cost if the producer does not emit fp8).
@@ -180,25 +250,54 @@ def bench_fp8(shapes: list[dict], *, variants=("naive", "per_block"), peers=("fl
         free, _ = torch.cuda.mem_get_info()
         n_sets = rotation_count(per_set, budget_bytes=int(0.15 * free))
         gen = torch.Generator(device="cuda").manual_seed(0)
-        sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-                      for _ in range(3)) for _ in range(n_sets)]
+        sets = [
+            tuple(
+                torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                for _ in range(3)
+            )
+            for _ in range(n_sets)
+        ]
         flops = attention_flops(B, H, S, S, D, causal)
         base = {**shape, "flops": flops, "rotated_sets": n_sets}
         with torch.inference_mode():
             for impl in peers:
-                fn = make_flashcore(causal) if impl == "flashcore" else make_sdpa(impl[5:], causal, False)
+                fn = (
+                    make_flashcore(causal)
+                    if impl == "flashcore"
+                    else make_sdpa(impl[5:], causal, False)
+                )
                 t = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps)
-                rows.append({**base, "impl": impl, "timing": t.as_dict(), "tflops": flops / t.median_ms / 1e9})
+                rows.append(
+                    {
+                        **base,
+                        "impl": impl,
+                        "timing": t.as_dict(),
+                        "tflops": flops / t.median_ms / 1e9,
+                    }
+                )
             for variant in variants:
                 qsets = [quantize(*s, variant) for s in sets]
-                t = time_launches(lambda i: fp8_attention(qsets[i], causal=causal, config=config), n_sets,
-                                  warmup=warmup, reps=reps)
-                tq = time_launches(lambda i: quantize(*sets[i], variant), n_sets, warmup=3, reps=max(10, reps // 5))
-                rows.append({**base, "impl": f"fp8_{variant}", "timing": t.as_dict(),
-                             "tflops": flops / t.median_ms / 1e9, "quantize_ms": tq.median_ms,
-                             "config": config})
-                del qsets
-        del sets
+                t = time_launches(
+                    lambda i: fp8_attention(qsets[i], causal=causal, config=config),
+                    n_sets,
+                    warmup=warmup,
+                    reps=reps,
+                )
+                tq = time_launches(
+                    lambda i: quantize(*sets[i], variant), n_sets, warmup=3, reps=max(10, reps // 5)
+                )
+                rows.append(
+                    {
+                        **base,
+                        "impl": f"fp8_{variant}",
+                        "timing": t.as_dict(),
+                        "tflops": flops / t.median_ms / 1e9,
+                        "quantize_ms": tq.median_ms,
+                        "config": config,
+                    }
+                )
+                qsets = None
+        sets = None  # free the rotated inputs before the next shape
         torch.cuda.empty_cache()
     return rows
 
@@ -209,8 +308,13 @@ def tune_fp8(shape: dict, configs: list[dict], *, reps: int = 30) -> list[dict]:
 
     B, H, S, D, causal = shape["B"], shape["H"], shape["S"], shape["D"], shape["causal"]
     gen = torch.Generator(device="cuda").manual_seed(0)
-    x = quantize(*(torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-                   for _ in range(3)), "per_block")
+    x = quantize(
+        *(
+            torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(3)
+        ),
+        "per_block",
+    )
     flops = attention_flops(B, H, S, S, D, causal)
     rows = []
     for cfg in configs:
@@ -218,26 +322,50 @@ def tune_fp8(shape: dict, configs: list[dict], *, reps: int = 30) -> list[dict]:
             rows.append({**shape, "config": cfg, "error": known_compile_failure(cfg)})
             continue
         try:
-            t = time_launches(lambda i: fp8_attention(x, causal=causal, config=cfg), 1, warmup=5, reps=reps)
-            rows.append({**shape, "config": cfg, "median_ms": t.median_ms, "tflops": flops / t.median_ms / 1e9})
+            t = time_launches(
+                lambda i: fp8_attention(x, causal=causal, config=cfg), 1, warmup=5, reps=reps
+            )
+            rows.append(
+                {
+                    **shape,
+                    "config": cfg,
+                    "median_ms": t.median_ms,
+                    "tflops": flops / t.median_ms / 1e9,
+                }
+            )
         except Exception as exc:
-            rows.append({**shape, "config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
+            rows.append(
+                {**shape, "config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+            )
     return rows
 
 
 FP8_TUNING_CONFIGS = [
     dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPECIALIZE=ws)
-    for bm, bn, w, st, ws in ((128, 128, 8, 3, False), (128, 128, 8, 4, False), (128, 128, 8, 2, False),
-                              (128, 64, 8, 3, False), (128, 64, 4, 3, False), (64, 128, 4, 3, False),
-                              (64, 128, 4, 4, False), (64, 64, 4, 3, False), (128, 128, 4, 3, False),
-                              (128, 128, 8, 3, True), (128, 64, 8, 3, True), (64, 128, 4, 3, True))
+    for bm, bn, w, st, ws in (
+        (128, 128, 8, 3, False),
+        (128, 128, 8, 4, False),
+        (128, 128, 8, 2, False),
+        (128, 64, 8, 3, False),
+        (128, 64, 4, 3, False),
+        (64, 128, 4, 3, False),
+        (64, 128, 4, 4, False),
+        (64, 64, 4, 3, False),
+        (128, 128, 4, 3, False),
+        (128, 128, 8, 3, True),
+        (128, 64, 8, 3, True),
+        (64, 128, 4, 3, True),
+    )
 ]
 
 
 def fp8_shapes(seqlens=(1024, 2048, 4096, 8192, 16384), head_dim=128) -> list[dict]:
     """B * S = 16K, H * D = 2048, as the forward sweep in perf.json."""
-    return [dict(B=max(1, 16384 // s), H=2048 // head_dim, S=s, D=head_dim, causal=c)
-            for c in (False, True) for s in seqlens]
+    return [
+        dict(B=max(1, 16384 // s), H=2048 // head_dim, S=s, D=head_dim, causal=c)
+        for c in (False, True)
+        for s in seqlens
+    ]
 
 
 def speed_table(speed_rows: list[dict]) -> list[dict]:
@@ -259,9 +387,27 @@ def speed_table(speed_rows: list[dict]) -> list[dict]:
 
 
 def summary_lookup(summary: list[dict], dist: str, causal: bool, seqlen: int, impl: str) -> dict:
-    return next(r for r in summary if r["dist"] == dist and r["causal"] == causal and r["S"] == seqlen and r["impl"] == impl)
+    return next(
+        r
+        for r in summary
+        if r["dist"] == dist and r["causal"] == causal and r["S"] == seqlen and r["impl"] == impl
+    )
 
 
-__all__ = ["DISTRIBUTIONS", "P_SCALE", "VARIANTS", "make_qkv", "own_reference_bound", "error_rows", "summarize",
-           "bench_fp8", "tune_fp8", "fp8_shapes", "e4m3_round_trip", "rmse",
-           "bound_ratio", "speed_table", "summary_lookup"]
+__all__ = [
+    "DISTRIBUTIONS",
+    "P_SCALE",
+    "VARIANTS",
+    "make_qkv",
+    "own_reference_bound",
+    "error_rows",
+    "summarize",
+    "bench_fp8",
+    "tune_fp8",
+    "fp8_shapes",
+    "e4m3_round_trip",
+    "rmse",
+    "bound_ratio",
+    "speed_table",
+    "summary_lookup",
+]

@@ -71,22 +71,35 @@ def window_flops(heads: int, seqlen: int, head_dim: int, window: int, batch: int
     return 4.0 * batch * heads * pairs * head_dim
 
 
-def bench_long_context(seqlens, *, heads: int = 8, head_dim: int = 128, impls=("flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_math"),
-                       causal_modes=(False, True), windows=(), budget_s: float = 1.5, max_seconds_per_call: float = 12.0,
-                       progress=None) -> list[dict]:
+def bench_long_context(
+    seqlens,
+    *,
+    heads: int = 8,
+    head_dim: int = 128,
+    impls=("flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_math"),
+    causal_modes=(False, True),
+    windows=(),
+    budget_s: float = 1.5,
+    max_seconds_per_call: float = 12.0,
+    progress=None,
+) -> list[dict]:
     """One row per (S, causal, impl) on B = 1, bf16, (1, H, S, D) inputs. ``windows`` adds
     flashcore with ``window=W`` (causal). An implementation that fails (out of memory,
     unsupported) is recorded with its error; one whose previous point took longer than
     ``max_seconds_per_call`` / 4 is not run at the next, 4x costlier, S."""
-    from .bench import attention_flops, make_flashcore, make_sdpa
     from ..kernels.forward import attention
+    from .bench import attention_flops, make_flashcore, make_sdpa
 
     rows = []
     last_ms: dict = {}
     for seqlen in seqlens:
         gen = torch.Generator(device="cuda").manual_seed(seqlen)
-        q, k, v = (torch.randn(1, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-                   for _ in range(3))
+        q, k, v = (
+            torch.randn(
+                1, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen
+            )
+            for _ in range(3)
+        )
         out_bytes = q.numel() * q.element_size()
         input_bytes = 3 * out_bytes
         runs = [(impl, causal, None) for causal in causal_modes for impl in impls]
@@ -94,21 +107,39 @@ def bench_long_context(seqlens, *, heads: int = 8, head_dim: int = 128, impls=("
         for impl, causal, window in runs:
             name = impl if window is None else f"flashcore_window{window}"
             key = (name, causal)
-            row = dict(S=seqlen, B=1, H=heads, D=head_dim, causal=causal, impl=name, window=window,
-                       input_bytes=input_bytes, output_bytes=out_bytes)
-            row["flops"] = (window_flops(heads, seqlen, head_dim, window) if window
-                            else attention_flops(1, heads, seqlen, seqlen, head_dim, causal))
+            row = dict(
+                S=seqlen,
+                B=1,
+                H=heads,
+                D=head_dim,
+                causal=causal,
+                impl=name,
+                window=window,
+                input_bytes=input_bytes,
+                output_bytes=out_bytes,
+            )
+            row["flops"] = (
+                window_flops(heads, seqlen, head_dim, window)
+                if window
+                else attention_flops(1, heads, seqlen, seqlen, head_dim, causal)
+            )
             growth = 2.0 if window else 4.0
             if key in last_ms and last_ms[key] * growth > max_seconds_per_call * 1e3:
-                row["skipped"] = (f"previous point took {last_ms[key] / 1e3:.1f} s" if math.isfinite(last_ms[key])
-                                  else "failed at a smaller S")
+                row["skipped"] = (
+                    f"previous point took {last_ms[key] / 1e3:.1f} s"
+                    if math.isfinite(last_ms[key])
+                    else "failed at a smaller S"
+                )
                 rows.append(row)
                 continue
             if impl == "flashcore":
-                fn = (make_flashcore(causal) if window is None else
-                      (lambda q_, k_, v_, w=window: attention(q_, k_, v_, causal=True, window=w)))
+                fn = (
+                    make_flashcore(causal)
+                    if window is None
+                    else (lambda q_, k_, v_, w=window: attention(q_, k_, v_, causal=True, window=w))
+                )
             else:
-                fn = make_sdpa(impl[len("sdpa_"):], causal, False)
+                fn = make_sdpa(impl[len("sdpa_") :], causal, False)
             try:
                 with torch.inference_mode():
                     row["timing"] = _time_adaptive(fn, (q, k, v), budget_s=budget_s)
@@ -119,7 +150,9 @@ def bench_long_context(seqlens, *, heads: int = 8, head_dim: int = 128, impls=("
                 row["error"] = "out of memory"
                 last_ms[key] = math.inf
             except Exception as exc:  # an unsupported size is a result too
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                row["error"] = (
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                )
                 last_ms[key] = math.inf
             torch.cuda.empty_cache()
             rows.append(row)
@@ -130,28 +163,38 @@ def bench_long_context(seqlens, *, heads: int = 8, head_dim: int = 128, impls=("
     return rows
 
 
-def loglog_slope(rows: list[dict], impl: str, causal: bool, *, min_seqlen: int = 8192) -> float | None:
+def loglog_slope(
+    rows: list[dict], impl: str, causal: bool, *, min_seqlen: int = 8192
+) -> float | None:
     """Least-squares slope of log(time) against log(S) for S >= min_seqlen."""
-    pts = [(r["S"], r["timing"]["median_ms"]) for r in rows
-           if r["impl"] == impl and r["causal"] == causal and "timing" in r and r["S"] >= min_seqlen]
+    pts = [
+        (r["S"], r["timing"]["median_ms"])
+        for r in rows
+        if r["impl"] == impl and r["causal"] == causal and "timing" in r and r["S"] >= min_seqlen
+    ]
     if len(pts) < 2:
         return None
     s, t = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     return float(np.polyfit(s, t, 1)[0])
 
 
-def long_decode_shapes(lengths=(32768, 131072, 524288, 1048576, 2097152, 4194304, 8388608, 16777216)) -> list[dict]:
+def long_decode_shapes(
+    lengths=(32768, 131072, 524288, 1048576, 2097152, 4194304, 8388608, 16777216),
+) -> list[dict]:
     """Single-request decode (B = 1, q_len 1, GQA 32/8, D = 128) over ever longer caches, up
     to 16M tokens (69 GB of K and V in bf16: the largest power of two that fits in 80 GB)."""
-    return [dict(B=1, Hq=32, Hkv=8, S=1, Sk=n, D=128, causal=False, dtype="bfloat16") for n in lengths]
+    return [
+        dict(B=1, Hq=32, Hkv=8, S=1, Sk=n, D=128, causal=False, dtype="bfloat16") for n in lengths
+    ]
 
 
 # ------------------------------------------------------------ what broke at S = 32K
 
 
 @triton.jit
-def _whole_row_attention(Q, K, V, Out, seqlen, scale,
-                         SEQ_BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr):
+def _whole_row_attention(
+    Q, K, V, Out, seqlen, scale, SEQ_BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr
+):
     """The shape of a kernel that fails at 32K: one program per query row, every key of the
     row in one tile. Correct, but the tile grows with S, and Triton caps a tile at 2^20
     elements (and the registers run out long before)."""
@@ -159,10 +202,14 @@ def _whole_row_attention(Q, K, V, Out, seqlen, scale,
     keys = tl.arange(0, SEQ_BLOCK)
     dims = tl.arange(0, HEAD_DIM)
     q = tl.load(Q + row * HEAD_DIM + dims)
-    k = tl.load(K + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seqlen, other=0.0)
+    k = tl.load(
+        K + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seqlen, other=0.0
+    )
     s = tl.where(keys < seqlen, tl.sum(q[None, :] * k, 1) * scale, float("-inf"))
     p = tl.exp(s - tl.max(s, 0))
-    v = tl.load(V + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seqlen, other=0.0)
+    v = tl.load(
+        V + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seqlen, other=0.0
+    )
     tl.store(Out + row * HEAD_DIM + dims, tl.sum(p[:, None] * v, 0) / tl.sum(p, 0))
 
 
@@ -174,13 +221,17 @@ def whole_sequence_tile_compile(seqlen: int, head_dim: int = 64, arch: int = 90)
         "from triton.backends.compiler import GPUTarget\n"
         "from triton.compiler import ASTSource\n"
         "from flashcore.studies.long_context import _whole_row_attention as fn\n"
-        "sig = {'Q': '*fp32', 'K': '*fp32', 'V': '*fp32', 'Out': '*fp32', 'seqlen': 'i32', 'scale': 'fp32',\n"
+        "sig = {'Q': '*fp32', 'K': '*fp32', 'V': '*fp32', 'Out': '*fp32',\n"
+        "       'seqlen': 'i32', 'scale': 'fp32',\n"
         "       'SEQ_BLOCK': 'constexpr', 'HEAD_DIM': 'constexpr'}\n"
         f"src = ASTSource(fn, sig, {{'SEQ_BLOCK': {seqlen}, 'HEAD_DIM': {head_dim}}})\n"
         f"triton.compile(src, target=GPUTarget('cuda', {arch}, 32), options={{'num_warps': 8}})\n"
-        "print('compiles')\n")
+        "print('compiles')\n"
+    )
     env = dict(os.environ, TRITON_INTERPRET="0")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900
+    )
     if proc.returncode == 0:
         return "compiles"
     lines = [ln.strip() for ln in proc.stderr.splitlines() if "numel" in ln or "Error" in ln]
@@ -222,17 +273,24 @@ def int32_offset_demo(device="cuda", width: int = 4096) -> dict:
     nrows = 2**20 + 8
     x = torch.empty(nrows, width, dtype=torch.bfloat16, device=device)
     # Row r holds the value r mod 251 in every column (exact in bf16): rows are identifiable.
-    x.copy_((torch.arange(nrows, device=device) % 251).to(torch.bfloat16)[:, None].expand(nrows, width))
+    x.copy_(
+        (torch.arange(nrows, device=device) % 251).to(torch.bfloat16)[:, None].expand(nrows, width)
+    )
     rows = torch.tensor([0, 5, 2**19 - 1, 2**20 + 5, nrows - 1], dtype=torch.int32, device=device)
-    result = {"elements": x.numel(), "rows": rows.tolist(),
-              "row_offsets": [r * width for r in rows.tolist()]}
+    result = {
+        "elements": x.numel(),
+        "rows": rows.tolist(),
+        "row_offsets": [r * width for r in rows.tolist()],
+    }
     for int64 in (False, True):
         out = torch.empty(rows.numel(), width, dtype=x.dtype, device=device)
         _gather_rows[(rows.numel(),)](x, out, rows, width, WIDTH=width, INT64_OFFSETS=int64)
         got = out[:, 0].float().tolist()
         result["int64" if int64 else "int32"] = {
-            "values_read": got, "expected": [float(r % 251) for r in rows.tolist()],
-            "correct": [g == float(r % 251) for g, r in zip(got, rows.tolist())]}
+            "values_read": got,
+            "expected": [float(r % 251) for r in rows.tolist()],
+            "correct": [g == float(r % 251) for g, r in zip(got, rows.tolist())],
+        }
     del x
     torch.cuda.empty_cache()
     return result
@@ -240,7 +298,13 @@ def int32_offset_demo(device="cuda", width: int = 4096) -> dict:
 
 # ------------------------------------------------------------------ notebook tables
 
-PRIOR_REPORT_US = {1024: 10.9, 2048: 61.7, 4096: 337.1, 16384: 11746.0, 32768: None}  # None: failed to compile
+PRIOR_REPORT_US = {
+    1024: 10.9,
+    2048: 61.7,
+    4096: 337.1,
+    16384: 11746.0,
+    32768: None,
+}  # None: failed to compile
 
 
 def status(row: dict) -> str:
@@ -258,7 +322,14 @@ def sweep_table(rows: list[dict], causal: bool, impls) -> list[dict]:
     for seqlen in sorted({r["S"] for r in rows}):
         line = {"S": seqlen}
         for impl in impls:
-            r = next((r for r in rows if r["S"] == seqlen and r["impl"] == impl and r["causal"] == causal), None)
+            r = next(
+                (
+                    r
+                    for r in rows
+                    if r["S"] == seqlen and r["impl"] == impl and r["causal"] == causal
+                ),
+                None,
+            )
             if r is None:
                 line[impl] = "-"
             elif "timing" in r:
@@ -270,5 +341,12 @@ def sweep_table(rows: list[dict], causal: bool, impls) -> list[dict]:
 
 
 def tflops_at(rows: list[dict], impl: str, causal: bool, seqlen: int) -> float | None:
-    r = next((r for r in rows if r["S"] == seqlen and r["impl"] == impl and r["causal"] == causal and "tflops" in r), None)
+    r = next(
+        (
+            r
+            for r in rows
+            if r["S"] == seqlen and r["impl"] == impl and r["causal"] == causal and "tflops" in r
+        ),
+        None,
+    )
     return r["tflops"] if r else None

@@ -28,7 +28,16 @@ def by_shape(rows):
     """{(dtype, D, S, causal, B, Hq, Hkv, Sk): {impl: row}}"""
     out = defaultdict(dict)
     for r in rows:
-        key = (r["dtype"], r["D"], r["S"], r["causal"], r["B"], r["Hq"], r.get("Hkv", r["Hq"]), r.get("Sk", r["S"]))
+        key = (
+            r["dtype"],
+            r["D"],
+            r["S"],
+            r["causal"],
+            r["B"],
+            r["Hq"],
+            r.get("Hkv", r["Hq"]),
+            r.get("Sk", r["S"]),
+        )
         out[key][r["impl"]] = r
     return out
 
@@ -39,11 +48,12 @@ def tflops(row):
 
 # ----------------------------------------------------------------------------- forward
 
+
 def forward_targets(record, dtype, head_dim, min_seqlen=2048):
     """Geometric-mean speedup of flashcore over each peer, S >= min_seqlen, causal and not."""
     shapes = by_shape(record["forward"])
     ratios = defaultdict(list)
-    for (dt, d, s, causal, b, h, *_), impls in shapes.items():
+    for (dt, d, s, _causal, _b, _h, *_), impls in shapes.items():
         if dt != dtype or d != head_dim or s < min_seqlen or "flashcore" not in impls:
             continue
         ours = tflops(impls["flashcore"])
@@ -60,8 +70,15 @@ def forward_table(record, dtype):
         if dt != dtype or "flashcore" not in impls or not tflops(impls["flashcore"]):
             continue
         ours = tflops(impls["flashcore"])
-        row = {"D": d, "S": s, "B": b, "H": h, "causal": "yes" if causal else "no", "flashcore": ours,
-               "of_ceiling": ours / ceiling}
+        row = {
+            "D": d,
+            "S": s,
+            "B": b,
+            "H": h,
+            "causal": "yes" if causal else "no",
+            "flashcore": ours,
+            "of_ceiling": ours / ceiling,
+        }
         for peer in ("sdpa_flash", "sdpa_cudnn", "flex"):
             t = tflops(impls.get(peer, {}))
             row[f"x_{peer}"] = ours / t if t else float("nan")
@@ -74,13 +91,15 @@ def plot_tflops_vs_seqlen(record, dtype):
 
     shapes = by_shape(record["forward"])
     dims = sorted({k[1] for k in shapes if k[0] == dtype})
-    fig, axes = plt.subplots(len(dims), 2, figsize=(10, 3.0 * len(dims)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(dims), 2, figsize=(10, 3.0 * len(dims)), sharex=True, squeeze=False
+    )
     ceiling = record["ceilings"]["matmul"]["tflops"]
     for i, d in enumerate(dims):
         for j, causal in enumerate((False, True)):
             ax = axes[i][j]
             series = defaultdict(list)
-            for (dt, dd, s, c, b, h, *_), impls in sorted(shapes.items()):
+            for (dt, dd, s, c, _b, _h, *_), impls in sorted(shapes.items()):
                 if dt == dtype and dd == d and c == causal:
                     for impl, row in impls.items():
                         if tflops(row):
@@ -88,10 +107,20 @@ def plot_tflops_vs_seqlen(record, dtype):
             for impl, pts in series.items():
                 label, color, ls = IMPL_STYLE.get(impl, (impl, "k", "-"))
                 xs, ys = zip(*sorted(pts))
-                ax.plot(xs, ys, ls, color=color, marker="o", ms=3, label=label,
-                        lw=2.2 if impl == "flashcore" else 1.2)
+                ax.plot(
+                    xs,
+                    ys,
+                    ls,
+                    color=color,
+                    marker="o",
+                    ms=3,
+                    label=label,
+                    lw=2.2 if impl == "flashcore" else 1.2,
+                )
             ax.axhline(ceiling, color="k", lw=0.8, alpha=0.5)
-            ax.text(xs[0], ceiling * 0.97, f"bf16 matmul ceiling {ceiling:.0f}", va="top", fontsize=7)
+            ax.text(
+                xs[0], ceiling * 0.97, f"bf16 matmul ceiling {ceiling:.0f}", va="top", fontsize=7
+            )
             ax.set_xscale("log", base=2)
             ax.set_ylim(0, ceiling * 1.05)
             ax.set_title(f"D={d}, {'causal' if causal else 'non-causal'}", fontsize=9)
@@ -99,7 +128,9 @@ def plot_tflops_vs_seqlen(record, dtype):
             if i == len(dims) - 1:
                 ax.set_xlabel("sequence length S (B·S = 16K tokens)")
     axes[0][0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"Forward attention, {dtype}: TFLOP/s vs S (median of rotated-input launches)", fontsize=10)
+    fig.suptitle(
+        f"Forward attention, {dtype}: TFLOP/s vs S (median of rotated-input launches)", fontsize=10
+    )
     fig.tight_layout()
     return fig
 
@@ -113,7 +144,13 @@ def plot_speedups(record, dtype):
     x = np.arange(len(rows))
     for k, peer in enumerate(("sdpa_flash", "sdpa_cudnn", "flex")):
         label, color, _ = IMPL_STYLE[peer]
-        ax.bar(x + (k - 1) * 0.27, [r[f"x_{peer}"] for r in rows], 0.27, color=color, label=f"vs {label}")
+        ax.bar(
+            x + (k - 1) * 0.27,
+            [r[f"x_{peer}"] for r in rows],
+            0.27,
+            color=color,
+            label=f"vs {label}",
+        )
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, labels, rotation=90, fontsize=6)
     ax.set_ylabel("flashcore speedup (×)")
@@ -133,8 +170,14 @@ def plot_ceiling_fraction(record):
             continue
         for causal, color in (("no", "#d62728"), ("yes", "#ff9896")):
             sel = [r for r in rows if r["causal"] == causal]
-            ax.scatter([f"D{r['D']} S{r['S']}" for r in sel], [r["of_ceiling"] for r in sel], marker=marker,
-                       color=color, label=f"{dtype} {'causal' if causal == 'yes' else 'non-causal'}", s=18)
+            ax.scatter(
+                [f"D{r['D']} S{r['S']}" for r in sel],
+                [r["of_ceiling"] for r in sel],
+                marker=marker,
+                color=color,
+                label=f"{dtype} {'causal' if causal == 'yes' else 'non-causal'}",
+                s=18,
+            )
     ax.set_ylim(0, 1)
     ax.set_ylabel("flashcore / matmul ceiling")
     ax.tick_params(axis="x", rotation=90, labelsize=6)
@@ -146,53 +189,88 @@ def plot_ceiling_fraction(record):
 
 # ----------------------------------------------------------------------------- prior regime
 
+
 def prior_table(record):
     """Per shape: eager µs per launch, CUDA-graph µs per launch, host µs per call, per
     sequence and per head (graph time / B, / (B·H)), for flashcore and each SDPA backend."""
     rows = []
-    for (dt, d, s, causal, b, h, *_), impls in sorted(by_shape(record["prior_regime"]).items(),
-                                                  key=lambda kv: (kv[0][5], kv[0][2], kv[0][4])):
+    for (_dt, _d, s, _causal, b, h, *_), impls in sorted(
+        by_shape(record["prior_regime"]).items(), key=lambda kv: (kv[0][5], kv[0][2], kv[0][4])
+    ):
         for impl, r in impls.items():
             if "timing" not in r:
                 continue
             graph_us = r["graph_timing"]["median_ms"] * 1e3
-            rows.append({"B": b, "H": h, "S": s, "impl": impl, "eager_us": r["timing"]["median_ms"] * 1e3,
-                         "eager_p99_us": r["timing"]["p99_ms"] * 1e3, "graph_us": graph_us,
-                         "host_us": r.get("host_us_per_call", float("nan")),
-                         "per_seq_us": graph_us / b, "per_head_us": graph_us / (b * h)})
+            rows.append(
+                {
+                    "B": b,
+                    "H": h,
+                    "S": s,
+                    "impl": impl,
+                    "eager_us": r["timing"]["median_ms"] * 1e3,
+                    "eager_p99_us": r["timing"]["p99_ms"] * 1e3,
+                    "graph_us": graph_us,
+                    "host_us": r.get("host_us_per_call", float("nan")),
+                    "per_seq_us": graph_us / b,
+                    "per_head_us": graph_us / (b * h),
+                }
+            )
     return rows
 
 
 def prior_verdicts(record):
     """Per shape: is flashcore (graph) at least as fast as the fastest SDPA backend (graph)?"""
     out = []
-    for (dt, d, s, causal, b, h, *_), impls in sorted(by_shape(record["prior_regime"]).items()):
-        sdpa = [r["graph_timing"]["median_ms"] for k, r in impls.items() if k.startswith("sdpa") and "graph_timing" in r]
+    for (_dt, _d, s, _causal, b, h, *_), impls in sorted(by_shape(record["prior_regime"]).items()):
+        sdpa = [
+            r["graph_timing"]["median_ms"]
+            for k, r in impls.items()
+            if k.startswith("sdpa") and "graph_timing" in r
+        ]
         ours = impls.get("flashcore", {}).get("graph_timing", {}).get("median_ms")
-        eager_sdpa = [r["timing"]["median_ms"] for k, r in impls.items() if k.startswith("sdpa") and "timing" in r]
+        eager_sdpa = [
+            r["timing"]["median_ms"]
+            for k, r in impls.items()
+            if k.startswith("sdpa") and "timing" in r
+        ]
         ours_eager = impls.get("flashcore", {}).get("timing", {}).get("median_ms")
         if sdpa and ours:
-            out.append({"B": b, "H": h, "S": s, "graph_ratio": min(sdpa) / ours,
-                        "eager_ratio": min(eager_sdpa) / ours_eager})
+            out.append(
+                {
+                    "B": b,
+                    "H": h,
+                    "S": s,
+                    "graph_ratio": min(sdpa) / ours,
+                    "eager_ratio": min(eager_sdpa) / ours_eager,
+                }
+            )
     return out
 
 
 def plot_latency_distributions(record):
     import matplotlib.pyplot as plt
 
-    shapes = sorted(by_shape(record["prior_regime"]).items(), key=lambda kv: (kv[0][5], kv[0][2], kv[0][4]))
+    shapes = sorted(
+        by_shape(record["prior_regime"]).items(), key=lambda kv: (kv[0][5], kv[0][2], kv[0][4])
+    )
     impls = ["flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"]
     fig, ax = plt.subplots(figsize=(11, 3.6))
     pos = 0
     ticks, labels = [], []
-    for (dt, d, s, c, b, h, *_), rows in shapes:
+    for (_dt, _d, s, _c, b, h, *_), rows in shapes:
         for k, impl in enumerate(impls):
             r = rows.get(impl)
             if not r or "timing" not in r or not r["timing"].get("samples_ms"):
                 continue
             samples = np.asarray(r["timing"]["samples_ms"]) * 1e3
             color = IMPL_STYLE[impl][1]
-            bp = ax.boxplot([samples], positions=[pos + k * 0.8], widths=0.6, showfliers=False, patch_artist=True)
+            bp = ax.boxplot(
+                [samples],
+                positions=[pos + k * 0.8],
+                widths=0.6,
+                showfliers=False,
+                patch_artist=True,
+            )
             for patch in bp["boxes"]:
                 patch.set_facecolor(color)
                 patch.set_alpha(0.5)
@@ -204,33 +282,51 @@ def plot_latency_distributions(record):
     ax.set_yscale("log")
     ax.set_ylabel("µs per launch")
     handles = [plt.Rectangle((0, 0), 1, 1, color=IMPL_STYLE[i][1], alpha=0.5) for i in impls]
-    ax.legend(handles + [plt.Line2D([], [], color="k", marker="_", ls="", ms=10)],
-              [_label(i) for i in impls] + ["CUDA-graph replay (GPU time)"], fontsize=7, ncol=5)
-    ax.set_title("Prior reports' regime (fp16, D=64): eager per-launch distribution (box: quartiles, "
-                 "whiskers 1.5 IQR) and graph replay", fontsize=9)
+    ax.legend(
+        handles + [plt.Line2D([], [], color="k", marker="_", ls="", ms=10)],
+        [_label(i) for i in impls] + ["CUDA-graph replay (GPU time)"],
+        fontsize=7,
+        ncol=5,
+    )
+    ax.set_title(
+        "Prior reports' regime (fp16, D=64): eager per-launch distribution (box: quartiles, "
+        "whiskers 1.5 IQR) and graph replay",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
 
 # ----------------------------------------------------------------------------- decode
 
+
 def decode_table(record):
     copy = record["ceilings"]["copy"]["tbps"]
     rows = []
-    for (dt, d, s, causal, b, h, *_), impls in sorted(by_shape(record["decode"]).items(),
-                                                  key=lambda kv: (kv[0][6], kv[0][7], kv[0][4])):
+    for (_dt, _d, _s, _causal, b, h, *_), impls in sorted(
+        by_shape(record["decode"]).items(), key=lambda kv: (kv[0][6], kv[0][7], kv[0][4])
+    ):
         ours = impls.get("flashcore_decode")
         if not ours or "graph_timing" not in ours:
             continue
         r0 = ours
-        row = {"B": b, "Hq": h, "Hkv": r0["Hkv"], "cache": r0["Sk"],
-               "graph_us": r0["graph_timing"]["median_ms"] * 1e3, "eager_us": r0["timing"]["median_ms"] * 1e3,
-               "tbps": kv_bytes(r0) / r0["graph_timing"]["median_ms"] / 1e9}
+        row = {
+            "B": b,
+            "Hq": h,
+            "Hkv": r0["Hkv"],
+            "cache": r0["Sk"],
+            "graph_us": r0["graph_timing"]["median_ms"] * 1e3,
+            "eager_us": r0["timing"]["median_ms"] * 1e3,
+            "tbps": kv_bytes(r0) / r0["graph_timing"]["median_ms"] / 1e9,
+        }
         row["of_copy"] = row["tbps"] / copy
         for peer in ("sdpa_flash", "sdpa_cudnn"):
             p = impls.get(peer)
-            row[f"x_{peer}"] = (p["graph_timing"]["median_ms"] / r0["graph_timing"]["median_ms"]
-                                if p and "graph_timing" in p else float("nan"))
+            row[f"x_{peer}"] = (
+                p["graph_timing"]["median_ms"] / r0["graph_timing"]["median_ms"]
+                if p and "graph_timing" in p
+                else float("nan")
+            )
         rows.append(row)
     return rows
 
@@ -239,7 +335,9 @@ def plot_decode(record):
     import matplotlib.pyplot as plt
 
     copy = record["ceilings"]["copy"]["tbps"]
-    shapes = sorted(by_shape(record["decode"]).items(), key=lambda kv: (kv[0][6], kv[0][7], kv[0][4]))
+    shapes = sorted(
+        by_shape(record["decode"]).items(), key=lambda kv: (kv[0][6], kv[0][7], kv[0][4])
+    )
     fig, ax = plt.subplots(figsize=(10, 3.4))
     x = np.arange(len(shapes))
     impls = ["flashcore_decode", "flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_math"]
@@ -248,15 +346,28 @@ def plot_decode(record):
         vals = []
         for _, rows in shapes:
             r = rows.get(impl)
-            vals.append(kv_bytes(r) / r["graph_timing"]["median_ms"] / 1e9 if r and "graph_timing" in r else 0)
+            vals.append(
+                kv_bytes(r) / r["graph_timing"]["median_ms"] / 1e9
+                if r and "graph_timing" in r
+                else 0
+            )
         label = "flashcore forward kernel (no split)" if impl == "flashcore" else _label(impl)
         color = "#f7b6d2" if impl == "flashcore" else IMPL_STYLE[impl][1]
         ax.bar(x + (k - 2) * width, vals, width, color=color, label=label)
     ax.axhline(copy, color="k", lw=0.8)
     ax.axhline(0.9 * copy, color="k", lw=0.8, ls=":")
-    ax.text(-0.5, copy * 1.01, f"copy ceiling {copy:.2f} TB/s (dotted: 90%)", fontsize=7, va="bottom")
-    ax.set_xticks(x, [f"B{k[4]} {k[5]}/{rows['flashcore_decode']['Hkv']}\n{rows['flashcore_decode']['Sk'] // 1024}K"
-                      for k, rows in shapes], fontsize=7)
+    ax.text(
+        -0.5, copy * 1.01, f"copy ceiling {copy:.2f} TB/s (dotted: 90%)", fontsize=7, va="bottom"
+    )
+    ax.set_xticks(
+        x,
+        [
+            f"B{k[4]} {k[5]}/{r['Hkv']}\n{r['Sk'] // 1024}K"
+            for k, rows in shapes
+            for r in [rows["flashcore_decode"]]
+        ],
+        fontsize=7,
+    )
     ax.set_ylabel("K+V TB/s (graph replay)")
     ax.legend(fontsize=7, ncol=5, loc="lower right")
     ax.set_title("Decode (q_len 1, bf16, D=128): bytes of K and V over time", fontsize=10)
@@ -266,11 +377,20 @@ def plot_decode(record):
 
 # ----------------------------------------------------------------------------- constant time
 
+
 def leak_table(record):
-    return [{"kernel": r["kernel"], "role": r["role"], "class": r["fixed_class"], "max_abs_t": r["max_abs_t"],
-             "random_us": r["median_us"][0], "fixed_us": r["median_us"][1],
-             "diff_pct": 100 * (r["median_us"][1] - r["median_us"][0]) / r["median_us"][0]}
-            for r in record["rows"]]
+    return [
+        {
+            "kernel": r["kernel"],
+            "role": r["role"],
+            "class": r["fixed_class"],
+            "max_abs_t": r["max_abs_t"],
+            "random_us": r["median_us"][0],
+            "fixed_us": r["median_us"][1],
+            "diff_pct": 100 * (r["median_us"][1] - r["median_us"][0]) / r["median_us"][0],
+        }
+        for r in record["rows"]
+    ]
 
 
 def plot_leak(record):
@@ -283,8 +403,14 @@ def plot_leak(record):
     x = np.arange(len(kernels))
     w = 0.8 / len(classes)
     for k, cls in enumerate(classes):
-        t = [next((r["max_abs_t"] for r in rows if r["kernel"] == kn and r["class"] == cls), 0) for kn in kernels]
-        d = [next((r["diff_pct"] for r in rows if r["kernel"] == kn and r["class"] == cls), 0) for kn in kernels]
+        t = [
+            next((r["max_abs_t"] for r in rows if r["kernel"] == kn and r["class"] == cls), 0)
+            for kn in kernels
+        ]
+        d = [
+            next((r["diff_pct"] for r in rows if r["kernel"] == kn and r["class"] == cls), 0)
+            for kn in kernels
+        ]
         axes[0].bar(x + (k - len(classes) / 2) * w, t, w, label=cls)
         axes[1].bar(x + (k - len(classes) / 2) * w, d, w, label=cls)
     axes[0].axhline(record["threshold"], color="k", lw=0.8)
@@ -293,11 +419,21 @@ def plot_leak(record):
     axes[1].set_ylabel("median(fixed) - median(random), %")
     axes[1].axhline(0, color="k", lw=0.8)
     for ax in axes:
-        ax.set_xticks(x, [k.replace("control: ", "control:\n").replace("hardware reference: ", "reference:\n")
-                          for k in kernels], rotation=90, fontsize=6)
+        ax.set_xticks(
+            x,
+            [
+                k.replace("control: ", "control:\n").replace("hardware reference: ", "reference:\n")
+                for k in kernels
+            ],
+            rotation=90,
+            fontsize=6,
+        )
     axes[0].legend(fontsize=6, ncol=3)
-    fig.suptitle(f"Timing test, {record['n_per_class']} launches per class, random vs fixed inputs "
-                 f"(line: |t| = {record['threshold']})", fontsize=10)
+    fig.suptitle(
+        f"Timing test, {record['n_per_class']} launches per class, random vs fixed inputs "
+        f"(line: |t| = {record['threshold']})",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
@@ -306,10 +442,22 @@ def sass_table(report):
     rows = []
     for name, r in report["kernels"].items():
         b, g = r["branches"], r["guarded_memory"]
-        rows.append({"kernel": name, "role": r["role"], "instr": r["instructions"], "blocks": r["blocks"],
-                     "br_public": b["public"], "br_metadata": b["metadata"], "br_sync": b["sync"],
-                     "br_data": b["data"], "mem_public": g["public"], "mem_metadata": g["metadata"],
-                     "mem_data": g["data"], "data_addr": r["data_dependent_addresses"]})
+        rows.append(
+            {
+                "kernel": name,
+                "role": r["role"],
+                "instr": r["instructions"],
+                "blocks": r["blocks"],
+                "br_public": b["public"],
+                "br_metadata": b["metadata"],
+                "br_sync": b["sync"],
+                "br_data": b["data"],
+                "mem_public": g["public"],
+                "mem_metadata": g["metadata"],
+                "mem_data": g["data"],
+                "data_addr": r["data_dependent_addresses"],
+            }
+        )
     return rows
 
 
@@ -319,7 +467,13 @@ def plot_cfg(ranges, edges, kinds, title):
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
-    colors = {"data": "#d62728", "sync": "#1f77b4", "metadata": "#9467bd", "public": "#2ca02c", "none": "#7f7f7f"}
+    colors = {
+        "data": "#d62728",
+        "sync": "#1f77b4",
+        "metadata": "#9467bd",
+        "public": "#2ca02c",
+        "none": "#7f7f7f",
+    }
     total = ranges[-1][1]
     fig, ax = plt.subplots(figsize=(5, 7))
     for b, (s, e) in enumerate(ranges):
@@ -331,13 +485,24 @@ def plot_cfg(ranges, edges, kinds, title):
             continue  # fall-through: adjacent
         side = 0 if y1 < y0 else 1  # back edges on the left, forward on the right
         rad = 0.4 if side == 0 else -0.4
-        ax.add_patch(FancyArrowPatch((side, y0), (side, y1), connectionstyle=f"arc3,rad={rad}",
-                                     arrowstyle="->", color=colors[kinds[a]], lw=1.0, mutation_scale=6))
+        ax.add_patch(
+            FancyArrowPatch(
+                (side, y0),
+                (side, y1),
+                connectionstyle=f"arc3,rad={rad}",
+                arrowstyle="->",
+                color=colors[kinds[a]],
+                lw=1.0,
+                mutation_scale=6,
+            )
+        )
     ax.set_xlim(-0.8, 2.0)
     ax.set_ylim(total, 0)
     ax.axis("off")
     handles = [plt.Line2D([], [], color=c, label=k) for k, c in colors.items() if k != "none"]
-    ax.legend(handles=handles, fontsize=6, loc="lower right", title="branch predicate", title_fontsize=6)
+    ax.legend(
+        handles=handles, fontsize=6, loc="lower right", title="branch predicate", title_fontsize=6
+    )
     ax.set_title(title, fontsize=8)
     fig.tight_layout()
     return fig

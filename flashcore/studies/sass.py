@@ -47,18 +47,99 @@ PARAM_BASE = 0x210  # sm_90: kernel parameters start at c[0x0][0x210]
 _CONST = re.compile(r"c\[0x0\]\[(0x[0-9a-fA-F]+)\]")
 
 # Opcode roots whose register results are data regardless of their operands.
-DATA_SOURCES = {"LDG", "LD", "LDS", "LDSM", "ATOM", "ATOMG", "ATOMS", "HGMMA", "QGMMA",
-                "IGMMA", "HMMA", "IMMA", "DMMA", "WGMMA", "LDGDEPBAR"}
+DATA_SOURCES = {
+    "LDG",
+    "LD",
+    "LDS",
+    "LDSM",
+    "ATOM",
+    "ATOMG",
+    "ATOMS",
+    "HGMMA",
+    "QGMMA",
+    "IGMMA",
+    "HMMA",
+    "IMMA",
+    "DMMA",
+    "WGMMA",
+    "LDGDEPBAR",
+}
 SYNC_SOURCES = {"SYNCS"}
 BRANCHES = {"BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CALL", "BREAK", "KILL"}
-MEMORY = {"LDG", "STG", "LD", "ST", "LDS", "STS", "LDSM", "STSM", "LDL", "STL", "ATOM", "ATOMG",
-          "ATOMS", "RED", "REDG", "LDGSTS", "UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF", "LDC"}
-NO_DEST = {"STG", "ST", "STS", "STSM", "STL", "RED", "REDG", "BAR", "MEMBAR", "NOP", "BSSY",
-           "BSYNC", "WARPSYNC", "DEPBAR", "ERRBAR", "CCTL", "UTMALDG", "UTMASTG", "UBLKCP",
-           "UTMAPF", "LDGSTS", "FENCE", "ARRIVES", "WARPGROUP", "USETMAXREG", "YIELD",
-           "ELECT", "PREEXIT", "ACQBULK", "UTMACCTL", "UTMACMDFLUSH"} | BRANCHES
-SETP_LIKE = {"ISETP", "FSETP", "DSETP", "HSETP2", "PLOP3", "UISETP", "UPLOP3", "LEA", "ULEA",
-             "LOP3", "ULOP3", "FCHK", "VOTE", "VOTEU", "R2UR", "PSETP"}
+MEMORY = {
+    "LDG",
+    "STG",
+    "LD",
+    "ST",
+    "LDS",
+    "STS",
+    "LDSM",
+    "STSM",
+    "LDL",
+    "STL",
+    "ATOM",
+    "ATOMG",
+    "ATOMS",
+    "RED",
+    "REDG",
+    "LDGSTS",
+    "UTMALDG",
+    "UTMASTG",
+    "UBLKCP",
+    "UTMAPF",
+    "LDC",
+}
+NO_DEST = {
+    "STG",
+    "ST",
+    "STS",
+    "STSM",
+    "STL",
+    "RED",
+    "REDG",
+    "BAR",
+    "MEMBAR",
+    "NOP",
+    "BSSY",
+    "BSYNC",
+    "WARPSYNC",
+    "DEPBAR",
+    "ERRBAR",
+    "CCTL",
+    "UTMALDG",
+    "UTMASTG",
+    "UBLKCP",
+    "UTMAPF",
+    "LDGSTS",
+    "FENCE",
+    "ARRIVES",
+    "WARPGROUP",
+    "USETMAXREG",
+    "YIELD",
+    "ELECT",
+    "PREEXIT",
+    "ACQBULK",
+    "UTMACCTL",
+    "UTMACMDFLUSH",
+} | BRANCHES
+SETP_LIKE = {
+    "ISETP",
+    "FSETP",
+    "DSETP",
+    "HSETP2",
+    "PLOP3",
+    "UISETP",
+    "UPLOP3",
+    "LEA",
+    "ULEA",
+    "LOP3",
+    "ULOP3",
+    "FCHK",
+    "VOTE",
+    "VOTEU",
+    "R2UR",
+    "PSETP",
+}
 
 _REG = re.compile(r"(?<![\w.])[!\-|~]?(U?R(?:\d+|Z)|U?P(?:\d+|T))\b")
 _LABEL = re.compile(r"^\s*([.\w$]+):\s*$")
@@ -70,10 +151,10 @@ _CONTROL = re.compile(r"^[\w-]{2}:[\w-]:[\w-]:[\w-]:[\w-]\s+")
 @dataclasses.dataclass
 class Instr:
     index: int
-    text: str            # instruction as printed (guard, opcode, operands)
-    guard: str | None    # "P0", "UP1" (negation dropped), or None
-    opcode: str          # full opcode with modifiers, e.g. "ISETP.GE.AND"
-    root: str            # opcode root, e.g. "ISETP"
+    text: str  # instruction as printed (guard, opcode, operands)
+    guard: str | None  # "P0", "UP1" (negation dropped), or None
+    opcode: str  # full opcode with modifiers, e.g. "ISETP.GE.AND"
+    root: str  # opcode root, e.g. "ISETP"
     operands: list[str]
     target: str | None = None  # branch target label
 
@@ -119,7 +200,7 @@ def parse_sass(sass: str) -> tuple[list[Instr], dict[str, int]]:
         gm = re.match(r"@!?(U?P\d+|U?PT)\s+", line)
         if gm:
             guard = gm.group(1)
-            line = line[gm.end():]
+            line = line[gm.end() :]
         parts = line.split(None, 1)
         opcode = parts[0]
         operands = _split_operands(parts[1]) if len(parts) > 1 else []
@@ -134,10 +215,11 @@ def parse_sass(sass: str) -> tuple[list[Instr], dict[str, int]]:
 
 # ----------------------------------------------------------------------------- CFG
 
+
 @dataclasses.dataclass
 class Block:
     start: int
-    end: int                      # exclusive
+    end: int  # exclusive
     succs: list[int]
     preds: list[int]
 
@@ -161,9 +243,14 @@ def build_cfg(instrs: list[Instr], labels: dict[str, int]) -> list[Block]:
     for b, blk in enumerate(blocks):
         last = instrs[blk.end - 1]
         unconditional = last.guard is None or last.guard in ("PT", "UPT")
-        falls_through = not (last.root in ("BRA", "EXIT", "RET", "BRX", "JMX", "JMP", "KILL")
-                             and unconditional)
-        if last.root in ("BRA", "JMP") and last.target in labels and labels[last.target] < len(instrs):
+        falls_through = not (
+            last.root in ("BRA", "EXIT", "RET", "BRX", "JMX", "JMP", "KILL") and unconditional
+        )
+        if (
+            last.root in ("BRA", "JMP")
+            and last.target in labels
+            and labels[last.target] < len(instrs)
+        ):
             blk.succs.append(block_of[labels[last.target]])
         if falls_through and blk.end < len(instrs):
             blk.succs.append(b + 1)
@@ -174,6 +261,7 @@ def build_cfg(instrs: list[Instr], labels: dict[str, int]) -> list[Block]:
 
 
 # ----------------------------------------------------------------------------- taint
+
 
 def _width(ins: Instr, is_dest: bool) -> int:
     op = ins.opcode
@@ -209,20 +297,24 @@ def _dests_and_sources(ins: Instr) -> tuple[list[str], list[str]]:
         extra = 0
         limit = 1 if ins.root in SETP_LIKE else 2
         for op in ins.operands[1:]:
-            if extra < limit and re.fullmatch(r"U?P(\d+|T)", op.strip()) and not ins.root.endswith("SEL"):
+            if (
+                extra < limit
+                and re.fullmatch(r"U?P(\d+|T)", op.strip())
+                and not ins.root.endswith("SEL")
+            ):
                 dests += ins.regs(op)
                 extra += 1
             else:
                 break
-        src_ops = ins.operands[1 + extra:]
+        src_ops = ins.operands[1 + extra :]
     sources = []
     reg_ops = [op for op in src_ops if ins.regs(op)]
     for k, op in enumerate(reg_ops):
-        if ".64" in op:                      # [R2.64]: a 64-bit address register pair
+        if ".64" in op:  # [R2.64]: a 64-bit address register pair
             w = 2
-        elif ".WIDE" in ins.opcode:          # 32 x 32 + 64: only the addend is a pair
+        elif ".WIDE" in ins.opcode:  # 32 x 32 + 64: only the addend is a pair
             w = 2 if k == len(reg_ops) - 1 else 1
-        elif ins.root in MEMORY:             # other operands of a memory op: addresses
+        elif ins.root in MEMORY:  # other operands of a memory op: addresses
             w = 1
         else:
             w = _width(ins, False)
@@ -232,7 +324,9 @@ def _dests_and_sources(ins: Instr) -> tuple[list[str], list[str]]:
     for i, r in enumerate(dests):
         dests_expanded += _expand(r, _width(ins, True) if i == 0 else 1)
     constant = {"RZ", "PT", "URZ", "UPT"}
-    return [d for d in dests_expanded if d not in constant], [s for s in sources if s not in constant]
+    return [d for d in dests_expanded if d not in constant], [
+        s for s in sources if s not in constant
+    ]
 
 
 _STACK_SLOT = re.compile(r"\[R1(?:\+(0x[0-9a-fA-F]+|\d+))?\]")
@@ -254,8 +348,11 @@ def _transfer(ins: Instr, state: dict, public_params: frozenset = frozenset()) -
     metadata (the decode kernel's sequence lengths): loads through them give METADATA, not
     DATA."""
     if ins.root in ("STL", "LDL") and len(ins.operands) >= 2:
-        mem_op, reg_op = (ins.operands[0], ins.operands[1]) if ins.root == "STL" else \
-            (ins.operands[1], ins.operands[0])
+        mem_op, reg_op = (
+            (ins.operands[0], ins.operands[1])
+            if ins.root == "STL"
+            else (ins.operands[1], ins.operands[0])
+        )
         slots = _stack_slots(ins, mem_op)
         if slots is not None:
             regs = _expand(ins.regs(reg_op)[0], _width(ins, False)) if ins.regs(reg_op) else []
@@ -269,22 +366,32 @@ def _transfer(ins: Instr, state: dict, public_params: frozenset = frozenset()) -
     bits = 0
     for s in sources:
         bits |= state.get(s, 0)
-    if any(int(m.group(1), 16) in public_params for op in ins.operands for m in _CONST.finditer(op)):
+    if any(
+        int(m.group(1), 16) in public_params for op in ins.operands for m in _CONST.finditer(op)
+    ):
         bits |= PUBLIC_PTR
     if ins.root in DATA_SOURCES:
         addr = 0
         for r in _address_regs(ins):
             addr |= state.get(r, 0)
-        bits = (METADATA | (addr & DATA)) if addr & PUBLIC_PTR and ins.root != "HGMMA" else bits | DATA
+        bits = (
+            (METADATA | (addr & DATA)) if addr & PUBLIC_PTR and ins.root != "HGMMA" else bits | DATA
+        )
     if ins.root in SYNC_SOURCES and dests:
         bits |= SYNC
     guard_bits = state.get(ins.guard, 0) if ins.guard else 0
     for d in dests:
-        state[d] = (state.get(d, 0) | bits | guard_bits) if ins.guard and ins.guard not in ("PT", "UPT") else bits
+        state[d] = (
+            (state.get(d, 0) | bits | guard_bits)
+            if ins.guard and ins.guard not in ("PT", "UPT")
+            else bits
+        )
     return bits
 
 
-def taint_analysis(instrs: list[Instr], blocks: list[Block], public_params=frozenset()) -> list[dict]:
+def taint_analysis(
+    instrs: list[Instr], blocks: list[Block], public_params=frozenset()
+) -> list[dict]:
     """Fixpoint of the forward analysis; returns the state before each instruction."""
     entry = [dict() for _ in blocks]
     exit_ = [None] * len(blocks)
@@ -328,7 +435,7 @@ def _address_regs(ins: Instr) -> list[str]:
     regs = []
     for op in ins.operands:
         if "[" in op and not op.startswith(("c[", "gdesc")):
-            for r in ins.regs(op[op.index("["):]):
+            for r in ins.regs(op[op.index("[") :]):
                 regs += _expand(r, 2 if ".64" in op else 1)
     return [r for r in regs if r not in ("RZ", "URZ")]
 
@@ -347,18 +454,36 @@ def analyze_sass(sass: str, public_params=frozenset()) -> dict:
                 bits = 0
                 for r in ins.regs(ins.operands[0]) if ins.operands else []:
                     bits |= state.get(r, 0)
-                branches.append({"index": ins.index, "text": ins.text, "class": _classify(bits),
-                                 "conditional": True})
+                branches.append(
+                    {
+                        "index": ins.index,
+                        "text": ins.text,
+                        "class": _classify(bits),
+                        "conditional": True,
+                    }
+                )
             elif guarded_by:
-                branches.append({"index": ins.index, "text": ins.text,
-                                 "class": _classify(state.get(guarded_by, 0)), "conditional": True})
+                branches.append(
+                    {
+                        "index": ins.index,
+                        "text": ins.text,
+                        "class": _classify(state.get(guarded_by, 0)),
+                        "conditional": True,
+                    }
+                )
             else:
-                branches.append({"index": ins.index, "text": ins.text, "class": "public",
-                                 "conditional": False})
+                branches.append(
+                    {"index": ins.index, "text": ins.text, "class": "public", "conditional": False}
+                )
         if ins.root in MEMORY and ins.root != "LDC":
             if guarded_by:
-                guarded.append({"index": ins.index, "text": ins.text,
-                                "class": _classify(state.get(guarded_by, 0))})
+                guarded.append(
+                    {
+                        "index": ins.index,
+                        "text": ins.text,
+                        "class": _classify(state.get(guarded_by, 0)),
+                    }
+                )
             addr_bits = 0
             for r in _address_regs(ins):
                 addr_bits |= state.get(r, 0)
@@ -388,7 +513,9 @@ def _histogram(instrs):
     hist = {}
     for ins in instrs:
         hist[ins.root] = hist.get(ins.root, 0) + 1
-    return dict(sorted(hist.items(), key=lambda kv: -kv[1]))  # every opcode: rare ones (GMMA) matter
+    return dict(
+        sorted(hist.items(), key=lambda kv: -kv[1])
+    )  # every opcode: rare ones (GMMA) matter
 
 
 def cfg_edges(sass: str, public_params=frozenset()):
@@ -411,6 +538,7 @@ def cfg_edges(sass: str, public_params=frozenset()):
 
 # ----------------------------------------------------------------------------- variants
 
+
 def _variants():
     """Every kernel flashcore ships, in the configs the launchers pick on Hopper (bf16), plus
     the two positive controls. GQA needs no variant of its own: the group size is a runtime
@@ -421,68 +549,175 @@ def _variants():
     def fwd(d, causal, long_keys, leaky=0, dtype="bf16", window=False):
         bm, bn, w, st, mode = _HOPPER_TABLE[(d, causal, long_keys)]
         tma = mode in ("tma", "ws")
-        consts = dict(HEAD_DIM=d, HEAD_DIM_PADDED=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
-                      HAS_WINDOW=window, STORE_LSE=False, FP32_IEEE=False, USE_TMA=tma,
-                      WARP_SPECIALIZE=mode == "ws", LEAKY_CONTROL=leaky, SOFTCAP=False, VARLEN=0)
+        consts = dict(
+            HEAD_DIM=d,
+            HEAD_DIM_PADDED=d,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            IS_CAUSAL=causal,
+            HAS_WINDOW=window,
+            STORE_LSE=False,
+            FP32_IEEE=False,
+            USE_TMA=tma,
+            WARP_SPECIALIZE=mode == "ws",
+            LEAKY_CONTROL=leaky,
+            SOFTCAP=False,
+            VARLEN=0,
+        )
         desc = f"tensordesc<{dtype}[1, 1, {bn}, {d}]>" if tma else None
-        ptrs = {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "Out": f"*{dtype}", "Lse": "*fp32"}
-        return dict(fn=_attn_fwd_kernel, pointers=ptrs, floats={"qk_scale"}, consts=consts,
-                    descs={"k_desc": desc, "v_desc": desc}, num_warps=w, num_stages=st)
+        ptrs = {
+            "Q": f"*{dtype}",
+            "K": f"*{dtype}",
+            "V": f"*{dtype}",
+            "Out": f"*{dtype}",
+            "Lse": "*fp32",
+        }
+        return dict(
+            fn=_attn_fwd_kernel,
+            pointers=ptrs,
+            floats={"qk_scale"},
+            consts=consts,
+            descs={"k_desc": desc, "v_desc": desc},
+            num_warps=w,
+            num_stages=st,
+        )
 
     def gluon_forward(d, causal):
         # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships.
         from triton.experimental.gluon import language as gl
 
         from ..kernels import forward_hopper as fh
+
         cfg = fh.VARIANTS[d]
         layout = gl.NVMMASharedLayout.get_default_for
 
         def desc(rows):
             return f"tensordesc<bf16[1,1,{rows},{d}],{layout([rows, d], gl.bfloat16)!r}>"
-        consts = dict(HEAD_DIM=d, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], IS_CAUSAL=causal,
-                      STORE_LSE=False, PINGPONG=True, NUM_WG=cfg.get("NUM_WG", 2),
-                      CONSUMER_REGS=fh.CONSUMER_REGS[cfg.get("NUM_WG", 2)])
-        return dict(fn=fh._fa3_fwd_kernel, gluon=True, pointers={"Out": "*bf16", "Lse": "*fp32"},
-                    floats={"qk_scale"}, consts=consts, num_warps=4, num_stages=1,
-                    descs={"q_desc": desc(fh.BLOCK_M_WG), "k_desc": desc(cfg["BLOCK_N"]),
-                           "v_desc": desc(cfg["BLOCK_N"])})
+
+        consts = dict(
+            HEAD_DIM=d,
+            BLOCK_N=cfg["BLOCK_N"],
+            STAGES=cfg["STAGES"],
+            IS_CAUSAL=causal,
+            STORE_LSE=False,
+            PINGPONG=True,
+            NUM_WG=cfg.get("NUM_WG", 2),
+            CONSUMER_REGS=fh.CONSUMER_REGS[cfg.get("NUM_WG", 2)],
+        )
+        return dict(
+            fn=fh._fa3_fwd_kernel,
+            gluon=True,
+            pointers={"Out": "*bf16", "Lse": "*fp32"},
+            floats={"qk_scale"},
+            consts=consts,
+            num_warps=4,
+            num_stages=1,
+            descs={
+                "q_desc": desc(fh.BLOCK_M_WG),
+                "k_desc": desc(cfg["BLOCK_N"]),
+                "v_desc": desc(cfg["BLOCK_N"]),
+            },
+        )
 
     def fp8_forward(causal):
         from ..kernels.fp8 import _HOPPER_FP8, P_SCALE, QUANT_BLOCK, _fp8_attn_fwd_kernel
+
         bm, bn, w, st = _HOPPER_FP8[causal]
-        consts = dict(HEAD_DIM=128, BLOCK_M=bm, BLOCK_N=bn, QUANT_BLOCK=QUANT_BLOCK, P_SCALE=P_SCALE,
-                      IS_CAUSAL=causal, USE_TMA=True, EMULATE_P_CAST=False, WARP_SPECIALIZE=False)
-        ptrs = {"Q8": "*fp8e4nv", "K8": "*fp8e4nv", "V8T": "*fp8e4nv", "QScale": "*fp32", "KScale": "*fp32",
-                "VScale": "*fp32", "Out": "*bf16"}
-        descs = {"k_desc": f"tensordesc<fp8e4nv[1, 1, {bn}, 128]>", "v_desc": f"tensordesc<fp8e4nv[1, 1, 128, {bn}]>"}
+        consts = dict(
+            HEAD_DIM=128,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            QUANT_BLOCK=QUANT_BLOCK,
+            P_SCALE=P_SCALE,
+            IS_CAUSAL=causal,
+            USE_TMA=True,
+            EMULATE_P_CAST=False,
+            WARP_SPECIALIZE=False,
+        )
+        ptrs = {
+            "Q8": "*fp8e4nv",
+            "K8": "*fp8e4nv",
+            "V8T": "*fp8e4nv",
+            "QScale": "*fp32",
+            "KScale": "*fp32",
+            "VScale": "*fp32",
+            "Out": "*bf16",
+        }
+        descs = {
+            "k_desc": f"tensordesc<fp8e4nv[1, 1, {bn}, 128]>",
+            "v_desc": f"tensordesc<fp8e4nv[1, 1, 128, {bn}]>",
+        }
         # v is stored transposed: its unit stride is along the keys (stride_vn), not along D.
-        return dict(fn=_fp8_attn_fwd_kernel, pointers=ptrs, floats={"qk_scale", "inv_p_scale"}, consts=consts,
-                    descs=descs, num_warps=w, num_stages=st,
-                    unit_strides={"stride_qk", "stride_kk", "stride_vn", "stride_ok"})
+        return dict(
+            fn=_fp8_attn_fwd_kernel,
+            pointers=ptrs,
+            floats={"qk_scale", "inv_p_scale"},
+            consts=consts,
+            descs=descs,
+            num_warps=w,
+            num_stages=st,
+            unit_strides={"stride_qk", "stride_kk", "stride_vn", "stride_ok"},
+        )
 
     def decode_split():
-        consts = dict(HEAD_DIM=128, HEAD_DIM_PADDED=128, BLOCK_M=16, BLOCK_N=64, SINGLE_SPLIT=False,
-                      HAS_WINDOW=False, SOFTCAP=False, HAS_KEY_MASK=False, KeyMask=None)
-        ptrs = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SeqLens": "*i32", "OutPartial": "*fp32",
-                "LsePartial": "*fp32", "Out": "*bf16"}
+        consts = dict(
+            HEAD_DIM=128,
+            HEAD_DIM_PADDED=128,
+            BLOCK_M=16,
+            BLOCK_N=64,
+            SINGLE_SPLIT=False,
+            HAS_WINDOW=False,
+            SOFTCAP=False,
+            HAS_KEY_MASK=False,
+            KeyMask=None,
+        )
+        ptrs = {
+            "Q": "*bf16",
+            "K": "*bf16",
+            "V": "*bf16",
+            "SeqLens": "*i32",
+            "OutPartial": "*fp32",
+            "LsePartial": "*fp32",
+            "Out": "*bf16",
+        }
         # SeqLens, the 4th pointer parameter, holds the cache lengths: public metadata.
-        return dict(fn=_decode_split_kernel, pointers=ptrs, floats={"qk_scale"}, consts=consts,
-                    descs={}, num_warps=4, num_stages=3, public_params=[PARAM_BASE + 3 * 8])
+        return dict(
+            fn=_decode_split_kernel,
+            pointers=ptrs,
+            floats={"qk_scale"},
+            consts=consts,
+            descs={},
+            num_warps=4,
+            num_stages=3,
+            public_params=[PARAM_BASE + 3 * 8],
+        )
 
     def decode_combine():
         consts = dict(HEAD_DIM=128, HEAD_DIM_PADDED=128, SPLITS_PADDED=32)
         ptrs = {"OutPartial": "*fp32", "LsePartial": "*fp32", "Out": "*bf16"}
-        return dict(fn=_decode_combine_kernel, pointers=ptrs, floats=set(), consts=consts,
-                    descs={}, num_warps=4, num_stages=1)
+        return dict(
+            fn=_decode_combine_kernel,
+            pointers=ptrs,
+            floats=set(),
+            consts=consts,
+            descs={},
+            num_warps=4,
+            num_stages=1,
+        )
 
     from ..kernels.forward_hopper import GLUON_AVAILABLE
+
     gluon = {}
     if GLUON_AVAILABLE:
         gluon = {
-            "forward D128 causal (Gluon, warp-specialized)":
-                (gluon_forward(128, True), "shipped (Gluon)"),
-            "forward D256 non-causal (Gluon, warp-specialized)":
-                (gluon_forward(256, False), "shipped (Gluon)"),
+            "forward D128 causal (Gluon, warp-specialized)": (
+                gluon_forward(128, True),
+                "shipped (Gluon)",
+            ),
+            "forward D256 non-causal (Gluon, warp-specialized)": (
+                gluon_forward(256, False),
+                "shipped (Gluon)",
+            ),
         }
     return {
         **gluon,
@@ -520,21 +755,29 @@ def compile_sass(spec: dict, arch: int = 90) -> str:
         elif name in spec["floats"]:
             signature[name] = "fp32"
         elif name in spec.get("unit_strides", ()) or (
-                "unit_strides" not in spec and name.startswith("stride") and name.endswith("k")):
+            "unit_strides" not in spec and name.startswith("stride") and name.endswith("k")
+        ):
             signature[name] = "constexpr"  # unit inner stride: Triton specializes 1 at launch
             constexprs[name] = 1
         else:
             signature[name] = "i32"
     # Pointers 16-byte aligned, as the launcher's tensors are (Triton specializes this too).
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if signature[n].startswith("*")}
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, n in enumerate(fn.arg_names)
+        if signature[n].startswith("*")
+    }
     if spec.get("gluon"):
         from triton.experimental.gluon._runtime import GluonASTSource
+
         src = GluonASTSource(fn, signature, constexprs, attrs)
     else:
         src = ASTSource(fn, signature, constexprs, attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=spec["num_warps"], num_stages=spec["num_stages"]))
+    compiled = triton.compile(
+        src,
+        target=GPUTarget("cuda", arch, 32),
+        options=dict(num_warps=spec["num_warps"], num_stages=spec["num_stages"]),
+    )
     return compiled.asm["sass"]
 
 
@@ -543,7 +786,9 @@ def analyze_variants(keep_sass: bool = False) -> dict:
     the Triton interpreter switched on (its @jit functions cannot be compiled)."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         env = dict(os.environ, TRITON_INTERPRET="0")
-        cmd = [sys.executable, "-m", "flashcore", "sass", "--json"] + (["--keep-sass"] if keep_sass else [])
+        cmd = [sys.executable, "-m", "flashcore", "sass", "--json"] + (
+            ["--keep-sass"] if keep_sass else []
+        )
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"SASS subprocess failed:\n{proc.stderr[-3000:]}")

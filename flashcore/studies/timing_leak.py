@@ -64,9 +64,13 @@ def dudect_statistics(times, classes) -> dict:
     a, b = times[classes == 0], times[classes == 1]
     tests["t_second_order"] = welch_t((a - a.mean()) ** 2, (b - b.mean()) ** 2)
     max_abs = max(abs(v) for v in tests.values())
-    return {**tests, "max_abs_t": max_abs, "leak": max_abs > THRESHOLD,
-            "median_us": [float(np.median(a) * 1e3), float(np.median(b) * 1e3)],
-            "n_per_class": [int(a.size), int(b.size)]}
+    return {
+        **tests,
+        "max_abs_t": max_abs,
+        "leak": max_abs > THRESHOLD,
+        "median_us": [float(np.median(a) * 1e3), float(np.median(b) * 1e3)],
+        "n_per_class": [int(a.size), int(b.size)],
+    }
 
 
 def measure(fn, random_sets, fixed_sets, n_per_class: int, seed: int = 0):
@@ -80,7 +84,7 @@ def measure(fn, random_sets, fixed_sets, n_per_class: int, seed: int = 0):
     times = np.empty(classes.size)
     counters = [0, 0]
     for lo in range(0, classes.size, chunk):
-        cls = classes[lo:lo + chunk]
+        cls = classes[lo : lo + chunk]
         starts = [torch.cuda.Event(enable_timing=True) for _ in cls]
         ends = [torch.cuda.Event(enable_timing=True) for _ in cls]
         for j, c in enumerate(cls):
@@ -91,16 +95,20 @@ def measure(fn, random_sets, fixed_sets, n_per_class: int, seed: int = 0):
             fn(*args)
             ends[j].record()
         torch.cuda.synchronize()
-        times[lo:lo + len(cls)] = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        times[lo : lo + len(cls)] = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     return times, classes
 
 
 def _class_inputs(shapes):
     """make(kind, gen) -> one tensor per shape, bf16: N(0,1) for "random", else the fixed class."""
+
     def make(kind, gen):
         if kind == "random":
-            return tuple(torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes)
+            return tuple(
+                torch.randn(s, generator=gen, device="cuda").to(torch.bfloat16) for s in shapes
+            )
         return tuple(special_tensor(kind, s, torch.bfloat16, "cuda", gen) for s in shapes)
+
     return make
 
 
@@ -116,27 +124,60 @@ def _kernels():
         def fn(q, k, v):
             cfg = {**default_config(q, k, True), "LEAKY_CONTROL": control}
             return attention(q, k, v, causal=True, config=cfg)
+
         return fn
 
     lengths = torch.full((8,), 8192, dtype=torch.int32, device="cuda")
     return [
         # Hardware reference: cuBLAS bf16 matmul has no value-dependent control flow at all;
         # any value dependence of its time comes from the chip (power, clocks), not code.
-        ("hardware reference: cuBLAS bf16 matmul", "reference",
-         _class_inputs([(4096, 4096), (4096, 4096), (1,)]), lambda a, b, _: torch.mm(a, b)),
-        ("forward non-causal", "shipped", forward_inputs(16, 16), lambda q, k, v: attention(q, k, v)),
-        ("forward causal", "shipped", forward_inputs(16, 16), lambda q, k, v: attention(q, k, v, causal=True)),
-        ("forward GQA 16/4 causal", "shipped", forward_inputs(16, 4),
-         lambda q, k, v: attention(q, k, v, causal=True)),
-        ("decode split-KV", "shipped", _class_inputs([(8, 32, 1, 128), (8, 8, 8192, 128), (8, 8, 8192, 128)]),
-         lambda q, k, v: attention_with_kvcache(q, k, v, lengths, check_lengths=False)),
-        ("control: skip rescale if max unchanged", "leaky control", forward_inputs(16, 16), leaky(1)),
+        (
+            "hardware reference: cuBLAS bf16 matmul",
+            "reference",
+            _class_inputs([(4096, 4096), (4096, 4096), (1,)]),
+            lambda a, b, _: torch.mm(a, b),
+        ),
+        (
+            "forward non-causal",
+            "shipped",
+            forward_inputs(16, 16),
+            lambda q, k, v: attention(q, k, v),
+        ),
+        (
+            "forward causal",
+            "shipped",
+            forward_inputs(16, 16),
+            lambda q, k, v: attention(q, k, v, causal=True),
+        ),
+        (
+            "forward GQA 16/4 causal",
+            "shipped",
+            forward_inputs(16, 4),
+            lambda q, k, v: attention(q, k, v, causal=True),
+        ),
+        (
+            "decode split-KV",
+            "shipped",
+            _class_inputs([(8, 32, 1, 128), (8, 8, 8192, 128), (8, 8, 8192, 128)]),
+            lambda q, k, v: attention_with_kvcache(q, k, v, lengths, check_lengths=False),
+        ),
+        (
+            "control: skip rescale if max unchanged",
+            "leaky control",
+            forward_inputs(16, 16),
+            leaky(1),
+        ),
         ("control: early exit on NaN", "leaky control", forward_inputs(16, 16), leaky(2)),
     ]
 
 
-def run_suite(n_per_class: int = 10000, classes=SPECIAL_CLASSES, kernel_filter: str | None = None,
-              sets_per_class: int = 4, progress=None) -> list[dict]:
+def run_suite(
+    n_per_class: int = 10000,
+    classes=SPECIAL_CLASSES,
+    kernel_filter: str | None = None,
+    sets_per_class: int = 4,
+    progress=None,
+) -> list[dict]:
     rows = []
     for name, role, make_inputs, fn in _kernels():
         if kernel_filter and kernel_filter not in name:
@@ -154,7 +195,8 @@ def run_suite(n_per_class: int = 10000, classes=SPECIAL_CLASSES, kernel_filter: 
             stats["quantiles_us"] = {
                 "percentiles": q,
                 "random": [float(x * 1e3) for x in np.percentile(times[cls == 0], q)],
-                "fixed": [float(x * 1e3) for x in np.percentile(times[cls == 1], q)]}
+                "fixed": [float(x * 1e3) for x in np.percentile(times[cls == 1], q)],
+            }
             rows.append({"kernel": name, "role": role, "fixed_class": kind, **stats})
             del fixed_sets
             if progress is not None:
@@ -174,12 +216,14 @@ def run_suite(n_per_class: int = 10000, classes=SPECIAL_CLASSES, kernel_filter: 
 # It only reads: no clock, power limit or persistence setting is touched.
 
 POWER_CLASSES = ("all_equal", "subnormal", "sparse", "huge", "nan_inf")
-POWER_METHOD = ("The timing test's kernels and input classes, run in blocks of one class at a time "
-                "(order RFFRFRRF, each block a fixed wall time of back-to-back launches, the GPU drained "
-                "between blocks) while a background thread samples NVML every 2 ms: SM clock, board power "
-                "(instantaneous where the driver offers it), temperature, clock-event reasons. Per block: "
-                "median launch time (CUDA events) and NVML means over the block's last three quarters. "
-                "Observation only: no clock, power or persistence setting is changed.")
+POWER_METHOD = (
+    "The timing test's kernels and input classes, run in blocks of one class at a time "
+    "(order RFFRFRRF, each block a fixed wall time of back-to-back launches, the GPU drained "
+    "between blocks) while a background thread samples NVML every 2 ms: SM clock, board power "
+    "(instantaneous where the driver offers it), temperature, clock-event reasons. Per block: "
+    "median launch time (CUDA events) and NVML means over the block's last three quarters. "
+    "Observation only: no clock, power or persistence setting is changed."
+)
 
 
 class NvmlSampler:
@@ -216,14 +260,17 @@ class NvmlSampler:
             field = nv.nvmlDeviceGetFieldValues(self.handle, [self.instant_field])[0]
             # The union member to read depends on the field's value type (milliwatts).
             member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}.get(
-                int(field.valueType), "uiVal")
+                int(field.valueType), "uiVal"
+            )
             return float(getattr(field.value, member)) / 1000.0
         return nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
 
     def _reasons(self) -> int:
         nv = self.nvml
-        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        getter = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         return int(getter(self.handle))
 
     def _run(self):
@@ -232,11 +279,15 @@ class NvmlSampler:
         nv = self.nvml
         while not self._stop.is_set():
             try:
-                self.samples.append((time.perf_counter(),
-                                     float(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM)),
-                                     self._power_w(),
-                                     float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)),
-                                     self._reasons()))
+                self.samples.append(
+                    (
+                        time.perf_counter(),
+                        float(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM)),
+                        self._power_w(),
+                        float(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)),
+                        self._reasons(),
+                    )
+                )
             except nv.NVMLError as exc:  # kept for the record; the windows then have fewer samples
                 self.errors.append(str(exc))
             self._stop.wait(self.interval_s)
@@ -263,15 +314,24 @@ class NvmlSampler:
         reasons = 0
         for x in s:
             reasons |= x[4]
-        return {"samples": len(s), "sm_clock_mhz": float(np.mean([x[1] for x in s])),
-                "sm_clock_min_mhz": float(min(x[1] for x in s)), "power_w": float(np.mean([x[2] for x in s])),
-                "temp_c": float(np.mean([x[3] for x in s])), "clock_event_reasons": reasons}
+        return {
+            "samples": len(s),
+            "sm_clock_mhz": float(np.mean([x[1] for x in s])),
+            "sm_clock_min_mhz": float(min(x[1] for x in s)),
+            "power_w": float(np.mean([x[2] for x in s])),
+            "temp_c": float(np.mean([x[3] for x in s])),
+            "clock_event_reasons": reasons,
+        }
 
 
-BLOCK_ORDER = "RFFRFRRF"  # balanced against a linear drift (warming up): both classes' mean position is 3.5
+BLOCK_ORDER = (
+    "RFFRFRRF"  # balanced against a linear drift (warming up): both classes' mean position is 3.5
+)
 
 
-def power_blocks(fn, random_sets, fixed_sets, sampler: NvmlSampler, *, block_s: float = 0.3) -> list[dict]:
+def power_blocks(
+    fn, random_sets, fixed_sets, sampler: NvmlSampler, *, block_s: float = 0.3
+) -> list[dict]:
     """Blocks of back-to-back launches of one class in ``BLOCK_ORDER``, each ``block_s`` long;
     per block: the median launch time (CUDA events) and the NVML means over the block's span
     on the GPU (synchronised at both ends)."""
@@ -298,8 +358,14 @@ def power_blocks(fn, random_sets, fixed_sets, sampler: NvmlSampler, *, block_s: 
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         times_us = [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends)]
-        out.append({"class": "fixed" if cls else "random", "launches": len(times_us),
-                    "median_us": float(np.median(times_us)), **sampler.window(t0, t1)})
+        out.append(
+            {
+                "class": "fixed" if cls else "random",
+                "launches": len(times_us),
+                "median_us": float(np.median(times_us)),
+                **sampler.window(t0, t1),
+            }
+        )
     return out
 
 
@@ -307,6 +373,7 @@ def summarize_power(blocks: list[dict]) -> dict:
     """Fixed-vs-random shifts (percent of random) of the median launch time, the SM clock and
     the power, from the block means. ``clock_explains_time``: the time shift has the sign a
     clock shift would cause and at least half its size is accounted for by the clock."""
+
     def mean(cls, key):
         vals = [b[key] for b in blocks if b["class"] == cls and key in b]
         return float(np.mean(vals)) if vals else float("nan")
@@ -322,9 +389,14 @@ def summarize_power(blocks: list[dict]) -> dict:
     return out
 
 
-def run_power_suite(kernel_names=("hardware reference", "forward non-causal", "forward causal", "decode"),
-                    classes=POWER_CLASSES, *, block_s: float = 0.3, sets_per_class: int = 4,
-                    progress=None) -> dict:
+def run_power_suite(
+    kernel_names=("hardware reference", "forward non-causal", "forward causal", "decode"),
+    classes=POWER_CLASSES,
+    *,
+    block_s: float = 0.3,
+    sets_per_class: int = 4,
+    progress=None,
+) -> dict:
     """The power/clock study over the timing test's kernels and classes (same inputs)."""
     rows = []
     with NvmlSampler() as sampler:
@@ -338,8 +410,15 @@ def run_power_suite(kernel_names=("hardware reference", "forward non-causal", "f
                 fixed_sets = [tuple(t.clone() for t in fixed) for _ in range(sets_per_class)]
                 with torch.inference_mode():
                     blocks = power_blocks(fn, random_sets, fixed_sets, sampler, block_s=block_s)
-                rows.append({"kernel": name, "role": role, "fixed_class": kind, "blocks": blocks,
-                             **summarize_power(blocks)})
+                rows.append(
+                    {
+                        "kernel": name,
+                        "role": role,
+                        "fixed_class": kind,
+                        "blocks": blocks,
+                        **summarize_power(blocks),
+                    }
+                )
                 del fixed_sets
                 if progress is not None:
                     progress.update(1)
@@ -347,14 +426,29 @@ def run_power_suite(kernel_names=("hardware reference", "forward non-causal", "f
             torch.cuda.empty_cache()
         n_samples, errors = len(sampler.samples), sorted(set(sampler.errors))
         source, interval = sampler.power_source, sampler.interval_s
-    return {"power_source": source, "sample_interval_s": interval, "samples": n_samples, "nvml_errors": errors,
-            "block_order": BLOCK_ORDER, "block_s": block_s, "rows": rows}
+    return {
+        "power_source": source,
+        "sample_interval_s": interval,
+        "samples": n_samples,
+        "nvml_errors": errors,
+        "block_order": BLOCK_ORDER,
+        "block_s": block_s,
+        "rows": rows,
+    }
 
 
 # NVML clock-event reason bits (nvmlClocksEventReason*): why the SM clock is below its maximum.
-CLOCK_EVENT_REASONS = {0x1: "idle", 0x2: "applications clocks", 0x4: "software power cap",
-                       0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal",
-                       0x40: "hardware thermal", 0x80: "hardware power brake", 0x100: "display clocks"}
+CLOCK_EVENT_REASONS = {
+    0x1: "idle",
+    0x2: "applications clocks",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal",
+    0x40: "hardware thermal",
+    0x80: "hardware power brake",
+    0x100: "display clocks",
+}
 
 
 def clock_event_names(mask: int) -> str:
@@ -369,20 +463,36 @@ def power_table(record: dict) -> list[dict]:
         reasons = 0
         for b in r["blocks"]:
             reasons |= b.get("clock_event_reasons", 0)
-        out.append({"kernel": r["kernel"], "class": r["fixed_class"], "time_pct": r["median_us_shift_pct"],
-                    "sm_mhz": r["sm_clock_mhz"][0], "clock_pct": r["sm_clock_mhz_shift_pct"],
-                    "power_w": r["power_w"][0], "power_pct": r["power_w_shift_pct"], "temp_c": r["temp_c"][0],
-                    "clock_explains": r["clock_explains_time"], "clock_events": clock_event_names(reasons)})
+        out.append(
+            {
+                "kernel": r["kernel"],
+                "class": r["fixed_class"],
+                "time_pct": r["median_us_shift_pct"],
+                "sm_mhz": r["sm_clock_mhz"][0],
+                "clock_pct": r["sm_clock_mhz_shift_pct"],
+                "power_w": r["power_w"][0],
+                "power_pct": r["power_w_shift_pct"],
+                "temp_c": r["temp_c"][0],
+                "clock_explains": r["clock_explains_time"],
+                "clock_events": clock_event_names(reasons),
+            }
+        )
     return out
 
 
-def clock_hypothesis(table_rows: list[dict], min_shift_pct: float = 0.5, flat_clock_pct: float = 0.2) -> str:
+def clock_hypothesis(
+    table_rows: list[dict], min_shift_pct: float = 0.5, flat_clock_pct: float = 0.2
+) -> str:
     """Verdict on "the value dependence of the tensor-core kernels' time is the clock's" from
     ``power_table`` rows (the memory-bound decode kernel left out): "confirmed" when every time
     shift over ``min_shift_pct`` comes with a clock shift that accounts for it; "refuted" when
     every such shift happens at a clock that moved less than ``flat_clock_pct``; "no shift to
     explain" when the blocked runs show none; otherwise "inconclusive"."""
-    shifted = [r for r in table_rows if not r["kernel"].startswith("decode") and abs(r["time_pct"]) > min_shift_pct]
+    shifted = [
+        r
+        for r in table_rows
+        if not r["kernel"].startswith("decode") and abs(r["time_pct"]) > min_shift_pct
+    ]
     if not shifted:
         return "no shift to explain"
     if all(r["clock_explains"] for r in shifted):
