@@ -49,6 +49,7 @@ def cmd_info(_args) -> int:
     for key, value in provenance().items():
         print(f"{key:>18}: {value}")
     from .kernels import forward_hopper
+
     print(f"{'forward dispatch':>18}: {forward_hopper.describe()}")
     return 0
 
@@ -70,24 +71,35 @@ def cmd_validate(args) -> int:
     if args.determinism:
         det = V.check_determinism(V.determinism_cases(device), device)
         payload["determinism"] = det
-        print(f"determinism: {sum(r['bitwise_identical'] for r in det)}/{len(det)} cases bitwise identical over "
-              f"{det[0]['repeats']} launches")
+        print(
+            f"determinism: {sum(r['bitwise_identical'] for r in det)}/{len(det)} cases bitwise identical over "
+            f"{det[0]['repeats']} launches"
+        )
     if args.large_offsets:
         payload["large_offsets"] = V.check_large_offsets(device)
         for r in payload["large_offsets"]:
-            print(f"large offsets: {r['name']}: max element offset {r['max_element_offset']:.3e}, "
-                  f"ratio {r['ratio']:.3f}, passed {r['passed']}")
+            print(
+                f"large offsets: {r['name']}: max element offset {r['max_element_offset']:.3e}, "
+                f"ratio {r['ratio']:.3f}, passed {r['passed']}"
+            )
     failed = [r for r in rows if not r["passed"]]
     for r in failed:
-        print(f"FAIL {r['name']}: max err {r['max_abs_err']:.3e} > bound {r['bound']:.3e} "
-              f"(nan mismatch {r['nan_mismatch']})")
-    print(f"{summary['cases']} cases, {summary['failed']} failed; worst error ratio "
-          f"{summary['worst_ratio']:.3f} ({summary['worst_case']})")
+        print(
+            f"FAIL {r['name']}: max err {r['max_abs_err']:.3e} > bound {r['bound']:.3e} "
+            f"(nan mismatch {r['nan_mismatch']})"
+        )
+    print(
+        f"{summary['cases']} cases, {summary['failed']} failed; worst error ratio "
+        f"{summary['worst_ratio']:.3f} ({summary['worst_case']})"
+    )
     if args.record:
         path = write_result("correctness", payload)
         print(f"recorded {path}")
-    ok = not failed and all(r["bitwise_identical"] for r in payload.get("determinism", [])) and all(
-        r["passed"] for r in payload.get("large_offsets", []))
+    ok = (
+        not failed
+        and all(r["bitwise_identical"] for r in payload.get("determinism", []))
+        and all(r["passed"] for r in payload.get("large_offsets", []))
+    )
     return 0 if ok else 1
 
 
@@ -101,30 +113,63 @@ def cmd_sanitize(args) -> int:
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     # The forward grid (incl. sliding windows, TMA and pointer paths) and the fp8 kernel on an
     # S that is not a multiple of its 128-key padding, every recipe, causal and not.
-    workloads = {"forward": ["validate", "--grid", "sanitizer", "--quiet"],
-                 "fp8": ["fp8", "--dists", "outlier", "--s", "200", "--heads", "2", "--seeds", "1", "--no-speed"],
-                 # The same grid with every case the Gluon Hopper kernel supports forced onto it.
-                 "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"]}
+    workloads = {
+        "forward": ["validate", "--grid", "sanitizer", "--quiet"],
+        "fp8": [
+            "fp8",
+            "--dists",
+            "outlier",
+            "--s",
+            "200",
+            "--heads",
+            "2",
+            "--seeds",
+            "1",
+            "--no-speed",
+        ],
+        # The same grid with every case the Gluon Hopper kernel supports forced onto it.
+        "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"],
+    }
     if args.workloads:
         workloads = {w: a for w, a in workloads.items() if w in args.workloads}
     report = []
     for tool in args.tools:
         for workload, flashcore_args in workloads.items():
-            run_env = dict(env, FLASHCORE_FORWARD_HOPPER="always" if workload == "forward_hopper" else "never")
-            cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "3",
-                   sys.executable, "-m", "flashcore", *flashcore_args]
+            run_env = dict(
+                env, FLASHCORE_FORWARD_HOPPER="always" if workload == "forward_hopper" else "never"
+            )
+            cmd = [
+                "compute-sanitizer",
+                "--tool",
+                tool,
+                "--error-exitcode",
+                "3",
+                sys.executable,
+                "-m",
+                "flashcore",
+                *flashcore_args,
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
             text = proc.stdout + proc.stderr
             m = re.search(r"ERROR SUMMARY: (\d+) error", text)
             hazards = re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
             # memcheck prints "ERROR SUMMARY: N errors", racecheck "RACECHECK SUMMARY: N hazards".
             found = m or hazards
-            entry = {"tool": tool, "workload": workload, "returncode": proc.returncode,
-                     "errors": int(found.group(1)) if found else None,
-                     "summary_lines": [ln for ln in text.splitlines()
-                                       if "SUMMARY" in ln or "cases," in ln or "own-bound" in ln]}
+            entry = {
+                "tool": tool,
+                "workload": workload,
+                "returncode": proc.returncode,
+                "errors": int(found.group(1)) if found else None,
+                "summary_lines": [
+                    ln
+                    for ln in text.splitlines()
+                    if "SUMMARY" in ln or "cases," in ln or "own-bound" in ln
+                ],
+            }
             report.append(entry)
-            print(f"{tool} on {workload}: exit {proc.returncode}, errors/hazards reported: {entry['errors']}")
+            print(
+                f"{tool} on {workload}: exit {proc.returncode}, errors/hazards reported: {entry['errors']}"
+            )
             if proc.returncode not in (0,):
                 print(text[-4000:])
     if args.record:
@@ -134,37 +179,49 @@ def cmd_sanitize(args) -> int:
 
 def _progress(total, desc):
     from tqdm.auto import tqdm
+
     return tqdm(total=total, desc=desc, mininterval=2.0)
 
 
 def _print_perf_rows(rows):
     for r in rows:
-        what = (f"{r['dtype']:>8} B{r['B']:<3} H{r['Hq']:<3} S{r['S']:<6} D{r['D']:<4} "
-                f"{'causal' if r['causal'] else 'full  '} {r['impl']:<15}")
+        what = (
+            f"{r['dtype']:>8} B{r['B']:<3} H{r['Hq']:<3} S{r['S']:<6} D{r['D']:<4} "
+            f"{'causal' if r['causal'] else 'full  '} {r['impl']:<15}"
+        )
         if "timing" in r:
-            g = f"  graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us" if "graph_timing" in r else ""
+            g = (
+                f"  graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us"
+                if "graph_timing" in r
+                else ""
+            )
             print(f"{what} {r['timing']['median_ms'] * 1e3:10.1f} us {r['tflops']:7.1f} TFLOP/s{g}")
         else:
             print(f"{what} {r.get('error') or r.get('skipped')}")
 
 
 def cmd_bench(args) -> int:
-    from .studies import bench as Bm
     from .results import write_result
+    from .studies import bench as Bm
 
     shapes = []
     if args.suite in ("forward", "all"):
         dtypes = args.dtype or ["bfloat16", "float16"]
-        shapes += Bm.forward_shapes(head_dims=args.d or (64, 128, 256),
-                                    seqlens=args.s or (512, 1024, 2048, 4096, 8192, 16384),
-                                    dtypes=dtypes, causal=_causal_choice(args.causal))
+        shapes += Bm.forward_shapes(
+            head_dims=args.d or (64, 128, 256),
+            seqlens=args.s or (512, 1024, 2048, 4096, 8192, 16384),
+            dtypes=dtypes,
+            causal=_causal_choice(args.causal),
+        )
     prior = []
     if args.suite in ("prior", "all"):
         prior = Bm.prior_report_shapes()
     impls = args.impls or Bm.PEERS
     payload = {"method": Bm.__doc__.strip(), "ceilings": Bm.ceilings()}
     c = payload["ceilings"]
-    print(f"ceilings: matmul {c['matmul']['tflops']:.1f} TFLOP/s, copy {c['copy']['tbps']:.2f} TB/s")
+    print(
+        f"ceilings: matmul {c['matmul']['tflops']:.1f} TFLOP/s, copy {c['copy']['tbps']:.2f} TB/s"
+    )
     rows = []
     bar = _progress(len(shapes) + len(prior), "bench")
     for shape in shapes:
@@ -172,8 +229,13 @@ def cmd_bench(args) -> int:
         bar.update(1)
     prior_rows = []
     for shape in prior:
-        prior_rows += Bm.bench_attention_shape(shape, [i for i in impls if i != "sdpa_math"],
-                                               reps=args.reps, graph=True, keep_samples=True)
+        prior_rows += Bm.bench_attention_shape(
+            shape,
+            [i for i in impls if i != "sdpa_math"],
+            reps=args.reps,
+            graph=True,
+            keep_samples=True,
+        )
         bar.update(1)
     bar.close()
     _print_perf_rows(rows + prior_rows)
@@ -187,12 +249,16 @@ def cmd_bench(args) -> int:
             if "timing" in r:
                 r["tbps"] = Bm.kv_bytes(r) / r["timing"]["median_ms"] / 1e9
                 r["graph_tbps"] = Bm.kv_bytes(r) / r["graph_timing"]["median_ms"] / 1e9
-                print(f"decode B{r['B']:<3} {r['Hq']}/{r['Hkv']} cache {r['Sk']:<7} {r['impl']:<17} "
-                      f"{r['timing']['median_ms'] * 1e3:8.1f} us {r['tbps']:5.2f} TB/s "
-                      f"(graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us {r['graph_tbps']:5.2f} TB/s)")
+                print(
+                    f"decode B{r['B']:<3} {r['Hq']}/{r['Hkv']} cache {r['Sk']:<7} {r['impl']:<17} "
+                    f"{r['timing']['median_ms'] * 1e3:8.1f} us {r['tbps']:5.2f} TB/s "
+                    f"(graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us {r['graph_tbps']:5.2f} TB/s)"
+                )
             else:
-                print(f"decode B{r['B']:<3} {r['Hq']}/{r['Hkv']} cache {r['Sk']:<7} {r['impl']:<17} "
-                      f"{r.get('error') or r.get('skipped')}")
+                print(
+                    f"decode B{r['B']:<3} {r['Hq']}/{r['Hkv']} cache {r['Sk']:<7} {r['impl']:<17} "
+                    f"{r.get('error') or r.get('skipped')}"
+                )
         payload["decode"] = decode_rows
     if args.record:
         print(f"recorded {write_result(args.topic, payload)}")
@@ -201,6 +267,7 @@ def cmd_bench(args) -> int:
 
 def _progress_iter(items, desc):
     from tqdm.auto import tqdm
+
     return tqdm(items, desc=desc, mininterval=2.0)
 
 
@@ -209,11 +276,15 @@ def _causal_choice(text):
 
 
 def cmd_tune(args) -> int:
-    from .studies import bench as Bm
     from .results import write_result
+    from .studies import bench as Bm
 
-    shapes = Bm.forward_shapes(head_dims=args.d or (64, 128, 256), seqlens=args.s or (1024, 8192),
-                               dtypes=["bfloat16"], causal=(False, True))
+    shapes = Bm.forward_shapes(
+        head_dims=args.d or (64, 128, 256),
+        seqlens=args.s or (1024, 8192),
+        dtypes=["bfloat16"],
+        causal=(False, True),
+    )
     configs = Bm.tuning_configs()
     bar = _progress(len(shapes) * len(configs), "tune")
     rows = Bm.tune_forward(shapes, configs, progress=bar)
@@ -221,8 +292,10 @@ def cmd_tune(args) -> int:
     for shape in shapes:
         mine = [r for r in rows if all(r[k] == shape[k] for k in ("B", "Hq", "S", "D", "causal"))]
         ok = sorted((r for r in mine if "tflops" in r), key=lambda r: -r["tflops"])
-        print(f"S{shape['S']} D{shape['D']} causal={shape['causal']}: " + ", ".join(
-            f"{r['config']} {r['tflops']:.0f}" for r in ok[:5]))
+        print(
+            f"S{shape['S']} D{shape['D']} causal={shape['causal']}: "
+            + ", ".join(f"{r['config']} {r['tflops']:.0f}" for r in ok[:5])
+        )
         for r in mine:
             if "error" in r:
                 print(f"   {r['config']}: {r['error']}")
@@ -243,23 +316,28 @@ def cmd_sass(args) -> int:
     print(f"SASS for {report['arch']} compiled offline with triton {report['triton']}")
     for name, r in report["kernels"].items():
         b, g = r["branches"], r["guarded_memory"]
-        print(f"{name:<44} [{r['role']}] {r['instructions']:5d} instr, {r['blocks']:3d} blocks | "
-              f"branches public {b['public']:3d} metadata {b['metadata']:2d} sync {b['sync']:3d} "
-              f"data {b['data']:2d} | guarded mem public {g['public']:3d} metadata {g['metadata']:3d} "
-              f"data {g['data']:2d} | "
-              f"data addr {r['data_dependent_addresses']}")
+        print(
+            f"{name:<44} [{r['role']}] {r['instructions']:5d} instr, {r['blocks']:3d} blocks | "
+            f"branches public {b['public']:3d} metadata {b['metadata']:2d} sync {b['sync']:3d} "
+            f"data {b['data']:2d} | guarded mem public {g['public']:3d} metadata {g['metadata']:3d} "
+            f"data {g['data']:2d} | "
+            f"data addr {r['data_dependent_addresses']}"
+        )
         for item in r["data_branches"] + r["data_guarded_memory"]:
             print(f"    data-dependent: {item['text']}")
     return 0
 
 
 def cmd_leak(args) -> int:
-    from .studies import timing_leak as TL
     from .results import write_result
+    from .studies import timing_leak as TL
 
     if args.power:  # NVML clock/power/temperature per class, blocks of one class at a time
-        kernels = (args.kernel,) if args.kernel else ("hardware reference", "forward non-causal",
-                                                      "forward causal", "decode")
+        kernels = (
+            (args.kernel,)
+            if args.kernel
+            else ("hardware reference", "forward non-causal", "forward causal", "decode")
+        )
         classes = args.classes or TL.POWER_CLASSES
         n = sum(1 for k in TL._kernels() if any(k[0].startswith(x) for x in kernels)) * len(classes)
         bar = _progress(n, "power")
@@ -267,9 +345,11 @@ def cmd_leak(args) -> int:
         bar.close()
         print(f"power read from {payload['power_source']}, {payload['samples']} samples")
         for r in payload["rows"]:
-            print(f"{r['kernel']:<40} vs {r['fixed_class']:<10} time {r['median_us_shift_pct']:+6.2f}%  "
-                  f"SM clock {r['sm_clock_mhz_shift_pct']:+6.2f}% ({r['sm_clock_mhz'][0]:.0f} MHz)  "
-                  f"power {r['power_w_shift_pct']:+6.2f}% ({r['power_w'][0]:.0f} W)")
+            print(
+                f"{r['kernel']:<40} vs {r['fixed_class']:<10} time {r['median_us_shift_pct']:+6.2f}%  "
+                f"SM clock {r['sm_clock_mhz_shift_pct']:+6.2f}% ({r['sm_clock_mhz'][0]:.0f} MHz)  "
+                f"power {r['power_w_shift_pct']:+6.2f}% ({r['power_w'][0]:.0f} W)"
+            )
         if args.record:
             payload = {"method": TL.POWER_METHOD, **payload}
             print(f"recorded {write_result('timing_power', payload)}")
@@ -280,11 +360,17 @@ def cmd_leak(args) -> int:
     rows = TL.run_suite(args.n, classes, args.kernel, progress=bar)
     bar.close()
     for r in rows:
-        print(f"{r['kernel']:<40} vs {r['fixed_class']:<10} max|t| {r['max_abs_t']:8.2f} "
-              f"{'LEAK' if r['leak'] else 'ok  '} medians {r['median_us'][0]:.2f} / {r['median_us'][1]:.2f} us")
+        print(
+            f"{r['kernel']:<40} vs {r['fixed_class']:<10} max|t| {r['max_abs_t']:8.2f} "
+            f"{'LEAK' if r['leak'] else 'ok  '} medians {r['median_us'][0]:.2f} / {r['median_us'][1]:.2f} us"
+        )
     if args.record:
-        payload = {"method": TL.__doc__.strip(), "threshold": TL.THRESHOLD, "n_per_class": args.n,
-                   "rows": rows}
+        payload = {
+            "method": TL.__doc__.strip(),
+            "threshold": TL.THRESHOLD,
+            "n_per_class": args.n,
+            "rows": rows,
+        }
         print(f"recorded {write_result('timing_leak', payload)}")
     return 0
 
@@ -292,27 +378,35 @@ def cmd_leak(args) -> int:
 def cmd_e2e(args) -> int:
     import torch
 
-    from .studies import e2e
     from .results import write_result
+    from .studies import e2e
 
     _ensure_backend()
     device = _device()
     dtype = torch.float32  # bf16 rounding of the model hides attention errors; fp32 does not
     result = e2e.run_e2e(device, dtype, steps=args.steps)
     pl = result["per_layer"]
-    print(f"per-layer attention: {len(pl['layers'])} calls, all pass the error rule: {pl['passed']} "
-          f"(worst ratio {pl['worst_ratio']:.3f})")
-    print(f"logits: max err {result['logits']['max_abs_err']:.3e}, sdpa {result['logits']['sdpa_max_abs_err']:.3e}, "
-          f"ratio {result['logits']['ratio']:.3f}, passed {result['logits']['passed']}")
+    print(
+        f"per-layer attention: {len(pl['layers'])} calls, all pass the error rule: {pl['passed']} "
+        f"(worst ratio {pl['worst_ratio']:.3f})"
+    )
+    print(
+        f"logits: max err {result['logits']['max_abs_err']:.3e}, sdpa {result['logits']['sdpa_max_abs_err']:.3e}, "
+        f"ratio {result['logits']['ratio']:.3f}, passed {result['logits']['passed']}"
+    )
     g = result["generation"]
-    print(f"greedy {g['steps']} steps identical: {g['identical']} (smallest top-2 margin {g['min_top2_margin']:.3f})")
+    print(
+        f"greedy {g['steps']} steps identical: {g['identical']} (smallest top-2 margin {g['min_top2_margin']:.3f})"
+    )
     payload = {"check_fp32": result}
     if device == "cuda" and not args.no_speed:
         payload["generation"] = e2e.issue_generation_speed(repeats=2)
         for r in payload["generation"]:
-            print(f"generation B{r['batch']} padded={r['padded']} window={r['window']}: flashcore "
-                  f"{r['tokens_per_s_flashcore']:.0f} tok/s, sdpa {r['tokens_per_s_sdpa']:.0f} tok/s "
-                  f"({r['ratio']:.2f}x)")
+            print(
+                f"generation B{r['batch']} padded={r['padded']} window={r['window']}: flashcore "
+                f"{r['tokens_per_s_flashcore']:.0f} tok/s, sdpa {r['tokens_per_s_sdpa']:.0f} tok/s "
+                f"({r['ratio']:.2f}x)"
+            )
     if args.record:  # the layout notebook 03 reads: {"check_fp32": ..., "generation": [rows]}
         print(f"recorded {write_result('e2e_transformers', payload)}")
     return 0 if result["logits"]["passed"] and pl["passed"] and g["identical"] else 1
@@ -331,7 +425,9 @@ def cmd_launch(args) -> int:
     for line in launch.summary(rows):
         print(line)
     if args.record:
-        print(f"recorded {write_result('launch', {'rows': rows, 'calls': args.calls, 'repeats': args.repeats})}")
+        print(
+            f"recorded {write_result('launch', {'rows': rows, 'calls': args.calls, 'repeats': args.repeats})}"
+        )
     return 0
 
 
@@ -346,12 +442,22 @@ def cmd_varlen(args) -> int:
     device = _device()
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
     cases = launch.varlen_cases(seed=args.seed, count=args.cases, small=device != "cuda")
-    results = [launch.run_varlen_case(c, device, dtype) for c in _progress_iter(cases, "varlen cases")]
+    results = [
+        launch.run_varlen_case(c, device, dtype) for c in _progress_iter(cases, "varlen cases")
+    ]
     failed = [r for r in results if not r["passed"]]
-    print(f"varlen: {len(results)} cases, {len(failed)} fail the error rule "
-          f"(worst ratio {max(r['ratio'] for r in results):.3f})")
-    payload = {"grid": {"cases": len(results), "failed": len(failed), "dtype": str(dtype).replace("torch.", ""),
-                        "results": results}}
+    print(
+        f"varlen: {len(results)} cases, {len(failed)} fail the error rule "
+        f"(worst ratio {max(r['ratio'] for r in results):.3f})"
+    )
+    payload = {
+        "grid": {
+            "cases": len(results),
+            "failed": len(failed),
+            "dtype": str(dtype).replace("torch.", ""),
+            "results": results,
+        }
+    }
     if device == "cuda":
         payload["speed"] = launch.varlen_speed()
         print("speed (ms):", payload["speed"]["ms"])
@@ -365,8 +471,8 @@ def cmd_fp8(args) -> int:
     _ensure_backend()
     from tqdm import tqdm
 
-    from .studies import fp8_study as F
     from .results import write_result
+    from .studies import fp8_study as F
 
     device = _device()
     on_gpu = device == "cuda"
@@ -375,30 +481,49 @@ def cmd_fp8(args) -> int:
     combos = [(dist, causal, s) for dist in args.dists for causal in (False, True) for s in args.s]
     baselines = ("bfloat16", "float16") if on_gpu else ("float16",)
     for dist, causal, seqlen in tqdm(combos, desc="fp8 errors", mininterval=5):
-        rows += F.error_rows(dist, heads=args.heads, seqlen=seqlen, head_dim=128, causal=causal,
-                             seeds=tuple(range(args.seeds)), baselines=baselines, device=device)
+        rows += F.error_rows(
+            dist,
+            heads=args.heads,
+            seqlen=seqlen,
+            head_dim=128,
+            causal=causal,
+            seeds=tuple(range(args.seeds)),
+            baselines=baselines,
+            device=device,
+        )
     payload["error_shape"] = dict(B=1, H=args.heads, D=128, S=list(args.s), seeds=args.seeds)
     payload["errors"] = rows
     payload["error_summary"] = F.summarize(rows)
     for r in payload["error_summary"]:
-        print(f"{r['dist']:>16} causal={r['causal']!s:5} S={r['S']:<6} {r['impl']:<24} "
-              f"rmse {r['rmse_median']:.2e} [{r['rmse_min']:.2e}, {r['rmse_max']:.2e}] "
-              f"max {r['max_err']:.2e} own-bound {r['own_bound_ratio']:.2f}")
+        print(
+            f"{r['dist']:>16} causal={r['causal']!s:5} S={r['S']:<6} {r['impl']:<24} "
+            f"rmse {r['rmse_median']:.2e} [{r['rmse_min']:.2e}, {r['rmse_max']:.2e}] "
+            f"max {r['max_err']:.2e} own-bound {r['own_bound_ratio']:.2f}"
+        )
     if on_gpu and not args.no_speed:
         tuning = []
         for causal in (False, True):
-            tuning += F.tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=causal), F.FP8_TUNING_CONFIGS)
+            tuning += F.tune_fp8(
+                dict(B=2, H=16, S=8192, D=128, causal=causal), F.FP8_TUNING_CONFIGS
+            )
         payload["tuning"] = tuning
-        best = {c: min((t for t in tuning if t["causal"] == c and "median_ms" in t), key=lambda t: t["median_ms"])["config"]
-                for c in (False, True)}
+        best = {
+            c: min(
+                (t for t in tuning if t["causal"] == c and "median_ms" in t),
+                key=lambda t: t["median_ms"],
+            )["config"]
+            for c in (False, True)
+        }
         payload["tuned_config"] = {str(c): cfg for c, cfg in best.items()}
         speed = []
         for shape in tqdm(F.fp8_shapes(), desc="fp8 speed"):
             speed += F.bench_fp8([shape], config=best[shape["causal"]], reps=args.reps)
         payload["speed"] = speed
         for r in speed:
-            print(f"{r['impl']:<14} causal={r['causal']!s:5} S={r['S']:<6} {r['tflops']:7.1f} TFLOP/s"
-                  + (f"  quantize {r['quantize_ms']:.3f} ms" if "quantize_ms" in r else ""))
+            print(
+                f"{r['impl']:<14} causal={r['causal']!s:5} S={r['S']:<6} {r['tflops']:7.1f} TFLOP/s"
+                + (f"  quantize {r['quantize_ms']:.3f} ms" if "quantize_ms" in r else "")
+            )
     if args.record:
         print("recorded:", write_result("fp8", payload))
     return 0
@@ -407,45 +532,74 @@ def cmd_fp8(args) -> int:
 def cmd_long(args) -> int:
     """Long-context study: the S sweep, sliding window, >2^31 offsets, decode on long caches."""
     _ensure_backend()
-    from .studies import long_context as L
     from .results import write_result
+    from .studies import long_context as L
 
     if _device() != "cuda":
         print("the long-context measurements need a CUDA device")
         return 2
     payload: dict = {}
     if "sweep" in args.parts:
+
         def show(r):
             t = r.get("timing", {}).get("median_ms")
-            print(f"S={r['S']:<8} causal={r['causal']!s:5} {r['impl']:<24} "
-                  + (f"{t:10.3f} ms {r['tflops']:6.1f} TFLOP/s extra {r['extra_bytes'] / 2**20:8.1f} MiB" if t
-                     else r.get("error", r.get("skipped", ""))), flush=True)
-        rows = L.bench_long_context(args.s, heads=args.heads, windows=tuple(args.windows),
-                                    max_seconds_per_call=args.max_seconds, progress=show)
+            print(
+                f"S={r['S']:<8} causal={r['causal']!s:5} {r['impl']:<24} "
+                + (
+                    f"{t:10.3f} ms {r['tflops']:6.1f} TFLOP/s extra {r['extra_bytes'] / 2**20:8.1f} MiB"
+                    if t
+                    else r.get("error", r.get("skipped", ""))
+                ),
+                flush=True,
+            )
+
+        rows = L.bench_long_context(
+            args.s,
+            heads=args.heads,
+            windows=tuple(args.windows),
+            max_seconds_per_call=args.max_seconds,
+            progress=show,
+        )
         payload["sweep"] = rows
         payload["sweep_shape"] = dict(B=1, H=args.heads, D=128, dtype="bfloat16")
-        payload["slopes"] = {f"{impl} causal={c}": L.loglog_slope(rows, impl, c)
-                             for impl in {r["impl"] for r in rows} for c in (False, True)}
+        payload["slopes"] = {
+            f"{impl} causal={c}": L.loglog_slope(rows, impl, c)
+            for impl in {r["impl"] for r in rows}
+            for c in (False, True)
+        }
         print(payload["slopes"])
     if "offsets" in args.parts:
         from .validate import check_large_offsets
+
         payload["large_offsets"] = check_large_offsets("cuda", seqlen=2**20)
         payload["int32_demo"] = L.int32_offset_demo()
         print(payload["large_offsets"], payload["int32_demo"])
     if "window" in args.parts:
         from .validate import correctness_grid, run_grid, summarize
+
         rows = run_grid(correctness_grid("window"), "cuda", progress=False)
         payload["window_correctness"] = {"summary": summarize(rows), "cases": rows}
         print(payload["window_correctness"]["summary"])
     if "decode" in args.parts:
         from .studies.bench import bench_attention_shape
+
         rows = []
         for shape in L.long_decode_shapes():
-            rows += bench_attention_shape(shape, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True)
-            print([(r["impl"], r.get("graph_timing", {}).get("median_ms"), r.get("error")) for r in rows[-3:]], flush=True)
+            rows += bench_attention_shape(
+                shape, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True
+            )
+            print(
+                [
+                    (r["impl"], r.get("graph_timing", {}).get("median_ms"), r.get("error"))
+                    for r in rows[-3:]
+                ],
+                flush=True,
+            )
         payload["decode"] = rows
     if "compile32k" in args.parts:
-        payload["whole_sequence_tile"] = {str(s): L.whole_sequence_tile_compile(s) for s in (32768,)}
+        payload["whole_sequence_tile"] = {
+            str(s): L.whole_sequence_tile_compile(s) for s in (32768,)
+        }
         print(payload["whole_sequence_tile"])
     if args.record:
         print("recorded:", write_result(args.topic, payload))
@@ -580,8 +734,9 @@ def cmd_backward(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="flashcore", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="flashcore", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("info", help="print the device and library versions").set_defaults(fn=cmd_info)
@@ -592,16 +747,25 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="only the first N cases")
     p.add_argument("--seed", type=int, default=0, help="base seed (case i uses seed + i)")
     p.add_argument("--determinism", action="store_true", help="also check bitwise repeatability")
-    p.add_argument("--large-offsets", action="store_true",
-                   help="also check views whose element offsets exceed 2^31 (GPU, ~5 GB)")
+    p.add_argument(
+        "--large-offsets",
+        action="store_true",
+        help="also check views whose element offsets exceed 2^31 (GPU, ~5 GB)",
+    )
     p.add_argument("--record", action="store_true", help="write results/<gpu>/correctness.json")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_validate)
 
-    p = sub.add_parser("sanitize", help="compute-sanitizer memcheck/racecheck over a sample grid (GPU)")
+    p = sub.add_parser(
+        "sanitize", help="compute-sanitizer memcheck/racecheck over a sample grid (GPU)"
+    )
     p.add_argument("--tools", nargs="+", default=["memcheck", "racecheck", "synccheck"])
-    p.add_argument("--workloads", nargs="+", choices=["forward", "fp8", "forward_hopper"],
-                   help="subset of the workloads (default: all)")
+    p.add_argument(
+        "--workloads",
+        nargs="+",
+        choices=["forward", "fp8", "forward_hopper"],
+        help="subset of the workloads (default: all)",
+    )
     p.add_argument("--record", action="store_true", help="add the result to correctness.json")
     p.set_defaults(fn=cmd_sanitize)
 
@@ -611,8 +775,11 @@ def main(argv=None) -> int:
     p.add_argument("--s", type=int, nargs="+", help="sequence lengths (default 512 ... 16384)")
     p.add_argument("--dtype", nargs="+", choices=["bfloat16", "float16"])
     p.add_argument("--causal", default="both", choices=["both", "yes", "no"])
-    p.add_argument("--impls", nargs="+", help="subset of: " + "flashcore sdpa_flash sdpa_cudnn "
-                   "sdpa_efficient sdpa_math flex")
+    p.add_argument(
+        "--impls",
+        nargs="+",
+        help="subset of: " + "flashcore sdpa_flash sdpa_cudnn sdpa_efficient sdpa_math flex",
+    )
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--topic", default="perf", help="record name (results/<gpu>/<topic>.json)")
     p.add_argument("--record", action="store_true")
@@ -624,24 +791,35 @@ def main(argv=None) -> int:
     p.add_argument("--record", action="store_true", help="write results/<gpu>/tuning.json")
     p.set_defaults(fn=cmd_tune)
 
-    p = sub.add_parser("sass", help="compile for sm_90 offline and classify branches (no GPU needed)")
+    p = sub.add_parser(
+        "sass", help="compile for sm_90 offline and classify branches (no GPU needed)"
+    )
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument("--keep-sass", action="store_true", help="include the SASS text in the JSON")
     p.set_defaults(fn=cmd_sass)
 
-    p = sub.add_parser("leak", help="dudect timing-leak test of the kernels and the leaky controls (GPU)")
+    p = sub.add_parser(
+        "leak", help="dudect timing-leak test of the kernels and the leaky controls (GPU)"
+    )
     p.add_argument("--n", type=int, default=10000, help="measurements per class")
     p.add_argument("--classes", nargs="+", help="fixed input classes (default: all)")
     p.add_argument("--kernel", help="only kernels whose name contains this text")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/timing_leak.json")
-    p.add_argument("--power", action="store_true",
-                   help="instead: NVML SM clock/power/temperature per class (records timing_power.json)")
+    p.add_argument(
+        "--power",
+        action="store_true",
+        help="instead: NVML SM clock/power/temperature per class (records timing_power.json)",
+    )
     p.set_defaults(fn=cmd_leak)
 
-    p = sub.add_parser("e2e", help="transformers Llama check: logits under the rule, greedy tokens, tokens/s")
+    p = sub.add_parser(
+        "e2e", help="transformers Llama check: logits under the rule, greedy tokens, tokens/s"
+    )
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--no-speed", action="store_true")
-    p.add_argument("--record", action="store_true", help="write results/<gpu>/e2e_transformers.json")
+    p.add_argument(
+        "--record", action="store_true", help="write results/<gpu>/e2e_transformers.json"
+    )
     p.set_defaults(fn=cmd_e2e)
 
     p = sub.add_parser("launch", help="host cost per call and graph replay vs SDPA backends (GPU)")
@@ -650,13 +828,17 @@ def main(argv=None) -> int:
     p.add_argument("--record", action="store_true", help="write results/<gpu>/launch.json")
     p.set_defaults(fn=cmd_launch)
 
-    p = sub.add_parser("varlen", help="varlen correctness grid vs float64 (any machine), speed (GPU)")
+    p = sub.add_parser(
+        "varlen", help="varlen correctness grid vs float64 (any machine), speed (GPU)"
+    )
     p.add_argument("--cases", type=int, default=240)
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--record", action="store_true", help="write results/<gpu>/varlen.json")
     p.set_defaults(fn=cmd_varlen)
 
-    p = sub.add_parser("fp8", help="FP8 study: errors vs float64 over seeds; tuning and speed on a GPU")
+    p = sub.add_parser(
+        "fp8", help="FP8 study: errors vs float64 over seeds; tuning and speed on a GPU"
+    )
     p.add_argument("--dists", nargs="+", default=["normal", "outlier", "massive_channels"])
     p.add_argument("--s", type=int, nargs="+", default=[1024, 4096])
     p.add_argument("--heads", type=int, default=8)
@@ -666,12 +848,18 @@ def main(argv=None) -> int:
     p.add_argument("--record", action="store_true", help="write results/<gpu>/fp8.json")
     p.set_defaults(fn=cmd_fp8)
 
-    p = sub.add_parser("long", help="long-context study: S sweep to 1M, window, 2^31 offsets, long decode (GPU)")
-    p.add_argument("--parts", nargs="+", default=["sweep", "offsets", "window", "decode", "compile32k"])
+    p = sub.add_parser(
+        "long", help="long-context study: S sweep to 1M, window, 2^31 offsets, long decode (GPU)"
+    )
+    p.add_argument(
+        "--parts", nargs="+", default=["sweep", "offsets", "window", "decode", "compile32k"]
+    )
     p.add_argument("--s", type=int, nargs="+", default=[2**i for i in range(10, 21)])
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--windows", type=int, nargs="*", default=[4096])
-    p.add_argument("--max-seconds", type=float, default=6.0, help="skip an impl once a call would exceed this")
+    p.add_argument(
+        "--max-seconds", type=float, default=6.0, help="skip an impl once a call would exceed this"
+    )
     p.add_argument("--topic", default="long_context")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/long_context.json")
     p.set_defaults(fn=cmd_long)

@@ -31,34 +31,48 @@ def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
     if not (q.dim() == k.dim() == v.dim() == 4):
         raise ValueError(
             "expected q, k, v to be 4-D (batch, heads, seq_len, head_dim), got "
-            f"{q.dim()}-D, {k.dim()}-D, {v.dim()}-D")
+            f"{q.dim()}-D, {k.dim()}-D, {v.dim()}-D"
+        )
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(
             "expected q, k, v to have the same dtype, got "
-            f"{_dtype_name(q)}, {_dtype_name(k)}, {_dtype_name(v)}")
+            f"{_dtype_name(q)}, {_dtype_name(k)}, {_dtype_name(v)}"
+        )
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(
-            f"expected q, k, v to be float16, bfloat16 or float32, got {_dtype_name(q)}")
+            f"expected q, k, v to be float16, bfloat16 or float32, got {_dtype_name(q)}"
+        )
     if not (q.device == k.device == v.device):
         raise ValueError(
-            f"expected q, k, v on the same device, got {q.device}, {k.device}, {v.device}")
+            f"expected q, k, v on the same device, got {q.device}, {k.device}, {v.device}"
+        )
     if q.device.type not in ("cuda", "cpu"):
-        raise ValueError(f"expected CUDA tensors (or CPU under the Triton interpreter), got {q.device}")
+        raise ValueError(
+            f"expected CUDA tensors (or CPU under the Triton interpreter), got {q.device}"
+        )
     if q.device.type == "cpu":
         if not interpreter_enabled():
             raise RuntimeError(
                 "CPU tensors run only under the Triton interpreter: set TRITON_INTERPRET=1 "
-                "before importing flashcore (or move the tensors to a CUDA device)")
+                "before importing flashcore (or move the tensors to a CUDA device)"
+            )
         if q.dtype == torch.bfloat16:
             raise TypeError(
                 "bfloat16 is not supported on CPU: the Triton interpreter's bfloat16 dot "
-                "returns wrong results; use float16 or float32, or a CUDA device")
+                "returns wrong results; use float16 or float32, or a CUDA device"
+            )
     if k.shape != v.shape:
-        raise ValueError(f"expected k and v to have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        raise ValueError(
+            f"expected k and v to have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     if q.shape[0] != k.shape[0]:
-        raise ValueError(f"expected q, k, v to have the same batch size, got {q.shape[0]} and {k.shape[0]}")
+        raise ValueError(
+            f"expected q, k, v to have the same batch size, got {q.shape[0]} and {k.shape[0]}"
+        )
     if q.shape[3] != k.shape[3]:
-        raise ValueError(f"expected q and k to have the same head_dim, got {q.shape[3]} and {k.shape[3]}")
+        raise ValueError(
+            f"expected q and k to have the same head_dim, got {q.shape[3]} and {k.shape[3]}"
+        )
     head_dim = q.shape[3]
     if not 1 <= head_dim <= max_head_dim:
         raise ValueError(f"head_dim must be in [1, {max_head_dim}], got {head_dim}")
@@ -68,11 +82,13 @@ def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
     if num_kv_heads and num_q_heads % num_kv_heads != 0:
         raise ValueError(
             "expected the number of query heads to be a multiple of the number of key/value "
-            f"heads (GQA/MQA), got Hq={num_q_heads}, Hkv={num_kv_heads}")
+            f"heads (GQA/MQA), got Hq={num_q_heads}, Hkv={num_kv_heads}"
+        )
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise RuntimeError(
             "flashcore attention is forward-only (no backward); call it under "
-            "torch.no_grad() / torch.inference_mode() or detach the inputs")
+            "torch.no_grad() / torch.inference_mode() or detach the inputs"
+        )
 
 
 def check_window(window, causal: bool) -> None:
@@ -82,9 +98,13 @@ def check_window(window, causal: bool) -> None:
     if isinstance(window, bool) or not isinstance(window, int):
         raise TypeError(f"expected window to be an int or None, got {type(window).__name__}")
     if window < 1:
-        raise ValueError(f"expected window >= 1 (keys each query sees, itself included), got {window}")
+        raise ValueError(
+            f"expected window >= 1 (keys each query sees, itself included), got {window}"
+        )
     if not causal:
-        raise ValueError("window requires causal=True (a sliding window looks back from the diagonal)")
+        raise ValueError(
+            "window requires causal=True (a sliding window looks back from the diagonal)"
+        )
 
 
 def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) -> bool:
@@ -95,12 +115,21 @@ def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) 
         raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
     batch, _, seqlen_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
-    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dim() != 1 \
-            or cache_seqlens.shape[0] != batch:
-        got = tuple(cache_seqlens.shape) if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__
+    if (
+        not isinstance(cache_seqlens, torch.Tensor)
+        or cache_seqlens.dim() != 1
+        or cache_seqlens.shape[0] != batch
+    ):
+        got = (
+            tuple(cache_seqlens.shape)
+            if isinstance(cache_seqlens, torch.Tensor)
+            else type(cache_seqlens).__name__
+        )
         raise ValueError(f"expected cache_seqlens to be a 1-D tensor of {batch} lengths, got {got}")
     if cache_seqlens.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"expected cache_seqlens to be int32 or int64, got {_dtype_name(cache_seqlens)}")
+        raise TypeError(
+            f"expected cache_seqlens to be int32 or int64, got {_dtype_name(cache_seqlens)}"
+        )
     if cache_seqlens.device != q.device:
         raise ValueError(f"expected cache_seqlens on {q.device}, got {cache_seqlens.device}")
     if (k_new is None) != (v_new is None):
@@ -111,13 +140,21 @@ def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) 
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
             if tuple(t.shape) != expected:
-                raise ValueError(f"expected {name} of shape (B, Hkv, Sn, D) = {expected}, got {tuple(t.shape)}")
+                raise ValueError(
+                    f"expected {name} of shape (B, Hkv, Sn, D) = {expected}, got {tuple(t.shape)}"
+                )
             if t.dtype != q.dtype or t.device != q.device:
-                raise TypeError(f"expected {name} to be {_dtype_name(q)} on {q.device}, got "
-                                f"{_dtype_name(t)} on {t.device}")
+                raise TypeError(
+                    f"expected {name} to be {_dtype_name(q)} on {q.device}, got "
+                    f"{_dtype_name(t)} on {t.device}"
+                )
         if seqlen_new > k_cache.shape[2]:
-            raise ValueError(f"cache too small: {seqlen_new} new tokens, capacity {k_cache.shape[2]}")
+            raise ValueError(
+                f"cache too small: {seqlen_new} new tokens, capacity {k_cache.shape[2]}"
+            )
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device):
-        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
-                         f"shape {tuple(out.shape)}, {out.dtype}, {out.device}")
+        raise ValueError(
+            f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
+            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
+        )
     return k_new is not None

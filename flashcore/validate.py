@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import math
 import random
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -30,14 +30,14 @@ UNIT_ROUNDOFF = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32
 
 @dataclasses.dataclass
 class ErrorReport:
-    max_abs_err: float      # max |out - ref64| over non-NaN reference elements
-    baseline_err: float     # max |out_same_precision - ref64|
-    floor: float            # ulp-scale floor of the rule
-    bound: float            # 2 * baseline_err + floor
-    ratio: float            # max_abs_err / bound; the rule passes iff ratio <= 1
-    rel_l2_err: float       # ||out - ref64||_2 / ||ref64||_2
+    max_abs_err: float  # max |out - ref64| over non-NaN reference elements
+    baseline_err: float  # max |out_same_precision - ref64|
+    floor: float  # ulp-scale floor of the rule
+    bound: float  # 2 * baseline_err + floor
+    ratio: float  # max_abs_err / bound; the rule passes iff ratio <= 1
+    rel_l2_err: float  # ||out - ref64||_2 / ||ref64||_2
     baseline_rel_l2_err: float
-    nan_mismatch: int       # elements NaN in exactly one of (out, ref64)
+    nan_mismatch: int  # elements NaN in exactly one of (out, ref64)
     passed: bool
     # Diagnostic, not the pass/fail rule: the same rule applied to each output row (query)
     # on its own. The global rule's bound comes from the largest-magnitude rows, which can
@@ -76,8 +76,18 @@ def error_rule(
     base_rel = float((base64 - ref64)[finite].norm()) / ref_norm if ref_norm > 0 else 0.0
     ratio = max_err / bound if bound > 0 else (0.0 if max_err == 0 else math.inf)
     passed = nan_mismatch == 0 and max_err <= bound
-    return ErrorReport(max_err, baseline, floor, bound, ratio, rel, base_rel, nan_mismatch, passed,
-                       _row_ratio(out64, ref64, base64, UNIT_ROUNDOFF[out.dtype]))
+    return ErrorReport(
+        max_err,
+        baseline,
+        floor,
+        bound,
+        ratio,
+        rel,
+        base_rel,
+        nan_mismatch,
+        passed,
+        _row_ratio(out64, ref64, base64, UNIT_ROUNDOFF[out.dtype]),
+    )
 
 
 def _row_ratio(out64, ref64, base64, unit_roundoff) -> float:
@@ -96,25 +106,28 @@ def _row_ratio(out64, ref64, base64, unit_roundoff) -> float:
 @dataclasses.dataclass(frozen=True)
 class AttentionCase:
     """One forward-kernel correctness case."""
+
     batch: int
     num_q_heads: int
     num_kv_heads: int
     seqlen_q: int
     seqlen_k: int
     head_dim: int
-    dtype: str                      # "float16" | "bfloat16" | "float32"
+    dtype: str  # "float16" | "bfloat16" | "float32"
     causal: bool = False
-    alignment: str = "top_left"     # causal alignment
-    layout: str = "bhsd"            # "bhsd" contiguous, or "bshd" = (B,S,H,D) memory transposed
-    window: int | None = None       # causal sliding window (keys each query sees)
+    alignment: str = "top_left"  # causal alignment
+    layout: str = "bhsd"  # "bhsd" contiguous, or "bshd" = (B,S,H,D) memory transposed
+    window: int | None = None  # causal sliding window (keys each query sees)
 
     @property
     def name(self) -> str:
         mask = f"causal-{self.alignment}" if self.causal else "full"
         if self.window is not None:
             mask += f" window{self.window}"
-        return (f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} Sq{self.seqlen_q} "
-                f"Sk{self.seqlen_k} D{self.head_dim} {self.dtype} {mask} {self.layout}")
+        return (
+            f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} Sq{self.seqlen_q} "
+            f"Sk{self.seqlen_k} D{self.head_dim} {self.dtype} {mask} {self.layout}"
+        )
 
 
 def make_inputs(case: AttentionCase, device, seed: int):
@@ -146,7 +159,12 @@ def check_case(case: AttentionCase, device, seed: int) -> dict:
     ref64 = attention_reference(q, k, v, compute_dtype=torch.float64, **kwargs)
     same = attention_reference(q, k, v, compute_dtype=q.dtype, **kwargs)
     report = error_rule(out, ref64, same)
-    return {**dataclasses.asdict(case), "name": case.name, "seed": seed, **dataclasses.asdict(report)}
+    return {
+        **dataclasses.asdict(case),
+        "name": case.name,
+        "seed": seed,
+        **dataclasses.asdict(report),
+    }
 
 
 # ---------------------------------------------------------------------------- grids
@@ -174,22 +192,30 @@ def correctness_grid(name: str) -> list[AttentionCase]:
     if name == "full":
         cases = []
         for dtype, (causal, align), s in itertools.product(
-                ("float16", "bfloat16"), masks, AWKWARD_LENGTHS):
+            ("float16", "bfloat16"), masks, AWKWARD_LENGTHS
+        ):
             for d in HEAD_DIMS:  # square sequences, every head dim
                 cases.append(AttentionCase(2, 4, 2, s, s, d, dtype, causal, align))
         for dtype, (causal, align), (sq, sk) in itertools.product(
-                ("float16", "bfloat16"), masks,
-                ((1, 1023), (17, 239), (113, 64), (239, 17), (1023, 65), (64, 2048), (2048, 63))):
+            ("float16", "bfloat16"),
+            masks,
+            ((1, 1023), (17, 239), (113, 64), (239, 17), (1023, 65), (64, 2048), (2048, 63)),
+        ):
             for d in (64, 128):
                 cases.append(AttentionCase(1, 4, 1, sq, sk, d, dtype, causal, align))
         for dtype, (causal, align), (hq, hkv) in itertools.product(
-                ("float16", "bfloat16"), masks, GQA_SHAPES):
+            ("float16", "bfloat16"), masks, GQA_SHAPES
+        ):
             cases.append(AttentionCase(2, hq, hkv, 239, 239, 128, dtype, causal, align))
             cases.append(AttentionCase(1, hq, hkv, 65, 1023, 64, dtype, causal, align))
         for (causal, align), s, d in itertools.product(masks, (17, 239), (16, 64, 128, 256)):
             cases.append(AttentionCase(1, 2, 1, s, s, d, "float32", causal, align))
-        for dtype, (causal, align), d in itertools.product(("float16", "bfloat16"), masks, (40, 80, 96, 200)):
-            cases.append(AttentionCase(1, 2, 1, 113, 239, d, dtype, causal, align))  # padded head dims
+        for dtype, (causal, align), d in itertools.product(
+            ("float16", "bfloat16"), masks, (40, 80, 96, 200)
+        ):
+            cases.append(
+                AttentionCase(1, 2, 1, 113, 239, d, dtype, causal, align)
+            )  # padded head dims
         for dtype, (causal, align) in itertools.product(("float16", "bfloat16"), masks):
             cases.append(AttentionCase(2, 8, 2, 239, 1023, 128, dtype, causal, align, "bshd"))
             cases.append(AttentionCase(2, 8, 8, 4096, 4096, 64, dtype, causal, align, "bshd"))
@@ -198,7 +224,9 @@ def correctness_grid(name: str) -> list[AttentionCase]:
         cases = []
         for (causal, align), s in itertools.product(masks, (1, 17, 63, 64, 65, 113)):
             cases.append(AttentionCase(1, 2, 1, s, s, 64, "float16", causal, align))
-        for (causal, align), (sq, sk) in itertools.product(masks, ((1, 65), (17, 113), (113, 17), (65, 33))):
+        for (causal, align), (sq, sk) in itertools.product(
+            masks, ((1, 65), (17, 113), (113, 17), (65, 33))
+        ):
             cases.append(AttentionCase(1, 2, 2, sq, sk, 32, "float16", causal, align))
         for (hq, hkv), d in zip(GQA_SHAPES, (16, 32, 64, 128, 256, 16)):
             cases.append(AttentionCase(1, hq, hkv, 33, 33, d, "float16", True, "top_left"))
@@ -212,14 +240,22 @@ def correctness_grid(name: str) -> list[AttentionCase]:
         gpu = name == "window"
         cases = []
         dtypes = ("float16", "bfloat16") if gpu else ("float16", "float32")
-        lengths = ((1023, 1023), (239, 1023), (1023, 239), (4096, 4096)) if gpu else ((113, 113), (17, 65), (65, 17))
+        lengths = (
+            ((1023, 1023), (239, 1023), (1023, 239), (4096, 4096))
+            if gpu
+            else ((113, 113), (17, 65), (65, 17))
+        )
         windows = (1, 17, 64, 100, 129, 1000, 5000) if gpu else (1, 17, 32, 50, 200)
-        for dtype, align, (sq, sk), w in itertools.product(dtypes, ("top_left", "bottom_right"), lengths, windows):
+        for dtype, align, (sq, sk), w in itertools.product(
+            dtypes, ("top_left", "bottom_right"), lengths, windows
+        ):
             d = 128 if gpu else 32
             cases.append(AttentionCase(1, 4, 2, sq, sk, d, dtype, True, align, window=w))
         if gpu:
             for d in (64, 256):
-                cases.append(AttentionCase(2, 8, 1, 2048, 2048, d, "bfloat16", True, "top_left", window=300))
+                cases.append(
+                    AttentionCase(2, 8, 1, 2048, 2048, d, "bfloat16", True, "top_left", window=300)
+                )
         return _shuffled(cases)
     if name == "sanitizer":
         return [
@@ -233,10 +269,14 @@ def correctness_grid(name: str) -> list[AttentionCase]:
             AttentionCase(1, 4, 2, 239, 239, 128, "bfloat16", True, "top_left", window=100),
             AttentionCase(1, 2, 1, 113, 239, 64, "float16", True, "bottom_right", window=17),
         ]
-    raise ValueError(f"unknown grid {name!r}; expected 'full', 'cpu', 'window', 'window-cpu' or 'sanitizer'")
+    raise ValueError(
+        f"unknown grid {name!r}; expected 'full', 'cpu', 'window', 'window-cpu' or 'sanitizer'"
+    )
 
 
-def run_grid(cases: list[AttentionCase], device, *, base_seed: int = 0, progress: bool = True) -> list[dict]:
+def run_grid(
+    cases: list[AttentionCase], device, *, base_seed: int = 0, progress: bool = True
+) -> list[dict]:
     """Check every case on fresh inputs (seed = base_seed + index)."""
     from tqdm import tqdm
 
@@ -248,10 +288,16 @@ def run_grid(cases: list[AttentionCase], device, *, base_seed: int = 0, progress
 
 def determinism_cases(device) -> list[AttentionCase]:
     """The sanitizer sample, less bf16 on CPU (the interpreter cannot run it)."""
-    return [c for c in correctness_grid("sanitizer") if str(device).startswith("cuda") or c.dtype != "bfloat16"]
+    return [
+        c
+        for c in correctness_grid("sanitizer")
+        if str(device).startswith("cuda") or c.dtype != "bfloat16"
+    ]
 
 
-def check_determinism(cases: list[AttentionCase], device, *, repeats: int = 5, seed: int = 1234) -> list[dict]:
+def check_determinism(
+    cases: list[AttentionCase], device, *, repeats: int = 5, seed: int = 1234
+) -> list[dict]:
     """Launch each case ``repeats`` times on the same inputs; outputs must be bitwise equal."""
     from .kernels.forward import attention
 
@@ -260,8 +306,11 @@ def check_determinism(cases: list[AttentionCase], device, *, repeats: int = 5, s
         q, k, v = make_inputs(case, device, seed + i)
         first = attention(q, k, v, causal=case.causal, causal_alignment=case.alignment)
         identical = all(
-            torch.equal(first, attention(q, k, v, causal=case.causal, causal_alignment=case.alignment))
-            for _ in range(repeats - 1))
+            torch.equal(
+                first, attention(q, k, v, causal=case.causal, causal_alignment=case.alignment)
+            )
+            for _ in range(repeats - 1)
+        )
         rows.append({"name": case.name, "repeats": repeats, "bitwise_identical": bool(identical)})
     return rows
 
@@ -279,8 +328,9 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
-def check_large_offsets(device, *, seqlen: int = 131072, head_dim: int = 128, sample_rows: int = 64,
-                        seed: int = 7) -> list[dict]:
+def check_large_offsets(
+    device, *, seqlen: int = 131072, head_dim: int = 128, sample_rows: int = 64, seed: int = 7
+) -> list[dict]:
     """Attention on (1, 1, S, D) views into a (1, S, H, D) buffer of more than 2^31 elements,
     so row offsets (row * H * D) pass 2^31: int32 offset arithmetic would read the wrong
     memory. Checked with the rule on a sample of rows, both ends of the sequence included.
@@ -296,14 +346,29 @@ def check_large_offsets(device, *, seqlen: int = 131072, head_dim: int = 128, sa
         max_offset = (seqlen - 1) * q.stride(2) + (heads - 1) * head_dim + head_dim - 1
         out = torch.full(q.shape, float("nan"), dtype=dtype, device=device)
         attention(q, k, v, causal=causal, out=out)
-        pick = torch.randperm(seqlen - 8, generator=torch.Generator().manual_seed(seed))[: sample_rows - 8] + 4
-        rows = torch.cat([torch.arange(4), pick.sort().values, torch.arange(seqlen - 4, seqlen)]).to(device)
+        pick = (
+            torch.randperm(seqlen - 8, generator=torch.Generator().manual_seed(seed))[
+                : sample_rows - 8
+            ]
+            + 4
+        )
+        rows = torch.cat(
+            [torch.arange(4), pick.sort().values, torch.arange(seqlen - 4, seqlen)]
+        ).to(device)
         ref64 = attention_reference(q, k, v, causal=causal, query_rows=rows)
         same = attention_reference(q, k, v, causal=causal, query_rows=rows, compute_dtype=dtype)
         report = error_rule(out[:, :, rows], ref64, same)
-        name = f"B1 H1 S{seqlen} D{head_dim} {str(dtype)[6:]} {'causal' if causal else 'full'} view of {heads} heads"
-        rows_out.append({"name": name, "buffer_elements": base.numel(), "max_element_offset": max_offset,
-                         "rows_checked": int(rows.numel()), **dataclasses.asdict(report)})
+        mask = "causal" if causal else "full"
+        name = f"B1 H1 S{seqlen} D{head_dim} {str(dtype)[6:]} {mask} view of {heads} heads"
+        rows_out.append(
+            {
+                "name": name,
+                "buffer_elements": base.numel(),
+                "max_element_offset": max_offset,
+                "rows_checked": int(rows.numel()),
+                **dataclasses.asdict(report),
+            }
+        )
         del base, q, k, v, out
     return rows_out
 
@@ -312,6 +377,7 @@ def check_large_offsets(device, *, seqlen: int = 131072, head_dim: int = 128, sa
 # Wrong attention implementations, each a bug real kernels have shipped with. A check that
 # passes one of them is too weak; notebooks/02_correctness.ipynb and tests/test_validate.py
 # run every check against every mutant.
+
 
 def _mutant_attention(q, k, v, *, causal, extra_visible=0, p_dtype=None):
     """Same-precision attention with the causal diagonal moved by ``extra_visible`` keys and
@@ -338,7 +404,9 @@ def planted_bugs(block_n: int = 64) -> dict:
 
     def drop_tail_block(q, k, v, causal):
         keep = (k.shape[2] // block_n) * block_n or block_n
-        return attention_reference(q, k[:, :, :keep], v[:, :, :keep], causal=causal, compute_dtype=q.dtype)
+        return attention_reference(
+            q, k[:, :, :keep], v[:, :, :keep], causal=causal, compute_dtype=q.dtype
+        )
 
     def one_future_key(q, k, v, causal):
         return _mutant_attention(q, k, v, causal=True, extra_visible=1)
@@ -353,8 +421,13 @@ def planted_bugs(block_n: int = 64) -> dict:
         out = torch.empty_like(q)
         for b in range(q.shape[0]):
             for h in range(q.shape[1]):
-                out[b, h] = tiled_attention(q[b, h].float(), kk[b, h].float(), vv[b, h].float(),
-                                            block_n=block_n, rescale=False).to(q.dtype)
+                out[b, h] = tiled_attention(
+                    q[b, h].float(),
+                    kk[b, h].float(),
+                    vv[b, h].float(),
+                    block_n=block_n,
+                    rescale=False,
+                ).to(q.dtype)
         return out
 
     return {
@@ -370,7 +443,8 @@ def weak_checks() -> dict:
     return {
         "max_diff < 2e-3": lambda out, ref: float((out.double() - ref).abs().max()) < 2e-3,
         "allclose(rtol=1e-3, atol=2e-3)": lambda out, ref: bool(
-            torch.allclose(out.double(), ref, rtol=1e-3, atol=2e-3)),
+            torch.allclose(out.double(), ref, rtol=1e-3, atol=2e-3)
+        ),
     }
 
 
@@ -381,12 +455,15 @@ def _randn(*shape, dtype, gen, device):
 def kvcache_rule(out, q, k_cache, v_cache, total_lengths):
     """The error rule for one KV-cache call (caches already holding the appended tokens)."""
     from .reference import kvcache_reference
+
     ref = kvcache_reference(q, k_cache, v_cache, total_lengths)
     same = kvcache_reference(q, k_cache, v_cache, total_lengths, compute_dtype=q.dtype)
     return error_rule(out, ref, same)
 
 
-def kvcache_session(batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=torch.float16, device="cpu", seed=0):
+def kvcache_session(
+    batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=torch.float16, device="cpu", seed=0
+):
     """KV-cache attention over a whole generation session, every call under the error rule.
 
     Prefill each sequence's prompt (chunked prefill from an empty cache, padded to the
@@ -395,7 +472,9 @@ def kvcache_session(batch, hq, hkv, capacity, d, prompt_lens, steps, dtype=torch
     from .kernels.decode import attention_with_kvcache
 
     gen = torch.Generator().manual_seed(seed)
-    k_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)  # garbage beyond lengths
+    k_cache = _randn(
+        batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device
+    )  # garbage beyond lengths
     v_cache = _randn(batch, hkv, capacity, d, dtype=dtype, gen=gen, device=device)
     reports = []
     lengths = torch.zeros(batch, dtype=torch.int32, device=device)

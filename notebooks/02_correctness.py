@@ -13,23 +13,23 @@
 # failing cases revisited.
 
 # %% tags=["parameters"]
-PROFILE = "auto"          # "auto" | "gpu" | "cpu"
-SWEEP = "quick"           # GPU profile: "quick" (every third case of the full grid) or "full" (all of it:
-                          # the recorded run, results/<gpu>/correctness.json), -p SWEEP full
+PROFILE = "auto"  # "auto" | "gpu" | "cpu"
+SWEEP = "quick"  # GPU profile: "quick" (every third case of the full grid) or "full" (all of it:
+# the recorded run, results/<gpu>/correctness.json), -p SWEEP full
 SEED = 0
-RECORD = True             # GPU profile: write results/<gpu>/correctness.json
-RECORDED_GPU = "nvidia-h100-80gb-hbm3"   # which recorded GPU run sections 3 render
+RECORD = True  # GPU profile: write results/<gpu>/correctness.json
+RECORDED_GPU = "nvidia-h100-80gb-hbm3"  # which recorded GPU run sections 3 render
 SAVE_FIGURES = True
 
 # %%
 from flashcore.notebook import setup, table
+
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+# %%
+
+import matplotlib.pyplot as plt
 import torch
 
-# %%
-import math
-import matplotlib.pyplot as plt
-from flashcore import attention
 from flashcore import validate as V
 from flashcore.plots import DTYPE_COLORS, save_figure
 from flashcore.reference import attention_reference
@@ -62,13 +62,18 @@ q, k, v = V.make_inputs(case000, "cpu", SEED)
 ref = attention_reference(q, k, v)
 same = attention_reference(q, k, v, compute_dtype=q.dtype)
 r000 = V.error_rule(same, ref, same)
-print(f"fp16 PyTorch vs float64 at B=16, H=8, S=512, D=64: max |err| {r000.baseline_err:.2e}; "
-      f"the rule allows {r000.bound:.2e}; largest |output| {float(ref.abs().max()):.2f}")
+print(
+    f"fp16 PyTorch vs float64 at B=16, H=8, S=512, D=64: max |err| {r000.baseline_err:.2e}; "
+    f"the rule allows {r000.bound:.2e}; largest |output| {float(ref.abs().max()):.2f}"
+)
 print(f"report 000's 0.003906 is {0.003906 / r000.bound:.1f}x the rule's bound")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("report 000's max diff (0.003906) is within the rule's bound at its own config:", 0.003906 <= r000.bound)
+print(
+    "report 000's max diff (0.003906) is within the rule's bound at its own config:",
+    0.003906 <= r000.bound,
+)
 
 # %% [markdown]
 # On N(0, 1) inputs at report 000's size, 0.003906 ($2^{-8}$) is more than the rule allows: it
@@ -97,12 +102,23 @@ for S in (113, 1023, 4097):
                 continue
             out = bug(q, k, v, causal)
             rep = V.error_rule(out, ref, same)
-            row = {"bug": name, "S": S, "causal": causal, "max_err": rep.max_abs_err, "bound": rep.bound,
-                   "rule_rejects": not rep.passed, "row_ratio": rep.row_ratio}
+            row = {
+                "bug": name,
+                "S": S,
+                "causal": causal,
+                "max_err": rep.max_abs_err,
+                "bound": rep.bound,
+                "rule_rejects": not rep.passed,
+                "row_ratio": rep.row_ratio,
+            }
             for check, fn in V.weak_checks().items():
                 row[check + " rejects"] = not fn(out, ref)
             bug_rows.append(row)
-print(table(bug_rows, list(bug_rows[0]), {"max_err": "{:.2e}", "bound": "{:.2e}", "row_ratio": "{:.2f}"}))
+print(
+    table(
+        bug_rows, list(bug_rows[0]), {"max_err": "{:.2e}", "bound": "{:.2e}", "row_ratio": "{:.2f}"}
+    )
+)
 
 # %%
 allclose = "allclose(rtol=1e-3, atol=2e-3) rejects"
@@ -111,24 +127,39 @@ names = list(V.planted_bugs())
 for i, name in enumerate(names):
     rows = [r for r in bug_rows if r["bug"] == name]
     xs = [i + (j - len(rows) / 2) * 0.12 for j in range(len(rows))]
-    ax.scatter(xs, [r["max_err"] for r in rows], c=["#d62728" if r["rule_rejects"] else "#7f7f7f" for r in rows],
-               marker="o", zorder=3)
+    ax.scatter(
+        xs,
+        [r["max_err"] for r in rows],
+        c=["#d62728" if r["rule_rejects"] else "#7f7f7f" for r in rows],
+        marker="o",
+        zorder=3,
+    )
     ax.scatter(xs, [r["bound"] for r in rows], marker="_", c="k", s=120, zorder=2)
 ax.axhline(2e-3, ls=":", c="#1f77b4", label="report 000's atol 2e-3")
-ax.set_yscale("log"); ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 2) for n in names], fontsize=8)
+ax.set_yscale("log")
+ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 2) for n in names], fontsize=8)
 ax.set_ylabel("max |out - float64|")
 ax.set_title("planted bugs: error (dot; red = rule rejects) vs the rule's bound (dash)")
-ax.legend(loc="upper right"); fig.tight_layout()
+ax.legend(loc="upper right")
+fig.tight_layout()
 if SAVE_FIGURES:
     save_figure(fig, "02_planted_bugs")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 label = lambda r: f"{r['bug']} @S={r['S']}{' causal' if r['causal'] else ''}"
-print("rejected by the rule but passed by allclose:", [label(r) for r in bug_rows if r["rule_rejects"] and not r[allclose]])
-print("rejected by allclose but passed by the rule:", [label(r) for r in bug_rows if r[allclose] and not r["rule_rejects"]])
+print(
+    "rejected by the rule but passed by allclose:",
+    [label(r) for r in bug_rows if r["rule_rejects"] and not r[allclose]],
+)
+print(
+    "rejected by allclose but passed by the rule:",
+    [label(r) for r in bug_rows if r[allclose] and not r["rule_rejects"]],
+)
 print("passed by both:", [label(r) for r in bug_rows if not r["rule_rejects"] and not r[allclose]])
-print(f"smallest row-wise ratio among the planted bugs: {min(r['row_ratio'] for r in bug_rows):.2f}")
+print(
+    f"smallest row-wise ratio among the planted bugs: {min(r['row_ratio'] for r in bug_rows):.2f}"
+)
 
 # %% [markdown]
 # What the table says, plainly:
@@ -166,21 +197,34 @@ if PROFILE == "gpu" and SWEEP == "quick":
 live = V.run_grid(cases, DEVICE, base_seed=SEED)
 summary = V.summarize(live)
 determinism = V.check_determinism(V.determinism_cases(DEVICE), DEVICE)
-print(f"grid {grid!r}: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
-      f"{summary['worst_ratio']:.3f} ({summary['worst_case']}), max rel L2 {summary['max_rel_l2_err']:.2e}, "
-      f"worst row-wise ratio {summary['worst_row_ratio']:.2f}")
+print(
+    f"grid {grid!r}: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
+    f"{summary['worst_ratio']:.3f} ({summary['worst_case']}), max rel L2 {summary['max_rel_l2_err']:.2e}, "
+    f"worst row-wise ratio {summary['worst_row_ratio']:.2f}"
+)
 if PROFILE == "gpu":
     large = V.check_large_offsets(DEVICE)
     if RECORD:
-        path = write_result("correctness" if SWEEP == "full" else "correctness_quick", {"grid": grid, "summary": summary, "cases": live,
-                                            "determinism": determinism, "large_offsets": large},
-                            command=f"papermill notebooks/02_correctness.ipynb (PROFILE=gpu, SWEEP={SWEEP})")
+        path = write_result(
+            "correctness" if SWEEP == "full" else "correctness_quick",
+            {
+                "grid": grid,
+                "summary": summary,
+                "cases": live,
+                "determinism": determinism,
+                "large_offsets": large,
+            },
+            command=f"papermill notebooks/02_correctness.ipynb (PROFILE=gpu, SWEEP={SWEEP})",
+        )
         print("recorded", "/".join(path.parts[-3:]))
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print("live grid: every case passes the error rule:", summary["failed"] == 0)
-print("live grid: repeated launches are bitwise identical:", all(r["bitwise_identical"] for r in determinism))
+print(
+    "live grid: repeated launches are bitwise identical:",
+    all(r["bitwise_identical"] for r in determinism),
+)
 
 # %% [markdown]
 # ## 3. The recorded GPU grid
@@ -196,17 +240,41 @@ groups = {}
 for r in rows:
     key = (r["dtype"], "causal " + r["alignment"] if r["causal"] else "non-causal")
     groups.setdefault(key, []).append(r)
-summary_rows = [{"dtype": d, "mask": m, "cases": len(g), "worst ratio": max(r["ratio"] for r in g),
-                 "worst row ratio": max(r.get("row_ratio", float("nan")) for r in g),
-                 "median ratio": sorted(r["ratio"] for r in g)[len(g) // 2],
-                 "max rel L2": max(r["rel_l2_err"] for r in g)} for (d, m), g in sorted(groups.items())]
-print(table(summary_rows, list(summary_rows[0]), {"worst ratio": "{:.3f}", "worst row ratio": "{:.2f}", "median ratio": "{:.3f}", "max rel L2": "{:.2e}"}))
+summary_rows = [
+    {
+        "dtype": d,
+        "mask": m,
+        "cases": len(g),
+        "worst ratio": max(r["ratio"] for r in g),
+        "worst row ratio": max(r.get("row_ratio", float("nan")) for r in g),
+        "median ratio": sorted(r["ratio"] for r in g)[len(g) // 2],
+        "max rel L2": max(r["rel_l2_err"] for r in g),
+    }
+    for (d, m), g in sorted(groups.items())
+]
+print(
+    table(
+        summary_rows,
+        list(summary_rows[0]),
+        {
+            "worst ratio": "{:.3f}",
+            "worst row ratio": "{:.2f}",
+            "median ratio": "{:.3f}",
+            "max rel L2": "{:.2e}",
+        },
+    )
+)
 by_d = {}
 for r in rows:
     by_d.setdefault(r["head_dim"], []).append(r["ratio"])
 print()
-print(table([{"head_dim": d, "cases": len(x), "worst ratio": max(x)} for d, x in sorted(by_d.items())],
-            ["head_dim", "cases", "worst ratio"], {"worst ratio": "{:.3f}"}))
+print(
+    table(
+        [{"head_dim": d, "cases": len(x), "worst ratio": max(x)} for d, x in sorted(by_d.items())],
+        ["head_dim", "cases", "worst ratio"],
+        {"worst ratio": "{:.3f}"},
+    )
+)
 
 # %%
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
@@ -214,14 +282,24 @@ markers = {(False, "top_left"): "o", (True, "top_left"): "^", (True, "bottom_rig
 for r in rows:
     m = markers[(r["causal"], r["alignment"])]
     ax[0].scatter(r["seqlen_k"], r["ratio"], c=DTYPE_COLORS[r["dtype"]], marker=m, s=14, alpha=0.7)
-    ax[1].scatter(r["num_q_heads"] // r["num_kv_heads"], r["ratio"], c=DTYPE_COLORS[r["dtype"]], marker=m, s=14, alpha=0.7)
+    ax[1].scatter(
+        r["num_q_heads"] // r["num_kv_heads"],
+        r["ratio"],
+        c=DTYPE_COLORS[r["dtype"]],
+        marker=m,
+        s=14,
+        alpha=0.7,
+    )
 for a in ax:
     a.axhline(1.0, c="k", ls="--", lw=1)
     a.set_xscale("log", base=2)
 ax[0].set(xlabel="S_k", ylabel="max err / bound  (fails above 1)", title="every recorded case")
 ax[1].set(xlabel="GQA ratio Hq/Hkv", title="by GQA ratio")
 handles = [plt.Line2D([], [], ls="", marker="o", c=c, label=d) for d, c in DTYPE_COLORS.items()]
-handles += [plt.Line2D([], [], ls="", marker=m, c="grey", label=("causal " + a) if c else "non-causal") for (c, a), m in markers.items()]
+handles += [
+    plt.Line2D([], [], ls="", marker=m, c="grey", label=("causal " + a) if c else "non-causal")
+    for (c, a), m in markers.items()
+]
 ax[1].legend(handles=handles, loc="upper right", fontsize=8)
 fig.tight_layout()
 if SAVE_FIGURES:
@@ -230,13 +308,23 @@ if SAVE_FIGURES:
 # %%
 # NBVAL_CHECK_OUTPUT
 fails = sum(not r["passed"] for r in rows)
-print(f"recorded GPU grid: {len(rows)} cases, {fails} fail the rule, worst ratio below 1: {max(r['ratio'] for r in rows) < 1}")
+print(
+    f"recorded GPU grid: {len(rows)} cases, {fails} fail the rule, worst ratio below 1: {max(r['ratio'] for r in rows) < 1}"
+)
 if "row_ratio" in rows[0]:
     worst_row = max(r["row_ratio"] for r in rows)
-    print(f"recorded: worst row-wise ratio {worst_row:.2f}, below the smallest planted bug's "
-          f"({min(b['row_ratio'] for b in bug_rows):.2f}): {worst_row < min(b['row_ratio'] for b in bug_rows)}")
-print("recorded: repeated launches bitwise identical:", all(r["bitwise_identical"] for r in record["determinism"]))
-print("recorded: offsets past 2^31 elements correct:", all(r["passed"] and r["max_element_offset"] > 2**31 for r in record["large_offsets"]))
+    print(
+        f"recorded: worst row-wise ratio {worst_row:.2f}, below the smallest planted bug's "
+        f"({min(b['row_ratio'] for b in bug_rows):.2f}): {worst_row < min(b['row_ratio'] for b in bug_rows)}"
+    )
+print(
+    "recorded: repeated launches bitwise identical:",
+    all(r["bitwise_identical"] for r in record["determinism"]),
+)
+print(
+    "recorded: offsets past 2^31 elements correct:",
+    all(r["passed"] and r["max_element_offset"] > 2**31 for r in record["large_offsets"]),
+)
 
 # %%
 try:
@@ -245,12 +333,21 @@ try:
     for run in san["runs"]:
         lines = [ln for ln in run["summary_lines"] if "own-bound" not in ln]
         fp8_runs = len(run["summary_lines"]) - len(lines)
-        print(f"compute-sanitizer --tool {run['tool']} on {run.get('workload', 'forward')}: {run['errors']} errors/hazards, "
-              f"exit {run['returncode']}  |  " + " | ".join(lines) + (f" | {fp8_runs} runs of the fp8 study (recipes and baselines)" if fp8_runs else ""))
+        print(
+            f"compute-sanitizer --tool {run['tool']} on {run.get('workload', 'forward')}: {run['errors']} errors/hazards, "
+            f"exit {run['returncode']}  |  "
+            + " | ".join(lines)
+            + (f" | {fp8_runs} runs of the fp8 study (recipes and baselines)" if fp8_runs else "")
+        )
     sanitizer_clean = all(r["errors"] == 0 and r["returncode"] == 0 for r in san["runs"])
 except FileNotFoundError:
     sanitizer_clean = None
-print("\n".join(f"  {r['name']}: offset {r['max_element_offset']:.3e} elements, ratio {r['ratio']:.3f}" for r in record["large_offsets"]))
+print(
+    "\n".join(
+        f"  {r['name']}: offset {r['max_element_offset']:.3e} elements, ratio {r['ratio']:.3f}"
+        for r in record["large_offsets"]
+    )
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -273,19 +370,34 @@ print("recorded: memcheck and racecheck clean on the sanitizer sample:", sanitiz
 
 # %%
 dt = "float16"
-prior = [V.AttentionCase(4, 8, 8, 32, 32, 64, dt, False), V.AttentionCase(4, 8, 8, 32, 32, 64, dt, True),
-         V.AttentionCase(4, 8, 8, 16, 16, 64, dt, True), V.AttentionCase(2, 8, 8, 48, 48, 128, dt, False),
-         V.AttentionCase(2, 32, 8, 1, 200, 64, dt, True, "bottom_right"),
-         V.AttentionCase(2, 32, 8, 7, 257, 64, dt, True, "bottom_right"),
-         V.AttentionCase(2, 8, 1, 1, 1, 64, dt, True, "bottom_right")]
+prior = [
+    V.AttentionCase(4, 8, 8, 32, 32, 64, dt, False),
+    V.AttentionCase(4, 8, 8, 32, 32, 64, dt, True),
+    V.AttentionCase(4, 8, 8, 16, 16, 64, dt, True),
+    V.AttentionCase(2, 8, 8, 48, 48, 128, dt, False),
+    V.AttentionCase(2, 32, 8, 1, 200, 64, dt, True, "bottom_right"),
+    V.AttentionCase(2, 32, 8, 7, 257, 64, dt, True, "bottom_right"),
+    V.AttentionCase(2, 8, 1, 1, 1, 64, dt, True, "bottom_right"),
+]
 prior_rows = [V.check_case(c, DEVICE, SEED + i) for i, c in enumerate(prior)]
-print(table(prior_rows, ["name", "max_abs_err", "bound", "ratio", "passed"],
-            {"max_abs_err": "{:.2e}", "bound": "{:.2e}", "ratio": "{:.3f}"}))
+print(
+    table(
+        prior_rows,
+        ["name", "max_abs_err", "bound", "ratio", "passed"],
+        {"max_abs_err": "{:.2e}", "bound": "{:.2e}", "ratio": "{:.3f}"},
+    )
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("prior reports' short-sequence and cache-shaped cases all pass the rule:", all(r["passed"] for r in prior_rows))
-print("largest error among them below 1% of report 003's 0.468:", max(r["max_abs_err"] for r in prior_rows) < 0.00468)
+print(
+    "prior reports' short-sequence and cache-shaped cases all pass the rule:",
+    all(r["passed"] for r in prior_rows),
+)
+print(
+    "largest error among them below 1% of report 003's 0.468:",
+    max(r["max_abs_err"] for r in prior_rows) < 0.00468,
+)
 
 # %% [markdown]
 # ## KV-cache attention (decode and chunked prefill)
@@ -299,27 +411,73 @@ print("largest error among them below 1% of report 003's 0.468:", max(r["max_abs
 
 # %%
 from flashcore.validate import kvcache_session
+
 if PROFILE == "gpu":
-    sessions = [dict(batch=4, hq=32, hkv=8, capacity=4096, d=128, prompt_lens=[1, 300, 2047, 4000], steps=16,
-                     dtype=torch.bfloat16),
-                dict(batch=2, hq=16, hkv=1, capacity=2048, d=64, prompt_lens=[5, 2000], steps=16, dtype=torch.float16)]
+    sessions = [
+        dict(
+            batch=4,
+            hq=32,
+            hkv=8,
+            capacity=4096,
+            d=128,
+            prompt_lens=[1, 300, 2047, 4000],
+            steps=16,
+            dtype=torch.bfloat16,
+        ),
+        dict(
+            batch=2,
+            hq=16,
+            hkv=1,
+            capacity=2048,
+            d=64,
+            prompt_lens=[5, 2000],
+            steps=16,
+            dtype=torch.float16,
+        ),
+    ]
 else:
-    sessions = [dict(batch=3, hq=8, hkv=2, capacity=96, d=32, prompt_lens=[1, 40, 89], steps=4, dtype=torch.float16),
-                dict(batch=2, hq=7, hkv=1, capacity=64, d=16, prompt_lens=[1, 63], steps=1, dtype=torch.float16)]
+    sessions = [
+        dict(
+            batch=3,
+            hq=8,
+            hkv=2,
+            capacity=96,
+            d=32,
+            prompt_lens=[1, 40, 89],
+            steps=4,
+            dtype=torch.float16,
+        ),
+        dict(
+            batch=2,
+            hq=7,
+            hkv=1,
+            capacity=64,
+            d=16,
+            prompt_lens=[1, 63],
+            steps=1,
+            dtype=torch.float16,
+        ),
+    ]
 kv_reports = []
 for cfg in sessions:
     reps = kvcache_session(**cfg, device=DEVICE)
     kv_reports += reps
     worst = max(reps, key=lambda r: r.ratio)
-    print(f"Hq/Hkv {cfg['hq']}/{cfg['hkv']} D{cfg['d']} {str(cfg['dtype'])[6:]}: {len(reps)} calls, worst ratio "
-          f"{worst.ratio:.3f} (max err {worst.max_abs_err:.2e} <= bound {worst.bound:.2e})")
+    print(
+        f"Hq/Hkv {cfg['hq']}/{cfg['hkv']} D{cfg['d']} {str(cfg['dtype'])[6:]}: {len(reps)} calls, worst ratio "
+        f"{worst.ratio:.3f} (max err {worst.max_abs_err:.2e} <= bound {worst.bound:.2e})"
+    )
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("every KV-cache call (prefill chunks and decode steps, GQA and MQA) passes the error rule:",
-      all(r.passed for r in kv_reports))
-print("largest KV-cache error below the prior reports' 1.05 by more than 100x:",
-      max(r.max_abs_err for r in kv_reports) < 1.05 / 100)
+print(
+    "every KV-cache call (prefill chunks and decode steps, GQA and MQA) passes the error rule:",
+    all(r.passed for r in kv_reports),
+)
+print(
+    "largest KV-cache error below the prior reports' 1.05 by more than 100x:",
+    max(r.max_abs_err for r in kv_reports) < 1.05 / 100,
+)
 
 # %% [markdown]
 # ## Variable-length batches, windows and softcap, and a model end to end
@@ -332,6 +490,7 @@ print("largest KV-cache error below the prior reports' 1.05 by more than 100x:",
 
 # %%
 from flashcore.studies.launch import run_varlen_case, varlen_cases
+
 if PROFILE == "gpu":
     vl_cases = varlen_cases(seed=11, count=240 if SWEEP == "full" else 80)
     vl_dtype = torch.bfloat16
@@ -339,14 +498,19 @@ else:
     vl_cases = varlen_cases(seed=11, count=24, small=True)
     vl_dtype = torch.float16
 vl_results = [run_varlen_case(c, DEVICE, vl_dtype) for c in vl_cases]
-print(f"{len(vl_results)} varlen cases ({str(vl_dtype)[6:]}), "
-      f"{sum(sum(c['lens_q']) == 0 or 0 in c['lens_q'] for c in vl_cases)} with an empty sequence; "
-      f"worst ratio {max(r['ratio'] for r in vl_results):.3f}")
+print(
+    f"{len(vl_results)} varlen cases ({str(vl_dtype)[6:]}), "
+    f"{sum(sum(c['lens_q']) == 0 or 0 in c['lens_q'] for c in vl_cases)} with an empty sequence; "
+    f"worst ratio {max(r['ratio'] for r in vl_results):.3f}"
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("every varlen case (ragged, lengths 0 and 1, both alignments, GQA, windows, softcap) "
-      "passes the error rule:", all(r["passed"] for r in vl_results))
+print(
+    "every varlen case (ragged, lengths 0 and 1, both alignments, GQA, windows, softcap) "
+    "passes the error rule:",
+    all(r["passed"] for r in vl_results),
+)
 
 # %% [markdown]
 # The op that `torch.compile` and transformers call, `torch.ops.flashcore.attention`, takes
@@ -358,15 +522,21 @@ print("every varlen case (ragged, lengths 0 and 1, both alignments, GQA, windows
 from flashcore.ops import sdpa as fc_sdpa
 from flashcore.reference import attention_reference
 from flashcore.validate import error_rule
+
 op_reports = []
 op_dtype = torch.bfloat16 if PROFILE == "gpu" else torch.float16
 for seqlen, window, softcap in [(1, None, 30.0), (77, 16, None), (200, None, 5.0), (333, 64, 50.0)]:
     g = torch.Generator().manual_seed(seqlen)
-    q, k, v = (torch.randn(2, h, seqlen, 64, generator=g).to(op_dtype).to(DEVICE) for h in (8, 2, 2))
+    q, k, v = (
+        torch.randn(2, h, seqlen, 64, generator=g).to(op_dtype).to(DEVICE) for h in (8, 2, 2)
+    )
     out = fc_sdpa(q, k, v, is_causal=True, enable_gqa=True, window=window, softcap=softcap)
     opts = dict(causal=True, window=window, softcap=softcap)
-    rep = error_rule(out, attention_reference(q, k, v, **opts),
-                     attention_reference(q, k, v, compute_dtype=op_dtype, **opts))
+    rep = error_rule(
+        out,
+        attention_reference(q, k, v, **opts),
+        attention_reference(q, k, v, compute_dtype=op_dtype, **opts),
+    )
     op_reports.append(rep)
     print(f"S={seqlen:<4} window={window} softcap={softcap}: ratio {rep.ratio:.3f}")
 
@@ -384,17 +554,23 @@ print("op with windows and softcap passes the error rule:", all(r.passed for r i
 
 # %%
 from flashcore.studies.e2e import run_e2e
+
 e2e = run_e2e(DEVICE, torch.float32, steps=16)
-print(f"logits: max err {e2e['logits']['max_abs_err']:.2e} vs sdpa {e2e['logits']['sdpa_max_abs_err']:.2e} "
-      f"(ratio {e2e['logits']['ratio']:.3f}); attention calls: {len(e2e['per_layer']['layers'])}, worst ratio "
-      f"{e2e['per_layer']['worst_ratio']:.3f}; greedy steps compared {e2e['generation']['compared_steps']} "
-      f"of {e2e['generation']['steps']}")
+print(
+    f"logits: max err {e2e['logits']['max_abs_err']:.2e} vs sdpa {e2e['logits']['sdpa_max_abs_err']:.2e} "
+    f"(ratio {e2e['logits']['ratio']:.3f}); attention calls: {len(e2e['per_layer']['layers'])}, worst ratio "
+    f"{e2e['per_layer']['worst_ratio']:.3f}; greedy steps compared {e2e['generation']['compared_steps']} "
+    f"of {e2e['generation']['steps']}"
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("float32 logits, every attention call, and the decided greedy tokens all pass:",
-      e2e["logits"]["passed"], e2e["per_layer"]["passed"],
-      e2e["generation"]["identical"] and e2e["generation"]["compared_steps"] > 0)
+print(
+    "float32 logits, every attention call, and the decided greedy tokens all pass:",
+    e2e["logits"]["passed"],
+    e2e["per_layer"]["passed"],
+    e2e["generation"]["identical"] and e2e["generation"]["compared_steps"] > 0,
+)
 
 # %% [markdown]
 # ## Conclusion

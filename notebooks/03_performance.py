@@ -10,27 +10,33 @@
 # H100 run and names its device, date and commit. Nothing on this page is typed in by hand.
 
 # %% tags=["parameters"]
-PROFILE = "auto"          # "gpu" measures live and records; "cpu" renders the recorded run
-SWEEP = "quick"           # GPU profile: "quick" (the MEASURE_* lists below, about a minute on an H100)
-                          # or "full" (D 64/128/256, S 1K-16K, bf16 and fp16: the recorded run), -p SWEEP full
-RECORD_TOPIC = "perf"     # results/<gpu>/<topic>.json for the full sweep, <topic>_quick for the quick one
+PROFILE = "auto"  # "gpu" measures live and records; "cpu" renders the recorded run
+SWEEP = "quick"  # GPU profile: "quick" (the MEASURE_* lists below, about a minute on an H100)
+# or "full" (D 64/128/256, S 1K-16K, bf16 and fp16: the recorded run), -p SWEEP full
+RECORD_TOPIC = (
+    "perf"  # results/<gpu>/<topic>.json for the full sweep, <topic>_quick for the quick one
+)
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"
-MEASURE_HEAD_DIMS = [128]               # the quick sweep; change from papermill (-p ...)
+MEASURE_HEAD_DIMS = [128]  # the quick sweep; change from papermill (-p ...)
 MEASURE_SEQLENS = [1024, 4096, 16384]
 MEASURE_DTYPES = ["bfloat16"]
 MEASURE_PRIOR = True
 MEASURE_DECODE = True
-MEASURE_LAUNCH = True      # GPU profile: host cost per call vs SDPA (about 20 s; the record: SWEEP full)
-MEASURE_E2E = False        # GPU profile: transformers generation tokens/s (about 2 min), else the record
+MEASURE_LAUNCH = (
+    True  # GPU profile: host cost per call vs SDPA (about 20 s; the record: SWEEP full)
+)
+MEASURE_E2E = False  # GPU profile: transformers generation tokens/s (about 2 min), else the record
 REPS = 60
 
 # %%
 from flashcore.notebook import setup, table
+
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
 import torch
-from flashcore.studies import bench, report
+
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
+from flashcore.studies import bench, report
 
 # %% [markdown]
 # ## Measure (GPU profile) or load the record (CPU profile)
@@ -49,21 +55,42 @@ if PROFILE == "gpu" and SWEEP == "full":
     MEASURE_DTYPES = ["bfloat16", "float16"]
 if PROFILE == "gpu":
     from tqdm.auto import tqdm
+
     payload = {"method": bench.__doc__.strip(), "ceilings": bench.ceilings()}
     shapes = bench.forward_shapes(MEASURE_HEAD_DIMS, MEASURE_SEQLENS, MEASURE_DTYPES)
-    payload["forward"] = [r for sh in tqdm(shapes, desc="forward") for r in
-                          bench.bench_attention_shape(sh, bench.PEERS, reps=REPS)]
-    payload["prior_regime"] = [r for sh in tqdm(bench.prior_report_shapes() if MEASURE_PRIOR else [], desc="prior")
-                               for r in bench.bench_attention_shape(sh, [i for i in bench.PEERS if i != "sdpa_math"],
-                                                                    reps=REPS, graph=True, keep_samples=True)]
-    payload["decode"] = [r for sh in tqdm(bench.decode_shapes() if MEASURE_DECODE else [], desc="decode")
-                         for r in bench.bench_attention_shape(sh, bench.DECODE_PEERS, reps=REPS, graph=True)]
-    write_result(topic, payload, command=f"notebooks/03_performance.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})")
+    payload["forward"] = [
+        r
+        for sh in tqdm(shapes, desc="forward")
+        for r in bench.bench_attention_shape(sh, bench.PEERS, reps=REPS)
+    ]
+    payload["prior_regime"] = [
+        r
+        for sh in tqdm(bench.prior_report_shapes() if MEASURE_PRIOR else [], desc="prior")
+        for r in bench.bench_attention_shape(
+            sh,
+            [i for i in bench.PEERS if i != "sdpa_math"],
+            reps=REPS,
+            graph=True,
+            keep_samples=True,
+        )
+    ]
+    payload["decode"] = [
+        r
+        for sh in tqdm(bench.decode_shapes() if MEASURE_DECODE else [], desc="decode")
+        for r in bench.bench_attention_shape(sh, bench.DECODE_PEERS, reps=REPS, graph=True)
+    ]
+    write_result(
+        topic,
+        payload,
+        command=f"notebooks/03_performance.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})",
+    )
 record = read_result(topic, None) if PROFILE == "gpu" else read_result(RECORD_TOPIC, RECORDED_GPU)
 print("recorded on", describe(record))
 c = record["ceilings"]
-print(f"ceilings in the same run: {c['matmul']['what']} {c['matmul']['tflops']:.0f} TFLOP/s, "
-      f"{c['copy']['what']} {c['copy']['tbps']:.2f} TB/s")
+print(
+    f"ceilings in the same run: {c['matmul']['what']} {c['matmul']['tflops']:.0f} TFLOP/s, "
+    f"{c['copy']['what']} {c['copy']['tbps']:.2f} TB/s"
+)
 
 # %% [markdown]
 # ## TFLOP/s vs sequence length
@@ -82,9 +109,30 @@ for dtype in ("bfloat16", "float16"):
     rows = report.forward_table(record, dtype)
     if rows:
         print(dtype)
-        print(table(rows, ["D", "S", "B", "H", "causal", "flashcore", "of_ceiling", "x_sdpa_flash", "x_sdpa_cudnn", "x_flex"],
-                    {"flashcore": "{:.0f}", "of_ceiling": "{:.2f}", "x_sdpa_flash": "{:.2f}", "x_sdpa_cudnn": "{:.2f}",
-                     "x_flex": "{:.2f}"}))
+        print(
+            table(
+                rows,
+                [
+                    "D",
+                    "S",
+                    "B",
+                    "H",
+                    "causal",
+                    "flashcore",
+                    "of_ceiling",
+                    "x_sdpa_flash",
+                    "x_sdpa_cudnn",
+                    "x_flex",
+                ],
+                {
+                    "flashcore": "{:.0f}",
+                    "of_ceiling": "{:.2f}",
+                    "x_sdpa_flash": "{:.2f}",
+                    "x_sdpa_cudnn": "{:.2f}",
+                    "x_flex": "{:.2f}",
+                },
+            )
+        )
 fig = report.plot_speedups(record, "bfloat16")
 save_figure(fig, "03_speedups_bf16")
 fig = report.plot_ceiling_fraction(record)
@@ -104,17 +152,26 @@ for dtype in ("bfloat16", "float16"):
         g = report.forward_targets(record, dtype, d)
         if g:
             targets[(dtype, d)] = g
-            print(f"{dtype:>9} D{d:<3}: " + ", ".join(f"x{v:.2f} vs {k}" for k, v in sorted(g.items())))
+            print(
+                f"{dtype:>9} D{d:<3}: "
+                + ", ".join(f"x{v:.2f} vs {k}" for k, v in sorted(g.items()))
+            )
 
 # %%
 # NBVAL_CHECK_OUTPUT
 main = [targets[(dt, 128)] for dt in ("bfloat16", "float16") if (dt, 128) in targets]
-print("D=128, S>=2048: flashcore >= 1.3x SDPA flash (geomean, bf16 and fp16):",
-      all(g["sdpa_flash"] >= 1.3 for g in main))
-print("D=128, S>=2048: flashcore >= 0.9x SDPA cuDNN (geomean, bf16 and fp16):",
-      all(g["sdpa_cudnn"] >= 0.9 for g in main))
-print("D=128, S>=2048: flashcore faster than FlexAttention (geomean, bf16):",
-      targets.get(("bfloat16", 128), {}).get("flex", 0) > 1.0)
+print(
+    "D=128, S>=2048: flashcore >= 1.3x SDPA flash (geomean, bf16 and fp16):",
+    all(g["sdpa_flash"] >= 1.3 for g in main),
+)
+print(
+    "D=128, S>=2048: flashcore >= 0.9x SDPA cuDNN (geomean, bf16 and fp16):",
+    all(g["sdpa_cudnn"] >= 0.9 for g in main),
+)
+print(
+    "D=128, S>=2048: flashcore faster than FlexAttention (geomean, bf16):",
+    targets.get(("bfloat16", 128), {}).get("flex", 0) > 1.0,
+)
 
 # %% [markdown]
 # **Where the cuDNN target is missed, and why.** Until issue 12 the kernel was FlashAttention-2's
@@ -162,6 +219,7 @@ print("D=128, S>=2048: flashcore faster than FlexAttention (geomean, bf16):",
 
 # %%
 from flashcore.studies import fa3_structure
+
 fig = fa3_structure.timeline_figure()
 save_figure(fig, "03_fa3_timeline")
 
@@ -181,22 +239,62 @@ save_figure(fig, "03_fa3_timeline")
 # %%
 ncu = read_result("ncu_forward", RECORDED_GPU)
 print("recorded on", describe(ncu), "at", ncu["shape"])
-print(table(fa3_structure.ncu_rows(ncu), ["impl", "kernel", "us", "tensor_pipe_pct", "issue_per_cycle", "regs",
-                                          "grid", "threads", "top_stalls"],
-            {"us": "{:.0f}", "tensor_pipe_pct": "{:.1f}", "issue_per_cycle": "{:.2f}", "regs": "{:.0f}",
-             "grid": "{:.0f}", "threads": "{:.0f}"}))
+print(
+    table(
+        fa3_structure.ncu_rows(ncu),
+        [
+            "impl",
+            "kernel",
+            "us",
+            "tensor_pipe_pct",
+            "issue_per_cycle",
+            "regs",
+            "grid",
+            "threads",
+            "top_stalls",
+        ],
+        {
+            "us": "{:.0f}",
+            "tensor_pipe_pct": "{:.1f}",
+            "issue_per_cycle": "{:.2f}",
+            "regs": "{:.0f}",
+            "grid": "{:.0f}",
+            "threads": "{:.0f}",
+        },
+    )
+)
 attempt = read_result("fa3_attempt", RECORDED_GPU)
-print(table(fa3_structure.attempt_rows(attempt), ["commit", "D", "impl", "x_cudnn_geomean", "x_cudnn_worst",
-                                                  "x_cudnn_1k", "x_triton_geomean"],
-            {k: "{:.3f}" for k in ("x_cudnn_geomean", "x_cudnn_worst", "x_cudnn_1k", "x_triton_geomean")}))
+print(
+    table(
+        fa3_structure.attempt_rows(attempt),
+        [
+            "commit",
+            "D",
+            "impl",
+            "x_cudnn_geomean",
+            "x_cudnn_worst",
+            "x_cudnn_1k",
+            "x_triton_geomean",
+        ],
+        {
+            k: "{:.3f}"
+            for k in ("x_cudnn_geomean", "x_cudnn_worst", "x_cudnn_1k", "x_triton_geomean")
+        },
+    )
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 k = ncu["kernels"]
-print("ncu, D=128 S=8K: the Gluon kernel keeps the tensor pipe busier than the Triton kernel:",
-      k["hopper"]["tensor_pipe_pct_of_peak_active"] > k["triton"]["tensor_pipe_pct_of_peak_active"])
-print("ncu, D=128 S=8K: the Gluon kernel's tensor-pipe utilization within 5 points of cuDNN's:",
-      k["cudnn"]["tensor_pipe_pct_of_peak_active"] - k["hopper"]["tensor_pipe_pct_of_peak_active"] <= 5)
+print(
+    "ncu, D=128 S=8K: the Gluon kernel keeps the tensor pipe busier than the Triton kernel:",
+    k["hopper"]["tensor_pipe_pct_of_peak_active"] > k["triton"]["tensor_pipe_pct_of_peak_active"],
+)
+print(
+    "ncu, D=128 S=8K: the Gluon kernel's tensor-pipe utilization within 5 points of cuDNN's:",
+    k["cudnn"]["tensor_pipe_pct_of_peak_active"] - k["hopper"]["tensor_pipe_pct_of_peak_active"]
+    <= 5,
+)
 
 # %% [markdown]
 # Reading the profile. The Triton kernel keeps the tensor pipe busy about 56% of the time: its
@@ -224,27 +322,69 @@ print("ncu, D=128 S=8K: the Gluon kernel's tensor-pipe utilization within 5 poin
 
 # %%
 rows = report.prior_table(record)
-print(table(rows, ["B", "H", "S", "impl", "eager_us", "eager_p99_us", "graph_us", "host_us", "per_seq_us", "per_head_us"],
-            {k: "{:.2f}" for k in ("eager_us", "eager_p99_us", "graph_us", "host_us", "per_seq_us", "per_head_us")}))
+print(
+    table(
+        rows,
+        [
+            "B",
+            "H",
+            "S",
+            "impl",
+            "eager_us",
+            "eager_p99_us",
+            "graph_us",
+            "host_us",
+            "per_seq_us",
+            "per_head_us",
+        ],
+        {
+            k: "{:.2f}"
+            for k in (
+                "eager_us",
+                "eager_p99_us",
+                "graph_us",
+                "host_us",
+                "per_seq_us",
+                "per_head_us",
+            )
+        },
+    )
+)
 fig = report.plot_latency_distributions(record)
 save_figure(fig, "03_latency_distributions")
 
 # %%
 verdicts = report.prior_verdicts(record)
-print(table(verdicts, ["B", "H", "S", "graph_ratio", "eager_ratio"], {"graph_ratio": "{:.2f}", "eager_ratio": "{:.2f}"}))
-print("(ratio = fastest SDPA backend's time / flashcore's time; >= 1 means flashcore is at least as fast)")
+print(
+    table(
+        verdicts,
+        ["B", "H", "S", "graph_ratio", "eager_ratio"],
+        {"graph_ratio": "{:.2f}", "eager_ratio": "{:.2f}"},
+    )
+)
+print(
+    "(ratio = fastest SDPA backend's time / flashcore's time; >= 1 means flashcore is at least as fast)"
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 fc = {(r["B"], r["H"], r["S"]): r for r in report.prior_table(record) if r["impl"] == "flashcore"}
-print("graph replay: flashcore at least as fast as the fastest SDPA backend at every prior-regime shape:",
-      all(v["graph_ratio"] >= 1.0 for v in verdicts))
-print("eager Python loop: flashcore at least as fast as the fastest SDPA backend at every prior-regime shape:",
-      all(v["eager_ratio"] >= 1.0 for v in verdicts))
-print("flashcore's host-side launch cost exceeds its GPU time at S=128:",
-      all(r["host_us"] > r["graph_us"] for k, r in fc.items() if k[2] == 128))
-print("'0.49 us per head' at H=96, S=512, B=16 reproduced (flashcore per head <= 0.49 us):",
-      fc[(16, 96, 512)]["per_head_us"] <= 0.49)
+print(
+    "graph replay: flashcore at least as fast as the fastest SDPA backend at every prior-regime shape:",
+    all(v["graph_ratio"] >= 1.0 for v in verdicts),
+)
+print(
+    "eager Python loop: flashcore at least as fast as the fastest SDPA backend at every prior-regime shape:",
+    all(v["eager_ratio"] >= 1.0 for v in verdicts),
+)
+print(
+    "flashcore's host-side launch cost exceeds its GPU time at S=128:",
+    all(r["host_us"] > r["graph_us"] for k, r in fc.items() if k[2] == 128),
+)
+print(
+    "'0.49 us per head' at H=96, S=512, B=16 reproduced (flashcore per head <= 0.49 us):",
+    fc[(16, 96, 512)]["per_head_us"] <= 0.49,
+)
 
 # %% [markdown]
 # What the table says about the reports' numbers. "Per sequence" figures under 5 µs are real
@@ -267,9 +407,31 @@ print("'0.49 us per head' at H=96, S=512, B=16 reproduced (flashcore per head <=
 # %%
 if record.get("decode"):
     rows = report.decode_table(record)
-    print(table(rows, ["B", "Hq", "Hkv", "cache", "graph_us", "eager_us", "tbps", "of_copy", "x_sdpa_flash", "x_sdpa_cudnn"],
-                {"graph_us": "{:.1f}", "eager_us": "{:.1f}", "tbps": "{:.2f}", "of_copy": "{:.2f}",
-                 "x_sdpa_flash": "{:.2f}", "x_sdpa_cudnn": "{:.2f}"}))
+    print(
+        table(
+            rows,
+            [
+                "B",
+                "Hq",
+                "Hkv",
+                "cache",
+                "graph_us",
+                "eager_us",
+                "tbps",
+                "of_copy",
+                "x_sdpa_flash",
+                "x_sdpa_cudnn",
+            ],
+            {
+                "graph_us": "{:.1f}",
+                "eager_us": "{:.1f}",
+                "tbps": "{:.2f}",
+                "of_copy": "{:.2f}",
+                "x_sdpa_flash": "{:.2f}",
+                "x_sdpa_cudnn": "{:.2f}",
+            },
+        )
+    )
     print("(x_peer = peer's graph time / flashcore's; >= 1 means flashcore at least as fast)")
     fig = report.plot_decode(record)
     save_figure(fig, "03_decode_bandwidth")
@@ -278,12 +440,18 @@ if record.get("decode"):
 # NBVAL_CHECK_OUTPUT
 rows = report.decode_table(record) if record.get("decode") else []
 long = [r for r in rows if r["cache"] >= 32768]
-print("decode, caches >= 32K: K+V bandwidth >= 90% of the copy ceiling at every shape:",
-      bool(long) and all(r["of_copy"] >= 0.9 for r in long))
-print("decode: at least as fast as SDPA flash at every shape (graph):",
-      bool(rows) and all(r["x_sdpa_flash"] >= 1.0 for r in rows))
-print("decode: at least as fast as SDPA cuDNN at every shape (graph):",
-      bool(rows) and all(r["x_sdpa_cudnn"] >= 1.0 for r in rows))
+print(
+    "decode, caches >= 32K: K+V bandwidth >= 90% of the copy ceiling at every shape:",
+    bool(long) and all(r["of_copy"] >= 0.9 for r in long),
+)
+print(
+    "decode: at least as fast as SDPA flash at every shape (graph):",
+    bool(rows) and all(r["x_sdpa_flash"] >= 1.0 for r in rows),
+)
+print(
+    "decode: at least as fast as SDPA cuDNN at every shape (graph):",
+    bool(rows) and all(r["x_sdpa_cudnn"] >= 1.0 for r in rows),
+)
 
 # %% [markdown]
 # Decode reaches most of the copy ceiling on long caches and is within a few percent of cuDNN,
@@ -306,9 +474,15 @@ print("decode: at least as fast as SDPA cuDNN at every shape (graph):",
 # %%
 if PROFILE == "gpu" and MEASURE_LAUNCH:
     from flashcore.studies import launch as launch_study
-    launch_rows = launch_study.measure(calls=100 if SWEEP == "quick" else 300, repeats=3 if SWEEP == "quick" else 5)
-    write_result("launch" if SWEEP == "full" else "launch_quick", {"rows": launch_rows},
-                 command=f"notebooks/03_performance.ipynb (PROFILE=gpu, SWEEP={SWEEP})")
+
+    launch_rows = launch_study.measure(
+        calls=100 if SWEEP == "quick" else 300, repeats=3 if SWEEP == "quick" else 5
+    )
+    write_result(
+        "launch" if SWEEP == "full" else "launch_quick",
+        {"rows": launch_rows},
+        command=f"notebooks/03_performance.ipynb (PROFILE=gpu, SWEEP={SWEEP})",
+    )
     launch_record = read_result("launch" if SWEEP == "full" else "launch_quick", None)
 else:
     launch_record = read_result("launch", RECORDED_GPU)
@@ -324,17 +498,46 @@ for shape in dict.fromkeys(r["shape"] for r in launch_record["rows"]):
         row[f"{impl} graph"] = r["graph_us"] if r else None
     row["eager x sdpa"] = row["flashcore eager"] / ref["eager_us_per_call"]
     launch_table.append(row)
-print(table(launch_table, ["shape", "flashcore eager", "flashcore op eager", "sdpa default eager", "sdpa cudnn eager",
-                           "sdpa flash eager", "flashcore graph", "sdpa default graph", "eager x sdpa"],
-            {k: "{:.1f}" for k in ("flashcore eager", "flashcore op eager", "sdpa default eager", "sdpa cudnn eager",
-                                  "sdpa flash eager", "flashcore graph", "sdpa default graph")} | {"eager x sdpa": "{:.2f}"}))
+print(
+    table(
+        launch_table,
+        [
+            "shape",
+            "flashcore eager",
+            "flashcore op eager",
+            "sdpa default eager",
+            "sdpa cudnn eager",
+            "sdpa flash eager",
+            "flashcore graph",
+            "sdpa default graph",
+            "eager x sdpa",
+        ],
+        {
+            k: "{:.1f}"
+            for k in (
+                "flashcore eager",
+                "flashcore op eager",
+                "sdpa default eager",
+                "sdpa cudnn eager",
+                "sdpa flash eager",
+                "flashcore graph",
+                "sdpa default graph",
+            )
+        }
+        | {"eager x sdpa": "{:.2f}"},
+    )
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("eager time per call within 1.10x of SDPA's default at every shape:",
-      all(r["eager x sdpa"] <= 1.10 for r in launch_table))
-print("torch.ops.flashcore.attention within 1.10x of SDPA's default at every shape:",
-      all(r["flashcore op eager"] <= 1.10 * r["sdpa default eager"] for r in launch_table))
+print(
+    "eager time per call within 1.10x of SDPA's default at every shape:",
+    all(r["eager x sdpa"] <= 1.10 for r in launch_table),
+)
+print(
+    "torch.ops.flashcore.attention within 1.10x of SDPA's default at every shape:",
+    all(r["flashcore op eager"] <= 1.10 * r["sdpa default eager"] for r in launch_table),
+)
 
 # %% [markdown]
 # End to end in transformers: greedy generation (prompt 512, 128 new tokens) of a random
@@ -347,21 +550,34 @@ print("torch.ops.flashcore.attention within 1.10x of SDPA's default at every sha
 # %%
 if PROFILE == "gpu" and MEASURE_E2E:
     from flashcore.studies import e2e as e2e_study
-    write_result("e2e_transformers", {"check_fp32": e2e_study.run_e2e("cuda", torch.float32, steps=32),
-                                      "generation": e2e_study.issue_generation_speed(repeats=2)},
-                 command="notebooks/03_performance.ipynb (PROFILE=gpu, MEASURE_E2E=True)")
+
+    write_result(
+        "e2e_transformers",
+        {
+            "check_fp32": e2e_study.run_e2e("cuda", torch.float32, steps=32),
+            "generation": e2e_study.issue_generation_speed(repeats=2),
+        },
+        command="notebooks/03_performance.ipynb (PROFILE=gpu, MEASURE_E2E=True)",
+    )
     e2e_record = read_result("e2e_transformers", None)
 else:
     e2e_record = read_result("e2e_transformers", RECORDED_GPU)
 print("recorded on", describe(e2e_record))
 gen_rows = e2e_record["generation"]
-print(table(gen_rows, ["batch", "padded", "window", "tokens_per_s_flashcore", "tokens_per_s_sdpa", "ratio"],
-            {"tokens_per_s_flashcore": "{:.0f}", "tokens_per_s_sdpa": "{:.0f}", "ratio": "{:.2f}"}))
+print(
+    table(
+        gen_rows,
+        ["batch", "padded", "window", "tokens_per_s_flashcore", "tokens_per_s_sdpa", "ratio"],
+        {"tokens_per_s_flashcore": "{:.0f}", "tokens_per_s_sdpa": "{:.0f}", "ratio": "{:.2f}"},
+    )
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("generation at least as fast as SDPA in every row (B1, B8, sliding window, padded):",
-      all(r["ratio"] >= 1.0 for r in gen_rows))
+print(
+    "generation at least as fast as SDPA in every row (B1, B8, sliding window, padded):",
+    all(r["ratio"] >= 1.0 for r in gen_rows),
+)
 
 # %% [markdown]
 # What the record shows (H100, commit b849f23). The cached launch path brings
