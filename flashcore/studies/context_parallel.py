@@ -360,7 +360,7 @@ def _sync():
 
 def _reset_peak():
     if torch.cuda.is_available():
-        _reset_peak()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def _timed(fn, *, reps: int, warmup: int, group=None) -> float:
