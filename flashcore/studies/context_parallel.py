@@ -337,16 +337,30 @@ def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dic
     import torch.multiprocessing as mp
 
     cases = cpu_grid() if cases is None else cases
-    with tempfile.TemporaryDirectory() as tmp:
-        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "rows.json")
-        mp.start_processes(
-            _spawned_check,
-            args=(world_size, store, out, cases, base_seed),
-            nprocs=world_size,
-            start_method="spawn",
-        )
-        with open(out) as f:
-            return json.load(f)
+    # A spawned child imports flashcore (unpickling _spawned_check) before its body runs, so
+    # the interpreter switch must already be in the environment it inherits; on a GPU machine
+    # the children would otherwise compile for the GPU, fail on CPU tensors, and leave the
+    # other rank waiting in a collective. The children also see no GPU.
+    child_env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    saved = {key: os.environ.get(key) for key in child_env}
+    os.environ.update(child_env)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            store, out = os.path.join(tmp, "store"), os.path.join(tmp, "rows.json")
+            mp.start_processes(
+                _spawned_check,
+                args=(world_size, store, out, cases, base_seed),
+                nprocs=world_size,
+                start_method="spawn",
+            )
+            with open(out) as f:
+                return json.load(f)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 # ---------------------------------------------------------------------------------------
@@ -399,10 +413,27 @@ def causal_flops(batch, heads, seqlen, head_dim, causal) -> float:
     return 4.0 * batch * heads * head_dim * pairs
 
 
+def _torch_cp_options():
+    """PyTorch's private CP options object (its module moved between releases)."""
+    try:
+        from torch.distributed.tensor.experimental._context_parallel._attention import (
+            _cp_options,
+        )
+    except ImportError:  # torch releases with the flat module
+        from torch.distributed.tensor.experimental._attention import _cp_options
+    return _cp_options
+
+
 def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
     """PyTorch's context_parallel around SDPA on global buffers q, k, v (sharded in place by
-    the context). Returns (time_ms, peak_gib, the global output for the rows check, or the
-    error that prevented gathering it)."""
+    the context). Returns (time_ms, peak_gib, the global output in sequence order for the rows
+    check, or the error that prevented gathering it, and whether PyTorch's own
+    ``context_parallel_unshard`` gives the same order).
+
+    Its head-tail load balancing reorders the sequence before sharding and only applies to
+    causal attention (non-causal calls raise with it on), so it is switched off for
+    non-causal runs. The output's order is not taken on trust: a position buffer rides through
+    the same sharding, and the gathered positions put the gathered output back in order."""
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import context_parallel_unshard
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -410,26 +441,47 @@ def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
     backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[
         backend_name
     ]
-    buffers = [q, k, v]
-    with (
-        sdpa_kernel(backend),
-        context_parallel(
-            mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2], no_restore_buffers=set(buffers)
-        ),
-    ):
+    seqlen = q.shape[2]
+    positions = torch.arange(seqlen, device=q.device, dtype=torch.int64).view(1, 1, seqlen, 1)
+    buffers = [q, k, v, positions]
+    options = _torch_cp_options()
+    saved_balance = options.enable_load_balance
+    options.enable_load_balance = bool(causal)
+    try:
+        with (
+            sdpa_kernel(backend),
+            context_parallel(
+                mesh,
+                buffers=buffers,
+                buffer_seq_dims=[2, 2, 2, 2],
+                no_restore_buffers=set(buffers),
+            ),
+        ):
 
-        def call():
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            def call():
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-        _reset_peak()
-        ms = _timed(call, reps=reps, warmup=warmup, group=group)
-        peak = _peak_gib(group)
-        out = call()
-        try:  # the global output, for the rows check; its failure must not lose the timing
-            (out_global,) = context_parallel_unshard(mesh, [out], [2])
-        except Exception as exc:
-            out_global = f"{type(exc).__name__}: {str(exc)[:300]}"
-    return ms, peak, out_global
+            _reset_peak()
+            ms = _timed(call, reps=reps, warmup=warmup, group=group)
+            peak = _peak_gib(group)
+            out = call()
+            try:  # the global output, for the rows check; its failure must not lose the timing
+                world = dist.get_world_size(group)
+                outs = [torch.empty_like(out) for _ in range(world)]
+                dist.all_gather(outs, out.contiguous(), group=group)
+                where = [torch.empty_like(positions) for _ in range(world)]
+                dist.all_gather(where, positions.contiguous(), group=group)
+                order = torch.cat(where, dim=2).flatten()
+                out_global = torch.empty_like(torch.cat(outs, dim=2))
+                out_global[:, :, order] = torch.cat(outs, dim=2)
+                (unsharded,) = context_parallel_unshard(mesh, [out], [2])
+                unshard_agrees = bool(torch.equal(unsharded, out_global))
+            except Exception as exc:
+                out_global = f"{type(exc).__name__}: {str(exc)[:300]}"
+                unshard_agrees = None
+    finally:
+        options.enable_load_balance = saved_balance
+    return ms, peak, out_global, unshard_agrees
 
 
 def overlap_probe(
@@ -611,7 +663,8 @@ def bench(
                     "head_dim": head_dim,
                     "dtype": str(dtype).replace("torch.", ""),
                     "time_ms": ms,
-                    "tflops": flops / (ms * 1e-3) / 1e12 if ms else None,
+                    # comm_only moves bytes and does no attention: no TFLOP/s.
+                    "tflops": flops / (ms * 1e-3) / 1e12 if ms and impl != "comm_only" else None,
                     "peak_mem_gib": peak,
                     **extra,
                 }
@@ -772,7 +825,7 @@ def bench(
                 q_in = q.clone()
                 try:
                     with torch.no_grad():
-                        ms, peak, out_global = _torch_cp_sdpa(
+                        ms, peak, out_global, unshard_agrees = _torch_cp_sdpa(
                             mesh, q_in, k_x, v_x, causal, backend, reps, 1, group
                         )
                     add(
@@ -816,6 +869,7 @@ def bench(
                                 "impl": impl,
                                 "ratio": rep.ratio,
                                 "passed": rep.passed,
+                                "unshard_agrees_with_positions": unshard_agrees,
                             }
                         )
                         log(
@@ -842,6 +896,10 @@ def bench(
                 if nocomm and comm:
                     exposed = max(cp["time_ms"] - nocomm["time_ms"], 0.0)
                     cp["comm_exposed_ms"] = exposed
+                    # What the ring costs over the same compute without transfers; the hidden
+                    # fraction below is only meaningful where the transfers take longer than
+                    # the run-to-run noise of the compute (the overlap probe's short S).
+                    cp["comm_overhead_fraction"] = exposed / cp["time_ms"]
                     cp["comm_hidden_fraction"] = (
                         max(0.0, 1.0 - exposed / comm["time_ms"]) if comm["time_ms"] > 0 else None
                     )
