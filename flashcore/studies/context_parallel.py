@@ -670,7 +670,7 @@ def bench(
                 }
                 log(
                     f"S={seqlen} causal={causal} {impl}: {ms:.1f} ms, peak {peak} GiB"
-                    + (f", {rows[impl]['tflops']:.0f} TFLOP/s" if rows[impl]['tflops'] else "")
+                    + (f", {rows[impl]['tflops']:.0f} TFLOP/s" if rows[impl]["tflops"] else "")
                 )
 
             cp_only = cp_only_from is not None and seqlen >= cp_only_from
