@@ -367,6 +367,28 @@ def run_backward_study(args, *, on_stage=None) -> dict:
     payload["determinism"] = check_backward_determinism(det_cases, device, repeats=args.repeats)
     print("determinism:", payload["determinism"], flush=True)
     done("determinism")
+    # Correctness before speed: a run cut short keeps the grid.
+    if args.grid != "none":
+        cases = backward_grid(args.grid)
+        if args.limit:
+            cases = cases[: args.limit]
+        rows = []
+        for det in (True, False) if args.both_modes else (True,):
+            if device == "cuda" and args.jobs > 1:
+                rows += run_grid_parallel(cases, jobs=args.jobs, deterministic=det)
+            else:
+                rows += run_backward_grid(cases, device, deterministic=det)
+        summary = summarize_backward(rows)
+        print(
+            f"gradient grid: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
+            f"{summary['worst_ratio']:.3f} ({summary['worst_case']})",
+            flush=True,
+        )
+        for r in rows:
+            if not r["passed"]:
+                print("FAILED:", r["name"], {g: r[g]["ratio"] for g in ("dq", "dk", "dv")})
+        payload.update({"grid": args.grid, "summary": summary, "cases": rows})
+        done("grid")
     if device == "cuda" and args.memory:
         payload["memory"] = backward_memory()
         for r in payload["memory"]:
@@ -407,27 +429,6 @@ def run_backward_study(args, *, on_stage=None) -> dict:
             }
         print("speed summary:", payload["speed_summary"], flush=True)
         done("speed")
-    if args.grid != "none":
-        cases = backward_grid(args.grid)
-        if args.limit:
-            cases = cases[: args.limit]
-        rows = []
-        for det in (True, False) if args.both_modes else (True,):
-            if device == "cuda" and args.jobs > 1:
-                rows += run_grid_parallel(cases, jobs=args.jobs, deterministic=det)
-            else:
-                rows += run_backward_grid(cases, device, deterministic=det)
-        summary = summarize_backward(rows)
-        print(
-            f"gradient grid: {summary['cases']} cases, {summary['failed']} failed, worst ratio "
-            f"{summary['worst_ratio']:.3f} ({summary['worst_case']})",
-            flush=True,
-        )
-        for r in rows:
-            if not r["passed"]:
-                print("FAILED:", r["name"], {g: r[g]["ratio"] for g in ("dq", "dk", "dv")})
-        payload.update({"grid": args.grid, "summary": summary, "cases": rows})
-        done("grid")
     if device == "cuda" and args.tune:
         shapes = backward_shapes(head_dims=args.d, seqlens=args.tune_s, causal=(False, True))
         if args.jobs > 1:
