@@ -112,6 +112,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--record", action="store_true", help="write results/<gpu>/reproduce_timing.json"
     )
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --record: keep the recorded rows of notebooks not run now (each row names "
+        "the commit and date it was measured at)",
+    )
     args = ap.parse_args(argv)
 
     missing = [str(p) for p in args.notebooks if not p.exists() or p.suffix != ".ipynb"]
@@ -121,9 +127,28 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     params = [tuple(p) for p in args.parameter]
 
+    sys.path.insert(0, str(ROOT))
+    from flashcore.results import provenance, read_result
+
+    here = provenance()
+    kept = []
+    if args.merge:
+        run_now = {p.stem for p in args.notebooks}
+        try:
+            previous = read_result("reproduce_timing", here.get("gpu_slug"))
+        except FileNotFoundError:
+            previous = {}
+        for row in previous.get("rows", []):
+            if row["notebook"] not in run_now:
+                # Rows from before per-row provenance carry the record's own.
+                row.setdefault("commit", previous["provenance"].get("commit"))
+                row.setdefault("date", previous["provenance"].get("date"))
+                kept.append(row)
+
     def record(rows):  # after every notebook, so a run stopped part-way still leaves a record
-        sys.path.insert(0, str(ROOT))
         from flashcore.results import write_result
+
+        rows = sorted(kept + rows, key=lambda r: r["notebook"])
 
         return write_result(
             "reproduce_timing",
@@ -147,6 +172,7 @@ def main(argv=None) -> int:
     rows = []
     for path in args.notebooks:
         row = time_notebook(path.resolve(), args.profile, params, out_dir, args.timeout)
+        row.update(commit=here.get("commit"), date=here.get("date"))
         rows.append(row)
         cells = ", ".join(f"cell {c['cell']} {c['seconds']:.0f} s" for c in row["slowest_cells"])
         print(

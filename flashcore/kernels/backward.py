@@ -186,7 +186,6 @@ def _dkdv_query_tiles(
     causal_offset,
     window,
     qk_scale,
-    sm_scale,
     BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
@@ -254,12 +253,7 @@ def _dkdv_query_tiles(
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
         else:
             s_t = tl.dot(k, tl.trans(q))
-        if FP32_IEEE:
-            # fp32: the exponent s*scale - lse with one rounding (fma, natural units) instead
-            # of two roundings of larger log2-scaled terms; bf16/fp16 keep the cheaper form.
-            p_t = tl.math.exp2(tl.fma(s_t, sm_scale, -lse[None, :]) * 1.4426950408889634)
-        else:
-            p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
             # where exp2 gives inf), are exactly zero.
@@ -467,7 +461,6 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
-            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -505,7 +498,6 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
-            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -543,7 +535,6 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
-            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -581,7 +572,6 @@ def _dq_key_tiles(
     dq,
     q,
     do,
-    lse,
     lse2,
     delta,
     k_base,
@@ -601,7 +591,6 @@ def _dq_key_tiles(
     causal_offset,
     window,
     qk_scale,
-    sm_scale,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
@@ -654,10 +643,7 @@ def _dq_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))
-        if FP32_IEEE:  # one rounding of the exponent, as in the dK/dV pass
-            p = tl.math.exp2(tl.fma(s, sm_scale, -lse[:, None]) * 1.4426950408889634)
-        else:
-            p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if APPLY_MASK:
             visible = _visible(
                 offs_m[:, None],
@@ -808,7 +794,6 @@ def _bwd_dq_kernel(
         dq,
         q,
         do,
-        lse,
         lse2,
         delta,
         k_base,
@@ -828,7 +813,6 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
-        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -842,7 +826,6 @@ def _bwd_dq_kernel(
         dq,
         q,
         do,
-        lse,
         lse2,
         delta,
         k_base,
@@ -862,7 +845,6 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
-        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -876,7 +858,6 @@ def _bwd_dq_kernel(
         dq,
         q,
         do,
-        lse,
         lse2,
         delta,
         k_base,
@@ -896,7 +877,6 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
-        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -342,6 +343,10 @@ def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dic
     # the children would otherwise compile for the GPU, fail on CPU tensors, and leave the
     # other rank waiting in a collective. The children also see no GPU.
     child_env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    if sys.platform.startswith("linux") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        # gloo otherwise picks its interface from the hostname, which need not resolve on a
+        # machine with no network; the ranks are local, so loopback is always right.
+        child_env["GLOO_SOCKET_IFNAME"] = "lo"
     saved = {key: os.environ.get(key) for key in child_env}
     os.environ.update(child_env)
     try:
