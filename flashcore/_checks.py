@@ -14,6 +14,27 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def interpreter_blocker() -> str | None:
+    """Why Triton's CPU interpreter cannot run flashcore's kernels in this environment, or None.
+
+    Triton 3.6's interpreter calls int() on one-element arrays, which numpy 2.4 rejects
+    (every kernel then fails with "only 0-dimensional arrays can be converted"); the package
+    pins numpy < 2.4, but an existing environment (a GPU image) may carry a newer one."""
+    import numpy
+    import triton
+
+    def major_minor(version: str) -> tuple[int, int]:
+        major, minor = version.split(".")[:2]
+        return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+    if major_minor(triton.__version__) < (3, 7) and major_minor(numpy.__version__) >= (2, 4):
+        return (
+            f"Triton {triton.__version__}'s interpreter needs numpy < 2.4 "
+            f"(this environment has numpy {numpy.__version__})"
+        )
+    return None
+
+
 def on_interpreter(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 

@@ -192,22 +192,36 @@ print("zigzag balanced within 1%:", all(balance[(n, "zigzag")] < 1.01 for n in (
 #
 # ### 3a. Live: 2 processes on CPU (gloo, Triton interpreter, fp16/fp32)
 #
-# This runs in both profiles (the GPU profile cannot run two NCCL ranks on one GPU).
+# This runs in both profiles (the GPU profile cannot run two NCCL ranks on one GPU) wherever
+# Triton's interpreter can: Triton 3.6 needs numpy < 2.4, which `make env` pins; in an
+# environment with a newer numpy (the GPU image has 2.5) the cell says so and skips.
 
 # %%
-live = CP.spawn_check(CP.cpu_grid(), world_size=CPU_RANKS)
-print(table(live, ["name", "rows_checked", "ratio", "passed"], {"ratio": "{:.3f}"}))
-grad_rows = [r for r in live if r.get("grad_ratios")]
-print(table(grad_rows, ["name", "grad_ratio", "grad_passed"], {"grad_ratio": "{:.3f}"}))
+from flashcore._checks import interpreter_blocker
+
+blocker = (
+    interpreter_blocker()
+)  # a GPU image may carry a numpy that Triton 3.6's interpreter rejects
+if blocker:
+    live = None
+    print(f"live CPU check skipped: {blocker}; `make test` runs it in the pinned environment")
+else:
+    live = CP.spawn_check(CP.cpu_grid(), world_size=CPU_RANKS)
+    print(table(live, ["name", "rows_checked", "ratio", "passed"], {"ratio": "{:.3f}"}))
+    grad_rows = [r for r in live if r.get("grad_ratios")]
+    print(table(grad_rows, ["name", "grad_ratio", "grad_passed"], {"grad_ratio": "{:.3f}"}))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-live_summary = CP.summarize_cases(live)
-print(
-    f"{live_summary['cases']} cases on {CPU_RANKS} gloo ranks pass the error rule:",
-    live_summary["failed"] == 0,
-)
-print(f"planted bugs caught: {live_summary['planted_bugs_caught']}/{live_summary['planted_bugs']}")
+if live is not None:
+    live_summary = CP.summarize_cases(live)
+    print(
+        f"{live_summary['cases']} cases on {CPU_RANKS} gloo ranks pass the error rule:",
+        live_summary["failed"] == 0,
+    )
+    print(
+        f"planted bugs caught: {live_summary['planted_bugs_caught']}/{live_summary['planted_bugs']}"
+    )
 
 # %% [markdown]
 # ### 3b. Recorded: the GPU grid (bf16 and fp16, whole outputs at S ≈ 1K–4K, sampled rows at

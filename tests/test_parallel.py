@@ -179,3 +179,24 @@ def test_ring_attention_on_two_gpus():
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 failed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "numpy_version, blocked", [("2.3.5", False), ("2.4.0", True), ("2.5.2", True)]
+)
+def test_interpreter_blocker_names_the_numpy_that_triton_36_rejects(
+    monkeypatch, numpy_version, blocked
+):
+    import numpy
+    import triton
+
+    from flashcore._checks import interpreter_blocker
+
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(numpy, "__version__", numpy_version)
+    reason = interpreter_blocker()
+    assert (reason is not None) == blocked
+    if blocked:
+        assert numpy_version in reason
+        with pytest.raises(RuntimeError, match="interpreter needs numpy < 2.4"):
+            CP.spawn_check(CP.cpu_grid()[:1])  # refused before any process starts

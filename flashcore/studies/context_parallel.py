@@ -322,14 +322,15 @@ def _spawned_check(
     dist.init_process_group(
         "gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size
     )
-    try:
-        rows = run_check(cases, torch.device("cpu"), base_seed=base_seed)
-        if rank == 0:
-            with open(out_path, "w") as f:
-                json.dump(rows, f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    # No destroy_process_group on an error: the other rank may be waiting in a collective, and
+    # tearing down gloo would wait for it (a deadlock). The parent sees this rank fail and
+    # stops the other one.
+    rows = run_check(cases, torch.device("cpu"), base_seed=base_seed)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dict]:
@@ -337,6 +338,11 @@ def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dic
     kernels under the Triton interpreter. Returns the rows of rank 0."""
     import torch.multiprocessing as mp
 
+    from .._checks import interpreter_blocker
+
+    blocker = interpreter_blocker()
+    if blocker:
+        raise RuntimeError(f"the CPU check runs kernels under Triton's interpreter: {blocker}")
     cases = cpu_grid() if cases is None else cases
     # A spawned child imports flashcore (unpickling _spawned_check) before its body runs, so
     # the interpreter switch must already be in the environment it inherits; on a GPU machine
