@@ -51,6 +51,8 @@ def git_commit() -> tuple[str, bool | None]:
 def _invocation() -> str:
     """The command line, without machine paths: ``python -m flashcore ...`` for the CLI."""
     argv = list(sys.argv)
+    if argv and argv[0].endswith("ipykernel_launcher.py"):
+        return "a notebook kernel"  # its arguments are a temporary connection file
     if argv and argv[0].endswith(("flashcore/__main__.py", "flashcore")):
         argv[0] = "python -m flashcore"
     else:

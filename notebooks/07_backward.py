@@ -344,6 +344,7 @@ if PROFILE == "gpu":
             write_result(
                 "backward_notebook_check",
                 {"speed": speed, "grid": summary, "memory": mem, "determinism": det},
+                command="notebooks/07_backward.ipynb (PROFILE=gpu)",
             ),
         )
 else:
