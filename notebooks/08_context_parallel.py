@@ -344,20 +344,27 @@ if recorded:
     summary_rows = []
     for r in record["rows"]:
         if r["impl"] in IMPLS + ["flashcore_cp_nocomm", "comm_only"]:
-            eff, hidden = r.get("scaling_efficiency"), r.get("comm_hidden_fraction")
+            eff, overhead = r.get("scaling_efficiency"), r.get("comm_overhead_fraction")
             summary_rows.append(
                 {
                     **r,
+                    # comm_only moves bytes and does no attention: no TFLOP/s
+                    "tflops": "" if r["tflops"] is None else f"{r['tflops']:.0f}",
                     "eff": "" if eff is None else f"{eff:.3f}",
-                    "hidden": "" if hidden is None else f"{hidden:.2f}",
+                    "ring_overhead": "" if overhead is None else f"{overhead:.3f}",
                 }
             )
     print(
         table(
             sorted(summary_rows, key=lambda r: (r["causal"], r["S"], r["impl"])),
-            ["S", "causal", "impl", "time_ms", "tflops", "peak_mem_gib", "eff", "hidden"],
-            {"time_ms": "{:.1f}", "tflops": "{:.0f}", "eff": "{}", "hidden": "{}"},
+            ["S", "causal", "impl", "time_ms", "tflops", "peak_mem_gib", "eff", "ring_overhead"],
+            {"time_ms": "{:.1f}"},
         )
+    )
+    print(
+        "ring_overhead: (ring - the same compute without transfers) / ring. The transfers take "
+        "about 0.3-1.8 ms against 30-4000 ms of compute, so their hidden fraction is within "
+        "the compute's run-to-run noise here; the overlap probe below measures it at short S."
     )
     for r in record.get("skipped", []):
         print("skipped:", r)
@@ -411,11 +418,13 @@ if recorded:
             label="causal (zigzag)" if causal else "full",
         )
         pts = [
-            r for r in rows_of("flashcore_cp", causal) if r.get("comm_hidden_fraction") is not None
+            r
+            for r in rows_of("flashcore_cp", causal)
+            if r.get("comm_overhead_fraction") is not None
         ]
         axes[2].plot(
             [r["S"] for r in pts],
-            [r["comm_hidden_fraction"] for r in pts],
+            [r["comm_overhead_fraction"] for r in pts],
             ls,
             marker="o",
             label="causal" if causal else "full",
@@ -434,9 +443,8 @@ if recorded:
     axes[2].set(
         xscale="log",
         xlabel="global S",
-        ylabel="hidden fraction",
-        title="communication hidden",
-        ylim=(-0.05, 1.05),
+        ylabel="(ring - no transfers) / ring",
+        title="what the transfers add",
     )
     axes[2].legend()
     fig.suptitle(describe(record), fontsize=8)
@@ -498,6 +506,20 @@ if recorded:
         bool(ratios) and min(ratios) >= 1.0,
         f"(min {min(ratios, default=float('nan')):.2f}x)",
     )
+    checks = record.get("torch_cp_checks", [])
+    check_ratios = ", ".join(
+        "error" if c.get("ratio") is None else f"{c['ratio']:.1f}" for c in checks
+    )
+    print(
+        "PyTorch context_parallel + SDPA output passes the error rule on 128 sampled rows "
+        f"({len(checks)} checks at S = {checks[0]['S'] if checks else '-'}):",
+        bool(checks) and all(c["passed"] for c in checks),
+        f"(ratios {check_ratios})",
+    )
+    print(
+        "its output order, tracked by a position buffer, agrees with context_parallel_unshard:",
+        bool(checks) and all(c.get("unshard_agrees_with_positions") for c in checks),
+    )
 else:
     print("speed targets: not recorded")
 
@@ -508,5 +530,24 @@ else:
 # single-device reference under the error rule for every sharding, mask, GQA ratio and
 # uneven length checked, forward and backward, while each planted bug fails the same check.
 # The zigzag sharding balances causal work to within a fraction of a percent at any N. The
-# speed verdicts above are read from the recorded two-GPU run (device, date and commit in its
-# provenance line); where a target was missed, the printed minimum says by how much.
+# verdicts above come from the recorded two-GPU run; its provenance line gives the device
+# (two H200s), date and commit. Where a target was missed, the printed minimum says by how
+# much. In the recorded run:
+#
+# - **Scaling.** Every point at S ≥ 512K reaches 0.90: 0.964 and 0.969 at 512K, 0.907 and
+#   0.972 at 1M. The non-causal 1M point is the weak one: an earlier run of the same bench
+#   (`context_parallel_first_run.json`) gave 0.861 there. The transfers are not the cause:
+#   they take about 2 ms of a 4.1 s call, and the ring without transfers is as slow. Each
+#   GPU's attention on its shards runs at about 520 TFLOP/s, against about 600 for one GPU on
+#   the whole sequence. Why is not established; a power or clock limit with both GPUs under
+#   load is the first suspect, and it was not measured here.
+# - **Against PyTorch's `context_parallel` + SDPA cuDNN.** The ring is 1.02, 1.07 and 0.98×
+#   non-causal at 256K, 512K and 1M, and 1.01, 1.10 and 1.12× causal. So the target is
+#   missed at one point (non-causal 1M, by 2%), the same point where scaling is weakest. It
+#   beats the flash backend by 1.6–1.9× everywhere.
+# - **PyTorch's output fails the error rule** at S = 128K (ratios 13–56 on sampled rows,
+#   causal and not, both backends). The sequence order was tracked through its sharding with a
+#   position buffer and agrees with `context_parallel_unshard`, so a reordering in this
+#   harness does not explain it. The cause has not been traced. Until it is, its times are
+#   those of a computation that does not meet this suite's rule.
+#   (The PyTorch runs send Hq/Hkv = 4× the K/V bytes: its ring SDPA takes no GQA.)

@@ -133,3 +133,31 @@ def test_sampler_thread_with_a_stand_in_nvml(monkeypatch):
     w = sampler.window(t0, t1)
     assert w["samples"] > 5 and w["power_w"] == 512.0 and w["sm_clock_mhz"] == 1755.0
     assert TL.clock_event_names(w["clock_event_reasons"]) == "software power cap"
+
+
+def test_clock_hypothesis_by_kernel_separates_capped_and_flat_clock_kernels():
+    def row(kernel, time_pct, clock_pct, explains, events):
+        return {
+            "kernel": kernel,
+            "time_pct": time_pct,
+            "clock_pct": clock_pct,
+            "clock_explains": explains,
+            "clock_events": events,
+        }
+
+    rows = [
+        row("cuBLAS", -14.0, 16.0, True, "software power cap"),
+        row("forward causal", 1.8, 0.0, False, "none"),
+        row("forward causal", 0.1, 0.0, False, "none"),
+        row("decode split-KV", 4.5, 0.0, False, "none"),
+    ]
+    assert TL.clock_hypothesis(rows) == "inconclusive"  # the merged verdict hides the split
+    assert TL.clock_hypothesis_by_kernel(rows) == {
+        "cuBLAS": "confirmed",
+        "forward causal": "refuted",
+    }
+    assert TL.power_capped(rows) == {
+        "cuBLAS": True,
+        "forward causal": False,
+        "decode split-KV": False,
+    }

@@ -500,3 +500,23 @@ def clock_hypothesis(
     if all(abs(r["clock_pct"]) < flat_clock_pct for r in shifted):
         return "refuted"
     return "inconclusive"
+
+
+def clock_hypothesis_by_kernel(table_rows: list[dict], **thresholds) -> dict[str, str]:
+    """``clock_hypothesis`` per tensor-core kernel, so that a kernel whose shifts follow its
+    clock (one that runs into the power cap) and one whose clock stays flat while its time
+    moves are told apart instead of merging into one "inconclusive"."""
+    kernels = sorted({r["kernel"] for r in table_rows if not r["kernel"].startswith("decode")})
+    return {
+        kernel: clock_hypothesis([r for r in table_rows if r["kernel"] == kernel], **thresholds)
+        for kernel in kernels
+    }
+
+
+def power_capped(table_rows: list[dict]) -> dict[str, bool]:
+    """Per kernel: did NVML report the software power cap as a clock-event reason in any of
+    its blocks (the clock was lowered to hold the board's power limit)?"""
+    out: dict[str, bool] = {}
+    for r in table_rows:
+        out[r["kernel"]] = out.get(r["kernel"], False) or "software power cap" in r["clock_events"]
+    return out
