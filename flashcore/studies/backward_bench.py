@@ -417,6 +417,11 @@ def run_backward_study(args, *, on_stage=None) -> dict:
                 impls.remove("flex")  # Flex compiles per shape: only where the target needs it
             rows += bench_backward_shape(shape, impls, reps=args.reps, with_forward=args.fwd_bwd)
             print_rows(rows[-len(impls) :])
+            # Recorded after every shape (the stage is not marked done until the end), so a
+            # run stopped by a time limit keeps the rows it measured.
+            payload["speed"] = rows
+            if on_stage is not None:
+                on_stage(payload)
         payload["speed"] = rows
         payload["speed_summary"] = {
             f"{dt} D{d}": speed_summary(rows, d, dt) for dt in args.dtype for d in args.d
