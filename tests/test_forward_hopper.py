@@ -37,7 +37,7 @@ def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed):
     return rand(hq, sq), rand(hkv, sk), rand(hkv, sk)
 
 
-def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None):
+def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None, **grid):
     sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
     lse_t = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
@@ -54,6 +54,7 @@ def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None):
         store_lse=lse,
         pingpong=pingpong,
         num_wg=num_wg,
+        **grid,
     )
     return out, lse_t
 
@@ -73,15 +74,26 @@ CASES = [
 ]
 
 
+# Grids: one program per work tile; persistent (one per SM); persistent with 3 programs, so
+# each walks many work tiles of different lengths (ring positions and barrier phases carried
+# across tiles, the next Q loaded while the last tile finishes).
+GRIDS = {
+    "per-tile": dict(persistent=False),
+    "persistent": dict(persistent=True),
+    "3-programs": dict(persistent=True, max_programs=3),
+}
+
+
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("grid", list(GRIDS))
 @pytest.mark.parametrize("pingpong", [True, False])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
-def test_error_rule(case, dtype, pingpong):
+def test_error_rule(case, dtype, pingpong, grid):
     b, hq, hkv, sq, sk, d, causal, alignment, layout = case
     q, k, v = _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed=CASES.index(case))
-    out, lse = _run(q, k, v, causal=causal, alignment=alignment, pingpong=pingpong)
+    out, lse = _run(q, k, v, causal=causal, alignment=alignment, pingpong=pingpong, **GRIDS[grid])
     kw = dict(causal=causal, causal_alignment=alignment)
     ref64, lse64 = attention_reference(q, k, v, compute_dtype=torch.float64, return_lse=True, **kw)
     same = attention_reference(q, k, v, compute_dtype=dtype, **kw)
@@ -90,6 +102,24 @@ def test_error_rule(case, dtype, pingpong):
     seen = torch.isfinite(lse64)
     assert torch.equal(torch.isneginf(lse), ~seen)  # rows with no key: -inf, not NaN
     assert torch.allclose(lse[seen].double(), lse64[seen], rtol=0, atol=1e-4)
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid", ["per-tile", "3-programs"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_many_work_tiles_per_program(d, causal, grid):
+    """More work tiles than SMs (B=3, H=50, 3 query tiles each: 450), causal lengths that
+    differ per tile, GQA 5:1, lse: every program's later tiles must be as exact as its first."""
+    q, k, v = _inputs(3, 50, 10, 300, 300, d, torch.bfloat16, "bhsd", seed=d + causal)
+    out, lse = _run(q, k, v, causal=causal, alignment="top_left", pingpong=True, **GRIDS[grid])
+    kw = dict(causal=causal, causal_alignment="top_left")
+    ref64, lse64 = attention_reference(q, k, v, compute_dtype=torch.float64, return_lse=True, **kw)
+    same = attention_reference(q, k, v, compute_dtype=torch.bfloat16, **kw)
+    report = error_rule(out, ref64, same)
+    assert report.passed, report
+    assert torch.allclose(lse.double(), lse64, rtol=0, atol=1e-4)
 
 
 @needs_hopper
@@ -114,12 +144,16 @@ def test_error_rule_consumer_count(case, num_wg):
 
 @needs_hopper
 @pytest.mark.gpu
-def test_bitwise_deterministic():
+@pytest.mark.parametrize("grid", list(GRIDS))
+def test_bitwise_deterministic(grid):
     q, k, v = _inputs(2, 4, 2, 2049, 2049, 128, torch.bfloat16, "bhsd", seed=7)
-    first, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True)
+    first, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True, **GRIDS[grid])
     for _ in range(4):
-        again, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True)
+        again, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True, **GRIDS[grid])
         assert torch.equal(first, again)
+    # The grid only decides which program computes a tile, never how: bitwise the same.
+    other, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True, persistent=False)
+    assert torch.equal(first, other)
 
 
 @needs_hopper

@@ -19,20 +19,22 @@ from flashcore.kernels.forward import default_config
 from flashcore.studies import bench
 
 VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three consumer warpgroups
+    # tile: one program per work tile; pers: persistent grid (one program per SM)
     64: {
-        "pp_bn128_s3": dict(block_n=128, stages=3),
-        "nopp_bn128_s3": dict(block_n=128, stages=3, pingpong=False),
-        "wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3),
-        "wg3_bn128_s3": dict(block_n=128, stages=3, num_wg=3),
+        "tile_bn128_s3": dict(block_n=128, stages=3, persistent=False),
+        "pers_bn128_s3": dict(block_n=128, stages=3, persistent=True),
+        "tile_wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3, persistent=False),
+        "pers_wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3, persistent=True),
     },
     128: {
-        "pp_bn128_s2": dict(block_n=128, stages=2),
-        "nopp_bn128_s2": dict(block_n=128, stages=2, pingpong=False),
-        "wg3_bn64_s2": dict(block_n=64, stages=2, num_wg=3),
+        "tile_bn128_s2": dict(block_n=128, stages=2, persistent=False),
+        "pers_bn128_s2": dict(block_n=128, stages=2, persistent=True),
+        "pers_nopp_bn128_s2": dict(block_n=128, stages=2, pingpong=False, persistent=True),
+        "pers_bn128_s3": dict(block_n=128, stages=3, persistent=True),
     },
     256: {
-        "pp_bn64_s2": dict(block_n=64, stages=2),
-        "nopp_bn64_s2": dict(block_n=64, stages=2, pingpong=False),
+        "tile_bn64_s2": dict(block_n=64, stages=2, persistent=False),
+        "pers_bn64_s2": dict(block_n=64, stages=2, persistent=True),
     },
 }
 

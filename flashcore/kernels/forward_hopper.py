@@ -85,69 +85,117 @@ VARIANTS = {
     128: dict(BLOCK_N=128, STAGES=2),
     256: dict(BLOCK_N=64, STAGES=2),
 }
+# Grid per head dim: True = persistent (one program per SM walking the work tiles), False =
+# one program per work tile. Both run the same kernel; measured side by side on the H100.
+PERSISTENT = {64: True, 128: True, 256: True}
 
 if GLUON_AVAILABLE:
 
     @gluon.jit
-    def _producer(
-        q_desc,
-        k_desc,
-        v_desc,
-        q_smem,
-        k_smem,
-        v_smem,
-        q_ready,
-        k_ready,
-        k_empty,
-        v_ready,
-        v_empty,
-        batch,
-        q_head,
-        kv_head,
-        q_row0,
-        n_tiles,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        NUM_WG: gl.constexpr,
+    def _tile_coords(
+        t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
     ):
-        """One warp: TMA loads only. A stage is reused once every consumer released it."""
-        ROWS: gl.constexpr = q_desc.block_type.shape[2]
-        for wg in gl.static_range(NUM_WG):
-            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                q_desc, [batch, q_head, q_row0 + wg * ROWS, 0], q_ready.index(wg), q_smem.index(wg)
+        """Work tile t -> (batch, query head, KV head, first query row, key tiles, key tiles
+        every row sees whole). Non-causal: the query tile varies fastest, so programs running
+        together share one head's K/V in L2. Causal: the longest query tiles of every head
+        come first, so the short ones fill the end of the launch."""
+        (
+            num_m_tiles,
+            num_batch_heads,
+            num_q_heads,
+            gqa_group_size,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+        ) = sched
+        if IS_CAUSAL:
+            tile_m = num_m_tiles - 1 - t // num_batch_heads
+            batch_head = t % num_batch_heads
+        else:
+            tile_m = t % num_m_tiles
+            batch_head = t // num_m_tiles
+        q_head = batch_head % num_q_heads
+        q_row0 = tile_m * BLOCK_M
+        # Key tiles [0, n_unmasked) are seen whole by every row; the rest (causal diagonal,
+        # end of the keys) are masked. At least one tile, so the pipeline always runs; a tile
+        # no row sees is fully masked and contributes exact zeros.
+        full_tiles = seqlen_k // BLOCK_N
+        if IS_CAUSAL:
+            key_end = gl.minimum(q_row0 + BLOCK_M + causal_offset, seqlen_k)
+            n_unmasked = gl.minimum(
+                gl.maximum((q_row0 + causal_offset + 1) // BLOCK_N, 0), full_tiles
             )
-        for j in range(n_tiles):
-            stage = j % STAGES
-            # The first pass over the ring waits on parity 1, which a fresh barrier
-            # reports as complete: the stages start empty.
-            empty_phase = ((j // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(stage), empty_phase)
-            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                k_desc, [batch, kv_head, j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage)
+        else:
+            key_end = seqlen_k
+            n_unmasked = full_tiles
+        n_tiles = gl.maximum(gl.cdiv(gl.maximum(key_end, 0), BLOCK_N), 1)
+        n_unmasked = gl.minimum(n_unmasked, n_tiles)
+        return (
+            batch_head // num_q_heads,
+            q_head,
+            q_head // gqa_group_size,
+            q_row0,
+            n_tiles,
+            n_unmasked,
+        )
+
+    @gluon.jit
+    def _producer(loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+        """One warp: TMA loads only, for every work tile of this program in turn. A Q buffer
+        is refilled once its warpgroup has issued its last Q K^T of the previous tile; a K/V
+        stage once every consumer warpgroup released it. `it` counts K/V tiles over the whole
+        program, so ring positions and barrier phases carry across work tiles."""
+        descs, qbuf, ring, sched = loads
+        q_desc, k_desc, v_desc = descs
+        q_smem, q_ready, q_empty = qbuf
+        k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+        NUM_WG: gl.constexpr = q_smem.shape[0]
+        ROWS: gl.constexpr = q_smem.shape[1]
+        num_work = sched[0] * sched[1]
+        it = 0
+        local = 0
+        for t in range(gl.program_id(0), num_work, gl.num_programs(0)):
+            batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
+                t, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
             )
-            mbarrier.wait(v_empty.index(stage), empty_phase)
-            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                v_desc, [batch, kv_head, j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage)
-            )
+            # The first wait on a fresh barrier uses parity 1, which it reports as complete:
+            # every buffer starts empty.
+            for wg in gl.static_range(NUM_WG):
+                mbarrier.wait(q_empty.index(wg), (local & 1) ^ 1)
+                mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    q_desc,
+                    [batch, q_head, q_row0 + wg * ROWS, 0],
+                    q_ready.index(wg),
+                    q_smem.index(wg),
+                )
+            for j in range(n_tiles):
+                stage = (it + j) % STAGES
+                empty_phase = (((it + j) // STAGES) & 1) ^ 1
+                mbarrier.wait(k_empty.index(stage), empty_phase)
+                mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    k_desc,
+                    [batch, kv_head, j * BLOCK_N, 0],
+                    k_ready.index(stage),
+                    k_smem.index(stage),
+                )
+                mbarrier.wait(v_empty.index(stage), empty_phase)
+                mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    v_desc,
+                    [batch, kv_head, j * BLOCK_N, 0],
+                    v_ready.index(stage),
+                    v_smem.index(stage),
+                )
+            it += n_tiles
+            local += 1
 
     @gluon.jit
     def _softmax_step(
-        s,
-        m_i,
-        l_i,
-        qk_scale,
-        rows,
-        start_n,
-        seqlen_k,
-        causal_offset,
-        s_layout: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        MASKED: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-    ):
+        s, m_i, l_i, qk_scale, rows, start_n, seqlen_k, causal_offset,
+        s_layout: gl.constexpr, BLOCK_N: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
         """Online softmax over one key tile: p = exp2(s*scale - m_new), the rescale factor
         alpha for what was accumulated before, the new running max and denominator."""
         if MASKED:
@@ -184,42 +232,21 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _attend_tiles(
-        acc,
-        p_op,
-        m_i,
-        l_i,
-        turn_phase,
-        q_tile,
-        k_smem,
-        v_smem,
-        k_ready,
-        k_empty,
-        v_ready,
-        v_empty,
-        turn,
-        rows,
-        first,
-        last,
-        seqlen_k,
-        causal_offset,
-        qk_scale,
-        wg: gl.constexpr,
-        s_layout: gl.constexpr,
-        o_layout: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        MASKED: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-        PINGPONG: gl.constexpr,
-    ):
-        """Key tiles [first, last) of one warpgroup; tile j's softmax overlaps P_{j-1} V_{j-1}."""
+        acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, first, last,
+        seqlen_k, causal_offset, qk_scale, wg: gl.constexpr, s_layout: gl.constexpr,
+        o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+    ):  # fmt: skip
+        """Key tiles [first, last) of one warpgroup's work tile, whose key tile 0 sits at ring
+        position `it`; tile j's softmax overlaps P_{j-1} V_{j-1}."""
+        k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         ROWS: gl.constexpr = q_tile.shape[0]
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         for j in range(first, last):
-            stage = j % STAGES
-            prev = (j - 1) % STAGES
-            mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+            stage = (it + j) % STAGES
+            prev = (it + j - 1) % STAGES
+            mbarrier.wait(k_ready.index(stage), ((it + j) // STAGES) & 1)
+            mbarrier.wait(v_ready.index(prev), ((it + j - 1) // STAGES) & 1)
             turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
             s_tok = warpgroup_mma(
                 q_tile, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True
@@ -230,19 +257,9 @@ if GLUON_AVAILABLE:
             s = warpgroup_mma_wait(1, deps=(s_tok,))
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, alpha, m_i, l_i = _softmax_step(
-                s,
-                m_i,
-                l_i,
-                qk_scale,
-                rows,
-                j * BLOCK_N,
-                seqlen_k,
-                causal_offset,
-                s_layout,
-                BLOCK_N,
-                MASKED,
-                IS_CAUSAL,
-            )
+                s, m_i, l_i, qk_scale, rows, j * BLOCK_N, seqlen_k, causal_offset,
+                s_layout, BLOCK_N, MASKED, IS_CAUSAL,
+            )  # fmt: skip
             acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
             mbarrier.arrive(v_empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -251,37 +268,25 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _consumer(
-        wg: gl.constexpr,
-        Out,
-        Lse,
-        q_smem,
-        k_smem,
-        v_smem,
-        q_ready,
-        k_ready,
-        k_empty,
-        v_ready,
-        v_empty,
-        turn,
-        stride_om,
-        stride_ok,
-        o_offset,
-        lse_offset,
-        q_row0,
-        n_tiles,
-        n_unmasked,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        qk_scale,
-        HEAD_DIM: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-        STORE_LSE: gl.constexpr,
-        PINGPONG: gl.constexpr,
-    ):
-        ROWS: gl.constexpr = 64
+        wg: gl.constexpr, args, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
+    ):  # fmt: skip
+        """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program."""
+        outputs, qbuf, ring, turn, sched, qk_scale = args
+        Out, Lse, stride_oz, stride_oh, stride_om, stride_ok = outputs
+        q_smem, q_ready, q_empty = qbuf
+        k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+        (
+            num_m_tiles,
+            num_batch_heads,
+            num_q_heads,
+            gqa_group_size,
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+        ) = sched
+        NUM_WG: gl.constexpr = q_smem.shape[0]
+        ROWS: gl.constexpr = q_smem.shape[1]
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -291,382 +296,104 @@ if GLUON_AVAILABLE:
         )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-
-        rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-        l_i = gl.zeros([ROWS], gl.float32, row_layout)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
         q_tile = q_smem.index(wg)
-        mbarrier.wait(q_ready.index(wg), 0)
 
-        # Tile 0 (always masked: it may be the only tile, or cross the diagonal).
         turn_phase = 0
-        mbarrier.wait(k_ready.index(0), 0)
-        turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-        s_tok = warpgroup_mma(
-            q_tile,
-            k_smem.index(0).permute((1, 0)),
-            gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
-            use_acc=False,
-            is_async=True,
-        )
-        _pass_turn(turn, wg, PINGPONG)
-        s = warpgroup_mma_wait(0, deps=(s_tok,))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        p, alpha, m_i, l_i = _softmax_step(
-            s,
-            m_i,
-            l_i,
-            qk_scale,
-            rows,
-            0,
-            seqlen_k,
-            causal_offset,
-            s_layout,
-            BLOCK_N,
-            True,
-            IS_CAUSAL,
-        )
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-
-        # Tiles every row sees whole, then the tiles that need a mask.
-        mid = gl.maximum(n_unmasked, 1)
-        acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-            acc,
-            p_op,
-            m_i,
-            l_i,
-            turn_phase,
-            q_tile,
-            k_smem,
-            v_smem,
-            k_ready,
-            k_empty,
-            v_ready,
-            v_empty,
-            turn,
-            rows,
-            1,
-            mid,
-            seqlen_k,
-            causal_offset,
-            qk_scale,
-            wg,
-            s_layout,
-            o_layout,
-            BLOCK_N,
-            STAGES,
-            False,
-            IS_CAUSAL,
-            PINGPONG,
-        )
-        acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-            acc,
-            p_op,
-            m_i,
-            l_i,
-            turn_phase,
-            q_tile,
-            k_smem,
-            v_smem,
-            k_ready,
-            k_empty,
-            v_ready,
-            v_empty,
-            turn,
-            rows,
-            mid,
-            n_tiles,
-            seqlen_k,
-            causal_offset,
-            qk_scale,
-            wg,
-            s_layout,
-            o_layout,
-            BLOCK_N,
-            STAGES,
-            True,
-            IS_CAUSAL,
-            PINGPONG,
-        )
-
-        # The last P V.
-        last = (n_tiles - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-        turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-        o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        _pass_turn(turn, wg, PINGPONG)
-        acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-        mbarrier.arrive(v_empty.index(last), count=1)
-
-        # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
-        sees_nothing = l_i == 0.0
-        l_safe = gl.where(sees_nothing, 1.0, l_i)
-        out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1)
-        o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-        o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        o_ptrs = (
-            Out
-            + o_offset
-            + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
-            + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
-        )
-        o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
-        gl.store(o_ptrs, out.to(dtype), mask=o_mask)
-        if STORE_LSE:
-            lse = gl.where(
-                sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634
+        it = 0  # ring position of this work tile's key tile 0
+        local = 0  # work tiles done by this program
+        for t in range(gl.program_id(0), num_m_tiles * num_batch_heads, gl.num_programs(0)):
+            batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
+                t, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
             )
-            gl.store(Lse + lse_offset + rows.to(gl.int64), lse, mask=rows < seqlen_q)
+            rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+            l_i = gl.zeros([ROWS], gl.float32, row_layout)
+            acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+            mbarrier.wait(q_ready.index(wg), local & 1)
 
-    @gluon.jit
-    def _consumer_wg0(
-        Out,
-        Lse,
-        q_smem,
-        k_smem,
-        v_smem,
-        q_ready,
-        k_ready,
-        k_empty,
-        v_ready,
-        v_empty,
-        turn,
-        stride_om,
-        stride_ok,
-        o_offset,
-        lse_offset,
-        q_row0,
-        n_tiles,
-        n_unmasked,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        qk_scale,
-        HEAD_DIM: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-        STORE_LSE: gl.constexpr,
-        PINGPONG: gl.constexpr,
-    ):
-        _consumer(
-            0,
-            Out,
-            Lse,
-            q_smem,
-            k_smem,
-            v_smem,
-            q_ready,
-            k_ready,
-            k_empty,
-            v_ready,
-            v_empty,
-            turn,
-            stride_om,
-            stride_ok,
-            o_offset,
-            lse_offset,
-            q_row0,
-            n_tiles,
-            n_unmasked,
-            seqlen_q,
-            seqlen_k,
-            causal_offset,
-            qk_scale,
-            HEAD_DIM,
-            BLOCK_N,
-            STAGES,
-            IS_CAUSAL,
-            STORE_LSE,
-            PINGPONG,
-        )
+            # Key tile 0 (always masked: it may be the only tile, or cross the diagonal).
+            stage = it % STAGES
+            mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
+            turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+            s_tok = warpgroup_mma(
+                q_tile,
+                k_smem.index(stage).permute((1, 0)),
+                gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                use_acc=False,
+                is_async=True,
+            )
+            _pass_turn(turn, wg, PINGPONG)
+            s = warpgroup_mma_wait(0, deps=(s_tok,))
+            mbarrier.arrive(k_empty.index(stage), count=1)
+            p, alpha, m_i, l_i = _softmax_step(
+                s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
+                s_layout, BLOCK_N, True, IS_CAUSAL,
+            )  # fmt: skip
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
 
-    @gluon.jit
-    def _consumer_wg1(
-        Out,
-        Lse,
-        q_smem,
-        k_smem,
-        v_smem,
-        q_ready,
-        k_ready,
-        k_empty,
-        v_ready,
-        v_empty,
-        turn,
-        stride_om,
-        stride_ok,
-        o_offset,
-        lse_offset,
-        q_row0,
-        n_tiles,
-        n_unmasked,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        qk_scale,
-        HEAD_DIM: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-        STORE_LSE: gl.constexpr,
-        PINGPONG: gl.constexpr,
-    ):
-        _consumer(
-            1,
-            Out,
-            Lse,
-            q_smem,
-            k_smem,
-            v_smem,
-            q_ready,
-            k_ready,
-            k_empty,
-            v_ready,
-            v_empty,
-            turn,
-            stride_om,
-            stride_ok,
-            o_offset,
-            lse_offset,
-            q_row0,
-            n_tiles,
-            n_unmasked,
-            seqlen_q,
-            seqlen_k,
-            causal_offset,
-            qk_scale,
-            HEAD_DIM,
-            BLOCK_N,
-            STAGES,
-            IS_CAUSAL,
-            STORE_LSE,
-            PINGPONG,
-        )
+            # Key tiles every row sees whole, then the tiles that need a mask.
+            mid = gl.maximum(n_unmasked, 1)
+            acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+                acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, 1, mid,
+                seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
+                False, IS_CAUSAL, PINGPONG,
+            )  # fmt: skip
+            acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+                acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, mid, n_tiles,
+                seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
+                True, IS_CAUSAL, PINGPONG,
+            )  # fmt: skip
+            # Every Q K^T of this work tile has completed: the producer may load the next Q
+            # while the last P V and the store below run.
+            mbarrier.arrive(q_empty.index(wg), count=1)
 
-    @gluon.jit
-    def _consumer_wg2(
-        Out,
-        Lse,
-        q_smem,
-        k_smem,
-        v_smem,
-        q_ready,
-        k_ready,
-        k_empty,
-        v_ready,
-        v_empty,
-        turn,
-        stride_om,
-        stride_ok,
-        o_offset,
-        lse_offset,
-        q_row0,
-        n_tiles,
-        n_unmasked,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        qk_scale,
-        HEAD_DIM: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-        STORE_LSE: gl.constexpr,
-        PINGPONG: gl.constexpr,
-    ):
-        _consumer(
-            2,
-            Out,
-            Lse,
-            q_smem,
-            k_smem,
-            v_smem,
-            q_ready,
-            k_ready,
-            k_empty,
-            v_ready,
-            v_empty,
-            turn,
-            stride_om,
-            stride_ok,
-            o_offset,
-            lse_offset,
-            q_row0,
-            n_tiles,
-            n_unmasked,
-            seqlen_q,
-            seqlen_k,
-            causal_offset,
-            qk_scale,
-            HEAD_DIM,
-            BLOCK_N,
-            STAGES,
-            IS_CAUSAL,
-            STORE_LSE,
-            PINGPONG,
-        )
+            # The last P V.
+            g = it + n_tiles - 1
+            mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
+            turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+            o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
+            _pass_turn(turn, wg, PINGPONG)
+            acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
+            mbarrier.arrive(v_empty.index(g % STAGES), count=1)
+
+            # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
+            sees_nothing = l_i == 0.0
+            l_safe = gl.where(sees_nothing, 1.0, l_i)
+            out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1)
+            o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+            o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+            o_ptrs = (
+                Out
+                + (batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh)
+                + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
+                + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
+            )
+            o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
+            gl.store(o_ptrs, out.to(dtype), mask=o_mask)
+            if STORE_LSE:
+                lse = gl.where(
+                    sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634
+                )
+                lse_offset = (batch * num_q_heads + q_head).to(gl.int64) * seqlen_q
+                gl.store(Lse + lse_offset + rows.to(gl.int64), lse, mask=rows < seqlen_q)
+            it += n_tiles
+            local += 1
 
     @gluon.jit
     def _fa3_fwd_kernel(
-        q_desc,
-        k_desc,
-        v_desc,
-        Out,
-        Lse,
-        stride_oz,
-        stride_oh,
-        stride_om,
-        stride_ok,
-        num_q_heads,
-        gqa_group_size,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        qk_scale,
-        HEAD_DIM: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-        STORE_LSE: gl.constexpr,
-        PINGPONG: gl.constexpr,
-        CONSUMER_REGS: gl.constexpr,
-        NUM_WG: gl.constexpr = 2,
-    ):
+        q_desc, k_desc, v_desc, Out, Lse,
+        stride_oz, stride_oh, stride_om, stride_ok,
+        num_q_heads, gqa_group_size, num_batch_heads, seqlen_q, seqlen_k, causal_offset, qk_scale,
+        HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
+        CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2,
+    ):  # fmt: skip
+        """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
+        a grid of one program per tile, or a persistent grid of one program per SM, which
+        lets the producer load the next tile's Q and K/V while the consumers finish the last
+        P V and store the output of the current one."""
         ROWS: gl.constexpr = 64
-        BLOCK_M: gl.constexpr = NUM_WG * ROWS
         dtype: gl.constexpr = q_desc.dtype
-        # 1-D grid, query tile fastest (programs running together share a head's K/V in L2).
-        num_m_tiles = gl.cdiv(seqlen_q, BLOCK_M)
-        pid = gl.program_id(0)
-        tile_m = pid % num_m_tiles
-        if IS_CAUSAL:
-            tile_m = num_m_tiles - 1 - tile_m  # longest rows first
-        batch_head = pid // num_m_tiles
-        batch = batch_head // num_q_heads
-        q_head = batch_head % num_q_heads
-        kv_head = q_head // gqa_group_size
-        q_row0 = tile_m * BLOCK_M
-
-        # Key tiles of this query tile: [0, n_unmasked) seen whole by every row, the rest
-        # (causal diagonal, end of the keys) masked. At least one tile, so the pipeline
-        # always runs; a tile no row sees is fully masked and contributes exact zeros.
-        full_tiles = seqlen_k // BLOCK_N
-        if IS_CAUSAL:
-            key_end = gl.minimum(q_row0 + BLOCK_M + causal_offset, seqlen_k)
-            n_unmasked = gl.minimum(
-                gl.maximum((q_row0 + causal_offset + 1) // BLOCK_N, 0), full_tiles
-            )
-        else:
-            key_end = seqlen_k
-            n_unmasked = full_tiles
-        n_tiles = gl.maximum(gl.cdiv(gl.maximum(key_end, 0), BLOCK_N), 1)
-        n_unmasked = gl.minimum(n_unmasked, n_tiles)
-
-        o_offset = batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh
-        lse_offset = batch_head.to(gl.int64) * seqlen_q
-
         q_smem = gl.allocate_shared_memory(
             dtype,
             [NUM_WG, ROWS, HEAD_DIM],
@@ -676,6 +403,7 @@ if GLUON_AVAILABLE:
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
         q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -683,6 +411,7 @@ if GLUON_AVAILABLE:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NUM_WG):
             mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=1)
             mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
@@ -692,132 +421,33 @@ if GLUON_AVAILABLE:
         if PINGPONG:
             mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
 
+        sched = (
+            gl.cdiv(seqlen_q, NUM_WG * ROWS), num_batch_heads, num_q_heads, gqa_group_size,
+            seqlen_q, seqlen_k, causal_offset,
+        )  # fmt: skip
+        qbuf = (q_smem, q_ready, q_empty)
+        ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
+        outputs = (Out, Lse, stride_oz, stride_oh, stride_om, stride_ok)
+        consumer = (outputs, qbuf, ring, turn, sched, qk_scale)
+        loads = ((q_desc, k_desc, v_desc), qbuf, ring, sched)
+        # Every partition gets the tile config as constexpr arguments (a tuple would turn
+        # them into run-time values).
         if NUM_WG == 3:
             gl.warp_specialize(
                 [
                     (
-                        _consumer_wg0,
-                        (
-                            Out,
-                            Lse,
-                            q_smem,
-                            k_smem,
-                            v_smem,
-                            q_ready,
-                            k_ready,
-                            k_empty,
-                            v_ready,
-                            v_empty,
-                            turn,
-                            stride_om,
-                            stride_ok,
-                            o_offset,
-                            lse_offset,
-                            q_row0,
-                            n_tiles,
-                            n_unmasked,
-                            seqlen_q,
-                            seqlen_k,
-                            causal_offset,
-                            qk_scale,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                        ),
+                        _consumer,
+                        (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
                     ),
                     (
-                        _consumer_wg1,
-                        (
-                            Out,
-                            Lse,
-                            q_smem,
-                            k_smem,
-                            v_smem,
-                            q_ready,
-                            k_ready,
-                            k_empty,
-                            v_ready,
-                            v_empty,
-                            turn,
-                            stride_om,
-                            stride_ok,
-                            o_offset,
-                            lse_offset,
-                            q_row0,
-                            n_tiles,
-                            n_unmasked,
-                            seqlen_q,
-                            seqlen_k,
-                            causal_offset,
-                            qk_scale,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                        ),
+                        _consumer,
+                        (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
                     ),
                     (
-                        _consumer_wg2,
-                        (
-                            Out,
-                            Lse,
-                            q_smem,
-                            k_smem,
-                            v_smem,
-                            q_ready,
-                            k_ready,
-                            k_empty,
-                            v_ready,
-                            v_empty,
-                            turn,
-                            stride_om,
-                            stride_ok,
-                            o_offset,
-                            lse_offset,
-                            q_row0,
-                            n_tiles,
-                            n_unmasked,
-                            seqlen_q,
-                            seqlen_k,
-                            causal_offset,
-                            qk_scale,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                        ),
+                        _consumer,
+                        (2, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
                     ),
-                    (
-                        _producer,
-                        (
-                            q_desc,
-                            k_desc,
-                            v_desc,
-                            q_smem,
-                            k_smem,
-                            v_smem,
-                            q_ready,
-                            k_ready,
-                            k_empty,
-                            v_ready,
-                            v_empty,
-                            batch,
-                            q_head,
-                            kv_head,
-                            q_row0,
-                            n_tiles,
-                            BLOCK_N,
-                            STAGES,
-                            NUM_WG,
-                        ),
-                    ),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, 24],
@@ -826,95 +456,14 @@ if GLUON_AVAILABLE:
             gl.warp_specialize(
                 [
                     (
-                        _consumer_wg0,
-                        (
-                            Out,
-                            Lse,
-                            q_smem,
-                            k_smem,
-                            v_smem,
-                            q_ready,
-                            k_ready,
-                            k_empty,
-                            v_ready,
-                            v_empty,
-                            turn,
-                            stride_om,
-                            stride_ok,
-                            o_offset,
-                            lse_offset,
-                            q_row0,
-                            n_tiles,
-                            n_unmasked,
-                            seqlen_q,
-                            seqlen_k,
-                            causal_offset,
-                            qk_scale,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                        ),
+                        _consumer,
+                        (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
                     ),
                     (
-                        _consumer_wg1,
-                        (
-                            Out,
-                            Lse,
-                            q_smem,
-                            k_smem,
-                            v_smem,
-                            q_ready,
-                            k_ready,
-                            k_empty,
-                            v_ready,
-                            v_empty,
-                            turn,
-                            stride_om,
-                            stride_ok,
-                            o_offset,
-                            lse_offset,
-                            q_row0,
-                            n_tiles,
-                            n_unmasked,
-                            seqlen_q,
-                            seqlen_k,
-                            causal_offset,
-                            qk_scale,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                        ),
+                        _consumer,
+                        (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
                     ),
-                    (
-                        _producer,
-                        (
-                            q_desc,
-                            k_desc,
-                            v_desc,
-                            q_smem,
-                            k_smem,
-                            v_smem,
-                            q_ready,
-                            k_ready,
-                            k_empty,
-                            v_ready,
-                            v_empty,
-                            batch,
-                            q_head,
-                            kv_head,
-                            q_row0,
-                            n_tiles,
-                            BLOCK_N,
-                            STAGES,
-                            NUM_WG,
-                        ),
-                    ),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, 24],
@@ -1047,10 +596,14 @@ def attention_hopper(
     pingpong: bool = True,
     num_wg: int | None = None,
     consumer_regs: int | None = None,
+    persistent: bool | None = None,
+    max_programs: int | None = None,
 ):
     """Launch the Gluon kernel on validated inputs (``supports`` true). ``out`` (B, Hq, Sq, D)
     any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
-    ``qk_scale`` = softmax scale * log2(e)."""
+    ``qk_scale`` = softmax scale * log2(e). ``persistent`` picks the grid (default: the
+    ``PERSISTENT`` table); ``max_programs`` caps the persistent grid below the SM count, so
+    tests can make every program walk many work tiles."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
     cfg = VARIANTS[head_dim]
@@ -1061,7 +614,10 @@ def attention_hopper(
     q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
     k_desc = _descriptor(k, block_n, head_dim)
     v_desc = _descriptor(v, block_n, head_dim)
-    grid = (triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG) * batch * num_q_heads,)
+    work_tiles = triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG) * batch * num_q_heads
+    persistent = PERSISTENT[head_dim] if persistent is None else persistent
+    programs = max_programs or _num_sms(q.device.index)
+    grid = (min(work_tiles, programs) if persistent else work_tiles,)
     _fa3_fwd_kernel[grid](
         q_desc,
         k_desc,
@@ -1071,6 +627,7 @@ def attention_hopper(
         *out.stride(),
         num_q_heads,
         num_q_heads // num_kv_heads,
+        batch * num_q_heads,
         seqlen_q,
         seqlen_k,
         causal_offset,
@@ -1086,6 +643,11 @@ def attention_hopper(
         num_warps=4,
     )
     return out
+
+
+@functools.cache
+def _num_sms(index) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def triton_cdiv(a: int, b: int) -> int:
