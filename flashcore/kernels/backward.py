@@ -102,6 +102,88 @@ def _bwd_preprocess(
     tl.store(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, delta, mask=offs_m < seqlen_q)
 
 
+@triton.jit(do_not_specialize=["num_q_heads", "gqa_group_size", "seqlen_q", "seqlen_k"])
+def _bwd_lse64_kernel(
+    Q,
+    K,
+    Lse64,
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qk,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    num_q_heads,
+    gqa_group_size,
+    seqlen_q,
+    seqlen_k,
+    causal_offset,
+    window,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+):
+    """fp32 inputs: the rows' log-sum-exp again (natural log, as the forward's), in fp64.
+
+    Scores as the other kernels compute them (fp32 IEEE dots, scaled by the fp32 sm_scale
+    in fp64); the running max and sum in fp64. -inf for a row that sees no key. See _probabilities
+    for why the forward's fp32 lse is not precise enough for fp32 gradients."""
+    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    tile_m = pid % num_m_tiles
+    batch_head = pid // num_m_tiles
+    batch = batch_head // num_q_heads
+    q_head = batch_head % num_q_heads
+    kv_head = q_head // gqa_group_size
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    d_in = offs_d[None, :] < HEAD_DIM
+    q = tl.load(
+        Q
+        + batch.to(tl.int64) * stride_qz
+        + q_head.to(tl.int64) * stride_qh
+        + offs_m[:, None].to(tl.int64) * stride_qm
+        + offs_d[None, :] * stride_qk,
+        mask=(offs_m[:, None] < seqlen_q) & d_in,
+        other=0.0,
+    )
+    k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float64)
+    l = tl.zeros([BLOCK_M], dtype=tl.float64)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k = tl.load(
+            k_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kk,
+            mask=(offs_n[:, None] < seqlen_k) & d_in,
+            other=0.0,
+        )
+        s = tl.dot(q, tl.trans(k), input_precision="ieee").to(tl.float64) * sm_scale
+        visible = _visible(
+            offs_m[:, None],
+            offs_n[None, :],
+            seqlen_q,
+            seqlen_k,
+            causal_offset,
+            window,
+            IS_CAUSAL,
+            HAS_WINDOW,
+        )
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
+        l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+        m = m_new
+    lse = tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf"))
+    tl.store(Lse64 + batch_head.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+
+
 @triton.jit
 def _load_rows(
     base,
@@ -159,6 +241,22 @@ def _visible(
 
 
 @triton.jit
+def _probabilities(s, lse_term, qk_scale, sm_scale, EXP_FP64: tl.constexpr):
+    """P of a score tile s (q . k, unscaled) from its rows' log-sum-exp.
+
+    Half precision: exp2(s * qk_scale - lse_term), lse_term = lse * log2 e (log2 units).
+    EXP_FP64 (fp32 inputs): lse_term is the natural-log lse in fp64, and the exponent and
+    exp are taken in fp64, P rounded to fp32 once. An fp32 lse carries an absolute error
+    of u * |lse| / 2 at best (|lse| ~ max score + log Sk) and the log2 e factor another
+    relative u on every exponent; exp turns both into relative errors of several fp32
+    ulps on every P, which PyTorch's softmax (row max subtracted, no log2 e) does not pay.
+    Half precision never sees them (P is rounded to 8 or 11 bits)."""
+    if EXP_FP64:
+        return tl.exp(s.to(tl.float64) * sm_scale - lse_term).to(tl.float32)
+    return tl.math.exp2(s * qk_scale - lse_term)
+
+
+@triton.jit
 def _dkdv_query_tiles(
     dk,
     dv,
@@ -186,6 +284,7 @@ def _dkdv_query_tiles(
     causal_offset,
     window,
     qk_scale,
+    sm_scale,
     BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
@@ -193,6 +292,7 @@ def _dkdv_query_tiles(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
+    EXP_FP64: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
@@ -247,13 +347,16 @@ def _dkdv_query_tiles(
         else:
             lse = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
-        lse2 = lse * 1.4426950408889634  # natural log -> log2 domain of exp2
+        if EXP_FP64:
+            lse2 = lse  # natural log, fp64 (see _probabilities)
+        else:
+            lse2 = lse * 1.4426950408889634  # natural log -> log2 domain of exp2
 
         if FP32_IEEE:
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
         else:
             s_t = tl.dot(k, tl.trans(q))
-        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+        p_t = _probabilities(s_t, lse2[None, :], qk_scale, sm_scale, EXP_FP64)
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
             # where exp2 gives inf), are exactly zero.
@@ -361,6 +464,7 @@ def _bwd_dkdv_kernel(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
+    EXP_FP64: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
@@ -461,6 +565,7 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
+            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -468,6 +573,7 @@ def _bwd_dkdv_kernel(
             IS_CAUSAL,
             HAS_WINDOW,
             FP32_IEEE,
+            EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
         )
@@ -498,6 +604,7 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
+            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -505,6 +612,7 @@ def _bwd_dkdv_kernel(
             IS_CAUSAL,
             HAS_WINDOW,
             FP32_IEEE,
+            EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
         )
@@ -535,6 +643,7 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
+            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -542,6 +651,7 @@ def _bwd_dkdv_kernel(
             IS_CAUSAL,
             HAS_WINDOW,
             FP32_IEEE,
+            EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
         )
@@ -591,6 +701,7 @@ def _dq_key_tiles(
     causal_offset,
     window,
     qk_scale,
+    sm_scale,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
@@ -598,6 +709,7 @@ def _dq_key_tiles(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
+    EXP_FP64: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
     """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
@@ -643,7 +755,7 @@ def _dq_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))
-        p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        p = _probabilities(s, lse2[:, None], qk_scale, sm_scale, EXP_FP64)
         if APPLY_MASK:
             visible = _visible(
                 offs_m[:, None],
@@ -719,6 +831,7 @@ def _bwd_dq_kernel(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
+    EXP_FP64: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
@@ -757,7 +870,10 @@ def _bwd_dq_kernel(
     )
     lse = tl.load(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
     delta = tl.load(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
-    lse2 = lse * 1.4426950408889634
+    if EXP_FP64:
+        lse2 = lse  # natural log, fp64 (see _probabilities)
+    else:
+        lse2 = lse * 1.4426950408889634
     k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
     v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
@@ -813,6 +929,7 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
+        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -820,6 +937,7 @@ def _bwd_dq_kernel(
         IS_CAUSAL,
         HAS_WINDOW,
         FP32_IEEE,
+        EXP_FP64,
         USE_TMA,
     )
     dq = _dq_key_tiles(
@@ -845,6 +963,7 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
+        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -852,6 +971,7 @@ def _bwd_dq_kernel(
         IS_CAUSAL,
         HAS_WINDOW,
         FP32_IEEE,
+        EXP_FP64,
         USE_TMA,
     )
     dq = _dq_key_tiles(
@@ -877,6 +997,7 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
+        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -884,6 +1005,7 @@ def _bwd_dq_kernel(
         IS_CAUSAL,
         HAS_WINDOW,
         FP32_IEEE,
+        EXP_FP64,
         USE_TMA,
     )
     dq = dq * sm_scale
@@ -920,6 +1042,35 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) ->
     bucket = 64 if head_dim_padded <= 64 else head_dim_padded
     dkdv, dq = _HOPPER_TABLE[bucket]
     return dict(dkdv=dkdv, dq=dq)
+
+
+def _recompute_lse64(q, k, causal, causal_offset, window, scale, head_dim_padded):
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    lse = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float64, device=q.device)
+    block_m, block_n = (32, 32) if on_interpreter(q) or head_dim_padded > 64 else (64, 32)
+    _bwd_lse64_kernel[(triton.cdiv(seqlen_q, block_m) * batch * num_q_heads,)](
+        q,
+        k,
+        lse,
+        *q.stride(),
+        *k.stride(),
+        num_q_heads,
+        num_q_heads // k.shape[1],
+        seqlen_q,
+        k.shape[2],
+        causal_offset,
+        window or 0,
+        scale,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim_padded,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        IS_CAUSAL=bool(causal),
+        HAS_WINDOW=window is not None,
+        num_warps=4,
+        num_stages=1,
+    )
+    return lse
 
 
 def _tma_usable(tensors, head_dim: int) -> bool:
@@ -1004,7 +1155,8 @@ def attention_backward(
             f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
             f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}"
         )
-    if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype != torch.float32:
+    lse_dtypes = (torch.float32, torch.float64) if q.dtype == torch.float32 else (torch.float32,)
+    if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype not in lse_dtypes:
         raise ValueError(
             f"expected lse of shape {(batch, num_q_heads, seqlen_q)} float32, "
             f"got {tuple(lse.shape)} {lse.dtype}"
@@ -1030,6 +1182,16 @@ def attention_backward(
     fp32 = q.dtype == torch.float32
 
     use_tma = cfg.get("USE_TMA", True) and _tma_usable((q, k, v, grad_out), head_dim)
+    # fp32: P from an fp64 log-sum-exp recomputed here (see _probabilities and the
+    # _bwd_lse64_kernel docstring); the forward's fp32 lse is not used.
+    exp64 = fp32 and cfg.get("EXP_FP64", True)
+    if exp64 and lse.dtype != torch.float64:
+        if cfg.get("RECOMPUTE_LSE", True):
+            lse = _recompute_lse64(q, k, causal, causal_offset, window, scale, head_dim_padded)
+        else:
+            lse = lse.double()
+    elif not exp64:
+        lse = lse.float()
     delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
     pre_m = 64 if head_dim_padded <= 128 else 32
     _bwd_preprocess[(triton.cdiv(seqlen_q, pre_m) * batch * num_q_heads,)](
@@ -1051,6 +1213,7 @@ def attention_backward(
         IS_CAUSAL=bool(causal),
         HAS_WINDOW=window is not None,
         FP32_IEEE=fp32,
+        EXP_FP64=exp64,
     )
     dq_acc = dq if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     bm, bn, warps, stages = cfg["dkdv"]
