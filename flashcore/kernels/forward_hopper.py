@@ -96,9 +96,11 @@ if GLUON_AVAILABLE:
         t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
     ):
         """Work tile t -> (batch, query head, KV head, first query row, key tiles, key tiles
-        every row sees whole). Non-causal: the query tile varies fastest, so programs running
-        together share one head's K/V in L2. Causal: the longest query tiles of every head
-        come first, so the short ones fill the end of the launch."""
+        every row sees whole). The query tiles of one head are consecutive, so the programs
+        running together share its K/V in L2; causal launches take each head's longest
+        tiles first. (Longest first across the whole launch spreads the running programs
+        over ~130 heads, which then read K/V from HBM instead of L2: at D=128, S=2K causal
+        that measured 0.60x cuDNN against 0.87x.)"""
         (
             num_m_tiles,
             num_batch_heads,
@@ -108,12 +110,10 @@ if GLUON_AVAILABLE:
             seqlen_k,
             causal_offset,
         ) = sched
+        batch_head = t // num_m_tiles
+        tile_m = t % num_m_tiles
         if IS_CAUSAL:
-            tile_m = num_m_tiles - 1 - t // num_batch_heads
-            batch_head = t % num_batch_heads
-        else:
-            tile_m = t % num_m_tiles
-            batch_head = t // num_m_tiles
+            tile_m = num_m_tiles - 1 - tile_m
         q_head = batch_head % num_q_heads
         q_row0 = tile_m * BLOCK_M
         # Key tiles [0, n_unmasked) are seen whole by every row; the rest (causal diagonal,
