@@ -16,8 +16,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ._checks import interpreter_enabled
@@ -27,29 +25,32 @@ from ._checks import interpreter_enabled
 DECODE_MAX_QUERIES = 16
 
 
-@functools.lru_cache(maxsize=64)
-def _full_lengths(batch: int, seqlen_k: int, device: torch.device) -> torch.Tensor:
-    # Read-only per (batch, length, device): one allocation instead of one per call.
-    return torch.full((batch,), seqlen_k, dtype=torch.int32, device=device)
+_KERNELS: list = []
+
+
+def _kernels():
+    # Imported once, on first use (importing flashcore stays light).
+    if not _KERNELS:
+        from .kernels.decode import attend_full_cache
+        from .kernels.forward import attention
+
+        _KERNELS.extend((attend_full_cache, attention))
+    return _KERNELS
 
 
 def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
-    from .kernels.decode import attention_with_kvcache
-    from .kernels.forward import attention
-
+    attend_full_cache, attention = _KERNELS or _kernels()
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
-    decode_like = (
+    if (
         seqlen_q <= DECODE_MAX_QUERIES
         and seqlen_k >= 4 * seqlen_q
         and (seqlen_q == 1 or (is_causal and bottom_right))
-    )
-    if decode_like and q.dtype != torch.float32 and (window is None or is_causal):
-        lengths = _full_lengths(q.shape[0], seqlen_k, q.device)
+        and q.dtype != torch.float32
+        and (window is None or is_causal)
+    ):
         # A window needs the causal position of each query: the decode kernel's
         # bottom-right alignment (Sq == 1 is bottom-right either way).
-        return attention_with_kvcache(
-            q, k, v, lengths, scale=scale, window=window, softcap=softcap, check_lengths=False
-        )
+        return attend_full_cache(q, k, v, scale=scale, window=window, softcap=softcap)
     return attention(
         q,
         k,
@@ -345,7 +346,7 @@ def _transformers_attention(
 
 
 def _padded_attention(q, k, v, pad: PaddedKeys, causal, scale, window, softcap):
-    from .kernels.decode import attention_with_kvcache
+    from .kernels.decode import attend_full_cache
     from .kernels.varlen import attention_ranges
 
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
@@ -379,17 +380,8 @@ def _padded_attention(q, k, v, pad: PaddedKeys, causal, scale, window, softcap):
         raise NotImplementedError("flashcore: padded non-causal attention with a cache")
     if q.dtype != torch.float32 or not q.is_cuda:
         # The KV-cache kernel: queries are the last Sq cached positions, keys masked per key.
-        lengths = _full_lengths(q.shape[0], seqlen_k, q.device)
-        return attention_with_kvcache(
-            q,
-            k,
-            v,
-            lengths,
-            scale=scale,
-            window=window,
-            softcap=softcap,
-            key_padding_mask=pad.valid,
-            check_lengths=False,
+        return attend_full_cache(
+            q, k, v, scale=scale, window=window, softcap=softcap, key_padding_mask=pad.valid
         )
     if pad.contiguous and pad.ends_at_last:
         # float32 on CUDA, left padding: every query row is valid, keys [start, Sk).

@@ -281,3 +281,237 @@ def test_direct_launch_passes_what_triton_s_own_wrapper_passes(monkeypatch):
             ((k, k.shape, k.stride(), (1, 1, 64, 64)), (v, v.shape, v.stride(), (1, 1, 64, 64))),
         )
     assert calls[1] == calls[0] and calls[2] == calls[0]
+
+
+# ------------------------------------------------- specialization classes (decode keys)
+
+
+def test_int_class_is_triton_s_specialization():
+    """The decode key holds int_class(x) for each int argument instead of x: it must
+    separate exactly what Triton's own specialization separates (installed version)."""
+    native = pytest.importorskip("triton._C.libtriton").native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    values = [0, 1, 2, 3, 15, 16, 17, 31, 32, 48, 4096, 8191, 8192, 8193, -1, -16, -17]
+    values += [2**31 - 17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 1, 2**31 + 16]
+    values += [-(2**31), -(2**31) - 1, -(2**31) - 16, 2**63 - 1, 2**63 - 16, 2**63, 2**64 - 16]
+    classes, types = {}, {}
+    for x in values:
+        spec = native(BaseBackend, x, False, True, True)
+        classes.setdefault(_launch.int_class(x), set()).add(spec)
+        types.setdefault(_launch.int_type(x), set()).add(native(BaseBackend, x, False, False, True))
+    # One Triton specialization per class (no two specializations share a class) ...
+    assert all(len(s) == 1 for s in classes.values()), classes
+    assert all(len(s) == 1 for s in types.values()), types
+    # ... and one class per specialization (no needless misses).
+    specs = [next(iter(s)) for s in classes.values()]
+    assert len(specs) == len(set(specs))
+
+
+def test_growing_cache_sizes_share_a_class():
+    # Cache lengths 4097..4160 with D 128: every stride is a multiple of 16, so the
+    # strides' classes never change while the length does.
+    cls = {
+        tuple(map(_launch.int_class, torch.empty(2, 8, s, 128, device="meta").stride()))
+        for s in range(4097, 4161)
+    }
+    assert len(cls) == 1
+
+
+def test_full_cache_decode_matches_the_reference_and_the_lengths_path():
+    """attend_full_cache (no lengths tensor: the kernel's UNIFORM mode) against float64 and
+    against attention_with_kvcache with every length = Sk, with a window, softcap and a key
+    mask; Sq > 1 too (bottom-right)."""
+    from flashcore.reference import kvcache_reference
+
+    gen = torch.Generator().manual_seed(11)
+    dev = "cuda" if HAS_CUDA else "cpu"
+    dtype = torch.bfloat16 if HAS_CUDA else torch.float16
+    for b, hq, hkv, sq, sk, d, opts in [
+        (2, 8, 2, 1, 200, 64, {}),
+        (1, 4, 4, 3, 97, 32, {"window": 40}),
+        (3, 6, 2, 2, 130, 64, {"softcap": 20.0}),
+        (2, 4, 1, 1, 150, 16, {"mask": True}),
+    ]:
+        q, kc, vc = (
+            torch.randn(*s, generator=gen).to(dtype).to(dev)
+            for s in ((b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))
+        )
+        mask = None
+        if opts.pop("mask", False):
+            mask = torch.rand(b, sk, generator=gen) > 0.3
+            mask[:, -sq:] = True
+            mask = mask.to(dev)
+        out = decode.attend_full_cache(q, kc, vc, key_padding_mask=mask, num_splits=3, **opts)
+        lens = torch.full((b,), sk, dtype=torch.int32, device=dev)
+        same = decode.attention_with_kvcache(
+            q, kc, vc, lens, key_padding_mask=mask, num_splits=3, **opts
+        )
+        assert torch.equal(out, same)
+        if mask is None:  # the reference has no key mask; the lengths path covers it
+            ref = kvcache_reference(q, kc, vc, lens, **opts)
+            low = kvcache_reference(q, kc, vc, lens, compute_dtype=dtype, **opts)
+            assert error_rule(out, ref, low).passed
+
+
+def test_full_cache_decode_errors():
+    q = torch.randn(1, 4, 1, 16)
+    kc = torch.randn(1, 2, 32, 16)
+    with pytest.raises(ValueError):
+        decode.attend_full_cache(q, kc, torch.randn(1, 2, 31, 16))
+    with pytest.raises(ValueError):
+        decode.attend_full_cache(q, kc, kc, key_padding_mask=torch.ones(1, 31, dtype=torch.bool))
+    with pytest.raises(ValueError):
+        decode.attend_full_cache(torch.randn(1, 3, 1, 16), kc, kc)
+
+
+def test_cached_kernel_passes_bound_arguments_and_descriptors(monkeypatch):
+    """CachedKernel (the generic cached launch, e.g. for the Gluon kernel): the first call
+    goes through kernel[grid]; a second call with the same specialization calls the
+    compiled kernel directly with the JIT's bound arguments, descriptors encoded once; a
+    call with another specialization misses. Fakes stand in for the JIT and the GPU."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    launched, jit_calls = [], []
+
+    class Direct:
+        desc_slots = (1,)
+
+        def __call__(self, grid, stream, values, descs):
+            launched.append((grid, stream, values, descs))
+
+    def binder(a, desc, n, BLOCK, **options):
+        spec = [("*fp32", "D"), ("tensordesc<fp32[16, 16]>", None), ("i32", _launch.int_class(n))]
+        spec.append(("constexpr", BLOCK))
+        return {"a": a, "desc": desc, "n": n, "BLOCK": BLOCK}, spec, options
+
+    class Kernel:
+        debug = False
+        device_caches = {0: (None, None, None, None, binder)}
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: jit_calls.append((grid, a, kw)) or "compiled"
+
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    monkeypatch.setattr(_launch, "_hooks_installed", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(_launch, "current_stream", lambda device: 77)
+    monkeypatch.setattr(_launch, "direct_kernel", lambda compiled, slots: Direct())
+    cached = _launch.CachedKernel(Kernel())
+    a, t = torch.empty(4), torch.empty(32, 16)
+    desc = TensorDescriptor(t, [32, 16], [16, 1], [16, 16])
+    cached[(2,)](a, desc, 32, BLOCK=16, num_warps=4)
+    assert len(jit_calls) == 1 and not launched
+    cached[(3, 2)](a, desc, 48, BLOCK=16, num_warps=4)  # 48: same class as 32
+    assert len(jit_calls) == 1
+    grid, stream, values, descs = launched[0]
+    assert grid == (3, 2, 1) and stream == 77 and values == [a, desc, 48, 16]
+    assert descs == [(t, (32, 16), (16, 1), (16, 16))]
+    cached[(2,)](a, desc, 33, BLOCK=16, num_warps=4)  # another class: the JIT again
+    cached[(2,)](a, desc, 32, BLOCK=16, num_warps=8)  # another option: the JIT again
+    assert len(jit_calls) == 3 and len(launched) == 1
+
+
+# ------------------------------------------------------------------- decode on the GPU
+
+
+def _decode_ok(out, q, kc, vc, lens, **kw):
+    from flashcore.reference import kvcache_reference
+
+    ref = kvcache_reference(q, kc, vc, lens, **kw)
+    same = kvcache_reference(q, kc, vc, lens, compute_dtype=q.dtype, **kw)
+    report = error_rule(out, ref, same)
+    assert report.passed, report
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_decode_steps_of_a_growing_cache_reuse_one_entry(d):
+    """A transformers-style cache (a new, one token longer tensor every step) hits the
+    cache on every step after the first of its class, and every step is correct."""
+    decode._DECODE_LAUNCHES.clear()
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    kc = torch.randn(2, 4, 1000, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    vc = torch.randn(2, 4, 1000, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    for step in range(40):
+        q = torch.randn(2, 16, 1, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        k = torch.cat([kc, kc[:, :, :1]], 2)[:, :, : 1000 + step].contiguous()
+        v = torch.cat([vc, vc[:, :, :1]], 2)[:, :, : 1000 + step].contiguous()
+        out = decode.attend_full_cache(q, k, v)
+        lens = torch.full((2,), k.shape[2], dtype=torch.int32, device="cuda")
+        _decode_ok(out, q, k, v, lens)
+    # An entry per split plan class (the split count's padded size changes a constexpr of
+    # the combine); every other step is a hit. Exact sizes would give 40 entries.
+    entries = len(decode._DECODE_LAUNCHES)
+    assert entries <= 3 and decode._DECODE_LAUNCHES.hits == 40 - entries, entries
+
+
+@pytest.mark.gpu
+def test_decode_freed_and_reallocated_at_the_same_address():
+    """Same address, other shape or strides: the launch follows the new tensor."""
+    torch.cuda.synchronize()
+    numel = 2 * 8 * 512 * 64
+    ptrs = []
+    for view in [(2, 8, 512, 64), (4, 8, 256, 64), (2, 4, 1024, 64), (1, 8, 1024, 64)]:
+        buf = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
+        ptrs.append(buf.data_ptr())
+        b, h, s, d = view
+        for layout in ("contiguous", "seq-major"):
+            k = buf.view(*view) if layout == "contiguous" else buf.view(b, s, h, d).transpose(1, 2)
+            v = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+            q = torch.randn(b, 2 * h, 1, d, device="cuda", dtype=torch.bfloat16)
+            lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+            for _ in range(2):
+                _decode_ok(decode.attend_full_cache(q, k, v), q, k, v, lens)
+                out = decode.attention_with_kvcache(q, k, v, lens, check_lengths=False)
+                _decode_ok(out, q, k, v, lens)
+        del buf, k, v, q
+    assert len(set(ptrs)) < len(ptrs)
+
+
+@pytest.mark.gpu
+def test_decode_threads_and_streams():
+    shapes = [(1, 32, 8, 700, 128), (2, 8, 2, 1500, 64), (4, 16, 16, 64, 64), (1, 4, 1, 33, 32)]
+    data = []
+    for b, hq, hkv, s, d in shapes:
+        q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.float16)
+        k = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.float16)
+        v = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.float16)
+        data.append((q, k, v))
+    refs = [decode.attend_full_cache(*t) for t in data]
+    torch.cuda.synchronize()
+    errors = []
+
+    def worker(seed):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for i in range(150):
+                    j = (i + seed) % len(data)
+                    out = decode.attend_full_cache(*data[j])
+                    stream.synchronize()
+                    if not torch.equal(out, refs[j]):
+                        errors.append((seed, i, j))
+        except Exception as err:  # noqa: BLE001
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    # Two streams: a cached launch waits for the work queued before it on its own stream.
+    q, k, v = data[0]
+    outs = []
+    for stream in (torch.cuda.Stream(), torch.cuda.Stream()):
+        with torch.cuda.stream(stream):
+            src = torch.randn_like(k)
+            torch.cuda._sleep(5_000_000)
+            kk = src * 1.0
+            outs.append((kk, decode.attend_full_cache(q, kk, v)))
+    torch.cuda.synchronize()
+    lens = torch.full((1,), k.shape[2], dtype=torch.int32, device="cuda")
+    for kk, out in outs:
+        _decode_ok(out, q, kk, v, lens)

@@ -281,3 +281,101 @@ def current_stream(device_index: int) -> int:
 def aligned(t: torch.Tensor) -> bool:
     """Triton specializes pointers on 16-byte alignment: part of every key."""
     return t.data_ptr() % 16 == 0
+
+
+# ---------------------------------------------------------------- specialization classes
+# What Triton 3.6-3.9 specializes an int argument on (native_specialize_impl): the value 1
+# becomes a constexpr; otherwise its type by range (i32, i64, u64) and whether it is
+# divisible by 16. A key built from these classes instead of exact values lets a launch
+# whose sizes change (a KV cache growing by one token per step) reuse one compiled kernel,
+# exactly as the JIT itself would.
+_I32_MIN, _I32_MAX, _I64_MIN, _I64_MAX = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
+
+
+def int_class(x: int) -> int:
+    """Triton's specialization class of an int argument: 1 (the constexpr 1), else the
+    type (0: i32, 64: i64, 128: u64) plus 16 where ``x % 16 == 0``."""
+    if x == 1:
+        return 1
+    div = 0 if x & 15 else 16
+    if _I32_MIN <= x <= _I32_MAX:
+        return div
+    return div + (64 if _I64_MIN <= x <= _I64_MAX else 128)
+
+
+def int_type(x: int) -> int:
+    """The class of an int parameter marked ``do_not_specialize``: its type only."""
+    if _I32_MIN <= x <= _I32_MAX:
+        return 0
+    return 64 if _I64_MIN <= x <= _I64_MAX else 128
+
+
+# --------------------------------------------------------------- a generic cached launch
+
+
+class CachedKernel:
+    """``CachedKernel(kernel)[grid](*args, **kwargs)`` launches like ``kernel[grid](...)``
+    (a Triton or Gluon ``@jit`` function), with the compiled kernel cached per Triton's own
+    specialization of the call: the JIT's binder computes it (dtypes, 16-byte alignment,
+    int classes, constexpr values, tensor-descriptor types with their block shape and
+    layout, launch options), so a hit is exactly the kernel the JIT would pick. On a hit it
+    skips the JIT's cache-key string, launch metadata and hooks, and the per-call encoding
+    of TMA descriptors (encoded once per address, shape, strides, dtype and block, see
+    ``DirectKernel``). Nothing per call is cached: grid, stream, tensors and descriptors
+    come from the call.
+
+    Falls back to ``kernel[grid](...)`` on the interpreter, unsupported triton versions,
+    launch hooks, a callable grid, or descriptors with NaN padding."""
+
+    def __init__(self, kernel, name: str | None = None):
+        self.kernel = kernel
+        self.cache = LaunchCache(name or getattr(kernel, "__name__", "kernel"))
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+
+    def _binder(self, device):
+        caches = getattr(self.kernel, "device_caches", None)
+        if caches is None or device not in caches:
+            return None  # the first call goes through the JIT, which creates the binder
+        return caches[device][4]
+
+    def run(self, grid, args, kwargs):
+        kernel = self.kernel
+        if not ENABLED or callable(grid) or _hooks_installed() or not torch.cuda.is_available():
+            return kernel[grid](*args, **kwargs)
+        device = torch.cuda.current_device()
+        binder = self._binder(device)
+        if binder is None:
+            return self._miss(None, grid, args, kwargs)
+        # The options exactly as JITFunction.run completes them before binding.
+        kwargs = dict(kwargs)
+        kwargs["debug"] = kwargs.get("debug", kernel.debug) or _knobs.runtime.debug
+        kwargs["instrumentation_mode"] = _knobs.compilation.instrumentation_mode
+        bound, spec, options = binder(*args, **kwargs)
+        key = (device, tuple(spec), tuple(options.items()))
+        entry = self.cache.get(key)
+        if entry is None:
+            return self._miss(key, grid, args, kwargs)
+        values = list(bound.values())
+        descs = None
+        if entry.desc_slots:
+            descs = []
+            for slot in entry.desc_slots:
+                d = values[slot]
+                if getattr(d, "padding", "zero") != "zero":
+                    return kernel[grid](*args, **kwargs)
+                descs.append((d.base, tuple(d.shape), tuple(d.strides), tuple(d.block_shape)))
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        entry(grid, current_stream(device), values, descs)
+        return entry
+
+    def _miss(self, key, grid, args, kwargs):
+        compiled = self.kernel[grid](*args, **kwargs)
+        if key is None:
+            return compiled
+        slots = tuple(i for i, (kind, _) in enumerate(key[1]) if str(kind).startswith("tensordesc"))
+        direct = direct_kernel(compiled, slots)
+        if direct is not None:
+            self.cache.put(key, direct)
+        return compiled

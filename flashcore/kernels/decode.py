@@ -33,13 +33,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_kvcache_inputs, check_window, on_interpreter
+from .._checks import check_attention_inputs, check_kvcache_inputs, check_window
 from . import _launch as launch
 from ._launch import LaunchCache
 from .forward import _kernel_scales, _tanh, check_softcap
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["uniform_len"])
 def _decode_split_kernel(
     Q,
     K,
@@ -80,14 +80,18 @@ def _decode_split_kernel(
     KeyMask=None,
     stride_mz=0,
     lengths_include_new=0,
+    uniform_len=0,
     HAS_WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False,
     HAS_KEY_MASK: tl.constexpr = False,
+    UNIFORM: tl.constexpr = False,
 ):
     # Options (defaults off): HAS_WINDOW, a causal sliding window of `window` keys ending at
     # each query's position; SOFTCAP, logits c * tanh(s / c) (scales as in the forward
     # kernel); HAS_KEY_MASK, a (B, S_max) bool row per sequence, False at keys no query may
-    # see (padding: left, right, or holes).
+    # see (padding: left, right, or holes); UNIFORM, every sequence holds `uniform_len`
+    # tokens (SeqLens unused: no lengths tensor to build or read; the value is not
+    # specialized on, so a cache growing by one token per step reuses one binary).
     # grid: (num_splits, row tiles, batch * kv heads); splits vary fastest so the programs
     # of one head stream neighbouring chunks of its cache together.
     split = tl.program_id(0)
@@ -98,7 +102,10 @@ def _decode_split_kernel(
 
     # Tokens in the cache before this step's append (SeqLens counts the new ones too when
     # nothing is appended: lengths_include_new = 1).
-    cache_len = tl.load(SeqLens + batch).to(tl.int32) - lengths_include_new * seqlen_new
+    if UNIFORM:
+        cache_len = uniform_len - lengths_include_new * seqlen_new
+    else:
+        cache_len = tl.load(SeqLens + batch).to(tl.int32) - lengths_include_new * seqlen_new
     total_keys = cache_len + seqlen_new
     key_lo = split * split_len
     key_hi = tl.minimum(key_lo + split_len, total_keys)
@@ -268,26 +275,7 @@ def _num_sms(index) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-_SPLIT_PARAMS = list(_decode_split_kernel.arg_names)
-_COMBINE_PARAMS = list(_decode_combine_kernel.arg_names)
 _DECODE_LAUNCHES = LaunchCache("decode")
-
-
-class _DecodeEntry:
-    __slots__ = (
-        "split",
-        "combine",
-        "split_grid",
-        "combine_grid",
-        "split_args",
-        "combine_args",
-        "partial_shape",
-        "num_splits",
-    )
-
-    def __init__(self, **kw):
-        for name, value in kw.items():
-            setattr(self, name, value)
 
 
 def _partials(partial_shape, device):
@@ -301,58 +289,305 @@ def _partials(partial_shape, device):
     ].view(partial_shape[:-1])
 
 
-def _decode_key(
-    q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, num_splits, window, softcap
+def _aligned(t) -> bool:
+    return t is not None and t.data_ptr() & 15 == 0
+
+
+def _launch(
+    q,
+    k_cache,
+    v_cache,
+    seqlens,
+    uniform_len,
+    out,
+    key_mask,
+    scale,
+    window,
+    softcap,
+    num_splits,
+    lengths_include_new,
+    max_keys,
+    validated,
 ):
-    if (
-        not (type(window) is int or window is None)
-        or not (num_splits is None or type(num_splits) is int)
-        or not (softcap is None or (type(softcap) in (int, float) and 0 < softcap < math.inf))
-        or type(cache_seqlens) is not torch.Tensor
-        or not (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
-    ):
+    """Plan and launch the split (+ combine) kernels on inputs of consistent shapes.
+
+    The compiled kernels are cached per Triton specialization class of the call (dtypes,
+    devices, 16-byte alignment, the class of every int argument: value 1, divisible by 16,
+    i32/i64; constexprs), not per exact size, so decode steps whose cache grows by one
+    token reuse one entry; the plan (splits, grid, partial sizes) is recomputed per call
+    from the sizes, so no entry can hold another call's sizes. ``validated``: the inputs
+    went through the full checks; if not, a call that misses the cache returns None
+    before doing anything (the caller validates and calls again)."""
+    batch, num_q_heads, seqlen_new, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    group = num_q_heads // num_kv_heads
+    interpreted = q.device.type != "cuda"
+    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    rows = group * seqlen_new
+    block_m = max(16, min(64, triton.next_power_of_2(rows)))
+    block_n = 32 if interpreted else (64 if head_dim_padded <= 128 else 32)
+    row_tiles = -(-rows // block_m)
+    keys = max(1, max_keys)
+    if num_splits is None:
+        sms = 4 if interpreted else _num_sms(q.device.index)
+        num_splits = choose_num_splits(batch, num_kv_heads, row_tiles, keys, block_n, sms)
+    num_splits = max(1, int(num_splits))
+    per_split = -(-keys // num_splits)
+    split_len = -(-per_split // block_n) * block_n
+    num_splits = -(-keys // split_len)  # no split starts past the end
+    single = num_splits == 1
+    splits_padded = max(2, triton.next_power_of_2(num_splits))
+    if key_mask is not None and key_mask.dtype == torch.bool:
+        key_mask = key_mask.view(torch.uint8)  # same bytes; Triton loads bool as i1
+    window_arg = window or 0
+    stride_mz = 0 if key_mask is None else key_mask.stride(0)
+    strides = (*q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride())
+    uniform = seqlens is None
+
+    entry = key = None
+    if not interpreted and launch.usable(q.device):
+        ints = (
+            *strides,
+            num_kv_heads,
+            group,
+            seqlen_new,
+            num_splits,
+            split_len,
+            window_arg,
+            stride_mz,
+            lengths_include_new,
+            num_q_heads,
+        )
+        key = (
+            q.device,
+            k_cache.device,
+            v_cache.device,
+            out.device,
+            q.dtype,
+            k_cache.dtype,
+            v_cache.dtype,
+            out.dtype,
+            _aligned(q),
+            _aligned(k_cache),
+            _aligned(v_cache),
+            _aligned(out),
+            None if uniform else (seqlens.dtype, seqlens.device, _aligned(seqlens)),
+            None if key_mask is None else (key_mask.device, _aligned(key_mask)),
+            tuple(map(launch.int_class, ints)),
+            launch.int_type(uniform_len),
+            head_dim,
+            block_m,
+            block_n,
+            single,
+            0 if single else splits_padded,
+            window is not None,
+            softcap is not None,
+        )
+        entry = _DECODE_LAUNCHES.get(key)
+    if entry is None and not validated:
         return None
-    sig = lambda t: (t.shape, t.stride(), t.dtype, t.device, launch.aligned(t))  # noqa: E731
-    grad = torch.is_grad_enabled() and (
-        q.requires_grad or k_cache.requires_grad or v_cache.requires_grad
-    )
-    return (
-        sig(q),
-        sig(k_cache),
-        sig(v_cache),
-        sig(cache_seqlens),
-        None if out is None else sig(out),
-        None if key_padding_mask is None else sig(key_padding_mask),
-        num_splits,
-        window,
-        softcap is None,
-        grad,
-    )
 
-
-def _decode_cached(e, q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, scale, softcap):
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    stream = launch.current_stream(q.device.index)
     qk_scale, softcap_scale = _kernel_scales(
-        1.0 / math.sqrt(q.shape[3]) if scale is None else scale, softcap
+        1.0 / math.sqrt(head_dim) if scale is None else scale, softcap
     )
-    args = list(e.split_args)
-    if e.num_splits == 1:
-        partial = lse_partial = out
+    if single:
+        partial = lse_partial = out  # unused pointers
     else:
-        partial, lse_partial = _partials(e.partial_shape, q.device)
-    args[0:7] = (q, k_cache, v_cache, cache_seqlens, partial, lse_partial, out)
-    args[_SPLIT_PARAMS.index("qk_scale")] = qk_scale
-    args[_SPLIT_PARAMS.index("softcap_scale")] = softcap_scale
-    if key_padding_mask is not None:
-        args[_SPLIT_PARAMS.index("KeyMask")] = key_padding_mask
-    e.split(e.split_grid, stream, args)
-    if e.num_splits > 1:
-        args = list(e.combine_args)
-        args[0:3] = (partial, lse_partial, out)
-        e.combine(e.combine_grid, stream, args)
+        partial, lse_partial = _partials(
+            (batch, num_q_heads, seqlen_new, num_splits, head_dim_padded), q.device
+        )
+    split_grid = (num_splits, row_tiles, batch * num_kv_heads)
+    split_args = [
+        q,
+        k_cache,
+        v_cache,
+        seqlens,
+        partial,
+        lse_partial,
+        out,
+        *strides,
+        num_kv_heads,
+        group,
+        seqlen_new,
+        num_splits,
+        split_len,
+        qk_scale,
+        head_dim,
+        head_dim_padded,
+        block_m,
+        block_n,
+        single,
+        window_arg,
+        softcap_scale,
+        key_mask,
+        stride_mz,
+        lengths_include_new,
+        uniform_len,
+        window is not None,
+        softcap is not None,
+        key_mask is not None,
+        uniform,
+    ]
+    combine_grid = (batch * num_q_heads * seqlen_new, 1, 1)
+    combine_args = None
+    if not single:
+        combine_args = [
+            partial,
+            lse_partial,
+            out,
+            *strides[12:16],
+            num_q_heads,
+            seqlen_new,
+            num_splits,
+            head_dim,
+            head_dim_padded,
+            splits_padded,
+        ]
+    if entry is not None:
+        stream = launch.current_stream(q.device.index)
+        entry[0](split_grid, stream, split_args)
+        if not single:
+            entry[1](combine_grid, stream, combine_args)
+        return out
+
+    split = _decode_split_kernel[split_grid](
+        *split_args, num_warps=4, num_stages=1 if interpreted else 3
+    )
+    combine = None
+    if not single:
+        combine = _decode_combine_kernel[combine_grid](*combine_args, num_warps=4)
+    if key is not None:
+        split_kernel = launch.direct_kernel(split)
+        combine_kernel = launch.direct_kernel(combine) if combine is not None else None
+        if split_kernel is not None and (single or combine_kernel is not None):
+            _DECODE_LAUNCHES.put(key, (split_kernel, combine_kernel))
     return out
+
+
+def _consistent(q, k_cache, v_cache, seqlens, out, key_mask) -> bool:
+    """The shape relations a validated call established that a cache hit does not prove
+    (the key holds classes, not sizes): a cheap check before a launch without the full
+    validation. Anything else goes through the full checks, which raise."""
+    qs, ks = q.shape, k_cache.shape
+    return (
+        len(qs) == 4
+        and len(ks) == 4
+        and v_cache.shape == ks
+        and qs[0] == ks[0]
+        and qs[3] == ks[3]
+        and ks[1] > 0
+        and qs[1] % ks[1] == 0
+        and qs[0] > 0
+        and qs[1] > 0
+        and qs[2] > 0
+        and (seqlens is None or seqlens.shape == (qs[0],))
+        and (out is None or out.shape == qs)
+        and (key_mask is None or key_mask.shape == (qs[0], ks[2]))
+    )
+
+
+def _plain_options(window, softcap, num_splits) -> bool:
+    return (
+        (window is None or (type(window) is int and window > 0))
+        and (softcap is None or (type(softcap) in (int, float) and 0 < softcap < math.inf))
+        and (num_splits is None or type(num_splits) is int)
+    )
+
+
+def attend_full_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Decode over a cache that holds exactly its ``Sk`` keys for every sequence (what a
+    transformers cache step and ``flashcore.ops`` pass): ``q`` ``(B, Hq, Sq, D)`` are the
+    last Sq positions of ``k``/``v`` ``(B, Hkv, Sk, D)`` (bottom-right causal), with the
+    same options as :func:`attention_with_kvcache` (``key_padding_mask`` ``(B, Sk)``).
+    No lengths tensor is built or read (the kernel gets Sk as an unspecialized integer),
+    so a call is one split launch (+ one combine launch when the cache is split) and a
+    cache growing by one token per step reuses one compiled kernel.
+
+    Raises as :func:`attention_with_kvcache` for bad inputs."""
+    seqlen_k = k.shape[2] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
+    if (
+        type(q) is torch.Tensor
+        and type(k) is torch.Tensor
+        and type(v) is torch.Tensor
+        and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
+        and q.device.type == "cuda"
+        and _plain_options(window, softcap, num_splits)
+        and _consistent(q, k, v, None, None, key_padding_mask)
+    ):
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        done = _launch(
+            q,
+            k,
+            v,
+            None,
+            seqlen_k,
+            out,
+            key_padding_mask,
+            scale,
+            window,
+            softcap,
+            num_splits,
+            1,
+            seqlen_k,
+            False,
+        )
+        if done is not None:
+            return done
+    check_attention_inputs(q, k, v, max_head_dim=256)
+    if q.dtype == torch.float32 and q.device.type == "cuda":
+        raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
+    check_window(window, True)
+    check_softcap(softcap)
+    _check_key_mask(key_padding_mask, q, seqlen_k)
+    if q.shape[2] > seqlen_k:
+        raise ValueError(f"expected Sq <= Sk, got Sq={q.shape[2]}, Sk={seqlen_k}")
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    return _launch(
+        q,
+        k,
+        v,
+        None,
+        seqlen_k,
+        out,
+        key_padding_mask,
+        scale,
+        window,
+        softcap,
+        num_splits,
+        1,
+        seqlen_k,
+        True,
+    )
+
+
+def _check_key_mask(key_padding_mask, q, capacity) -> None:
+    batch = q.shape[0]
+    if key_padding_mask is not None and (
+        not isinstance(key_padding_mask, torch.Tensor)
+        or key_padding_mask.shape != (batch, capacity)
+        or key_padding_mask.dtype not in (torch.bool, torch.uint8)
+        or key_padding_mask.device != q.device
+    ):
+        got = (
+            (tuple(key_padding_mask.shape), key_padding_mask.dtype, key_padding_mask.device)
+            if isinstance(key_padding_mask, torch.Tensor)
+            else type(key_padding_mask).__name__
+        )
+        raise ValueError(
+            f"expected key_padding_mask to be a ({batch}, {capacity}) bool tensor on {q.device}, got {got}"
+        )
 
 
 def attention_with_kvcache(
@@ -398,16 +633,17 @@ def attention_with_kvcache(
     Dtypes: float16, bfloat16 (CUDA); float16 and float32 on CPU under the interpreter.
     Head dims 1..256. GQA/MQA via Hq % Hkv == 0.
 
-    Host cost: with ``check_lengths=False`` and no new tokens, a call whose signature
-    (shapes, strides, dtypes, device, alignment, options) was launched before reuses that
-    launch and skips the checks, as ``flashcore.attention`` does.
+    Host cost: with ``check_lengths=False`` and no new tokens, a call whose Triton
+    specialization (dtypes, devices, 16-byte alignment, the class of every size and stride:
+    1, divisible by 16, i32/i64; options) was launched before reuses that compiled kernel
+    and skips the full checks (a few shape relations are still checked); the sizes
+    themselves may differ, e.g. a cache one token longer than the last call's.
 
     Raises (before touching the cache): ValueError/TypeError for shapes, dtypes, devices,
     heads, lengths out of range or a cache too small for the new tokens.
 
     Returns: ``(B, Hq, Sn, D)`` in q's dtype.
     """
-    key = None
     if (
         not check_lengths
         and k_new is None
@@ -415,38 +651,42 @@ def attention_with_kvcache(
         and type(q) is torch.Tensor
         and type(k_cache) is torch.Tensor
         and type(v_cache) is torch.Tensor
+        and type(cache_seqlens) is torch.Tensor
         and (out is None or type(out) is torch.Tensor)
+        and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
         and q.device.type == "cuda"
-        and launch.usable(q.device)
+        and _plain_options(window, softcap, num_splits)
+        and _consistent(q, k_cache, v_cache, cache_seqlens, out, key_padding_mask)
     ):
-        key = _decode_key(
-            q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, num_splits, window, softcap
+        # Trusted lengths, nothing appended: a call of a signature launched before (same
+        # dtypes, devices, alignment, int classes, options) skips the checks.
+        dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        capacity = k_cache.shape[2]
+        done = _launch(
+            q,
+            k_cache,
+            v_cache,
+            cache_seqlens,
+            0,
+            dest,
+            key_padding_mask,
+            scale,
+            window,
+            softcap,
+            num_splits,
+            1,
+            capacity,
+            False,
         )
-        entry = _DECODE_LAUNCHES.get(key) if key is not None else None
-        if entry is not None:
-            return _decode_cached(
-                entry, q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, scale, softcap
-            )
+        if done is not None:
+            return done
 
     new_tokens = check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out)
     check_window(window, True)
     check_softcap(softcap)
     batch, num_q_heads, seqlen_new, head_dim = q.shape
-    num_kv_heads, capacity = k_cache.shape[1], k_cache.shape[2]
-    if key_padding_mask is not None and (
-        not isinstance(key_padding_mask, torch.Tensor)
-        or key_padding_mask.shape != (batch, capacity)
-        or key_padding_mask.dtype not in (torch.bool, torch.uint8)
-        or key_padding_mask.device != q.device
-    ):
-        got = (
-            (tuple(key_padding_mask.shape), key_padding_mask.dtype, key_padding_mask.device)
-            if isinstance(key_padding_mask, torch.Tensor)
-            else type(key_padding_mask).__name__
-        )
-        raise ValueError(
-            f"expected key_padding_mask to be a ({batch}, {capacity}) bool tensor on {q.device}, got {got}"
-        )
+    capacity = k_cache.shape[2]
+    _check_key_mask(key_padding_mask, q, capacity)
     max_keys = capacity
     if check_lengths and batch > 0:
         lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))
@@ -468,113 +708,20 @@ def attention_with_kvcache(
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    qk_scale, softcap_scale = _kernel_scales(scale, softcap)
-
-    group = num_q_heads // num_kv_heads
-    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
-    interpreted = on_interpreter(q)
-    rows = group * seqlen_new
-    block_m = max(16, min(64, triton.next_power_of_2(rows)))
-    block_n = 32 if interpreted else (64 if head_dim_padded <= 128 else 32)
-    row_tiles = triton.cdiv(rows, block_m)
-    if num_splits is None:
-        sms = 4 if interpreted else _num_sms(q.device)
-        num_splits = choose_num_splits(batch, num_kv_heads, row_tiles, max_keys, block_n, sms)
-    num_splits = int(max(1, num_splits))
-    split_len = triton.cdiv(triton.cdiv(max(1, max_keys), num_splits), block_n) * block_n
-    num_splits = triton.cdiv(max(1, max_keys), split_len)  # no split starts past the end
-
-    single = num_splits == 1
-    partial_shape = (batch, num_q_heads, seqlen_new, num_splits, head_dim_padded)
-    if single:
-        out_partial = lse_partial = out  # unused pointers
-    else:
-        out_partial, lse_partial = _partials(partial_shape, q.device)
-    warps = 4
-    stages = 1 if interpreted else 3
-    if key_padding_mask is not None and key_padding_mask.dtype == torch.bool:
-        key_padding_mask = key_padding_mask.view(torch.uint8)  # same bytes; Triton loads bool as i1
-    split_grid = (num_splits, row_tiles, batch * num_kv_heads)
-    split_params = dict(
-        Q=q,
-        K=k_cache,
-        V=v_cache,
-        SeqLens=cache_seqlens,
-        OutPartial=out_partial,
-        LsePartial=lse_partial,
-        Out=out,
-        **dict(zip(("stride_qz", "stride_qh", "stride_qm", "stride_qk"), q.stride())),
-        **dict(zip(("stride_kz", "stride_kh", "stride_kn", "stride_kk"), k_cache.stride())),
-        **dict(zip(("stride_vz", "stride_vh", "stride_vn", "stride_vk"), v_cache.stride())),
-        **dict(zip(("stride_oz", "stride_oh", "stride_om", "stride_ok"), out.stride())),
-        num_kv_heads=num_kv_heads,
-        group_size=group,
-        seqlen_new=seqlen_new,
-        num_splits=num_splits,
-        split_len=split_len,
-        qk_scale=qk_scale,
-        HEAD_DIM=head_dim,
-        HEAD_DIM_PADDED=head_dim_padded,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        SINGLE_SPLIT=single,
-        window=window or 0,
-        softcap_scale=softcap_scale,
-        KeyMask=key_padding_mask,
-        stride_mz=0 if key_padding_mask is None else key_padding_mask.stride(0),
+    return _launch(
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        0,
+        out,
+        key_padding_mask,
+        scale,
+        window,
+        softcap,
+        num_splits,
         # Without new tokens the queries are the last Sn cached positions.
-        lengths_include_new=0 if new_tokens else 1,
-        HAS_WINDOW=window is not None,
-        SOFTCAP=softcap is not None,
-        HAS_KEY_MASK=key_padding_mask is not None,
+        0 if new_tokens else 1,
+        max_keys,
+        True,
     )
-    split = _decode_split_kernel[split_grid](**split_params, num_warps=warps, num_stages=stages)
-    combine = None
-    if not single:
-        combine_grid = (batch * num_q_heads * seqlen_new, 1, 1)
-        combine_params = dict(
-            OutPartial=out_partial,
-            LsePartial=lse_partial,
-            Out=out,
-            **dict(zip(("stride_oz", "stride_oh", "stride_om", "stride_ok"), out.stride())),
-            num_q_heads=num_q_heads,
-            seqlen_new=seqlen_new,
-            num_splits=num_splits,
-            HEAD_DIM=head_dim,
-            HEAD_DIM_PADDED=head_dim_padded,
-            SPLITS_PADDED=max(2, triton.next_power_of_2(num_splits)),
-        )
-        combine = _decode_combine_kernel[combine_grid](**combine_params, num_warps=4)
-    if key is not None:
-        split_kernel = launch.direct_kernel(split)
-        combine_kernel = launch.direct_kernel(combine) if combine is not None else None
-        if split_kernel is not None and (single or combine_kernel is not None):
-            # Tensors are filled in per call; only integers derived from the key are kept.
-            split_args = [
-                None if isinstance(split_params[n], torch.Tensor) else split_params[n]
-                for n in _SPLIT_PARAMS
-            ]
-            combine_args = (
-                None
-                if single
-                else [
-                    None if isinstance(combine_params[n], torch.Tensor) else combine_params[n]
-                    for n in _COMBINE_PARAMS
-                ]
-            )
-            _DECODE_LAUNCHES.put(
-                key,
-                _DecodeEntry(
-                    split=split_kernel,
-                    combine=combine_kernel,
-                    split_grid=split_grid,
-                    combine_grid=None if single else combine_grid,
-                    split_args=tuple(split_args),
-                    combine_args=None if single else tuple(combine_args),
-                    partial_shape=partial_shape,
-                    num_splits=num_splits,
-                ),
-            )
-    return out
