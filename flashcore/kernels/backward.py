@@ -252,8 +252,10 @@ def _probabilities(s, lse_term, qk_scale, sm_scale, EXP_FP64: tl.constexpr):
     ulps on every P, which PyTorch's softmax (row max subtracted, no log2 e) does not pay.
     Half precision never sees them (P is rounded to 8 or 11 bits)."""
     if EXP_FP64:
-        return tl.exp(s.to(tl.float64) * sm_scale - lse_term).to(tl.float32)
-    return tl.math.exp2(s * qk_scale - lse_term)
+        p = tl.exp(s.to(tl.float64) * sm_scale - lse_term).to(tl.float32)
+    else:
+        p = tl.math.exp2(s * qk_scale - lse_term)
+    return p
 
 
 @triton.jit
@@ -295,6 +297,7 @@ def _dkdv_query_tiles(
     EXP_FP64: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
     """Fold query tiles [m_lo, m_hi) of one query head into the key tile's dK, dV.
 
@@ -304,7 +307,7 @@ def _dkdv_query_tiles(
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     d_in = offs_d[None, :] < HEAD_DIM
-    for start_m in range(m_lo, m_hi, BLOCK_M):
+    for start_m in tl.range(m_lo, m_hi, BLOCK_M, warp_specialize=WARP_SPEC):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
         q = _load_rows(
@@ -467,6 +470,7 @@ def _bwd_dkdv_kernel(
     EXP_FP64: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
     num_n_tiles = tl.cdiv(seqlen_k, BLOCK_N)
     pid = tl.program_id(0)
@@ -576,6 +580,7 @@ def _bwd_dkdv_kernel(
             EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
+            WARP_SPEC,
         )
         dk, dv = _dkdv_query_tiles(
             dk,
@@ -615,6 +620,7 @@ def _bwd_dkdv_kernel(
             EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
+            WARP_SPEC,
         )
         dk, dv = _dkdv_query_tiles(
             dk,
@@ -654,6 +660,7 @@ def _bwd_dkdv_kernel(
             EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
+            WARP_SPEC,
         )
 
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
@@ -711,10 +718,11 @@ def _dq_key_tiles(
     FP32_IEEE: tl.constexpr,
     EXP_FP64: tl.constexpr,
     USE_TMA: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
     """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
     offs_n0 = tl.arange(0, BLOCK_N)
-    for start_n in range(n_lo, n_hi, BLOCK_N):
+    for start_n in tl.range(n_lo, n_hi, BLOCK_N, warp_specialize=WARP_SPEC):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         k = _load_rows(
@@ -833,6 +841,7 @@ def _bwd_dq_kernel(
     FP32_IEEE: tl.constexpr,
     EXP_FP64: tl.constexpr,
     USE_TMA: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -939,6 +948,7 @@ def _bwd_dq_kernel(
         FP32_IEEE,
         EXP_FP64,
         USE_TMA,
+        WARP_SPEC,
     )
     dq = _dq_key_tiles(
         dq,
@@ -973,6 +983,7 @@ def _bwd_dq_kernel(
         FP32_IEEE,
         EXP_FP64,
         USE_TMA,
+        WARP_SPEC,
     )
     dq = _dq_key_tiles(
         dq,
@@ -1007,6 +1018,7 @@ def _bwd_dq_kernel(
         FP32_IEEE,
         EXP_FP64,
         USE_TMA,
+        WARP_SPEC,
     )
     dq = dq * sm_scale
     tl.store(
@@ -1252,6 +1264,7 @@ def attention_backward(
         num_stages=stages,
         ATOMIC_DQ=not deterministic,
         USE_TMA=use_tma,
+        WARP_SPEC=cfg.get("WARP_SPEC", False),
         **common,
     )
     if not deterministic:
@@ -1287,6 +1300,7 @@ def attention_backward(
         num_warps=warps,
         num_stages=stages,
         USE_TMA=use_tma,
+        WARP_SPEC=cfg.get("WARP_SPEC", False),
         **common,
     )
     return dq, dk, dv
