@@ -52,6 +52,16 @@ qf = torch.randn(8, 8, 128, 64, device="cuda", dtype=torch.float16)
 qt = torch.randn(1, 32, 1024, 128, device="cuda", dtype=torch.bfloat16)
 qg = torch.randn(1, 32, 2048, 128, device="cuda", dtype=torch.bfloat16)
 kg = torch.randn(1, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
+kg8 = torch.randn(1, 8, 8192 + 256, 128, device="cuda", dtype=torch.bfloat16)
+_step = [0]
+
+
+def grow():
+    """A cache one token longer each call (cycling over 256 lengths), as generation makes."""
+    _step[0] = (_step[0] + 1) % 256
+    return kg8[:, :, : 8192 + _step[0]], kg8[:, :, : 8192 + _step[0]]
+
+
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 import flashcore.ops  # noqa: E402,F401
@@ -76,6 +86,14 @@ rows = {
     ),
     "attention_with_kvcache 8K (JIT)": jit_path(
         lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False)
+    ),
+    "attend_full_cache 8K growing (lean)": lambda: decode.attend_full_cache(q, *grow()),
+    "attend_full_cache 8K growing (JIT)": jit_path(lambda: decode.attend_full_cache(q, *grow())),
+    "transformers fn decode 8K growing": lambda: flashcore.ops._transformers_attention(
+        None, q, *grow(), None, is_causal=True
+    ),
+    "sdpa decode 8K growing (default)": lambda: torch.nn.functional.scaled_dot_product_attention(
+        q, *grow(), enable_gqa=True
     ),
     "attention GQA S2048 D128 TMA (lean)": lambda: forward.attention(qg, kg, kg, causal=True),
     "attention GQA S2048 D128 TMA (JIT)": jit_path(
@@ -112,7 +130,11 @@ print(
 )
 
 if "--cprofile" in sys.argv:
-    for name in ("attention D128 TMA (lean)", "torch.ops.flashcore.attention decode"):
+    for name in (
+        "attention D128 TMA (lean)",
+        "attend_full_cache 8K growing (lean)",
+        "torch.ops.flashcore.attention decode",
+    ):
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(2000):

@@ -20,7 +20,11 @@ SHAPES = [
     ("B1 H32 S1024 D128", 1, 32, 32, 1024, 1024, 128, True),
     ("decode B1 Hq32/Hkv8 cache 8K", 1, 32, 8, 1, 8192, 128, False),
     ("GQA prefill B1 H32/8 S2048 D128", 1, 32, 8, 2048, 2048, 128, True),
+    # Decode as generation makes it: every call's cache is one token longer than the last
+    # (cycling over 256 lengths from 8K); flashcore as the op and transformers call it.
+    ("decode B1 Hq32/Hkv8 cache 8K growing", 1, 32, 8, 1, 8192, 128, False),
 ]
+GROWTH = 256
 IMPLS = ("flashcore", "flashcore op", "sdpa default", "sdpa cudnn", "sdpa flash")
 
 
@@ -38,6 +42,39 @@ def _calls(shape, dtype=torch.bfloat16, device="cuda"):
     v = torch.randn(b, hkv, sk, d, device=device, dtype=dtype, generator=g)
     gqa = hq != hkv
     decode = sq == 1
+    if "growing" in shape[0]:
+        from flashcore.kernels.decode import attend_full_cache
+
+        kk = torch.randn(b, hkv, sk + GROWTH, d, device=device, dtype=dtype, generator=g)
+        vv = torch.randn(b, hkv, sk + GROWTH, d, device=device, dtype=dtype, generator=g)
+        step = [0]
+
+        def kv():
+            step[0] = (step[0] + 1) % GROWTH
+            n = sk + step[0]
+            return kk[:, :, :n], vv[:, :, :n]
+
+        def ours():
+            k, v = kv()
+            return attend_full_cache(q, k, v)
+
+        def op():
+            k, v = kv()
+            return torch.ops.flashcore.attention(q, k, v, causal, True, None)
+
+        def sdpa():
+            k, v = kv()
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, enable_gqa=gqa
+            )
+
+        return {
+            "flashcore": (ours, None),
+            "flashcore op": (op, None),
+            "sdpa default": (sdpa, None),
+            "sdpa cudnn": (sdpa, lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)),
+            "sdpa flash": (sdpa, lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)),
+        }
     if decode:
         lengths = torch.full((b,), sk, dtype=torch.int32, device=device)
         ours = lambda: flashcore.attention_with_kvcache(q, k, v, lengths, check_lengths=False)  # noqa: E731
