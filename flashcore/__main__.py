@@ -127,17 +127,20 @@ def cmd_sanitize(args) -> int:
             "1",
             "--no-speed",
         ],
-        # The same grid with every case the Gluon Hopper kernel supports forced onto it.
+        # The same grid with every case the Gluon Hopper kernel supports forced onto it;
+        # then forced onto it with 3 programs, so every program walks many work tiles.
         "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"],
+        "forward_hopper_walk": ["validate", "--grid", "sanitizer", "--quiet"],
     }
     if args.workloads:
         workloads = {w: a for w, a in workloads.items() if w in args.workloads}
     report = []
     for tool in args.tools:
         for workload, flashcore_args in workloads.items():
-            run_env = dict(
-                env, FLASHCORE_FORWARD_HOPPER="always" if workload == "forward_hopper" else "never"
-            )
+            hopper = workload.startswith("forward_hopper")
+            run_env = dict(env, FLASHCORE_FORWARD_HOPPER="always" if hopper else "never")
+            if workload == "forward_hopper_walk":
+                run_env.update(FLASHCORE_HOPPER_MAX_PROGRAMS="3")
             cmd = [
                 "compute-sanitizer",
                 "--tool",
@@ -763,7 +766,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--workloads",
         nargs="+",
-        choices=["forward", "fp8", "forward_hopper"],
+        choices=["forward", "fp8", "forward_hopper", "forward_hopper_walk"],
         help="subset of the workloads (default: all)",
     )
     p.add_argument("--record", action="store_true", help="add the result to correctness.json")

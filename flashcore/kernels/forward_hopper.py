@@ -46,6 +46,8 @@ launches it only where ``DISPATCH`` says it was measured faster than the Triton 
 recorded in results/nvidia-h100-80gb-hbm3/fa3_attempt.json). The environment variable
 ``FLASHCORE_FORWARD_HOPPER`` overrides the table for tests and sanitizer runs: ``always``
 (every supported call), ``never`` (today's kernel only); default ``auto``.
+``FLASHCORE_HOPPER_MAX_PROGRAMS=N`` caps the persistent grid at N programs, so that a
+sanitizer run makes every program walk many work tiles.
 """
 
 from __future__ import annotations
@@ -80,14 +82,20 @@ CONSUMER_REGS = {2: 240, 3: 160}
 
 # Tile configs per head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared memory:
 # Q NUM_WG*64*D, ring 2*STAGES*BN*D elements; D=256 with BN=64 and 2 stages uses 192 KB of 227.
+# (Three warpgroups at D=64, 192-row tiles, measured no faster than two with 3 stages and
+# spill at 160 registers a thread; they stay selectable, num_wg=3.)
 VARIANTS = {
-    64: dict(BLOCK_N=128, STAGES=2, NUM_WG=3),  # 192-row query tiles: three consumer warpgroups
+    64: dict(BLOCK_N=128, STAGES=3),
     128: dict(BLOCK_N=128, STAGES=2),
     256: dict(BLOCK_N=64, STAGES=2),
 }
-# Grid per head dim: True = persistent (one program per SM walking the work tiles), False =
-# one program per work tile. Both run the same kernel; measured side by side on the H100.
-PERSISTENT = {64: True, 128: True, 256: True}
+# Grid per causal mode: non-causal runs persistent (one program per SM walks the work tiles,
+# so the next tile's loads overlap the last tile's P V and store; D128 S=1K 493 vs 457
+# TFLOP/s, S=2K 557 vs 528); causal runs one program per work tile. Causal work tiles differ
+# in length, and a static walk of a per-head order hands some programs the long tiles of
+# every head (a 3x imbalance at S=16K: 414 vs 644 TFLOP/s at D=128), while the hardware's
+# block scheduler balances one-program-per-tile launches for free. (H100, commit f38c623.)
+PERSISTENT = {False: True, True: False}
 
 if GLUON_AVAILABLE:
 
@@ -471,22 +479,19 @@ if GLUON_AVAILABLE:
 
 
 # (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
-# was measured faster than forward.py's Triton kernel; None: never (measured slower).
-# Measured on the H100 (commits 8b2bb7a, baf467f), bf16 TFLOP/s Gluon vs Triton:
-#   D=64  full   (3 warpgroups) S=1K 363 vs 397, S=4K 481 vs 432, S=16K 548 vs 417
-#   D=64  causal (3 warpgroups) S=1K 142 vs 318, S=4K 350 vs 395, S=16K 446 vs 404
-#         (2 warpgroups were slower than Triton at D=64 everywhere but S=16K full)
-#   D=128 full   S=1K 506 vs 455 ... S=4K 642 vs 504, S=16K 621 vs 507
-#   D=128 causal S=1K 330 vs 358 (slower), S=2K 446 vs 421 ... S=16K 647 vs 512
-#   D=256 full   S=1K 550 vs 417 ... S=8K 710 vs 527;  causal S=1K 390 vs 311 ... 759 vs 513
-# D=64 stays on the Triton kernel for now: its three-warpgroup variant was measured faster
-# (S >= 4K full, 16K causal) but ran only part of its GPU tests (10 of 12 passed, 2 not
-# reached) and never the forced full grid; it is one table entry away once it has.
+# was measured faster than forward.py's Triton kernel. H100, bf16, B*S = 16K tokens,
+# H*D = 2048, interleaved timing (tools/gpu_forward_hopper.py, commit f38c623), TFLOP/s
+# Gluon (persistent for non-causal) vs Triton:
+#   D=64  full   S=1K 369 vs 393, S=2K 467 vs 425 ... S=16K 512 vs 413
+#   D=64  causal S=4K 339 vs 387, S=8K 426 vs 412, S=16K 454 vs 416
+#   D=128 full   S=1K 493 vs 461 ... S=16K 634 vs 490
+#   D=128 causal S=1K 305 vs 357, S=2K 423 vs 429, S=4K 519 vs 463 ... S=16K 644 vs 538
+#   D=256 full   S=1K 501 vs 416 ... ;  causal S=1K 350 vs 306 ... S=16K 749 vs 526
 DISPATCH = {
-    (64, False): None,
-    (64, True): None,
+    (64, False): 2048,
+    (64, True): 8192,
     (128, False): 1024,
-    (128, True): 2048,
+    (128, True): 4096,
     (256, False): 1024,
     (256, True): 1024,
 }
@@ -615,7 +620,10 @@ def attention_hopper(
     k_desc = _descriptor(k, block_n, head_dim)
     v_desc = _descriptor(v, block_n, head_dim)
     work_tiles = triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG) * batch * num_q_heads
-    persistent = PERSISTENT[head_dim] if persistent is None else persistent
+    persistent = PERSISTENT[bool(is_causal)] if persistent is None else persistent
+    # FLASHCORE_HOPPER_MAX_PROGRAMS: the same cap from the environment, for sanitizer runs
+    # of whole grids (python -m flashcore sanitize --workloads forward_hopper_walk).
+    max_programs = max_programs or int(os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS", "0"))
     programs = max_programs or _num_sms(q.device.index)
     grid = (min(work_tiles, programs) if persistent else work_tiles,)
     _fa3_fwd_kernel[grid](
