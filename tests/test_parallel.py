@@ -200,3 +200,26 @@ def test_interpreter_blocker_names_the_numpy_that_triton_36_rejects(
         assert numpy_version in reason
         with pytest.raises(RuntimeError, match="interpreter needs numpy < 2.4"):
             CP.spawn_check(CP.cpu_grid()[:1])  # refused before any process starts
+
+
+def test_torch_cp_output_check_passes_pytorch_cp_and_catches_per_rank_inputs():
+    """The bench's check of PyTorch's context_parallel output, on CPU around PyTorch's own
+    sharding, ring, fp32 merge and unshard: it passes when every rank holds the same inputs,
+    and fails (and says why) when V differs per rank, as it did when V came from the
+    per-process (urandom-seeded) default CUDA generator."""
+    rows = {(r["inputs"], r["causal"]): r for r in CP.torch_cp_cpu_check(512)}
+    for causal in (False, True):
+        ok, bad = rows[("seeded", causal)], rows[("v unseeded", causal)]
+        assert ok["passed"] and ok["inputs_identical_across_ranks"], ok
+        assert ok["unshard_agrees_with_positions"], ok
+        assert not bad["passed"] and not bad["inputs_identical_across_ranks"], bad
+        assert bad["ratio"] > 5, bad
+
+
+def test_torch_cp_bench_draws_every_input_from_the_seeded_generator():
+    """No input of the bench's timed comparisons comes from the default (per-process,
+    nondeterministically seeded on CUDA) generator."""
+    import inspect
+
+    src = inspect.getsource(CP.bench)
+    assert "randn_like(k)" not in src and "randn_like(q)" not in src

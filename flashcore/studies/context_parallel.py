@@ -495,6 +495,164 @@ def _torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
     return ms, peak, out_global, unshard_agrees
 
 
+def inputs_identical_across_ranks(tensors, group=None) -> bool:
+    """Whether every rank holds bitwise the same ``tensors`` (a checksum per tensor: the
+    float64 sum and a position-weighted sum, gathered and compared). Anything that shards
+    global inputs per rank assumes this; a tensor drawn from an unseeded CUDA generator
+    breaks it silently."""
+    sums = []
+    for t in tensors:
+        x = t.detach().double().flatten()
+        w = torch.arange(1, x.numel() + 1, device=x.device, dtype=torch.float64) % 997
+        sums += [x.sum(), (x * w).sum()]
+    mine = torch.stack(sums)  # on the inputs' device: the one the group's backend serves
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    return all(torch.equal(every[0], other) for other in every[1:])
+
+
+def torch_cp_output_check(
+    q, k, v, out_global, causal, *, group=None, impl="torch_cp", seqlen=None, rows=128, seed=3
+) -> dict:
+    """PyTorch's context-parallel output (gathered into sequence order) under the error rule
+    against the float64 single-device reference on ``rows`` random query rows plus the first
+    and last ones; q (B, Hq, S, D) and k, v (B, Hkv, S, D) are the global inputs every rank
+    sharded. Also records whether those inputs were identical on every rank (the check is
+    meaningless otherwise) and the same-precision baseline's error, so a failure can be read."""
+    from ..reference import attention_reference
+    from ..validate import error_rule
+
+    seqlen = q.shape[2] if seqlen is None else seqlen
+    picks = torch.randint(0, seqlen, (rows,), generator=torch.Generator().manual_seed(seed))
+    rows_idx = torch.cat([torch.tensor([0, seqlen - 1]), picks]).unique().to(q.device)
+    ref64 = attention_reference(
+        q, k, v, causal=causal, compute_dtype=torch.float64, query_rows=rows_idx
+    )
+    same = attention_reference(q, k, v, causal=causal, compute_dtype=q.dtype, query_rows=rows_idx)
+    rep = error_rule(out_global[:, :, rows_idx], ref64, same)
+    err = (out_global[:, :, rows_idx].double() - ref64).abs().amax(dim=(0, 1, 3))
+    worst = int(rows_idx[int(err.argmax())])
+    return {
+        "S": seqlen,
+        "causal": causal,
+        "impl": impl,
+        "rows_checked": int(rows_idx.numel()),
+        "max_abs_err": rep.max_abs_err,
+        "baseline_err": rep.baseline_err,
+        "bound": rep.bound,
+        "ratio": rep.ratio,
+        "passed": rep.passed,
+        "worst_row": worst,
+        "inputs_identical_across_ranks": inputs_identical_across_ranks([q, k, v], group),
+    }
+
+
+def _register_cpu_ring_sdpa():
+    """Let PyTorch's context_parallel run on CPU: its DTensor dispatch table has ring
+    handlers for the CUDA SDPA ops only; this adds one for the CPU flash op that calls the
+    same ``_templated_ring_attention`` (sharding, load balancer, ring, fp32 merge, unshard are
+    all PyTorch's own; only the per-block kernel is the CPU one). Private API: for the check
+    below, not for use."""
+    try:
+        from torch.distributed.tensor.experimental._context_parallel import _attention as A
+    except ImportError:  # torch releases with the flat module
+        from torch.distributed.tensor.experimental import _attention as A
+    from torch.distributed.tensor import DTensor, Shard
+
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def handler(op_call, args, kwargs):
+        info = DTensor._op_dispatcher.unwrap_to_op_info(op_call, args, kwargs)
+        q, k, v, *extra = info.local_args
+        opts = dict(info.local_kwargs)
+        dropout_p = extra[0] if extra else opts.pop("dropout_p", 0.0)
+        is_causal = extra[1] if len(extra) > 1 else opts.pop("is_causal", False)
+        mesh = info.compute_mesh
+        out, lse = A._templated_ring_attention(
+            mesh.get_group(),
+            2,
+            op,
+            query=q,
+            key=k,
+            value=v,
+            is_causal=is_causal,
+            dropout_p=dropout_p,
+            scale=opts.get("scale"),
+        )
+        return tuple(DTensor.from_local(t, mesh, [Shard(2)], run_check=False) for t in (out, lse))
+
+    A.custom_ops[op] = handler
+
+
+def _spawned_torch_cp_check(rank, world_size, store_path, out_path, seqlen, dtype_name):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size
+    )
+    from torch.distributed.device_mesh import init_device_mesh
+
+    _register_cpu_ring_sdpa()
+    mesh = init_device_mesh("cpu", (world_size,))
+    dtype = getattr(torch, dtype_name)
+    rows = []
+    for inputs, causal in (
+        ("seeded", False),
+        ("seeded", True),
+        ("v unseeded", False),
+        ("v unseeded", True),
+    ):
+        gen = torch.Generator().manual_seed(11)
+        q = torch.randn((1, 4, seqlen, 64), generator=gen).to(dtype)
+        k = torch.randn((1, 1, seqlen, 64), generator=gen).to(dtype)
+        if inputs == "seeded":
+            v = torch.randn((1, 1, seqlen, 64), generator=gen).to(dtype)
+        else:  # what randn_like does on a GPU: a different stream on every rank
+            v = torch.randn((1, 1, seqlen, 64), generator=torch.Generator().manual_seed(rank))
+            v = v.to(dtype)
+        k_x, v_x = (t.repeat_interleave(4, dim=1) for t in (k, v))
+        _, _, out_global, agrees = _torch_cp_sdpa(
+            mesh, q.clone(), k_x, v_x, causal, "flash", 1, 0, None
+        )
+        check = torch_cp_output_check(q, k, v, out_global, causal, impl="torch_cp (CPU)")
+        rows.append({"inputs": inputs, **check, "unshard_agrees_with_positions": agrees})
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def torch_cp_cpu_check(seqlen: int = 1024, world_size: int = 2, dtype="bfloat16") -> list[dict]:
+    """The bench's PyTorch-CP output check, run on ``world_size`` local gloo processes around
+    PyTorch's own ``context_parallel`` (CPU flash kernel per block), B=1 Hq=4 Hkv=1 D=64:
+    with every input seeded (as the bench draws them now) and with V drawn per rank (as it
+    drew them when ``torch_cp_checks`` were recorded). Returns rank 0's rows."""
+    import torch.multiprocessing as mp
+
+    child_env = {"CUDA_VISIBLE_DEVICES": ""}
+    if sys.platform.startswith("linux") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        child_env["GLOO_SOCKET_IFNAME"] = "lo"
+    saved = {key: os.environ.get(key) for key in child_env}
+    os.environ.update(child_env)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            store, out = os.path.join(tmp, "store"), os.path.join(tmp, "rows.json")
+            mp.start_processes(
+                _spawned_torch_cp_check,
+                args=(world_size, store, out, seqlen, dtype),
+                nprocs=world_size,
+                start_method="spawn",
+            )
+            with open(out) as f:
+                return json.load(f)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def overlap_probe(
     seqlens=(16384, 65536),
     *,
@@ -606,7 +764,6 @@ def bench(
 
     from .. import parallel as P
     from ..kernels.forward import attention
-    from ..reference import attention_reference
 
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     device = (
@@ -786,13 +943,15 @@ def bench(
                     device=device,
                     dtype=dtype,
                 )
-                k = torch.randn(
-                    (batch, num_kv_heads, seqlen, head_dim),
-                    generator=gen,
-                    device=device,
-                    dtype=dtype,
+                k, v = (
+                    torch.randn(
+                        (batch, num_kv_heads, seqlen, head_dim),
+                        generator=gen,
+                        device=device,
+                        dtype=dtype,
+                    )
+                    for _ in range(2)
                 )
-                v = torch.randn_like(k)
                 key1 = ("1gpu", causal)
                 warm1 = 0 if key1 in compiled else 1
                 compiled.add(key1)
@@ -823,14 +982,18 @@ def bench(
                     dtype=dtype,
                 )
                 # PyTorch's ring SDPA takes no enable_gqa: K/V expanded to Hq heads (they travel
-                # Hq/Hkv times the bytes flashcore's ring sends).
-                k = torch.randn(
-                    (batch, num_kv_heads, seqlen, head_dim),
-                    generator=gen,
-                    device=device,
-                    dtype=dtype,
+                # Hq/Hkv times the bytes flashcore's ring sends). Every input from the seeded
+                # generator: PyTorch seeds each process's default CUDA generator from
+                # /dev/urandom, so a tensor drawn from it (randn_like) differs between ranks.
+                k, v = (
+                    torch.randn(
+                        (batch, num_kv_heads, seqlen, head_dim),
+                        generator=gen,
+                        device=device,
+                        dtype=dtype,
+                    )
+                    for _ in range(2)
                 )
-                v = torch.randn_like(k)
                 k_x = k.repeat_interleave(num_q_heads // num_kv_heads, dim=1)
                 v_x = v.repeat_interleave(num_q_heads // num_kv_heads, dim=1)
                 q_in = q.clone()
@@ -860,32 +1023,15 @@ def bench(
                             }
                         )
                     elif first_s:
-                        # Its output under the rule on sampled rows (the first S only).
-                        rows_idx = torch.randint(
-                            0, seqlen, (128,), generator=torch.Generator().manual_seed(3)
-                        ).to(device)
-                        ref64 = attention_reference(
-                            q, k, v, causal=causal, compute_dtype=torch.float64, query_rows=rows_idx
+                        check = torch_cp_output_check(
+                            q, k, v, out_global, causal, group=group, impl=impl, seqlen=seqlen
                         )
-                        same = attention_reference(
-                            q, k, v, causal=causal, compute_dtype=dtype, query_rows=rows_idx
-                        )
-                        from ..validate import error_rule
-
-                        rep = error_rule(out_global[:, :, rows_idx], ref64, same)
-                        result["torch_cp_checks"].append(
-                            {
-                                "S": seqlen,
-                                "causal": causal,
-                                "impl": impl,
-                                "ratio": rep.ratio,
-                                "passed": rep.passed,
-                                "unshard_agrees_with_positions": unshard_agrees,
-                            }
-                        )
+                        check["unshard_agrees_with_positions"] = unshard_agrees
+                        result["torch_cp_checks"].append(check)
                         log(
-                            f"  {impl} output vs float64 (128 sampled rows): "
-                            f"ratio {rep.ratio:.3f}, passed {rep.passed}"
+                            f"  {impl} output vs float64 ({check['rows_checked']} sampled rows): "
+                            f"ratio {check['ratio']:.3f}, passed {check['passed']}; inputs "
+                            f"identical on every rank: {check['inputs_identical_across_ranks']}"
                         )
                     del out_global
                 except Exception as exc:  # record why PyTorch's CP could not run
@@ -922,3 +1068,44 @@ def bench(
         if on_row is not None:
             on_row(result)
     return result
+
+
+def _torch_check_main(argv=None) -> int:
+    """``torchrun --nproc-per-node 2 -m flashcore.studies.context_parallel [--seqlen S]
+    [--record]``: PyTorch's context_parallel + SDPA (cuDNN, flash) timed at one S, causal and
+    not, with its output checked (``torch_cp_output_check``); records
+    results/<gpu>-x<N>/context_parallel_torch_check.json. About a minute on two H200s."""
+    import argparse
+
+    from ..results import device_slug, write_result
+
+    ap = argparse.ArgumentParser(description=_torch_check_main.__doc__.splitlines()[0])
+    ap.add_argument("--seqlen", type=int, default=1 << 17)
+    ap.add_argument("--record", action="store_true")
+    args = ap.parse_args(argv)
+    rank, world_size, _ = init_from_env()
+    log = print if rank == 0 else (lambda *a, **k: None)
+    result = bench(
+        [args.seqlen],
+        impls=("torch_cp_cudnn", "torch_cp_flash"),
+        probe_seqlens=(),
+        budget_s=600.0,
+        log=log,
+    )
+    if args.record and rank == 0:
+        path = write_result(
+            "context_parallel_torch_check",
+            {"world_size": world_size, **result},
+            command="torchrun --nproc-per-node "
+            f"{world_size} -m flashcore.studies.context_parallel --seqlen {args.seqlen} --record",
+            slug=f"{device_slug()}-x{world_size}",
+        )
+        log("recorded:", path)
+    checks = result["torch_cp_checks"]
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0 if checks and all(c.get("passed") for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_torch_check_main())
