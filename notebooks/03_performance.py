@@ -194,8 +194,8 @@ print(
 #
 # `flashcore/kernels/forward_hopper.py` is a second forward kernel for Hopper, written in Gluon
 # (`triton.experimental.gluon`, Triton's lower-level language with explicit layouts, shared
-# memory, mbarriers and warp specialization). One program owns a 128-row query tile (192 rows
-# at D=64) and splits its warps by role:
+# memory, mbarriers and warp specialization). A *work tile* is 128 query rows of one (batch,
+# head); each program walks work tiles `t = pid, pid + grid, …` and splits its warps by role:
 #
 # * a **producer warp** only issues TMA copies: Q once, then K_j and V_j into a ring of
 #   shared-memory stages. Each stage has a *ready* mbarrier (the copy engine arrives with the
@@ -208,7 +208,12 @@ print(
 #   the tensor cores are still on `P_{j-1} V_{j-1}`, then rescales O once that GEMM is done;
 # * **ping-pong**: one mbarrier per warpgroup passes a turn around the ring, so the warpgroups
 #   issue their GEMMs alternately and one warpgroup's softmax runs while another's GEMMs hold
-#   the tensor cores.
+#   the tensor cores;
+# * **persistent grid** (non-causal): one program per SM walks the work tiles. Ring positions
+#   and barrier phases carry from one work tile to the next, and each warpgroup releases its
+#   Q buffer after its last `Q K_jᵀ`, so the producer loads the next tile's Q and K/V while
+#   the consumers finish the last `P V` and store the output. Causal launches keep one program
+#   per work tile (below: why).
 #
 # Dispatch: `flashcore.attention` stays the one entry point; it runs this kernel where its
 # table says it was measured faster than the Triton kernel (`python -m flashcore info` prints
@@ -231,10 +236,11 @@ save_figure(fig, "03_fa3_timeline")
 # busy cycles as a share of peak over the active cycles; the stall columns are warps stalled
 # per issued instruction. Both profiles read the record (ncu is not re-run by the notebook).
 #
-# The second table is the variant sweep (`fa3_attempt.json`, two runs): each implementation's
-# TFLOP/s over cuDNN's as a geometric mean over S and causal/non-causal (the first run S 2K-16K,
-# the second S 4K and 16K only), the worst of those shapes, S=1K, and over the Triton kernel.
-# `flashcore` is the dispatched entry point (second run); `triton` the Triton kernel alone.
+# The second table is the variant sweep (`fa3_attempt.json`, four runs): each implementation's
+# TFLOP/s over cuDNN's as a geometric mean over S and causal/non-causal (S 2K-16K; the second
+# run S 4K and 16K only), the worst of those shapes, S=1K, and over the Triton kernel.
+# `flashcore` is the dispatched entry point at that commit; `triton` the Triton kernel alone;
+# `tile_`/`pers_`: one program per work tile / persistent grid (runs of 2026-11-23).
 
 # %%
 ncu = read_result("ncu_forward", RECORDED_GPU)
@@ -304,11 +310,34 @@ print(
 # thread as cuDNN's kernel. What is left is mostly `barrier` stalls: the Gluon compiler puts a
 # warpgroup-wide `bar.sync` before each mbarrier arrive and around each `warpgroup_mma_wait`
 # (so that all four warps have finished with a buffer before one thread releases it), and
-# cuDNN's kernel stalls on barriers half as often. cuDNN also runs a persistent grid (132
-# programs, one per SM) where the Gluon kernel launches one program per query tile. The
-# variant table: ping-pong helps some shapes and not others (within a few percent either way);
-# three consumer warpgroups pay at D=64 for long non-causal sequences and lose at S=1K and on
-# causal tiles, where the extra 64 rows compute fully masked diagonal tiles.
+# cuDNN's kernel stalls on barriers half as often. (The profile is of the one-program-per-tile
+# kernel at commit 8b2bb7a; it was not re-taken after the persistent grid.)
+#
+# **What the persistent grid bought, and three negative results** (runs `5a4f6ad` and
+# `f38c623` of the variant table, H100, 2026-11-23):
+#
+# * Non-causal, short sequences: the persistent grid hides the prologue and epilogue of each
+#   work tile behind the previous one. D=128: S=1K 493 vs 457 TFLOP/s, S=2K 557 vs 528, S=4K
+#   624 vs 605; from 8K on the two grids are within noise. It is the default for non-causal.
+# * Causal, persistent: *worse*, by up to a third (D=128 S=16K: 414 vs 644 TFLOP/s). Causal
+#   work tiles differ in length, and a static walk with stride 132 over a per-head order of
+#   128 tiles per head hands program 0 the long tiles of every head and program 64 the short
+#   ones (about 3× more work). The hardware's block scheduler balances one-program-per-tile
+#   launches for free, so causal launches keep that grid. A dynamic tile scheduler (an
+#   atomic work counter, as FlashAttention-3 has) is what would let causal runs use the
+#   persistent grid; it is not built.
+# * Causal, longest tile first across the whole launch (instead of per head): the ~130
+#   programs running together then belong to ~130 different heads and read their K/V from
+#   HBM instead of sharing it in L2. D=128 S=2K causal fell to 0.60× cuDNN (from 0.82×).
+#   Reverted: each head's tiles stay consecutive, longest first.
+# * Measurement order: timing implementations one after another in a fixed order measured the
+#   same kernel up to 8% apart depending on its place (the GPU warms and its power cap binds,
+#   notebook 06). Every sweep here since interleaves the implementations over rounds in a
+#   rotated order and pools the samples (`bench.bench_attention_shape`).
+#
+# Three consumer warpgroups (192-row tiles) paid at D=64 for long non-causal sequences in the
+# first runs; with 3 pipeline stages two warpgroups are as fast, without the register spills of
+# three, so D=64 now runs two.
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch

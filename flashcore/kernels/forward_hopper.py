@@ -1,8 +1,9 @@
 """Hopper forward attention with FlashAttention-3's structure, written in Gluon.
 
-One program computes one query tile of NUM_WG * 64 rows (128, or 192 at D=64) for one
-(batch, query head), with warps that never wait on each other except through
-shared-memory barriers (mbarriers):
+A work tile is NUM_WG * 64 query rows (128; 192 with three consumer warpgroups) of one
+(batch, query head). Each program walks work tiles t = pid, pid + grid, ...: one program per
+tile, or a persistent grid of one program per SM (non-causal; ``PERSISTENT``). Its warps never
+wait on each other except through shared-memory barriers (mbarriers):
 
     producer (1 warp)          TMA: Q once, then K_j, V_j into a STAGES-deep shared-memory ring
     consumer 0 (4 warps)       rows   0..63 of the tile: wgmma + online softmax
@@ -19,7 +20,9 @@ P_{j-1} @ V_{j-1} (issued asynchronously just before, with S_j = Q @ K_j^T):
 
 Ping-pong (PINGPONG=True): the consumer warpgroups take turns issuing their GEMMs (one
 mbarrier per warpgroup passes the turn around the ring), so one warpgroup's softmax runs
-while another's GEMMs occupy the tensor cores. Causal launches start with the longest (last) query tiles.
+while another's GEMMs occupy the tensor cores. Causal launches take each head's longest
+(last) query tiles first. On a persistent grid the producer loads the next work tile's Q and
+K/V while the consumers finish the last P V and store the current one.
 
 Which calls take this path (``supports``; everything else runs the Triton kernel in
 forward.py, with the same numerics contract):
