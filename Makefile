@@ -8,8 +8,9 @@ SHELL   := /bin/bash
 PYTHON  ?= python3
 VENV    ?= .venv
 PROFILE ?= auto
-# GPU profile sweeps: "quick" (default; every notebook in about 1-2 minutes on an H100) or
-# "full" (the recorded sweeps, which rewrite results/<gpu>/<topic>.json).
+# GPU profile sweeps: "quick" (default; each notebook in 10 s to about 2 minutes on an H100,
+# results/<gpu>/reproduce_timing.json) or "full" (the recorded sweeps, which rewrite
+# results/<gpu>/<topic>.json).
 SWEEP   ?= quick
 
 ifeq ($(origin PY), undefined)
@@ -80,10 +81,11 @@ gpu-record: $(ENV)
 	$(MAKE) reproduce PY=$(PY) PROFILE=gpu SWEEP=full
 
 # Time every notebook's GPU profile (papermill, executed copies in a temporary directory)
-# and record results/<gpu>/reproduce_timing.json. NOTEBOOKS_TO_TIME narrows the list.
+# and record results/<gpu>/reproduce_timing.json, keeping the rows of notebooks not timed now
+# (each row names its commit). NOTEBOOKS_TO_TIME narrows the list.
 NOTEBOOKS_TO_TIME ?= $(NOTEBOOKS)
 time-reproduce: $(ENV)
-	$(PY) tools/time_reproduce.py --profile gpu -p SWEEP $(SWEEP) --record $(NOTEBOOKS_TO_TIME)
+	$(PY) tools/time_reproduce.py --profile gpu -p SWEEP $(SWEEP) --record --merge $(NOTEBOOKS_TO_TIME)
 
 clean-env:
 	rm -rf $(VENV)

@@ -1,12 +1,16 @@
 """Time each notebook's headless run (papermill), as `make reproduce` executes it, and record it.
 
     python tools/time_reproduce.py [--profile gpu] [-p NAME VALUE ...] [--out-dir DIR] [--record]
-                                   [--timeout SECONDS] notebooks/01_derivation.ipynb ...
+                                   [--merge] [--timeout SECONDS] [--budget SECONDS]
+                                   notebooks/01_derivation.ipynb ...
 
 Each notebook runs in its own papermill process from the notebooks/ directory; the executed
 copy goes to --out-dir (a temporary directory by default), never over the committed notebook.
 With --record, writes results/<gpu>/reproduce_timing.json: one row per notebook (`notebook`,
-`seconds`, `profile`, the parameters, whether it finished, and its slowest cells).
+`seconds`, `profile`, the parameters, whether it finished, its slowest cells, and the commit
+and date it ran at; recording needs the commit: git, or FLASHCORE_COMMIT on a copy without
+.git). --budget bounds the whole run: no notebook gets more than what is left of it, and a
+notebook with less than a minute left is not started (and not recorded).
 """
 
 from __future__ import annotations
@@ -110,6 +114,11 @@ def main(argv=None) -> int:
         "--timeout", type=float, default=600, help="seconds per notebook before it is stopped"
     )
     ap.add_argument(
+        "--budget",
+        type=float,
+        help="seconds for all the notebooks together (each one's timeout is cut to what is left)",
+    )
+    ap.add_argument(
         "--record", action="store_true", help="write results/<gpu>/reproduce_timing.json"
     )
     ap.add_argument(
@@ -131,6 +140,8 @@ def main(argv=None) -> int:
     from flashcore.results import provenance, read_result
 
     here = provenance()
+    if args.record and here.get("commit") in (None, "unknown"):
+        ap.error("--record needs the commit: run in a git checkout or set FLASHCORE_COMMIT")
     kept = []
     if args.merge:
         run_now = {p.stem for p in args.notebooks}
@@ -156,6 +167,8 @@ def main(argv=None) -> int:
                 "method": "wall time of one papermill process per notebook (kernel start, "
                 "imports, compiles and every cell), one after another on an otherwise idle machine",
                 "total_seconds": round(sum(r["seconds"] for r in rows), 1),
+                # False while a row timed out or failed: the total is then a lower bound.
+                "all_finished": all(r["status"] == "ok" for r in rows),
                 "rows": rows,
             },
             command=" ".join(
@@ -169,9 +182,18 @@ def main(argv=None) -> int:
             ),
         )
 
-    rows = []
+    rows, not_run = [], []
+    start = time.perf_counter()
     for path in args.notebooks:
-        row = time_notebook(path.resolve(), args.profile, params, out_dir, args.timeout)
+        timeout = args.timeout
+        if args.budget is not None:
+            left = args.budget - (time.perf_counter() - start)
+            if left < 60:
+                not_run.append(path.stem)
+                print(f"{path.stem:<24} not run: {left:.0f} s of the budget left", flush=True)
+                continue
+            timeout = min(timeout, left)
+        row = time_notebook(path.resolve(), args.profile, params, out_dir, timeout)
         row.update(commit=here.get("commit"), date=here.get("date"))
         rows.append(row)
         cells = ", ".join(f"cell {c['cell']} {c['seconds']:.0f} s" for c in row["slowest_cells"])
@@ -183,9 +205,11 @@ def main(argv=None) -> int:
             written = record(rows)
     total = sum(r["seconds"] for r in rows)
     print(f"total {total:.1f} s over {len(rows)} notebooks ({args.profile} profile)")
+    if not_run:
+        print("not run (budget):", " ".join(not_run))
     if args.record:
         print(f"recorded {written}")
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return 0 if all(r["status"] == "ok" for r in rows) and not not_run else 1
 
 
 if __name__ == "__main__":
