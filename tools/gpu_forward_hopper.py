@@ -20,18 +20,14 @@ from flashcore.kernels.forward import default_config
 from flashcore.studies import bench
 
 VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three consumer warpgroups
-    # tile: one program per work tile; pers: persistent grid (one program per SM)
+    # tile: one program per work unit (two query tiles); pers: persistent grid (one per SM)
     64: {
         "tile_bn128_s3": dict(block_n=128, stages=3, persistent=False),
         "pers_bn128_s3": dict(block_n=128, stages=3, persistent=True),
-        "tile_wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3, persistent=False),
-        "pers_wg3_bn128_s2": dict(block_n=128, stages=2, num_wg=3, persistent=True),
     },
     128: {
         "tile_bn128_s2": dict(block_n=128, stages=2, persistent=False),
         "pers_bn128_s2": dict(block_n=128, stages=2, persistent=True),
-        "pers_nopp_bn128_s2": dict(block_n=128, stages=2, pingpong=False, persistent=True),
-        "pers_bn128_s3": dict(block_n=128, stages=3, persistent=True),
     },
     256: {
         "tile_bn64_s2": dict(block_n=64, stages=2, persistent=False),

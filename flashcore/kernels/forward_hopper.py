@@ -103,15 +103,26 @@ PERSISTENT = {False: True, True: False}
 if GLUON_AVAILABLE:
 
     @gluon.jit
+    def _work_unit(u, sched):
+        """Work unit u -> (batch * head, pair index, tiles in the unit). A unit is the query
+        tiles `num_m - 1 - pair` and `pair` of one head (the middle tile alone when the count
+        is odd): under a causal mask their key-tile counts add up to the same total for every
+        pair, so units are equal work and a static walk over them is balanced. The units of a
+        head are consecutive, so the programs running together share its K/V in L2. (A walk
+        over single tiles in a per-head order handed some programs the long tiles of every
+        head: 3x imbalance at S=16K; longest tile first across the whole launch spread the
+        running programs over ~130 heads and lost L2 reuse: D128 S2K causal 0.60x cuDNN.)"""
+        units_per_head = (sched[0] + 1) // 2
+        pair = u % units_per_head
+        return u // units_per_head, pair, 2 - (2 * pair + 1 == sched[0]).to(gl.int32)
+
+    @gluon.jit
     def _tile_coords(
-        t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
-    ):
-        """Work tile t -> (batch, query head, KV head, first query row, key tiles, key tiles
-        every row sees whole). The query tiles of one head are consecutive, so the programs
-        running together share its K/V in L2; causal launches take each head's longest
-        tiles first. (Longest first across the whole launch spreads the running programs
-        over ~130 heads, which then read K/V from HBM instead of L2: at D=128, S=2K causal
-        that measured 0.60x cuDNN against 0.87x.)"""
+        batch_head, tile_m, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """(batch * head, query tile) -> (batch, query head, KV head, first query row, key
+        tiles, key tiles every row sees whole)."""
         (
             num_m_tiles,
             num_batch_heads,
@@ -121,10 +132,6 @@ if GLUON_AVAILABLE:
             seqlen_k,
             causal_offset,
         ) = sched
-        batch_head = t // num_m_tiles
-        tile_m = t % num_m_tiles
-        if IS_CAUSAL:
-            tile_m = num_m_tiles - 1 - tile_m
         q_head = batch_head % num_q_heads
         q_row0 = tile_m * BLOCK_M
         # Key tiles [0, n_unmasked) are seen whole by every row; the rest (causal diagonal,
@@ -162,45 +169,48 @@ if GLUON_AVAILABLE:
         k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
-        num_work = sched[0] * sched[1]
+        num_units = sched[1] * ((sched[0] + 1) // 2)
         it = 0
         local = 0
-        for t in range(gl.program_id(0), num_work, gl.num_programs(0)):
-            batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
-                t, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
-            )
-            # The first wait on a fresh barrier uses parity 1, which it reports as complete:
-            # every buffer starts empty.
-            for wg in gl.static_range(NUM_WG):
-                mbarrier.wait(q_empty.index(wg), (local & 1) ^ 1)
-                mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    q_desc,
-                    [batch, q_head, q_row0 + wg * ROWS, 0],
-                    q_ready.index(wg),
-                    q_smem.index(wg),
+        for u in range(gl.program_id(0), num_units, gl.num_programs(0)):
+            batch_head, pair, unit_tiles = _work_unit(u, sched)
+            for half in range(unit_tiles):
+                tile_m = pair + (1 - half) * (sched[0] - 1 - 2 * pair)  # the longer tile first
+                batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
+                    batch_head, tile_m, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
                 )
-            for j in range(n_tiles):
-                stage = (it + j) % STAGES
-                empty_phase = (((it + j) // STAGES) & 1) ^ 1
-                mbarrier.wait(k_empty.index(stage), empty_phase)
-                mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    k_desc,
-                    [batch, kv_head, j * BLOCK_N, 0],
-                    k_ready.index(stage),
-                    k_smem.index(stage),
-                )
-                mbarrier.wait(v_empty.index(stage), empty_phase)
-                mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    v_desc,
-                    [batch, kv_head, j * BLOCK_N, 0],
-                    v_ready.index(stage),
-                    v_smem.index(stage),
-                )
-            it += n_tiles
-            local += 1
+                # The first wait on a fresh barrier uses parity 1, which it reports as complete:
+                # every buffer starts empty.
+                for wg in gl.static_range(NUM_WG):
+                    mbarrier.wait(q_empty.index(wg), (local & 1) ^ 1)
+                    mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(
+                        q_desc,
+                        [batch, q_head, q_row0 + wg * ROWS, 0],
+                        q_ready.index(wg),
+                        q_smem.index(wg),
+                    )
+                for j in range(n_tiles):
+                    stage = (it + j) % STAGES
+                    empty_phase = (((it + j) // STAGES) & 1) ^ 1
+                    mbarrier.wait(k_empty.index(stage), empty_phase)
+                    mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(
+                        k_desc,
+                        [batch, kv_head, j * BLOCK_N, 0],
+                        k_ready.index(stage),
+                        k_smem.index(stage),
+                    )
+                    mbarrier.wait(v_empty.index(stage), empty_phase)
+                    mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(
+                        v_desc,
+                        [batch, kv_head, j * BLOCK_N, 0],
+                        v_ready.index(stage),
+                        v_smem.index(stage),
+                    )
+                it += n_tiles
+                local += 1
 
     @gluon.jit
     def _softmax_step(
@@ -312,83 +322,90 @@ if GLUON_AVAILABLE:
         turn_phase = 0
         it = 0  # ring position of this work tile's key tile 0
         local = 0  # work tiles done by this program
-        for t in range(gl.program_id(0), num_m_tiles * num_batch_heads, gl.num_programs(0)):
-            batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
-                t, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
-            )
-            rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
-            m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-            l_i = gl.zeros([ROWS], gl.float32, row_layout)
-            acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-            mbarrier.wait(q_ready.index(wg), local & 1)
+        for u in range(
+            gl.program_id(0), num_batch_heads * ((num_m_tiles + 1) // 2), gl.num_programs(0)
+        ):
+            batch_head, pair, unit_tiles = _work_unit(u, sched)
+            for half in range(unit_tiles):
+                tile_m = pair + (1 - half) * (num_m_tiles - 1 - 2 * pair)  # the longer tile first
+                batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
+                    batch_head, tile_m, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
+                )
+                rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
+                m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+                l_i = gl.zeros([ROWS], gl.float32, row_layout)
+                acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+                mbarrier.wait(q_ready.index(wg), local & 1)
 
-            # Key tile 0 (always masked: it may be the only tile, or cross the diagonal).
-            stage = it % STAGES
-            mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
-            turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-            s_tok = warpgroup_mma(
-                q_tile,
-                k_smem.index(stage).permute((1, 0)),
-                gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
-                use_acc=False,
-                is_async=True,
-            )
-            _pass_turn(turn, wg, PINGPONG)
-            s = warpgroup_mma_wait(0, deps=(s_tok,))
-            mbarrier.arrive(k_empty.index(stage), count=1)
-            p, alpha, m_i, l_i = _softmax_step(
+                # Key tile 0 (always masked: it may be the only tile, or cross the diagonal).
+                stage = it % STAGES
+                mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
+                turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+                s_tok = warpgroup_mma(
+                    q_tile,
+                    k_smem.index(stage).permute((1, 0)),
+                    gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                    use_acc=False,
+                    is_async=True,
+                )
+                _pass_turn(turn, wg, PINGPONG)
+                s = warpgroup_mma_wait(0, deps=(s_tok,))
+                mbarrier.arrive(k_empty.index(stage), count=1)
+                p, alpha, m_i, l_i = _softmax_step(
                 s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
                 s_layout, BLOCK_N, True, IS_CAUSAL,
             )  # fmt: skip
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
 
-            # Key tiles every row sees whole, then the tiles that need a mask.
-            mid = gl.maximum(n_unmasked, 1)
-            acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+                # Key tiles every row sees whole, then the tiles that need a mask.
+                mid = gl.maximum(n_unmasked, 1)
+                acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
                 acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, 1, mid,
                 seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
                 False, IS_CAUSAL, PINGPONG,
             )  # fmt: skip
-            acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+                acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
                 acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, mid, n_tiles,
                 seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
                 True, IS_CAUSAL, PINGPONG,
             )  # fmt: skip
-            # Every Q K^T of this work tile has completed: the producer may load the next Q
-            # while the last P V and the store below run.
-            mbarrier.arrive(q_empty.index(wg), count=1)
+                # Every Q K^T of this work tile has completed: the producer may load the next Q
+                # while the last P V and the store below run.
+                mbarrier.arrive(q_empty.index(wg), count=1)
 
-            # The last P V.
-            g = it + n_tiles - 1
-            mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
-            turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-            o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
-            _pass_turn(turn, wg, PINGPONG)
-            acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-            mbarrier.arrive(v_empty.index(g % STAGES), count=1)
+                # The last P V.
+                g = it + n_tiles - 1
+                mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
+                turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+                o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
+                _pass_turn(turn, wg, PINGPONG)
+                acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
+                mbarrier.arrive(v_empty.index(g % STAGES), count=1)
 
-            # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
-            sees_nothing = l_i == 0.0
-            l_safe = gl.where(sees_nothing, 1.0, l_i)
-            out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1)
-            o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-            o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-            o_ptrs = (
-                Out
-                + (batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh)
-                + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
-                + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
-            )
-            o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
-            gl.store(o_ptrs, out.to(dtype), mask=o_mask)
-            if STORE_LSE:
-                lse = gl.where(
-                    sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634
+                # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
+                sees_nothing = l_i == 0.0
+                l_safe = gl.where(sees_nothing, 1.0, l_i)
+                out = acc / gl.expand_dims(
+                    gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1
                 )
-                lse_offset = (batch * num_q_heads + q_head).to(gl.int64) * seqlen_q
-                gl.store(Lse + lse_offset + rows.to(gl.int64), lse, mask=rows < seqlen_q)
-            it += n_tiles
-            local += 1
+                o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+                o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+                o_ptrs = (
+                    Out
+                    + (batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh)
+                    + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
+                    + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
+                )
+                o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
+                gl.store(o_ptrs, out.to(dtype), mask=o_mask)
+                if STORE_LSE:
+                    lse = gl.where(
+                        sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634
+                    )
+                    lse_offset = (batch * num_q_heads + q_head).to(gl.int64) * seqlen_q
+                    gl.store(Lse + lse_offset + rows.to(gl.int64), lse, mask=rows < seqlen_q)
+                it += n_tiles
+                local += 1
 
     @gluon.jit
     def _fa3_fwd_kernel(
@@ -622,13 +639,14 @@ def attention_hopper(
     q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
     k_desc = _descriptor(k, block_n, head_dim)
     v_desc = _descriptor(v, block_n, head_dim)
-    work_tiles = triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG) * batch * num_q_heads
+    # Work units: pairs of query tiles of one head (_work_unit), the grid's unit of balance.
+    work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
     persistent = PERSISTENT[bool(is_causal)] if persistent is None else persistent
     # FLASHCORE_HOPPER_MAX_PROGRAMS: the same cap from the environment, for sanitizer runs
     # of whole grids (python -m flashcore sanitize --workloads forward_hopper_walk).
     max_programs = max_programs or int(os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS", "0"))
     programs = max_programs or _num_sms(q.device.index)
-    grid = (min(work_tiles, programs) if persistent else work_tiles,)
+    grid = (min(work_units, programs) if persistent else work_units,)
     _fa3_fwd_kernel[grid](
         q_desc,
         k_desc,
