@@ -7,8 +7,11 @@
 #   FLASHCORE_COMMIT=<hash> bash tools/gpu_cp.sh <outdir> [extra `cp bench` args, e.g. --wide]
 # Default: S 128K..1M for every impl, 2M for flashcore's ring alone; about 4 minutes on two
 # H200s. --wide: every impl to 2M and the ring to 4M (about 20 minutes).
+#   FLASHCORE_COMMIT=<hash> bash tools/gpu_cp.sh <outdir> torch-check [--seqlen S]
+# only re-checks PyTorch's context_parallel + SDPA output at one S (default 128K; about a
+# minute): results/<gpu>-x<N>/context_parallel_torch_check.json.
 set -u
-out=${1:?usage: bash tools/gpu_cp.sh <outdir> [cp bench args]}; shift
+out=${1:?usage: bash tools/gpu_cp.sh <outdir> [torch-check | cp bench args]}; shift
 mkdir -p "$out/results"
 export FLASHCORE_RESULTS_DIR="$out/results" PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # NVLink multicast stays off: the ring uses point-to-point sends only.
@@ -20,6 +23,14 @@ if [ "$ngpu" -lt "$nproc" ]; then
 fi
 nvidia-smi topo -m >"$out/topo.txt" 2>&1
 t0=$SECONDS
+if [ "${1:-}" = torch-check ]; then
+  shift
+  python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" \
+    -m flashcore.studies.context_parallel --record "$@" >"$out/cp_torch_check.log" 2>&1
+  echo "torch check rc=$? $((SECONDS - t0)) s"
+  tail -n 20 "$out/cp_torch_check.log"
+  exit 0
+fi
 python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" -m flashcore cp bench --record "$@" \
   >"$out/cp_bench.log" 2>&1
 echo "cp bench rc=$? $((SECONDS - t0)) s"
