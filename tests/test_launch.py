@@ -355,14 +355,19 @@ def test_full_cache_decode_matches_the_reference_and_the_lengths_path():
 
 
 def test_full_cache_decode_errors():
-    q = torch.randn(1, 4, 1, 16)
-    kc = torch.randn(1, 2, 32, 16)
+    dev = "cuda" if HAS_CUDA else "cpu"
+    q = torch.randn(1, 4, 1, 16, device=dev, dtype=torch.float16)
+    kc = torch.randn(1, 2, 32, 16, device=dev, dtype=torch.float16)
+    decode.attend_full_cache(q, kc, kc)  # a valid call first: errors must not hit its entry
     with pytest.raises(ValueError):
-        decode.attend_full_cache(q, kc, torch.randn(1, 2, 31, 16))
+        decode.attend_full_cache(q, kc, kc[:, :, :31])
     with pytest.raises(ValueError):
-        decode.attend_full_cache(q, kc, kc, key_padding_mask=torch.ones(1, 31, dtype=torch.bool))
+        mask = torch.ones(1, 31, dtype=torch.bool, device=dev)
+        decode.attend_full_cache(q, kc, kc, key_padding_mask=mask)
     with pytest.raises(ValueError):
-        decode.attend_full_cache(torch.randn(1, 3, 1, 16), kc, kc)
+        decode.attend_full_cache(q[:, :3], kc, kc)
+    with pytest.raises(TypeError):
+        decode.attend_full_cache(q, kc.float(), kc.float())
 
 
 def test_cached_kernel_passes_bound_arguments_and_descriptors(monkeypatch):

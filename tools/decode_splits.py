@@ -75,7 +75,7 @@ def main():
         ]
         kv_bytes = 2 * b * hkv * sk * d * 2
         replays = max(10, min(200, int(2e9 / kv_bytes / SETS)))
-        chosen = decode.choose_num_splits(b, hkv, 1, sk, 64 if d <= 128 else 32, sms)
+        chosen = decode.choose_num_splits(b, hkv, 1, sk, 64 if d <= 128 else 32, sms, d)
         row = {"B": b, "Hq": hq, "Hkv": hkv, "Sk": sk, "D": d, "chosen": chosen, "flashcore": {}}
         for s in SPLITS:
             if s > 1 and sk / s < 64:

@@ -1,16 +1,16 @@
 #!/bin/bash
 # Issue 13 on the GPU: GPU tests of the launch cache, decode and the transformers
-# integration; decode GPU time by split count beside SDPA (tools/decode_splits.py); a host
-# profile of the launch path; the records launch.json and e2e_transformers.json (written
-# under FLASHCORE_RESULTS_DIR). Logs go to $OUT. The varlen record:
+# integration; the records launch.json and e2e_transformers.json (written under
+# FLASHCORE_RESULTS_DIR); decode GPU time by split count beside SDPA
+# (tools/decode_splits.py); where a generation step's time goes
+# (tools/profile_generate.py); a host profile of the launch path; the varlen GPU tests.
+# Logs go to $OUT; a short summary is printed last. The varlen record:
 # python -m flashcore varlen --record.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 cd "$(dirname "$0")/.."
-timeout ${TESTS_S:-170} python3 -m pytest -q -p no:cacheprovider tests/test_launch.py \
+timeout ${TESTS_S:-150} python3 -m pytest -q -p no:cacheprovider tests/test_launch.py \
   tests/test_decode.py tests/test_ops.py -k "not gpu_bf16" > $OUT/tests.log 2>&1
-timeout ${SPLITS_S:-110} python3 tools/decode_splits.py $OUT/decode_splits.json > $OUT/splits.log 2>&1
-timeout ${PROFILE_S:-60} python3 tools/profile_launch.py --cprofile > $OUT/profile.log 2>&1
-timeout ${RECORDS_S:-190} python3 - > $OUT/records.log 2>&1 <<'PY'
+timeout ${RECORDS_S:-150} python3 - > $OUT/records.log 2>&1 <<'PY'
 import torch
 from flashcore.results import write_result
 from flashcore.studies import launch, e2e
@@ -25,10 +25,16 @@ print("fp32 check: logits", check["logits"]["passed"], check["logits"]["ratio"],
       check["generation"]["compared_steps"])
 gen = e2e.issue_generation_speed(repeats=3)
 for r in gen:
-    print({k: v for k, v in r.items() if not k.endswith("repeats")})
+    print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if not k.endswith("repeats")})
 print("recorded", write_result("e2e_transformers", {"check_fp32": check, "generation": gen}))
 PY
-echo "== tests"; tail -3 $OUT/tests.log; grep -E "^(FAILED|ERROR)" $OUT/tests.log | head -8
-echo "== splits"; cat $OUT/splits.log | cut -c1-230
-echo "== profile"; grep -E " host " $OUT/profile.log
-echo "== records"; grep -v "^recorded" $OUT/records.log | tail -14
+timeout ${SPLITS_S:-80} python3 tools/decode_splits.py $OUT/decode_splits.json > $OUT/splits.log 2>&1
+timeout ${GENPROF_S:-75} python3 tools/profile_generate.py 1 8 > $OUT/profile_generate.log 2>&1
+timeout ${PROFILE_S:-40} python3 tools/profile_launch.py > $OUT/profile.log 2>&1
+timeout ${VARLEN_S:-25} python3 -m pytest -q -x -p no:cacheprovider tests/test_varlen.py > $OUT/varlen_tests.log 2>&1
+echo "== tests"; tail -1 $OUT/tests.log; grep -E "^(FAILED|ERROR)" $OUT/tests.log | head -8
+echo "== varlen tests"; tail -1 $OUT/varlen_tests.log
+echo "== records"; grep -v "^recorded" $OUT/records.log | grep -v Warning | tail -12 | cut -c1-400
+echo "== splits"; grep "^B" $OUT/splits.log | sed 's/^\(.*\) | chosen/chosen/' | cut -c1-150
+echo "== generate"; grep -E "tok/s|Error" $OUT/profile_generate.log
+echo "== profile"; grep -E " host " $OUT/profile.log | grep -E "growing|decode|ops|sdpa D|lean" | cut -c1-80

@@ -303,6 +303,14 @@ def int_class(x: int) -> int:
     return div + (64 if _I64_MIN <= x <= _I64_MAX else 128)
 
 
+def int_classes(values) -> tuple:
+    """``tuple(map(int_class, values))``, faster where every value fits in i32 (the
+    common case): 16 for divisible by 16, 1 for the value 1, 0 otherwise."""
+    if _I32_MIN <= min(values) and max(values) <= _I32_MAX:
+        return tuple([16 if not x & 15 else (1 if x == 1 else 0) for x in values])
+    return tuple(map(int_class, values))
+
+
 def int_type(x: int) -> int:
     """The class of an int parameter marked ``do_not_specialize``: its type only."""
     if _I32_MIN <= x <= _I32_MAX:

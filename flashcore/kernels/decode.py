@@ -81,6 +81,7 @@ def _decode_split_kernel(
     stride_mz=0,
     lengths_include_new=0,
     uniform_len=0,
+    lse_offset=0,
     HAS_WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False,
     HAS_KEY_MASK: tl.constexpr = False,
@@ -198,7 +199,7 @@ def _decode_split_kernel(
         row_index = (
             (batch * num_q_heads + q_head).to(tl.int64) * seqlen_new + pos
         ) * num_splits + split
-        tl.store(LsePartial + row_index, lse2, mask=row_in)
+        tl.store(LsePartial + lse_offset + row_index, lse2, mask=row_in)
         tl.store(
             OutPartial + row_index[:, None] * HEAD_DIM_PADDED + offs_d[None, :],
             part,
@@ -218,6 +219,7 @@ def _decode_combine_kernel(
     num_q_heads,
     seqlen_new,
     num_splits,
+    lse_offset,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
     SPLITS_PADDED: tl.constexpr,
@@ -231,7 +233,9 @@ def _decode_combine_kernel(
     offs_s = tl.arange(0, SPLITS_PADDED)
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     s_in = offs_s < num_splits
-    lse2 = tl.load(LsePartial + row * num_splits + offs_s, mask=s_in, other=float("-inf"))
+    lse2 = tl.load(
+        LsePartial + lse_offset + row * num_splits + offs_s, mask=s_in, other=float("-inf")
+    )
     m = tl.max(lse2, 0)
     m_use = tl.where(m == float("-inf"), 0.0, m)
     w = tl.math.exp2(lse2 - m_use)  # 0 for splits that saw no key
@@ -259,15 +263,35 @@ def append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new) -> None:
     v_cache[batch_index, :, positions] = v_new.transpose(1, 2)
 
 
+# A cache this short (keys x head dim per (batch, KV head)) runs as one split: one launch,
+# no partials, no combine. Measured on the H100 (bf16, graph replay): at 640 keys, D64 a
+# single split costs 2.7-3.2 us more GPU time than the best split count, while the second
+# launch and the partials' allocation cost about 10 us of host time per call: in eager
+# generation, which is host-bound, one launch wins.
+SINGLE_SPLIT_ELEMENTS = 64 * 1024
+
+
 def choose_num_splits(
-    batch: int, num_kv_heads: int, row_tiles: int, max_keys: int, block_n: int, num_sms: int
+    batch: int,
+    num_kv_heads: int,
+    row_tiles: int,
+    max_keys: int,
+    block_n: int,
+    num_sms: int,
+    head_dim: int = 0,
 ) -> int:
-    """Enough splits that the grid fills the GPU about twice over, each split at least
-    four key tiles long (shorter splits pay more in partial traffic than they gain)."""
+    """About one program per SM (the grid filled once, not more: a second wave of short
+    splits pays in partial traffic and combine work more than it gains), each split at
+    least one key tile long; one split for a short cache (``SINGLE_SPLIT_ELEMENTS``).
+    Measured on the H100 (tools/decode_splits.py, graph replay, bf16 D128/D64): the best
+    split count of every shape tried was within one power of two of this, and at it the
+    kernel matched or beat SDPA's cuDNN/flash backends."""
+    if max_keys * head_dim <= SINGLE_SPLIT_ELEMENTS:
+        return 1
     programs = max(1, batch * num_kv_heads * row_tiles)
-    want = math.ceil(2 * num_sms / programs)
-    most = max(1, math.ceil(max_keys / (4 * block_n)))
-    return int(max(1, min(want, most, 256)))
+    want = max(1, num_sms // programs)
+    most = max(1, -(-max_keys // block_n))
+    return int(min(want, most, 256))
 
 
 @functools.cache
@@ -278,15 +302,8 @@ def _num_sms(index) -> int:
 _DECODE_LAUNCHES = LaunchCache("decode")
 
 
-def _partials(partial_shape, device):
-    """The split partials (outputs and log-sum-exps) as views of one allocation: one
-    allocator call per launch instead of two. The output part's size is a multiple of the
-    padded head dim (>= 16 floats), so the second view stays 16-byte aligned."""
-    rows = math.prod(partial_shape[:-1])
-    buf = torch.empty(rows * (partial_shape[-1] + 1), dtype=torch.float32, device=device)
-    return buf[: rows * partial_shape[-1]].view(partial_shape), buf[
-        rows * partial_shape[-1] :
-    ].view(partial_shape[:-1])
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
 def _aligned(t) -> bool:
@@ -322,27 +339,31 @@ def _launch(
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
     interpreted = q.device.type != "cuda"
-    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    head_dim_padded = max(16, _next_pow2(head_dim))
     rows = group * seqlen_new
-    block_m = max(16, min(64, triton.next_power_of_2(rows)))
+    block_m = max(16, min(64, _next_pow2(rows)))
     block_n = 32 if interpreted else (64 if head_dim_padded <= 128 else 32)
     row_tiles = -(-rows // block_m)
     keys = max(1, max_keys)
     if num_splits is None:
         sms = 4 if interpreted else _num_sms(q.device.index)
-        num_splits = choose_num_splits(batch, num_kv_heads, row_tiles, keys, block_n, sms)
+        num_splits = choose_num_splits(batch, num_kv_heads, row_tiles, keys, block_n, sms, head_dim)
     num_splits = max(1, int(num_splits))
     per_split = -(-keys // num_splits)
     split_len = -(-per_split // block_n) * block_n
     num_splits = -(-keys // split_len)  # no split starts past the end
     single = num_splits == 1
-    splits_padded = max(2, triton.next_power_of_2(num_splits))
+    splits_padded = max(2, _next_pow2(num_splits))
     if key_mask is not None and key_mask.dtype == torch.bool:
         key_mask = key_mask.view(torch.uint8)  # same bytes; Triton loads bool as i1
     window_arg = window or 0
     stride_mz = 0 if key_mask is None else key_mask.stride(0)
     strides = (*q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride())
     uniform = seqlens is None
+    # The split partials, one float32 allocation: un-normalised outputs, layout
+    # (B, Hq, Sn, splits, D_padded), then the log-sum-exps (B, Hq, Sn, splits) from
+    # element lse_offset on (a multiple of 16 floats: aligned).
+    lse_offset = 0 if single else batch * num_q_heads * seqlen_new * num_splits * head_dim_padded
 
     entry = key = None
     if not interpreted and launch.usable(q.device):
@@ -359,10 +380,10 @@ def _launch(
             num_q_heads,
         )
         key = (
-            q.device,
-            k_cache.device,
-            v_cache.device,
-            out.device,
+            q.get_device(),
+            k_cache.get_device(),
+            v_cache.get_device(),
+            out.get_device(),
             q.dtype,
             k_cache.dtype,
             v_cache.dtype,
@@ -371,10 +392,11 @@ def _launch(
             _aligned(k_cache),
             _aligned(v_cache),
             _aligned(out),
-            None if uniform else (seqlens.dtype, seqlens.device, _aligned(seqlens)),
-            None if key_mask is None else (key_mask.device, _aligned(key_mask)),
-            tuple(map(launch.int_class, ints)),
+            None if uniform else (seqlens.dtype, seqlens.get_device(), _aligned(seqlens)),
+            None if key_mask is None else (key_mask.get_device(), _aligned(key_mask)),
+            launch.int_classes(ints),
             launch.int_type(uniform_len),
+            launch.int_class(lse_offset),
             head_dim,
             block_m,
             block_n,
@@ -391,10 +413,10 @@ def _launch(
         1.0 / math.sqrt(head_dim) if scale is None else scale, softcap
     )
     if single:
-        partial = lse_partial = out  # unused pointers
+        partial = out  # unused pointer
     else:
-        partial, lse_partial = _partials(
-            (batch, num_q_heads, seqlen_new, num_splits, head_dim_padded), q.device
+        partial = torch.empty(
+            lse_offset + lse_offset // head_dim_padded, dtype=torch.float32, device=q.device
         )
     split_grid = (num_splits, row_tiles, batch * num_kv_heads)
     split_args = [
@@ -403,7 +425,7 @@ def _launch(
         v_cache,
         seqlens,
         partial,
-        lse_partial,
+        partial,
         out,
         *strides,
         num_kv_heads,
@@ -423,6 +445,7 @@ def _launch(
         stride_mz,
         lengths_include_new,
         uniform_len,
+        lse_offset,
         window is not None,
         softcap is not None,
         key_mask is not None,
@@ -433,12 +456,13 @@ def _launch(
     if not single:
         combine_args = [
             partial,
-            lse_partial,
+            partial,
             out,
             *strides[12:16],
             num_q_heads,
             seqlen_new,
             num_splits,
+            lse_offset,
             head_dim,
             head_dim_padded,
             splits_padded,
