@@ -92,29 +92,41 @@ VARIANTS = {
     128: dict(BLOCK_N=128, STAGES=2),
     256: dict(BLOCK_N=64, STAGES=2),
 }
-# Grid per causal mode: non-causal runs persistent (one program per SM walks the work tiles,
-# so the next tile's loads overlap the last tile's P V and store; D128 S=1K 493 vs 457
-# TFLOP/s, S=2K 557 vs 528); causal runs one program per work tile. Causal work tiles differ
-# in length, and a static walk of a per-head order hands some programs the long tiles of
-# every head (a 3x imbalance at S=16K: 414 vs 644 TFLOP/s at D=128), while the hardware's
-# block scheduler balances one-program-per-tile launches for free. (H100, commit f38c623.)
-PERSISTENT = {False: True, True: False}
+# Grid per causal mode: persistent (one program per SM walks the work units, so the next
+# unit's loads overlap the last one's P V and store) or one program per work unit. Measured
+# on the H100 (commit 2c03bb9, interleaved), persistent vs per unit, TFLOP/s: D128 full S=1K
+# 502 vs 479, 16K 623 vs 595; D128 causal S=2K 469 vs 443, 16K 611 vs 601; D256 causal S=1K
+# 354 vs 341. Causal walks pairs of query tiles (_work_unit): before pairing, a persistent
+# causal walk was a third slower than one program per tile (D128 S=16K 414 vs 644).
+PERSISTENT = {False: True, True: True}
 
 if GLUON_AVAILABLE:
 
     @gluon.jit
-    def _work_unit(u, sched):
-        """Work unit u -> (batch * head, pair index, tiles in the unit). A unit is the query
-        tiles `num_m - 1 - pair` and `pair` of one head (the middle tile alone when the count
-        is odd): under a causal mask their key-tile counts add up to the same total for every
-        pair, so units are equal work and a static walk over them is balanced. The units of a
-        head are consecutive, so the programs running together share its K/V in L2. (A walk
-        over single tiles in a per-head order handed some programs the long tiles of every
-        head: 3x imbalance at S=16K; longest tile first across the whole launch spread the
-        running programs over ~130 heads and lost L2 reuse: D128 S2K causal 0.60x cuDNN.)"""
-        units_per_head = (sched[0] + 1) // 2
-        pair = u % units_per_head
-        return u // units_per_head, pair, 2 - (2 * pair + 1 == sched[0]).to(gl.int32)
+    def _work_unit(u, sched, IS_CAUSAL: gl.constexpr):
+        """Work unit u -> (batch * head, pair index, tiles in the unit). Causal: a unit is the
+        query tiles `num_m - 1 - pair` and `pair` of one head (the middle tile alone when the
+        count is odd), whose key-tile counts add up to the same total for every pair, so
+        units are equal work and a static walk over them is balanced. Non-causal: one tile.
+        The units of a head are consecutive, so the programs running together share its K/V
+        in L2. (A walk over single causal tiles in a per-head order handed some programs the
+        long tiles of every head: 3x imbalance at S=16K; longest tile first across the whole
+        launch spread the running programs over ~130 heads and lost L2 reuse: D128 S2K causal
+        0.60x cuDNN.)"""
+        num_m_tiles = sched[0]
+        if IS_CAUSAL:
+            units_per_head = (num_m_tiles + 1) // 2
+            pair = u % units_per_head
+            return u // units_per_head, pair, 2 - (2 * pair + 1 == num_m_tiles).to(gl.int32)
+        else:
+            return u // num_m_tiles, u % num_m_tiles, 1
+
+    @gluon.jit
+    def _num_units(sched, IS_CAUSAL: gl.constexpr):
+        if IS_CAUSAL:
+            return sched[1] * ((sched[0] + 1) // 2)
+        else:
+            return sched[1] * sched[0]
 
     @gluon.jit
     def _tile_coords(
@@ -169,11 +181,11 @@ if GLUON_AVAILABLE:
         k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
-        num_units = sched[1] * ((sched[0] + 1) // 2)
+        num_units = _num_units(sched, IS_CAUSAL)
         it = 0
         local = 0
         for u in range(gl.program_id(0), num_units, gl.num_programs(0)):
-            batch_head, pair, unit_tiles = _work_unit(u, sched)
+            batch_head, pair, unit_tiles = _work_unit(u, sched, IS_CAUSAL)
             for half in range(unit_tiles):
                 tile_m = pair + (1 - half) * (sched[0] - 1 - 2 * pair)  # the longer tile first
                 batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
@@ -325,7 +337,7 @@ if GLUON_AVAILABLE:
         for u in range(
             gl.program_id(0), num_batch_heads * ((num_m_tiles + 1) // 2), gl.num_programs(0)
         ):
-            batch_head, pair, unit_tiles = _work_unit(u, sched)
+            batch_head, pair, unit_tiles = _work_unit(u, sched, IS_CAUSAL)
             for half in range(unit_tiles):
                 tile_m = pair + (1 - half) * (num_m_tiles - 1 - 2 * pair)  # the longer tile first
                 batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
@@ -511,7 +523,7 @@ DISPATCH = {
     (64, False): 2048,
     (64, True): 8192,
     (128, False): 1024,
-    (128, True): 4096,
+    (128, True): 2048,
     (256, False): 1024,
     (256, True): 1024,
 }
@@ -639,8 +651,9 @@ def attention_hopper(
     q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
     k_desc = _descriptor(k, block_n, head_dim)
     v_desc = _descriptor(v, block_n, head_dim)
-    # Work units: pairs of query tiles of one head (_work_unit), the grid's unit of balance.
-    work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
+    # Work units (_work_unit): causal, pairs of query tiles of one head; else single tiles.
+    m_tiles = triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG)
+    work_units = (triton_cdiv(m_tiles, 2) if is_causal else m_tiles) * batch * num_q_heads
     persistent = PERSISTENT[bool(is_causal)] if persistent is None else persistent
     # FLASHCORE_HOPPER_MAX_PROGRAMS: the same cap from the environment, for sanitizer runs
     # of whole grids (python -m flashcore sanitize --workloads forward_hopper_walk).
