@@ -240,11 +240,13 @@ print(
 # matrix through the same kernel with int32 and with int64 offsets. The arithmetic itself:
 
 # %%
-# NBVAL_CHECK_OUTPUT
 row = torch.tensor([2**20 + 5], dtype=torch.int32)
 print(
     f"row {row.item()} * stride 4096 in int32 = {(row * 4096).item()} (the offset of row 5); in int64 = {(row.long() * 4096).item()}"
 )
+
+# %%
+# NBVAL_CHECK_OUTPUT
 demo = record["int32_demo"]
 print(
     table(
