@@ -520,3 +520,43 @@ def test_decode_threads_and_streams():
     lens = torch.full((1,), k.shape[2], dtype=torch.int32, device="cuda")
     for kk, out in outs:
         _decode_ok(out, q, kk, v, lens)
+
+
+@pytest.mark.gpu
+def test_cached_kernel_on_the_gluon_forward(monkeypatch):
+    """CachedKernel around the Gluon forward kernel (TensorDescriptor arguments): bitwise
+    the JIT launch's output on a miss and on hits, for another length of the same class
+    and for a block reallocated at the same address with another shape."""
+    fh = pytest.importorskip("flashcore.kernels.forward_hopper")
+    if not getattr(fh, "GLUON_AVAILABLE", False):
+        pytest.skip("no Gluon")
+    gen = torch.Generator(device="cuda").manual_seed(3)
+
+    def inputs(s, hq=32, hkv=8):
+        q = torch.randn(1, hq, s, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+        k = torch.randn(1, hkv, s, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+        v = torch.randn(1, hkv, s, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+        return q, k, v
+
+    cases = [inputs(2048), inputs(2064), inputs(1040, 16, 16)]
+    refs = [forward.attention(*t, causal=True) for t in cases]
+    cached = _launch.CachedKernel(fh._fa3_fwd_kernel, "gluon test")
+    monkeypatch.setattr(fh, "_fa3_fwd_kernel", cached)
+    for t, ref in zip(cases, refs):
+        for _ in range(2):
+            assert torch.equal(forward.attention(*t, causal=True), ref)
+    if len(cached.cache) == 0:
+        pytest.skip("these shapes did not take the Gluon path")
+    assert cached.cache.hits >= len(cases)
+    # Same address, another shape: the descriptors follow the new tensor.
+    q, k, v = cases[0]
+    addr = q.data_ptr()
+    del cases, refs, q
+    torch.cuda.synchronize()
+    buf = torch.randn(32 * 2048 * 128, device="cuda", dtype=torch.bfloat16)
+    q2 = buf[: 16 * 1040 * 128].view(1, 16, 1040, 128)
+    k2, v2 = k[:, :2, :1040].contiguous(), v[:, :2, :1040].contiguous()
+    out = forward.attention(q2, k2, v2, causal=True)
+    monkeypatch.setattr(fh, "_fa3_fwd_kernel", cached.kernel)
+    same_address = buf.data_ptr() == addr
+    assert torch.equal(out, forward.attention(q2, k2, v2, causal=True)), same_address

@@ -37,4 +37,4 @@ echo "== varlen tests"; tail -1 $OUT/varlen_tests.log
 echo "== records"; grep -v "^recorded" $OUT/records.log | grep -v Warning | tail -12 | cut -c1-400
 echo "== splits"; grep "^B" $OUT/splits.log | sed 's/^\(.*\) | chosen/chosen/' | cut -c1-150
 echo "== generate"; grep -E "tok/s|Error" $OUT/profile_generate.log
-echo "== profile"; grep -E " host " $OUT/profile.log | grep -E "growing|decode|ops|sdpa D|lean" | cut -c1-80
+echo "== profile"; grep -E "gluon" $OUT/profile.log; grep -E " host " $OUT/profile.log | grep -E "growing|decode|ops|sdpa D|lean|Gluon" | cut -c1-80

@@ -64,6 +64,21 @@ def grow():
 
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
+from flashcore.kernels import forward_hopper  # noqa: E402
+
+_gluon = [_launch.CachedKernel(forward_hopper._fa3_fwd_kernel, "gluon")]
+
+
+def gluon_cached(fn):
+    """fn with the Gluon kernel launched through the generic CachedKernel."""
+    original = forward_hopper._fa3_fwd_kernel
+    forward_hopper._fa3_fwd_kernel = _gluon[0]
+    try:
+        return fn()
+    finally:
+        forward_hopper._fa3_fwd_kernel = original
+
+
 import flashcore.ops  # noqa: E402,F401
 
 rows = {
@@ -99,6 +114,9 @@ rows = {
     "attention GQA S2048 D128 TMA (JIT)": jit_path(
         lambda: forward.attention(qg, kg, kg, causal=True)
     ),
+    "attention GQA S2048 D128 Gluon via CachedKernel": lambda: gluon_cached(
+        lambda: forward.attention(qg, kg, kg, causal=True)
+    ),
     "flashcore.ops.sdpa D64": lambda: flashcore.ops.sdpa(qf, qf, qf, is_causal=True),
     "torch.ops.flashcore.attention D64": lambda: torch.ops.flashcore.attention(
         qf, qf, qf, True, False, None
@@ -122,6 +140,7 @@ for name, fn in rows.items():
     torch.cuda.synchronize()
     eager = (time.perf_counter() - t0) / 300 * 1e6
     print(f"{name:<40} host {host:8.1f} us   eager {eager:8.1f} us", flush=True)
+print("gluon CachedKernel entries", len(_gluon[0].cache), "hits", _gluon[0].cache.hits)
 print(
     "launch cache entries: forward",
     len(forward._FORWARD_LAUNCHES),
