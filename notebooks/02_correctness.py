@@ -14,8 +14,10 @@
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
-SWEEP = "quick"  # GPU profile: "quick" (every third case of the full grid) or "full" (all of it:
-# the recorded run, results/<gpu>/correctness.json), -p SWEEP full
+SWEEP = "quick"  # GPU profile: "quick" (a sample of each grid, about 2 minutes on an H100) or
+# "full" (all of it: the recorded run, results/<gpu>/correctness.json), -p SWEEP full
+QUICK_GRID_STRIDE = 13  # quick: every 13th case of the shuffled 450-case grid (35 cases)
+QUICK_VARLEN_CASES = 12  # quick: the first 12 of the 240 varlen cases
 SEED = 0
 RECORD = True  # GPU profile: write results/<gpu>/correctness.json
 RECORDED_GPU = "nvidia-h100-80gb-hbm3"  # which recorded GPU run sections 3 render
@@ -183,9 +185,15 @@ print(
 # GPU profile with `SWEEP="full"`: the full grid (450 cases: fp16/bf16 at every awkward length, $S_q \ne S_k$,
 # both causal alignments, GQA ratios 1–32, head dims 16–256 and padded ones, fp32, transposed
 # layouts), bitwise repeatability, and views whose element offsets pass $2^{31}$; recorded to
-# `results/<gpu>/correctness.json` (`SWEEP="quick"`, the default: every third case of that
-# shuffled grid, recorded as `correctness_quick.json`). CPU profile: the interpreter grid (fp16/fp32, small sizes);
-# bf16 cannot be checked under the interpreter (its `tl.dot` is wrong), so bf16 is GPU-only.
+# `results/<gpu>/correctness.json`. `SWEEP="quick"`, the default: every `QUICK_GRID_STRIDE`-th
+# case of that shuffled grid (35 cases at 13: all three masks, GQA ratios 1 to 8, head dims
+# 16 to 256 and two padded ones, S up to 4096, Sq != Sk, fp32 and the transposed layout
+# among them), recorded as `correctness_quick.json`. Its time
+# is mostly compiling: each case with a new combination of head dim, dtype, mask and the
+# integer arguments Triton specializes on (equal to 1, divisible by 16) is a new kernel, about
+# a second each on the H100's host; the full grid has about 156 of them. CPU profile: the
+# interpreter grid (fp16/fp32, small sizes); bf16 cannot be checked under the interpreter (its
+# `tl.dot` is wrong), so bf16 is GPU-only.
 
 # %%
 if SWEEP not in ("quick", "full"):
@@ -193,7 +201,8 @@ if SWEEP not in ("quick", "full"):
 grid = "full" if PROFILE == "gpu" else "cpu"
 cases = V.correctness_grid(grid)
 if PROFILE == "gpu" and SWEEP == "quick":
-    grid, cases = "full[::3]", cases[::3]  # the grid is shuffled: a stride keeps every kind of case
+    # The grid is shuffled: a stride keeps every kind of case.
+    grid, cases = f"full[::{QUICK_GRID_STRIDE}]", cases[::QUICK_GRID_STRIDE]
 live = V.run_grid(cases, DEVICE, base_seed=SEED)
 summary = V.summarize(live)
 determinism = V.check_determinism(V.determinism_cases(DEVICE), DEVICE)
@@ -486,13 +495,15 @@ print(
 # and runs the forward kernel's tile loop per sequence. The grid below draws ragged batches
 # with lengths 0 and 1 among them, both causal alignments and non-causal, GQA ratios up to 8,
 # sliding windows and logit softcapping; each case against the float64 reference of each
-# sequence on its own, outputs poisoned with NaN before the launch.
+# sequence on its own, outputs poisoned with NaN before the launch. GPU profile: 240 cases
+# with `SWEEP="full"`, the first `QUICK_VARLEN_CASES` otherwise (nearly every case is a kernel
+# of its own to compile: its lengths, head counts and window change the specialization).
 
 # %%
 from flashcore.studies.launch import run_varlen_case, varlen_cases
 
 if PROFILE == "gpu":
-    vl_cases = varlen_cases(seed=11, count=240 if SWEEP == "full" else 80)
+    vl_cases = varlen_cases(seed=11, count=240 if SWEEP == "full" else QUICK_VARLEN_CASES)
     vl_dtype = torch.bfloat16
 else:
     vl_cases = varlen_cases(seed=11, count=24, small=True)
