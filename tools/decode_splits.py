@@ -1,6 +1,8 @@
 """Decode GPU time by split count, beside SDPA's backends (CUDA machine).
 
-    python tools/decode_splits.py [out.json]
+    python tools/decode_splits.py [out.json] [--record]
+
+--record writes results/<gpu>/decode_splits.json with provenance.
 
 For each decode shape (bf16, q_len 1; the bench decode suite's shapes and the generation
 model's), CUDA-graph replay time of the split-KV kernel at each split count (the chosen
@@ -116,9 +118,21 @@ def main():
         rows.append(row)
         del sets
         torch.cuda.empty_cache()
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            json.dump({"sms": sms, "rows": rows}, f, indent=1)
+    payload = {
+        "sms": sms,
+        "rows": rows,
+        "method": f"CUDA-graph replay of one call on each of {SETS} input sets, time / "
+        f"{SETS}, median of 3; bf16, q_len 1; flashcore = attend_full_cache(num_splits=s); "
+        "'chosen' = choose_num_splits",
+    }
+    paths = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if paths:
+        with open(paths[0], "w") as f:
+            json.dump(payload, f, indent=1)
+    if "--record" in sys.argv:
+        from flashcore.results import write_result
+
+        print("recorded", write_result("decode_splits", payload))
 
 
 if __name__ == "__main__":

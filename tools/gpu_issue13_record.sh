@@ -28,7 +28,7 @@ for r in gen:
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if not k.endswith("repeats")})
 print("recorded", write_result("e2e_transformers", {"check_fp32": check, "generation": gen}))
 PY
-timeout ${SPLITS_S:-80} python3 tools/decode_splits.py $OUT/decode_splits.json > $OUT/splits.log 2>&1
+timeout ${SPLITS_S:-80} python3 tools/decode_splits.py --record > $OUT/splits.log 2>&1
 timeout ${GENPROF_S:-75} python3 tools/profile_generate.py 1 8 > $OUT/profile_generate.log 2>&1
 timeout ${PROFILE_S:-40} python3 tools/profile_launch.py > $OUT/profile.log 2>&1
 timeout ${VARLEN_S:-25} python3 -m pytest -q -x -p no:cacheprovider tests/test_varlen.py > $OUT/varlen_tests.log 2>&1
