@@ -102,88 +102,6 @@ def _bwd_preprocess(
     tl.store(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, delta, mask=offs_m < seqlen_q)
 
 
-@triton.jit(do_not_specialize=["num_q_heads", "gqa_group_size", "seqlen_q", "seqlen_k"])
-def _bwd_lse64_kernel(
-    Q,
-    K,
-    Lse64,
-    stride_qz,
-    stride_qh,
-    stride_qm,
-    stride_qk,
-    stride_kz,
-    stride_kh,
-    stride_kn,
-    stride_kk,
-    num_q_heads,
-    gqa_group_size,
-    seqlen_q,
-    seqlen_k,
-    causal_offset,
-    window,
-    sm_scale,
-    HEAD_DIM: tl.constexpr,
-    HEAD_DIM_PADDED: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-):
-    """fp32 inputs: the rows' log-sum-exp again (natural log, as the forward's), in fp64.
-
-    Scores as the other kernels compute them (fp32 IEEE dots, scaled by the fp32 sm_scale
-    in fp64); the running max and sum in fp64. -inf for a row that sees no key. See _probabilities
-    for why the forward's fp32 lse is not precise enough for fp32 gradients."""
-    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
-    pid = tl.program_id(0)
-    tile_m = pid % num_m_tiles
-    batch_head = pid // num_m_tiles
-    batch = batch_head // num_q_heads
-    q_head = batch_head % num_q_heads
-    kv_head = q_head // gqa_group_size
-    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM_PADDED)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    d_in = offs_d[None, :] < HEAD_DIM
-    q = tl.load(
-        Q
-        + batch.to(tl.int64) * stride_qz
-        + q_head.to(tl.int64) * stride_qh
-        + offs_m[:, None].to(tl.int64) * stride_qm
-        + offs_d[None, :] * stride_qk,
-        mask=(offs_m[:, None] < seqlen_q) & d_in,
-        other=0.0,
-    )
-    k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
-    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float64)
-    l = tl.zeros([BLOCK_M], dtype=tl.float64)
-    for start_n in range(0, seqlen_k, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k = tl.load(
-            k_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kk,
-            mask=(offs_n[:, None] < seqlen_k) & d_in,
-            other=0.0,
-        )
-        s = tl.dot(q, tl.trans(k), input_precision="ieee").to(tl.float64) * sm_scale
-        visible = _visible(
-            offs_m[:, None],
-            offs_n[None, :],
-            seqlen_q,
-            seqlen_k,
-            causal_offset,
-            window,
-            IS_CAUSAL,
-            HAS_WINDOW,
-        )
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
-        l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
-        m = m_new
-    lse = tl.where(l > 0, m + tl.log(tl.where(l > 0, l, 1.0)), float("-inf"))
-    tl.store(Lse64 + batch_head.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
-
-
 @triton.jit
 def _load_rows(
     base,
@@ -241,24 +159,6 @@ def _visible(
 
 
 @triton.jit
-def _probabilities(s, lse_term, qk_scale, sm_scale, EXP_FP64: tl.constexpr):
-    """P of a score tile s (q . k, unscaled) from its rows' log-sum-exp.
-
-    Half precision: exp2(s * qk_scale - lse_term), lse_term = lse * log2 e (log2 units).
-    EXP_FP64 (fp32 inputs): lse_term is the natural-log lse in fp64, and the exponent and
-    exp are taken in fp64, P rounded to fp32 once. An fp32 lse carries an absolute error
-    of u * |lse| / 2 at best (|lse| ~ max score + log Sk) and the log2 e factor another
-    relative u on every exponent; exp turns both into relative errors of several fp32
-    ulps on every P, which PyTorch's softmax (row max subtracted, no log2 e) does not pay.
-    Half precision never sees them (P is rounded to 8 or 11 bits)."""
-    if EXP_FP64:
-        p = tl.exp(s.to(tl.float64) * sm_scale - lse_term).to(tl.float32)
-    else:
-        p = tl.math.exp2(s * qk_scale - lse_term)
-    return p
-
-
-@triton.jit
 def _dkdv_query_tiles(
     dk,
     dv,
@@ -286,7 +186,6 @@ def _dkdv_query_tiles(
     causal_offset,
     window,
     qk_scale,
-    sm_scale,
     BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
@@ -294,10 +193,8 @@ def _dkdv_query_tiles(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
-    EXP_FP64: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
 ):
     """Fold query tiles [m_lo, m_hi) of one query head into the key tile's dK, dV.
 
@@ -307,7 +204,7 @@ def _dkdv_query_tiles(
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     d_in = offs_d[None, :] < HEAD_DIM
-    for start_m in tl.range(m_lo, m_hi, BLOCK_M, warp_specialize=WARP_SPEC):
+    for start_m in range(m_lo, m_hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
         q = _load_rows(
@@ -350,16 +247,13 @@ def _dkdv_query_tiles(
         else:
             lse = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
-        if EXP_FP64:
-            lse2 = lse  # natural log, fp64 (see _probabilities)
-        else:
-            lse2 = lse * 1.4426950408889634  # natural log -> log2 domain of exp2
+        lse2 = lse * 1.4426950408889634  # natural log -> log2 domain of exp2
 
         if FP32_IEEE:
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
         else:
             s_t = tl.dot(k, tl.trans(q))
-        p_t = _probabilities(s_t, lse2[None, :], qk_scale, sm_scale, EXP_FP64)
+        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
             # where exp2 gives inf), are exactly zero.
@@ -376,14 +270,18 @@ def _dkdv_query_tiles(
             p_t = tl.where(visible, p_t, 0.0)
 
         if FP32_IEEE:
-            dv = tl.dot(p_t, do, dv, input_precision="ieee")
+            # Each tile's product in a fresh accumulator, then added: tl.dot(a, b, acc) on
+            # fp32 is one FMA chain through acc, i.e. a sequential sum over every query row of
+            # every head in the group (478 terms at Sq 239, GQA 2), whose rounding error grows
+            # with its length; two levels (BLOCK_M, then the tiles) keep it at PyTorch's.
+            dv += tl.dot(p_t, do, input_precision="ieee")
             dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         else:
             dv = tl.dot(p_t.to(do.dtype), do, dv)
             dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])  # dS^T, in units of the scaled scores
         if FP32_IEEE:
-            dk = tl.dot(ds_t, q, dk, input_precision="ieee")
+            dk += tl.dot(ds_t, q, input_precision="ieee")  # two-level sum, as dv above
         else:
             dk = tl.dot(ds_t.to(q.dtype), q, dk)
 
@@ -467,10 +365,8 @@ def _bwd_dkdv_kernel(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
-    EXP_FP64: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
 ):
     num_n_tiles = tl.cdiv(seqlen_k, BLOCK_N)
     pid = tl.program_id(0)
@@ -569,7 +465,6 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
-            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -577,10 +472,8 @@ def _bwd_dkdv_kernel(
             IS_CAUSAL,
             HAS_WINDOW,
             FP32_IEEE,
-            EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
-            WARP_SPEC,
         )
         dk, dv = _dkdv_query_tiles(
             dk,
@@ -609,7 +502,6 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
-            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -617,10 +509,8 @@ def _bwd_dkdv_kernel(
             IS_CAUSAL,
             HAS_WINDOW,
             FP32_IEEE,
-            EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
-            WARP_SPEC,
         )
         dk, dv = _dkdv_query_tiles(
             dk,
@@ -649,7 +539,6 @@ def _bwd_dkdv_kernel(
             causal_offset,
             window,
             qk_scale,
-            sm_scale,
             BLOCK_M,
             HEAD_DIM,
             HEAD_DIM_PADDED,
@@ -657,10 +546,8 @@ def _bwd_dkdv_kernel(
             IS_CAUSAL,
             HAS_WINDOW,
             FP32_IEEE,
-            EXP_FP64,
             ATOMIC_DQ,
             USE_TMA,
-            WARP_SPEC,
         )
 
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
@@ -708,7 +595,6 @@ def _dq_key_tiles(
     causal_offset,
     window,
     qk_scale,
-    sm_scale,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
@@ -716,13 +602,11 @@ def _dq_key_tiles(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
-    EXP_FP64: tl.constexpr,
     USE_TMA: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
 ):
     """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
     offs_n0 = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(n_lo, n_hi, BLOCK_N, warp_specialize=WARP_SPEC):
+    for start_n in range(n_lo, n_hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         k = _load_rows(
@@ -763,7 +647,7 @@ def _dq_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))
-        p = _probabilities(s, lse2[:, None], qk_scale, sm_scale, EXP_FP64)
+        p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if APPLY_MASK:
             visible = _visible(
                 offs_m[:, None],
@@ -778,7 +662,7 @@ def _dq_key_tiles(
             p = tl.where(visible, p, 0.0)
         ds = p * (dp - delta[:, None])
         if FP32_IEEE:
-            dq = tl.dot(ds, k, dq, input_precision="ieee")
+            dq += tl.dot(ds, k, input_precision="ieee")  # two-level sum (see the dK/dV pass)
         else:
             dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
@@ -839,9 +723,7 @@ def _bwd_dq_kernel(
     IS_CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
-    EXP_FP64: tl.constexpr,
     USE_TMA: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -879,10 +761,7 @@ def _bwd_dq_kernel(
     )
     lse = tl.load(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
     delta = tl.load(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
-    if EXP_FP64:
-        lse2 = lse  # natural log, fp64 (see _probabilities)
-    else:
-        lse2 = lse * 1.4426950408889634
+    lse2 = lse * 1.4426950408889634
     k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
     v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
@@ -938,7 +817,6 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
-        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -946,9 +824,7 @@ def _bwd_dq_kernel(
         IS_CAUSAL,
         HAS_WINDOW,
         FP32_IEEE,
-        EXP_FP64,
         USE_TMA,
-        WARP_SPEC,
     )
     dq = _dq_key_tiles(
         dq,
@@ -973,7 +849,6 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
-        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -981,9 +856,7 @@ def _bwd_dq_kernel(
         IS_CAUSAL,
         HAS_WINDOW,
         FP32_IEEE,
-        EXP_FP64,
         USE_TMA,
-        WARP_SPEC,
     )
     dq = _dq_key_tiles(
         dq,
@@ -1008,7 +881,6 @@ def _bwd_dq_kernel(
         causal_offset,
         window,
         qk_scale,
-        sm_scale,
         BLOCK_N,
         HEAD_DIM,
         HEAD_DIM_PADDED,
@@ -1016,9 +888,7 @@ def _bwd_dq_kernel(
         IS_CAUSAL,
         HAS_WINDOW,
         FP32_IEEE,
-        EXP_FP64,
         USE_TMA,
-        WARP_SPEC,
     )
     dq = dq * sm_scale
     tl.store(
@@ -1032,15 +902,19 @@ def _bwd_dq_kernel(
     )
 
 
-# Launch configs for half precision on Hopper: (dK/dV kernel: BLOCK_M, BLOCK_N, warps,
-# stages), (dQ kernel: BLOCK_M, BLOCK_N, warps, stages), by padded head dim. Chosen from
-# offline sm_90 compiles (ptxas' register report, no GPU needed) as the largest tiles that
-# do not spill, or spill least: the fp32 dK/dV accumulators (2 x BLOCK_N x D) are what
-# fills the register file. studies/backward_bench.py's sweep times the alternatives.
+# Launch configs for half precision on Hopper, by padded head dim: (BLOCK_M, BLOCK_N, warps,
+# stages) of the dK/dV kernel (deterministic mode), of the same kernel with atomic dQ, and of
+# the dQ kernel. Picked by timing on the H100 (tools/backward_probe.py; its log is
+# results/<gpu>/logs/backward_probe_40dbf8f.*): bf16, B*S = 16K tokens, H*D = 2048, S 4K and
+# 16K at D=128, 8K at D=64/256, causal and not; the full backward with one kernel's config
+# varied at a time. Offline register reports had picked (64, 64, 8 warps) at D=128, which
+# splits a 64-key tile over two warpgroups; one warpgroup per tile (4 warps) spills by the
+# report yet runs the dK/dV pass in about half the time (backward 233 -> 407 TFLOP/s,
+# geomean). Atomic mode wants 128-key tiles at D=128 (its dQ matmul and atomics ride along).
 _HOPPER_TABLE = {
-    64: ((64, 128, 8, 2), (128, 64, 8, 2)),  # no spills
-    128: ((64, 64, 8, 2), (64, 64, 4, 2)),  # 15 / 2 spill stores
-    256: ((64, 32, 8, 1), (32, 32, 4, 1)),  # no spills
+    64: ((64, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3)),
+    128: ((64, 64, 4, 2), (64, 128, 8, 3), (128, 64, 8, 3)),
+    256: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 32, 4, 1)),
 }
 
 
@@ -1052,37 +926,8 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) ->
             return dict(dkdv=(32, 64, 4, 1), dq=(64, 32, 4, 1))
         return dict(dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
     bucket = 64 if head_dim_padded <= 64 else head_dim_padded
-    dkdv, dq = _HOPPER_TABLE[bucket]
-    return dict(dkdv=dkdv, dq=dq)
-
-
-def _recompute_lse64(q, k, causal, causal_offset, window, scale, head_dim_padded):
-    batch, num_q_heads, seqlen_q, head_dim = q.shape
-    lse = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float64, device=q.device)
-    block_m, block_n = (32, 32) if on_interpreter(q) or head_dim_padded > 64 else (64, 32)
-    _bwd_lse64_kernel[(triton.cdiv(seqlen_q, block_m) * batch * num_q_heads,)](
-        q,
-        k,
-        lse,
-        *q.stride(),
-        *k.stride(),
-        num_q_heads,
-        num_q_heads // k.shape[1],
-        seqlen_q,
-        k.shape[2],
-        causal_offset,
-        window or 0,
-        scale,
-        HEAD_DIM=head_dim,
-        HEAD_DIM_PADDED=head_dim_padded,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        IS_CAUSAL=bool(causal),
-        HAS_WINDOW=window is not None,
-        num_warps=4,
-        num_stages=1,
-    )
-    return lse
+    dkdv, dkdv_atomic, dq = _HOPPER_TABLE[bucket]
+    return dict(dkdv=dkdv, dkdv_atomic=dkdv_atomic, dq=dq)
 
 
 def _tma_usable(tensors, head_dim: int) -> bool:
@@ -1152,7 +997,8 @@ def attention_backward(
             repeated calls are bitwise identical. False: dQ accumulated with fp32 atomics
             inside the dK/dV pass (fewer matmuls, run-to-run differences in the last bits).
         config: override launch configs, ``dict(dkdv=(BLOCK_M, BLOCK_N, warps, stages),
-            dq=(...))``; for tuning sweeps.
+            dq=(...))`` (``dkdv_atomic``, optional: the dK/dV kernel in atomic mode); for
+            tuning sweeps.
         dq, dk, dv: optional preallocated gradients (q's / k's shape, dtype and device, any
             strides); the validation poisons them with NaN so an unwritten element fails.
 
@@ -1167,8 +1013,7 @@ def attention_backward(
             f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
             f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}"
         )
-    lse_dtypes = (torch.float32, torch.float64) if q.dtype == torch.float32 else (torch.float32,)
-    if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype not in lse_dtypes:
+    if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype != torch.float32:
         raise ValueError(
             f"expected lse of shape {(batch, num_q_heads, seqlen_q)} float32, "
             f"got {tuple(lse.shape)} {lse.dtype}"
@@ -1194,16 +1039,6 @@ def attention_backward(
     fp32 = q.dtype == torch.float32
 
     use_tma = cfg.get("USE_TMA", True) and _tma_usable((q, k, v, grad_out), head_dim)
-    # fp32: P from an fp64 log-sum-exp recomputed here (see _probabilities and the
-    # _bwd_lse64_kernel docstring); the forward's fp32 lse is not used.
-    exp64 = fp32 and cfg.get("EXP_FP64", True)
-    if exp64 and lse.dtype != torch.float64:
-        if cfg.get("RECOMPUTE_LSE", True):
-            lse = _recompute_lse64(q, k, causal, causal_offset, window, scale, head_dim_padded)
-        else:
-            lse = lse.double()
-    elif not exp64:
-        lse = lse.float()
     delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
     pre_m = 64 if head_dim_padded <= 128 else 32
     _bwd_preprocess[(triton.cdiv(seqlen_q, pre_m) * batch * num_q_heads,)](
@@ -1225,10 +1060,9 @@ def attention_backward(
         IS_CAUSAL=bool(causal),
         HAS_WINDOW=window is not None,
         FP32_IEEE=fp32,
-        EXP_FP64=exp64,
     )
     dq_acc = dq if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    bm, bn, warps, stages = cfg["dkdv"]
+    bm, bn, warps, stages = cfg["dkdv"] if deterministic else cfg.get("dkdv_atomic", cfg["dkdv"])
     q_desc, do_desc = _descriptors((q, grad_out), bm, head_dim) if use_tma else (None, None)
     _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, bn) * batch * num_kv_heads,)](
         q,
@@ -1264,7 +1098,6 @@ def attention_backward(
         num_stages=stages,
         ATOMIC_DQ=not deterministic,
         USE_TMA=use_tma,
-        WARP_SPEC=cfg.get("WARP_SPEC", False),
         **common,
     )
     if not deterministic:
@@ -1300,7 +1133,6 @@ def attention_backward(
         num_warps=warps,
         num_stages=stages,
         USE_TMA=use_tma,
-        WARP_SPEC=cfg.get("WARP_SPEC", False),
         **common,
     )
     return dq, dk, dv

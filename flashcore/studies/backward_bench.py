@@ -197,18 +197,17 @@ def backward_memory(
 
 def tuning_configs(head_dim: int) -> list[dict]:
     """Candidate (dkdv, dq) launch configs: (BLOCK_M, BLOCK_N, warps, stages)."""
-    # First of each list: the shipped config. Offline sm_90 compiles (ptxas register report)
-    # showed which tiles spill at each head dim; the sweep measures what the spills cost
-    # against the K/V reuse of larger key tiles.
+    # First of each list: the shipped config (kernels/backward.py's _HOPPER_TABLE, chosen by
+    # timing a wider sweep: tools/backward_probe.py); the rest its measured neighbours.
     if head_dim >= 256:
-        dkdv = [(64, 32, 8, 1), (64, 64, 8, 1), (32, 64, 4, 1)]
-        dq = [(32, 32, 4, 1), (32, 64, 4, 1), (64, 32, 4, 1)]
+        dkdv = [(64, 64, 8, 1), (64, 32, 8, 1), (64, 64, 4, 1)]
+        dq = [(64, 32, 4, 1), (64, 64, 8, 1), (32, 32, 4, 1)]
     elif head_dim >= 128:
-        dkdv = [(64, 64, 8, 2), (64, 128, 8, 2), (64, 32, 8, 2), (128, 64, 8, 2), (32, 128, 8, 2)]
-        dq = [(64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 2), (128, 32, 8, 2)]
+        dkdv = [(64, 64, 4, 2), (64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 32, 4, 2)]
+        dq = [(128, 64, 8, 3), (64, 64, 4, 2), (128, 128, 8, 2), (128, 64, 8, 4)]
     else:
-        dkdv = [(64, 128, 8, 2), (64, 64, 8, 2), (128, 128, 8, 2), (64, 128, 8, 3)]
-        dq = [(128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2)]
+        dkdv = [(64, 64, 4, 3), (64, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 2)]
+        dq = [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)]
     return [dict(dkdv=a, dq=dq[0]) for a in dkdv] + [dict(dkdv=dkdv[0], dq=b) for b in dq[1:]]
 
 
