@@ -2,7 +2,8 @@
 # The backward record in two device sessions (each under 9 minutes), both at one commit:
 #   part "grid":  python -m flashcore backward: determinism, the full gradient grid (compiled
 #                 from parallel processes), memory against S, fp16 speed at D=128 beside SDPA
-#                 flash and cuDNN; written to <outdir>/results/<gpu>/backward.json
+#                 flash and cuDNN, the launch-config sweep at D=128 (bf16, S 4K/16K); written
+#                 to <outdir>/results/<gpu>/backward.json
 #   part "speed": bf16 speed at D=64/128/256 beside SDPA flash, cuDNN and (at D=128)
 #                 FlexAttention, forward + backward at D=128; the same file under <outdir>
 #   tools/merge_backward_records.py joins the two (the speed rows of both, provenance of each).
@@ -23,7 +24,7 @@ stage() {  # stage NAME SECONDS CMD...: log to $out/NAME.log, never abort the sc
 if [ "$part" = grid ]; then
   TAIL=30 stage backward_grid "${BWD_TIMEOUT:-500}" python3 -m flashcore backward --jobs 14 \
     --d 128 --s 2048 4096 8192 16384 --dtype float16 --impls flashcore flashcore_atomic \
-    sdpa_flash sdpa_cudnn --memory --record
+    sdpa_flash sdpa_cudnn --memory --tune --tune-s 4096 16384 --record
 else
   TAIL=70 stage backward_speed "${BWD_TIMEOUT:-500}" python3 -m flashcore backward --jobs 14 \
     --grid none --repeats 2 --d 128 64 256 --s 2048 4096 8192 16384 --dtype bfloat16 \
