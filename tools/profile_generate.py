@@ -11,7 +11,7 @@ import sys
 import time
 
 import torch
-from transformers import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as AttentionInterface
 
 from flashcore.studies import e2e
 
