@@ -560,3 +560,12 @@ def test_cached_kernel_on_the_gluon_forward(monkeypatch):
     monkeypatch.setattr(fh, "_fa3_fwd_kernel", cached.kernel)
     same_address = buf.data_ptr() == addr
     assert torch.equal(out, forward.attention(q2, k2, v2, causal=True)), same_address
+
+
+def test_cached_nvmma_layout_is_the_default_layout():
+    gl = pytest.importorskip("triton.experimental.gluon.language")
+    cases = [((128, 128), gl.bfloat16), ((64, 64), gl.float16), ((128, 64), gl.bfloat16)]
+    for block, dtype in cases:
+        first = _launch.nvmma_layout(block, dtype)
+        assert first == gl.NVMMASharedLayout.get_default_for(list(block), dtype)
+        assert _launch.nvmma_layout(block, dtype) is first  # cached
