@@ -49,3 +49,81 @@ def test_compiled_controls_are_flagged():
     report = sass.analyze_variants()
     controls = [r for r in report["kernels"].values() if r["role"] == "leaky control"]
     assert controls and all(r["branches"]["data"] > 0 for r in controls)
+    # Whole kernels: every one reaches its end (a disassembly cut at 4096 instructions
+    # would lose the tail, EXIT included).
+    assert all(r["opcode_histogram"].get("EXIT", 0) > 0 for r in report["kernels"].values())
+
+
+# A register that held a loaded value is reused as a mask of packed predicates (ptxas does
+# this for the row masks of an epilogue): bit 0 is cleared, then set from a public P0.
+PACKED = """
+        /*0000*/   S2R R0, SR_TID.X ;
+        /*0010*/   LDC R2, c[0x0][0x210] ;
+        /*0020*/   LDG.E R5, desc[UR4][R6.64] ;
+        /*0030*/   ISETP.GE.AND P0, PT, R0, R2, PT ;
+        /*0040*/   LOP3.LUT R5, R5.reuse, 0xfffffffe, RZ, 0xc0, !PT ;
+        /*0050*/   @P0 LOP3.LUT R5, R5, 0x1, RZ, 0xfc, !PT ;
+        /*0060*/   LOP3.LUT P1, RZ, R5, 0x1, RZ, 0xc0, !PT ;
+        /*0070*/   @P1 STG.E desc[UR4][R8.64], R0 ;
+        /*0080*/   LOP3.LUT P2, RZ, R5, 0x2, RZ, 0xc0, !PT ;
+        /*0090*/   @P2 EXIT ;
+        /*00a0*/   EXIT ;
+"""
+
+
+def test_packed_predicate_bits_are_tracked_per_bit():
+    r = sass.analyze_sass(PACKED)
+    # Bit 0 comes from P0 only: the store it guards is public. Bit 1 still holds the loaded
+    # value: the branch on it is data.
+    assert r["guarded_memory"] == {"public": 1, "metadata": 0, "sync": 0, "data": 0}
+    assert r["branches"]["data"] == 1 and r["data_branches"][0]["text"] == "EXIT"
+    # A data predicate packed into bit 0 keeps its taint through the mask.
+    data_p0 = PACKED.replace("ISETP.GE.AND P0, PT, R0, R2, PT", "FSETP.GT.AND P0, PT, R5, RZ, PT")
+    r = sass.analyze_sass(data_p0)
+    assert r["guarded_memory"]["data"] == 1 and r["branches"]["data"] == 1
+
+
+# A data predicate saved with P2R and restored by a compare on the saved register.
+SAVED = """
+        /*0000*/   LDG.E R4, desc[UR4][R6.64] ;
+        /*0010*/   FSETP.GT.AND P0, PT, R4, RZ, PT ;
+        /*0020*/   P2R R9, PR, RZ, 0x1 ;
+        /*0030*/   ISETP.GE.AND P0, PT, R0, R2, PT ;
+        /*0040*/   ISETP.NE.AND P3, PT, R9, RZ, PT ;
+        /*0050*/   @P3 BRA `(.L_x_1) ;
+        /*0060*/   NOP ;
+.L_x_1:
+        /*0070*/   EXIT ;
+"""
+
+
+def test_predicates_saved_with_p2r_keep_their_taint():
+    assert sass.analyze_sass(SAVED)["branches"]["data"] == 1
+    public = SAVED.replace("P2R R9, PR, RZ, 0x1", "P2R R9, PR, RZ, 0x2")  # saves P1 instead
+    assert sass.analyze_sass(public)["branches"]["data"] == 0
+    restored = SAVED.replace("ISETP.NE.AND P3, PT, R9, RZ, PT", "R2P PR, R9, 0x1").replace(
+        "@P3 BRA", "@P0 BRA"
+    )
+    assert sass.analyze_sass(restored)["branches"]["data"] == 1
+
+
+# An indirect branch through a jump table (nvdisasm lists its targets): the targets are
+# successors, so what the table dispatches on reaches them. Addresses past 0xffff parse.
+JUMP = """
+        /*ffe0*/   LDS.U8 R2, [R3+0x100] ;
+        /*fff0*/   LDC R4, c[0x2][R2] ;
+        /*10000*/  BRX R4 -0x10010    (*"BRANCH_TARGETS .L_x_1,.L_x_2"*) ;
+.L_x_1:
+        /*10010*/  EXIT ;
+.L_x_2:
+        /*10020*/  ISETP.NE.AND P0, PT, R2, RZ, PT ;
+        /*10030*/  @P0 EXIT ;
+        /*10040*/  EXIT ;
+"""
+
+
+def test_jump_table_targets_are_successors():
+    instrs, labels = sass.parse_sass(JUMP)
+    assert len(instrs) == 7 and instrs[2].targets == [".L_x_1", ".L_x_2"]
+    r = sass.analyze_sass(JUMP)
+    assert r["branches"]["data"] == 2  # the BRX on a loaded byte, and @P0 EXIT behind it

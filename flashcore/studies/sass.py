@@ -22,15 +22,30 @@ each block starts from the union of its predecessors' exit states, iterated to a
 and a plain write replaces a register's bits. Special-function results (MUFU) and FCHK are
 data exactly when their inputs are: MUFU.RCP of a sequence length is public.
 
+Registers that ptxas uses as packed predicate masks are tracked per bit: ``LOP3.LUT`` with an
+immediate mask clears, sets or tests single bits, and ``P2R`` / ``R2P`` move predicates
+P0..P6 into and out of register bits. A bit test then depends on that bit's writers only,
+not on whatever the allocator left in the register's other bits (in the epilogues of the
+forward and decode kernels, a reused register that held a softmax value or a loaded element
+carries the row masks of the output stores). Indirect branches (``BRX``) have their jump
+tables as successors.
+
+Shared memory is not modelled by address: every LDS is data. This over-approximates loads of
+slots written only with public values, such as the one-byte-per-warp dispatch table through
+which Triton's warp_specialize lowering sends worker warps to their partition (constant
+STS before a named barrier, LDS + BRX after it); telling them apart would need the extent of
+every TMA write, which lives in the tensor map, not in the instruction.
+
 A branch (BRA/EXIT/... under a guard, BRX/JMX through a register) or a guarded memory
 access is classified ``data`` if its predicate carries the data bit, else ``sync`` if it
 carries the sync bit, else ``public``. Memory accesses whose *address* registers carry the
 data bit are listed too (a value-dependent address is the classic cache-timing leak).
 
 Compilation needs no GPU: ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``
-runs ptxas from the triton wheel; ``asm["sass"]`` disassembles the cubin with the bundled
-tools. The kernels must not be in interpreter mode, so when TRITON_INTERPRET is set (CPU
-notebooks) ``analyze_variants`` runs the compilation in a subprocess.
+runs ptxas from the triton wheel; the cubin is disassembled whole by the bundled nvdisasm
+(``asm["sass"]`` stops at 4096 instructions, see ``disassemble``). The kernels must not be
+in interpreter mode, so when TRITON_INTERPRET is set (CPU notebooks) ``analyze_variants``
+runs the compilation in a subprocess.
 """
 
 from __future__ import annotations
@@ -146,6 +161,7 @@ _LABEL = re.compile(r"^\s*([.\w$]+):\s*$")
 _ADDRESS = re.compile(r"/\*[0-9a-fA-F]{4,}\*/")
 _ENCODING = re.compile(r"/\*\s*0x[0-9a-fA-F]+\s*\*/")
 _CONTROL = re.compile(r"^[\w-]{2}:[\w-]:[\w-]:[\w-]:[\w-]\s+")
+_JUMP_TABLE = re.compile(r'BRANCH_TARGETS\s+([^"]*)"')
 
 
 @dataclasses.dataclass
@@ -157,6 +173,7 @@ class Instr:
     root: str  # opcode root, e.g. "ISETP"
     operands: list[str]
     target: str | None = None  # branch target label
+    targets: list[str] = dataclasses.field(default_factory=list)  # BRX/JMX jump table
 
     def regs(self, operand: str) -> list[str]:
         return [m.group(1) for m in _REG.finditer(operand)]
@@ -181,12 +198,14 @@ def _split_operands(text: str) -> list[str]:
 
 def parse_sass(sass: str) -> tuple[list[Instr], dict[str, int]]:
     """Instructions (in order) and label -> index of the instruction that follows it.
-    Accepts both cuobjdump's ``/*0040*/ OP ... ; /* 0x... */`` lines with ``.L_x_N:`` labels
-    and the ``ctrl<TAB>OP ...;`` form with ``LBBn:`` labels."""
+    Accepts nvdisasm's / cuobjdump's ``/*0040*/ OP ... ; /* 0x... */`` lines with ``.L_x_N:``
+    labels (an indirect ``BRX`` lists its jump table as ``BRANCH_TARGETS``) and the
+    ``ctrl<TAB>OP ...;`` form with ``LBBn:`` labels."""
     instrs: list[Instr] = []
     labels: dict[str, int] = {}
     for raw in sass.splitlines():
         line = _ENCODING.sub("", _ADDRESS.sub("", raw)).strip()
+        jump_table = _JUMP_TABLE.search(line)
         m = _LABEL.match(line)
         if m:
             labels[m.group(1)] = len(instrs)
@@ -209,7 +228,8 @@ def parse_sass(sass: str) -> tuple[list[Instr], dict[str, int]]:
         if root in ("BRA", "CALL", "BSSY", "BREAK", "JMP") and operands:
             t = operands[-1].strip("`() ")
             target = t
-        instrs.append(Instr(len(instrs), line, guard, opcode, root, operands, target))
+        targets = [t.strip() for t in jump_table.group(1).split(",")] if jump_table else []
+        instrs.append(Instr(len(instrs), line, guard, opcode, root, operands, target, targets))
     return instrs, labels
 
 
@@ -252,6 +272,9 @@ def build_cfg(instrs: list[Instr], labels: dict[str, int]) -> list[Block]:
             and labels[last.target] < len(instrs)
         ):
             blk.succs.append(block_of[labels[last.target]])
+        for t in last.targets:  # an indirect branch goes to every entry of its jump table
+            if t in labels and labels[t] < len(instrs) and block_of[labels[t]] not in blk.succs:
+                blk.succs.append(block_of[labels[t]])
         if falls_through and blk.end < len(instrs):
             blk.succs.append(b + 1)
     for b, blk in enumerate(blocks):
@@ -341,6 +364,136 @@ def _stack_slots(ins: Instr, operand: str) -> list[str] | None:
     return [f"L:{base + 4 * i}" for i in range(_width(ins, False))]
 
 
+_BITS = ":bits"  # state key suffix: per-bit taint of a register used as a packed predicate mask
+_LUT_BITWISE = {0xC0: "and", 0xFC: "or", 0x3C: "xor"}  # LOP3 truth tables of a OP b (c = RZ)
+
+
+def _reg_bits(state: dict, reg: str) -> tuple:
+    """Per-bit taint of a register: exact where tracked, else its summary on every bit."""
+    per_bit = state.get(reg + _BITS)
+    return per_bit if per_bit is not None else (state.get(reg, 0),) * 32
+
+
+def _packed_mask(ins: Instr, state: dict) -> bool:
+    """Bit-precise transfer of ``LOP3.LUT`` with one register, one immediate mask and ``RZ``.
+
+    ptxas keeps many predicates (row masks of an epilogue, say) packed in one register:
+    ``LOP3.LUT R, R, ~bit, RZ, 0xc0`` clears a bit, ``@P LOP3.LUT R, R, bit, RZ, 0xfc`` sets it
+    from P, ``LOP3.LUT P, RZ, R, bit, RZ, 0xc0`` reads it back. Whatever the register held
+    before (a dead value reused by the allocator, possibly loaded data) survives only in the
+    bits no mask touched, so taint is tracked per bit for these instructions: a test of one
+    bit depends on that bit's writers, not on the register's previous contents."""
+    if ins.root in ("P2R", "R2P"):
+        return _predicate_register(ins, state)
+    if ins.root != "LOP3" or len(ins.operands) < 5:
+        return False
+    ops = [o.strip().removesuffix(".reuse") for o in ins.operands]
+    pred_out = re.fullmatch(r"U?P\d+", ops[0]) and ops[1] in ("RZ", "URZ")
+    first = 2 if pred_out else 1
+    if len(ops) < first + 4:
+        return False
+    a, imm, c, lut = ops[first : first + 4]
+    if not re.fullmatch(r"U?R\d+", a) or c not in ("RZ", "URZ"):
+        return False
+    try:
+        mask, op = int(imm, 16) & 0xFFFFFFFF, _LUT_BITWISE.get(int(lut, 16))
+    except ValueError:
+        return False
+    if op is None or not imm.startswith("0x"):
+        return False
+    a_bits = _reg_bits(state, a)
+    guard = ins.guard if ins.guard not in (None, "PT", "UPT") else None
+    guard_bits = state.get(guard, 0) if guard else 0
+    if pred_out:  # P = (a OP mask) != 0
+        if op == "and":
+            bits = 0
+            for i in range(32):
+                if mask >> i & 1:
+                    bits |= a_bits[i]
+        else:
+            bits = state.get(a, 0)
+        dest = ops[0]
+        state[dest] = (state.get(dest, 0) | bits | guard_bits) if guard else bits
+        return True
+    dest = ops[0]
+    if not re.fullmatch(r"U?R\d+", dest):
+        return False
+    # A bit the mask forces (0 for and, 1 for or) is a constant; the others copy a's bit.
+    forced = (~mask & 0xFFFFFFFF) if op == "and" else (mask if op == "or" else 0)
+    new = tuple(0 if forced >> i & 1 else a_bits[i] for i in range(32))
+    if guard:
+        old = _reg_bits(state, dest)
+        if dest == a:  # only the bits the instruction can change depend on the guard
+            changed = mask if op in ("or", "xor") else ~mask & 0xFFFFFFFF
+            new = tuple(old[i] | guard_bits if changed >> i & 1 else old[i] for i in range(32))
+        else:
+            new = tuple(old[i] | new[i] | guard_bits for i in range(32))
+    summary = 0
+    for b in new:
+        summary |= b
+    state[dest] = summary
+    state[dest + _BITS] = new
+    return True
+
+
+def _predicate_register(ins: Instr, state: dict) -> bool:
+    """``P2R Rd, PR, Ra, mask`` copies predicates P0..P6 (the mask's bits) into bits of Rd
+    (byte k with ``.Bk``), the other bits from Ra; ``R2P PR, Ra, mask`` sets predicates from
+    bits of Ra. The operand ``PR`` names no single register, so the generic transfer would
+    lose the predicates' taint: track it per bit instead."""
+    ops = [o.strip().removesuffix(".reuse") for o in ins.operands]
+    m = re.search(r"\.B(\d)", ins.opcode)
+    shift = 8 * int(m.group(1)) if m else 0
+    guard = ins.guard if ins.guard not in (None, "PT", "UPT") else None
+    guard_bits = state.get(guard, 0) if guard else 0
+    try:
+        mask = int(ops[-1], 16) & 0x7F
+    except (ValueError, IndexError):
+        return False
+    if ins.root == "P2R" and len(ops) == 4 and ops[1] == "PR":
+        dest, a = ops[0], ops[2]
+        if not re.fullmatch(r"R\d+", dest):
+            return False
+        a_bits = _reg_bits(state, a) if re.fullmatch(r"R\d+", a) else (0,) * 32
+        new = list(a_bits)
+        for i in range(7):
+            if mask >> i & 1:
+                new[shift + i] = state.get(f"P{i}", 0)
+        if guard:
+            old = _reg_bits(state, dest)
+            new = [old[i] | new[i] | guard_bits for i in range(32)]
+        summary = 0
+        for b in new:
+            summary |= b
+        state[dest], state[dest + _BITS] = summary, tuple(new)
+        return True
+    if ins.root == "R2P" and len(ops) == 3 and ops[0] == "PR":
+        a_bits = _reg_bits(state, ops[1]) if re.fullmatch(r"R\d+", ops[1]) else (0,) * 32
+        for i in range(7):
+            if mask >> i & 1:
+                p = f"P{i}"
+                bits = a_bits[shift + i]
+                state[p] = (state.get(p, 0) | bits | guard_bits) if guard else bits
+        return True
+    return False
+
+
+def _join(states: list[dict]) -> dict:
+    """Union of predecessor states, per bit for packed predicate registers."""
+    out: dict = {}
+    for st in states:
+        for k, v in st.items():
+            if not k.endswith(_BITS):
+                out[k] = out.get(k, 0) | v
+    packed = {k[: -len(_BITS)] for st in states for k in st if k.endswith(_BITS)}
+    for reg in packed:
+        per_bit = [0] * 32
+        for st in states:
+            per_bit = [x | y for x, y in zip(per_bit, _reg_bits(st, reg))]
+        out[reg + _BITS] = tuple(per_bit)
+    return out
+
+
 def _transfer(ins: Instr, state: dict, public_params: frozenset = frozenset()) -> int:
     """Apply one instruction to ``state``; return the bits of its inputs (operands).
 
@@ -361,7 +514,10 @@ def _transfer(ins: Instr, state: dict, public_params: frozenset = frozenset()) -
                     state[slot] = state.get(reg, 0)
                 else:
                     state[reg] = state.get(slot, DATA)  # an unknown slot: assume data
+                    state.pop(reg + _BITS, None)
             return 0
+    if _packed_mask(ins, state):
+        return 0
     dests, sources = _dests_and_sources(ins)
     bits = 0
     for s in sources:
@@ -381,6 +537,7 @@ def _transfer(ins: Instr, state: dict, public_params: frozenset = frozenset()) -
         bits |= SYNC
     guard_bits = state.get(ins.guard, 0) if ins.guard else 0
     for d in dests:
+        state.pop(d + _BITS, None)  # the summary below bounds every bit
         state[d] = (
             (state.get(d, 0) | bits | guard_bits)
             if ins.guard and ins.guard not in ("PT", "UPT")
@@ -398,11 +555,7 @@ def taint_analysis(
     work = list(range(len(blocks)))
     while work:
         b = work.pop(0)
-        state = {}
-        for p in blocks[b].preds:
-            if exit_[p] is not None:
-                for k, v in exit_[p].items():
-                    state[k] = state.get(k, 0) | v
+        state = _join([exit_[p] for p in blocks[b].preds if exit_[p] is not None])
         entry[b] = dict(state)
         for i in range(blocks[b].start, blocks[b].end):
             _transfer(instrs[i], state, public_params)
@@ -778,7 +931,27 @@ def compile_sass(spec: dict, arch: int = 90) -> str:
         target=GPUTarget("cuda", arch, 32),
         options=dict(num_warps=spec["num_warps"], num_stages=spec["num_stages"]),
     )
-    return compiled.asm["sass"]
+    return disassemble(compiled.asm["cubin"])
+
+
+def disassemble(cubin: bytes) -> str:
+    """The whole kernel, disassembled by the nvdisasm bundled with Triton.
+
+    Not ``compiled.asm["sass"]``: Triton's cuobjdump post-processing matches instruction
+    addresses of exactly four hex digits, so it silently stops at offset 0x10000 (4096
+    instructions) and drops the rest of a longer kernel. nvdisasm also names the targets of
+    indirect branches (``BRX ... BRANCH_TARGETS``), which the control-flow graph needs."""
+    import tempfile
+
+    from triton import knobs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return subprocess.run(
+            [knobs.nvidia.nvdisasm.path, "-c", path], capture_output=True, text=True, check=True
+        ).stdout
 
 
 def analyze_variants(keep_sass: bool = False) -> dict:
