@@ -125,5 +125,6 @@ JUMP = """
 def test_jump_table_targets_are_successors():
     instrs, labels = sass.parse_sass(JUMP)
     assert len(instrs) == 7 and instrs[2].targets == [".L_x_1", ".L_x_2"]
+    assert instrs[2].text == "BRX R4 -0x10010"
     r = sass.analyze_sass(JUMP)
     assert r["branches"]["data"] == 2  # the BRX on a loaded byte, and @P0 EXIT behind it

@@ -206,6 +206,7 @@ def parse_sass(sass: str) -> tuple[list[Instr], dict[str, int]]:
     for raw in sass.splitlines():
         line = _ENCODING.sub("", _ADDRESS.sub("", raw)).strip()
         jump_table = _JUMP_TABLE.search(line)
+        line = re.sub(r"\s*\(\*.*?\*\)", "", line)  # nvdisasm's (*"..."*) annotations
         m = _LABEL.match(line)
         if m:
             labels[m.group(1)] = len(instrs)
