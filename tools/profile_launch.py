@@ -66,17 +66,18 @@ from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from flashcore.kernels import forward_hopper  # noqa: E402
 
-_gluon = [_launch.CachedKernel(forward_hopper._fa3_fwd_kernel, "gluon")]
+_gluon = [forward_hopper._FA3_LAUNCH] if forward_hopper.GLUON_AVAILABLE else []
 
 
-def gluon_cached(fn):
-    """fn with the Gluon kernel launched through the generic CachedKernel."""
-    original = forward_hopper._fa3_fwd_kernel
-    forward_hopper._fa3_fwd_kernel = _gluon[0]
+def gluon_jit(fn):
+    """fn with the Gluon kernel launched through the JIT (``kernel[grid]``) instead of the
+    module's launch cache."""
+    original = forward_hopper._FA3_LAUNCH
+    forward_hopper._FA3_LAUNCH = forward_hopper._fa3_fwd_kernel
     try:
         return fn()
     finally:
-        forward_hopper._fa3_fwd_kernel = original
+        forward_hopper._FA3_LAUNCH = original
 
 
 import flashcore.ops  # noqa: E402,F401
@@ -114,7 +115,10 @@ rows = {
     "attention GQA S2048 D128 TMA (JIT)": jit_path(
         lambda: forward.attention(qg, kg, kg, causal=True)
     ),
-    "attention GQA S2048 D128 Gluon via CachedKernel": lambda: gluon_cached(
+    "attention GQA S2048 D128 Gluon (cached launch)": lambda: forward.attention(
+        qg, kg, kg, causal=True
+    ),
+    "attention GQA S2048 D128 Gluon (JIT)": lambda: gluon_jit(
         lambda: forward.attention(qg, kg, kg, causal=True)
     ),
     "flashcore.ops.sdpa D64": lambda: flashcore.ops.sdpa(qf, qf, qf, is_causal=True),
@@ -140,7 +144,8 @@ for name, fn in rows.items():
     torch.cuda.synchronize()
     eager = (time.perf_counter() - t0) / 300 * 1e6
     print(f"{name:<40} host {host:8.1f} us   eager {eager:8.1f} us", flush=True)
-print("gluon CachedKernel entries", len(_gluon[0].cache), "hits", _gluon[0].cache.hits)
+if _gluon:
+    print("gluon launch cache entries", len(_gluon[0].cache), "hits", _gluon[0].cache.hits)
 print(
     "launch cache entries: forward",
     len(forward._FORWARD_LAUNCHES),

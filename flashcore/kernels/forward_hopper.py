@@ -61,6 +61,8 @@ import os
 
 import torch
 
+from ._launch import CachedKernel, nvmma_layout
+
 try:  # Gluon is experimental; its API moves between triton releases.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -103,30 +105,18 @@ PERSISTENT = {False: True, True: True}
 if GLUON_AVAILABLE:
 
     @gluon.jit
-    def _work_unit(u, sched, IS_CAUSAL: gl.constexpr):
-        """Work unit u -> (batch * head, pair index, tiles in the unit). Causal: a unit is the
-        query tiles `num_m - 1 - pair` and `pair` of one head (the middle tile alone when the
-        count is odd), whose key-tile counts add up to the same total for every pair, so
-        units are equal work and a static walk over them is balanced. Non-causal: one tile.
-        The units of a head are consecutive, so the programs running together share its K/V
-        in L2. (A walk over single causal tiles in a per-head order handed some programs the
-        long tiles of every head: 3x imbalance at S=16K; longest tile first across the whole
-        launch spread the running programs over ~130 heads and lost L2 reuse: D128 S2K causal
-        0.60x cuDNN.)"""
-        num_m_tiles = sched[0]
-        if IS_CAUSAL:
-            units_per_head = (num_m_tiles + 1) // 2
-            pair = u % units_per_head
-            return u // units_per_head, pair, 2 - (2 * pair + 1 == num_m_tiles).to(gl.int32)
-        else:
-            return u // num_m_tiles, u % num_m_tiles, 1
-
-    @gluon.jit
-    def _num_units(sched, IS_CAUSAL: gl.constexpr):
-        if IS_CAUSAL:
-            return sched[1] * ((sched[0] + 1) // 2)
-        else:
-            return sched[1] * sched[0]
+    def _work_unit(u, sched):
+        """Work unit u -> (batch * head, pair index, tiles in the unit). A unit is the query
+        tiles `num_m - 1 - pair` and `pair` of one head (the middle tile alone when the count
+        is odd): under a causal mask their key-tile counts add up to the same total for every
+        pair, so units are equal work and a static walk over them is balanced. The units of a
+        head are consecutive, so the programs running together share its K/V in L2. (A walk
+        over single tiles in a per-head order handed some programs the long tiles of every
+        head: 3x imbalance at S=16K; longest tile first across the whole launch spread the
+        running programs over ~130 heads and lost L2 reuse: D128 S2K causal 0.60x cuDNN.)"""
+        units_per_head = (sched[0] + 1) // 2
+        pair = u % units_per_head
+        return u // units_per_head, pair, 2 - (2 * pair + 1 == sched[0]).to(gl.int32)
 
     @gluon.jit
     def _tile_coords(
@@ -181,11 +171,11 @@ if GLUON_AVAILABLE:
         k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
-        num_units = _num_units(sched, IS_CAUSAL)
+        num_units = sched[1] * ((sched[0] + 1) // 2)
         it = 0
         local = 0
         for u in range(gl.program_id(0), num_units, gl.num_programs(0)):
-            batch_head, pair, unit_tiles = _work_unit(u, sched, IS_CAUSAL)
+            batch_head, pair, unit_tiles = _work_unit(u, sched)
             for half in range(unit_tiles):
                 tile_m = pair + (1 - half) * (sched[0] - 1 - 2 * pair)  # the longer tile first
                 batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
@@ -337,7 +327,7 @@ if GLUON_AVAILABLE:
         for u in range(
             gl.program_id(0), num_batch_heads * ((num_m_tiles + 1) // 2), gl.num_programs(0)
         ):
-            batch_head, pair, unit_tiles = _work_unit(u, sched, IS_CAUSAL)
+            batch_head, pair, unit_tiles = _work_unit(u, sched)
             for half in range(unit_tiles):
                 tile_m = pair + (1 - half) * (num_m_tiles - 1 - 2 * pair)  # the longer tile first
                 batch, q_head, kv_head, q_row0, n_tiles, n_unmasked = _tile_coords(
@@ -509,6 +499,10 @@ if GLUON_AVAILABLE:
                 [CONSUMER_REGS, 24],
             )
 
+    # Launched through the launch cache: on a hit the compiled kernel's launcher is called
+    # directly, with the TMA descriptors encoded once per (address, shape, strides, block).
+    _FA3_LAUNCH = CachedKernel(_fa3_fwd_kernel, "gluon_fa3")
+
 
 # (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
 # was measured faster than forward.py's Triton kernel. H100, bf16, B*S = 16K tokens,
@@ -611,7 +605,7 @@ def supports(q, k, v, *, window=None) -> bool:
 def _descriptor(t, block_rows, head_dim):
     dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
     # 4-D over the whole (B, H, S, D) tensor: rows past S come back as zeros.
-    layout = gl.NVMMASharedLayout.get_default_for([block_rows, head_dim], dtype)
+    layout = nvmma_layout((block_rows, head_dim), dtype)
     return TensorDescriptor(
         t, list(t.shape), list(t.stride()), [1, 1, block_rows, head_dim], layout
     )
@@ -651,16 +645,15 @@ def attention_hopper(
     q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
     k_desc = _descriptor(k, block_n, head_dim)
     v_desc = _descriptor(v, block_n, head_dim)
-    # Work units (_work_unit): causal, pairs of query tiles of one head; else single tiles.
-    m_tiles = triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG)
-    work_units = (triton_cdiv(m_tiles, 2) if is_causal else m_tiles) * batch * num_q_heads
+    # Work units: pairs of query tiles of one head (_work_unit), the grid's unit of balance.
+    work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
     persistent = PERSISTENT[bool(is_causal)] if persistent is None else persistent
     # FLASHCORE_HOPPER_MAX_PROGRAMS: the same cap from the environment, for sanitizer runs
     # of whole grids (python -m flashcore sanitize --workloads forward_hopper_walk).
     max_programs = max_programs or int(os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS", "0"))
     programs = max_programs or _num_sms(q.device.index)
     grid = (min(work_units, programs) if persistent else work_units,)
-    _fa3_fwd_kernel[grid](
+    _FA3_LAUNCH[grid](
         q_desc,
         k_desc,
         v_desc,
