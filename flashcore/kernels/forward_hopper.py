@@ -505,17 +505,19 @@ if GLUON_AVAILABLE:
 
 
 # (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
-# was measured faster than forward.py's Triton kernel. H100, bf16, B*S = 16K tokens,
-# H*D = 2048, interleaved timing (tools/gpu_forward_hopper.py, commit f38c623), TFLOP/s
-# Gluon (persistent for non-causal) vs Triton:
-#   D=64  full   S=1K 369 vs 393, S=2K 467 vs 425 ... S=16K 512 vs 413
-#   D=64  causal S=4K 339 vs 387, S=8K 426 vs 412, S=16K 454 vs 416
-#   D=128 full   S=1K 493 vs 461 ... S=16K 634 vs 490
-#   D=128 causal S=1K 305 vs 357, S=2K 423 vs 429, S=4K 519 vs 463 ... S=16K 644 vs 538
-#   D=256 full   S=1K 501 vs 416 ... ;  causal S=1K 350 vs 306 ... S=16K 749 vs 526
+# was measured faster than forward.py's Triton kernel; None: never. H100, bf16, B*S = 16K
+# tokens, H*D = 2048, interleaved timing (tools/gpu_forward_hopper.py, commit 2c03bb9, the
+# kernel as shipped: pairs of query tiles, persistent grid), TFLOP/s Gluon vs Triton:
+#   D=64  full   S=2K 409 vs 430, S=4K 429 vs 427, S=16K 438 vs 430 (within noise: Triton)
+#   D=64  causal S=4K 385 vs 387, S=8K 418 vs 413, S=16K 435 vs 426 (within noise: Triton)
+#   D=128 full   S=1K 502 vs 463 ... S=16K 623 vs 508
+#   D=128 causal S=1K 334 vs 266 (357 in an earlier run), S=2K 469 vs 433 ... S=16K 611 vs 499
+#   D=256 full   S=1K 504 vs 425 ... ;  causal S=1K 354 vs 317 ... S=16K 710 vs 490
+# (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
+# the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
 DISPATCH = {
-    (64, False): 2048,
-    (64, True): 8192,
+    (64, False): None,
+    (64, True): None,
     (128, False): 1024,
     (128, True): 2048,
     (256, False): 1024,
