@@ -30,8 +30,8 @@ A)
     --grid full --determinism --large-offsets --quiet
   TAIL=8 step sanitize_gluon 170 python3 -m flashcore sanitize --workloads forward_hopper \
     forward_hopper_walk --record
-  step pytest_forward_hopper 75 python3 -m pytest -q -p no:cacheprovider tests/test_forward_hopper.py \
-    -k "many_work or deterministic or supports or (error_rule and bfloat16 and True-)"
+  step pytest_forward_hopper 100 python3 -m pytest -q -p no:cacheprovider tests/test_forward_hopper.py \
+    tests/test_launch.py -k "many_work or deterministic or supports or gluon or (error_rule and True-)"
   ;;
 B)
   step grid_dispatch 200 python3 -m flashcore validate --grid full --determinism --large-offsets \
