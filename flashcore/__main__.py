@@ -203,6 +203,15 @@ def _print_perf_rows(rows):
             print(f"{what} {r.get('error') or r.get('skipped')}")
 
 
+Bm_DECODE_PEERS_HELP = (
+    "flashcore_decode",
+    "flashcore",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "sdpa_efficient",
+)
+
+
 def cmd_bench(args) -> int:
     from .results import write_result
     from .studies import bench as Bm
@@ -245,7 +254,7 @@ def cmd_bench(args) -> int:
     payload.update({"forward": rows, "prior_regime": prior_rows})
     if args.suite in ("decode", "all"):
         decode_rows = []
-        decode_impls = args.impls or Bm.DECODE_PEERS
+        decode_impls = args.decode_impls or Bm.DECODE_PEERS
         for shape in _progress_iter(Bm.decode_shapes(), "decode"):
             decode_rows += Bm.bench_attention_shape(shape, decode_impls, reps=args.reps, graph=True)
         for r in decode_rows:
@@ -782,6 +791,12 @@ def main(argv=None) -> int:
         "--impls",
         nargs="+",
         help="subset of: " + "flashcore sdpa_flash sdpa_cudnn sdpa_efficient sdpa_math flex",
+    )
+    p.add_argument(
+        "--decode-impls",
+        nargs="+",
+        help="the decode suite's subset of: "
+        + "flashcore_decode flashcore sdpa_flash sdpa_cudnn sdpa_efficient sdpa_math",
     )
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--topic", default="perf", help="record name (results/<gpu>/<topic>.json)")

@@ -8,11 +8,10 @@
 #        the Gluon kernel, once with its own grid and once with 3 programs walking every work
 #        tile (records sanitizer.json under <out>/results);
 #     3. tests/test_forward_hopper.py: grids, many work tiles per program, determinism.
-#   B (about 9 minutes):
-#     4. the full grid through flashcore.attention with the shipped dispatch, recorded
-#        (correctness.json);
-#     5. the forward performance sweep (perf.json: bf16 and fp16, S 1K-16K, every peer,
-#        interleaved timing), the prior-report regime and decode.
+#   B (about 8 minutes):
+#     4. the performance record (perf.json): forward bf16, D 64/128/256, S 1K-16K, beside
+#        SDPA flash, cuDNN and FlexAttention (interleaved timing), the prior-report regime
+#        and decode.
 # Usage (repo root, CUDA machine): FLASHCORE_COMMIT=<hash> bash tools/gpu_forward_hopper_final.sh <out> A|B
 set -u
 out=$1
@@ -34,9 +33,8 @@ A)
     tests/test_launch.py -k "many_work or deterministic or supports or gluon or (error_rule and True-)"
   ;;
 B)
-  step grid_dispatch 200 python3 -m flashcore validate --grid full --determinism --large-offsets \
-    --quiet --record
-  TAIL=30 step bench 360 python3 -m flashcore bench --suite all --dtype bfloat16 float16 \
-    --s 1024 2048 4096 8192 16384 --reps 40 --record
+  TAIL=40 step bench 420 python3 -m flashcore bench --suite all --dtype bfloat16 \
+    --s 1024 2048 4096 8192 16384 --impls flashcore flashcore_triton sdpa_flash sdpa_cudnn flex \
+    --decode-impls flashcore_decode sdpa_flash sdpa_cudnn --reps 32 --record
   ;;
 esac
