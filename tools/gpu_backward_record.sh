@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The backward record in two device sessions (each under 9 minutes), both at one commit:
+# The backward record: part "all" in one device session (about 8.5 minutes: the grid, memory,
+# bf16 speed at D 64/128/256 with Flex at D=128, fp16 at D 128/64/256 as time allows, the
+# shapes in that order, each recorded as it lands), or in two sessions at one commit:
 #   part "grid":  python -m flashcore backward: determinism, the full gradient grid (compiled
 #                 from parallel processes), memory against S, fp16 speed at D=128 beside SDPA
 #                 flash and cuDNN, the launch-config sweep at D=128 (bf16, S 4K/16K); written
@@ -8,7 +10,8 @@
 #                 FlexAttention, forward + backward at D=128; the same file under <outdir>
 #   tools/merge_backward_records.py joins the two (the speed rows of both, provenance of each).
 # Notebook 07's GPU profile (python3 tools/time_reproduce.py --profile gpu ...) runs separately.
-# Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_backward_record.sh <outdir> grid|speed
+# Usage on a CUDA machine:
+#   FLASHCORE_COMMIT=<hash> bash tools/gpu_backward_record.sh <outdir> all|grid|speed
 set -u
 out=$1
 part=${2:-grid}
@@ -21,7 +24,11 @@ stage() {  # stage NAME SECONDS CMD...: log to $out/NAME.log, never abort the sc
   timeout "$secs" "$@" >"$out/$name.log" 2>&1; echo "   rc=$? $((SECONDS - t0)) s"
   grep -v "gradients\|UserWarning\|return Variable" "$out/$name.log" | tail -n "${TAIL:-6}"
 }
-if [ "$part" = grid ]; then
+if [ "$part" = all ]; then  # one session: everything the notebook renders
+  TAIL=90 stage backward "${BWD_TIMEOUT:-515}" python3 -m flashcore backward --jobs 14 \
+    --d 128 64 256 --s 2048 4096 8192 16384 --dtype bfloat16 float16 --flex-d 128 \
+    --fwd-bwd --memory --record
+elif [ "$part" = grid ]; then
   TAIL=30 stage backward_grid "${BWD_TIMEOUT:-500}" python3 -m flashcore backward --jobs 14 \
     --d 128 --s 2048 4096 8192 16384 --dtype float16 --impls flashcore flashcore_atomic \
     sdpa_flash sdpa_cudnn --memory --tune --tune-s 4096 16384 --record

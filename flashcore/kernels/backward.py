@@ -274,14 +274,16 @@ def _dkdv_query_tiles(
             # fp32 is one FMA chain through acc, i.e. a sequential sum over every query row of
             # every head in the group (478 terms at Sq 239, GQA 2), whose rounding error grows
             # with its length; two levels (BLOCK_M, then the tiles) keep it at PyTorch's.
-            dv += tl.dot(p_t, do, input_precision="ieee")
+            # The fresh accumulator is dv * 0 rather than a constant zero: Triton rewrites
+            # acc + dot(a, b, 0) into dot(a, b, acc), which would rebuild the one chain.
+            dv = dv + tl.dot(p_t, do, dv * 0.0, input_precision="ieee")
             dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         else:
             dv = tl.dot(p_t.to(do.dtype), do, dv)
             dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])  # dS^T, in units of the scaled scores
         if FP32_IEEE:
-            dk += tl.dot(ds_t, q, input_precision="ieee")  # two-level sum, as dv above
+            dk = dk + tl.dot(ds_t, q, dk * 0.0, input_precision="ieee")  # two levels, as dv
         else:
             dk = tl.dot(ds_t.to(q.dtype), q, dk)
 
@@ -662,7 +664,7 @@ def _dq_key_tiles(
             p = tl.where(visible, p, 0.0)
         ds = p * (dp - delta[:, None])
         if FP32_IEEE:
-            dq += tl.dot(ds, k, input_precision="ieee")  # two-level sum (see the dK/dV pass)
+            dq = dq + tl.dot(ds, k, dq * 0.0, input_precision="ieee")  # two levels: see dK/dV
         else:
             dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq

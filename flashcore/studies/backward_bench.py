@@ -412,8 +412,9 @@ def run_backward_study(args, *, on_stage=None) -> dict:
             )
         for shape in backward_shapes(head_dims=args.d, seqlens=args.s, dtypes=args.dtype):
             impls = list(args.impls)
-            if shape["D"] not in args.flex_d and "flex" in impls:
-                impls.remove("flex")  # Flex compiles per shape: only where the target needs it
+            if "flex" in impls and (shape["D"] not in args.flex_d or shape["dtype"] != "bfloat16"):
+                # Flex compiles per shape (~30 s): only where the target needs it (bf16)
+                impls.remove("flex")
             rows += bench_backward_shape(shape, impls, reps=args.reps, with_forward=args.fwd_bwd)
             print_rows(rows[-len(impls) :])
             # Recorded after every shape (the stage is not marked done until the end), so a
