@@ -80,19 +80,27 @@ for name, r in sass_report["kernels"].items():
             print(f"    [{item['index']:5d}] {item['text']}")
 
 # %% [markdown]
-# **The Gluon kernels** (`forward … (Gluon, warp-specialized)`, `kernels/forward_hopper.py`, the
-# Hopper path `flashcore.attention` dispatches to for D=64/128/256 at longer sequences). Their
-# flagged branches come from how warp specialization is lowered, not from Q, K or V: the worker
-# warps (the producer warp and the other consumer warpgroups) wait at a barrier, read a
-# partition index from shared memory (`LDS.U8`, then `BRX` through a jump table: the first two
-# flagged branches) and read their captured arguments, the loop bounds among them (the number of
-# key tiles, computed from the sequence lengths and the program id), from shared memory too.
-# The analysis marks every shared-memory load as data, so loop exits on those bounds are
-# flagged. That reading is traced for the two dispatch branches; for the loop exits it follows
-# from where their predicates come from (a shared-memory copy of a public bound), but the
-# analysis does not prove it. Their role is `shipped (Gluon)`, so the verdicts below, which
-# speak of the Triton kernels, do not count them; they have no data-guarded memory access and
-# no data-dependent address (table above).
+# **Flagged branches, traced (triton 3.6).** The analysis reads each kernel whole, from the
+# cubin through the `nvdisasm` bundled with Triton (Triton's `asm["sass"]` stopped at 4096
+# instructions, which cut off the Gluon kernels and the sliding-window kernel), and follows
+# predicates that ptxas packs into register bits, bit by bit (`LOP3` masks, `P2R`/`R2P`). With
+# that, the one "data" EXIT of each TMA forward kernel and of decode split-KV, and their
+# data-guarded stores, are public or metadata: they are the output stores' row masks
+# (`offs_m < seqlen_q`, `pos < seqlen_new`) kept in a register that earlier held a softmax value
+# or a loaded element, whose other bits nothing reads.
+#
+# **The Gluon kernels** (`forward … (Gluon, warp-specialized)`, `kernels/forward_hopper.py`) keep
+# two flagged branches each (`@P0 BRA`, `BRX`): warp_specialize's dispatch. Each worker warp
+# reads its partition id as a byte from shared memory and jumps through a table. The only stores
+# to those bytes in the whole kernel write constants (the partition ids at entry, the exit case
+# at the end), each before a named barrier, and the TMA buffers and mbarriers end below them, so
+# the branches cannot depend on q, k or v. The analysis still counts them because it treats
+# every shared-memory load as data; proving it would take a shared-memory alias analysis (a TMA
+# write's extent is in its tensor map, not in the instruction). Their role is `shipped (Gluon)`,
+# so the verdicts below, which speak of the Triton kernels, do not count them; they have no
+# data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
+# hand-off on the GPU (`sanitizer_forward_hopper.json`: the workers' entry reads against these
+# stores), and nothing in the K/V ring, Q buffers or mbarriers.
 
 # %%
 # NBVAL_CHECK_OUTPUT
