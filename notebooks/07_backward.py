@@ -481,16 +481,20 @@ if record is not None and "speed" in record:
         print("  ", c["name"], {g: round(c[g]["ratio"], 3) for g in ("dq", "dk", "dv")})
 
 # %% [markdown] tags=[]
-# **Reading it.** The backward is correct under the rule everywhere in fp16 and bf16, O(S) in
-# memory and bitwise deterministic by default, but it is *slower* than SDPA's FlashAttention-2
-# backend, not 1.3× faster. The likely cause is the tile shape: its launch table was chosen
-# from offline register reports, not from timings, and at D=128 every 128-wide key tile
-# spilled, so D=128 runs 64×64 tiles (two matmuls of 64×64×128 per step are too small to keep
-# Hopper's wgmma busy); no warp specialization, no TMA store, and the deterministic dQ pass
-# recomputes S and dP (3.5× the forward's FLOPs against the atomic mode's 2.5×, yet the atomic
-# mode measured slower still, its fp32 atomics contending). The one failing case is fp32
-# (D=16, GQA 2:1): its dK error is 1.1× the bound, 4.5× PyTorch fp32's own error, while the same
-# case passes under the interpreter (ratio 0.21). The difference between the two runs is the
-# GPU's approximate `exp2` (MUFU, a few ulp) in the recomputed P, which fp32's tight baseline
-# exposes and fp16/bf16 rounding hides; an IEEE exp2 in the fp32 path is the fix to try next.
-# That is a hypothesis from the two runs, not yet a measurement.
+# **Reading it.** All 438 grid cases pass (fp32 included), the default mode is bitwise
+# reproducible, extra memory grows linearly. At D=128 the target against SDPA flash (FA2) is met
+# in bf16 and fp16, the one against FlexAttention in bf16 (Flex is timed in bf16 only, and
+# barely: x1.04, worst x0.98); cuDNN (about 0.8×) is not reached. What made the speed: the launch table comes from timing (`tools/backward_probe.py`, the sweep recorded in
+# `backward_tuning.json`), not offline register reports: the dK/dV pass at D=128 now runs one
+# warpgroup (4 warps) per 64×64 tile, which "spills" by ptxas' report yet takes about half the
+# time of the 8-warp version that split a 64-row tile over two warpgroups; the kernels are
+# otherwise those of the previous record.
+# The atomic-dQ mode is slower than the deterministic default at every shape (fp32 atomics),
+# so determinism costs nothing here. D=256 stays below FA2 (about 0.8×): its tiles are small
+# (64×64, 8 warps, 1 stage) to fit the registers; no warp specialization or pingpong yet.
+# The fp32 case that failed before (D=16, GQA 2:1, dK 1.1× the bound) was the order of a sum:
+# `tl.dot(a, b, acc)` on fp32 is one FMA chain through acc, so dK was a sequential sum of 478
+# products; fed an exact P and O on the GPU the error did not move, and a float64 emulation
+# of that order (`tools/backward_fp32_order.py`) reproduces it exactly. Summing each tile's
+# product first (with a fresh accumulator the compiler cannot fold back into the chain)
+# fixes it.
