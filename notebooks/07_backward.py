@@ -484,7 +484,8 @@ if record is not None and "speed" in record:
 # **Reading it.** All 438 grid cases pass (fp32 included), the default mode is bitwise
 # reproducible, extra memory grows linearly. At D=128 the target against SDPA flash (FA2) is met
 # in bf16 and fp16, the one against FlexAttention in bf16 (Flex is timed in bf16 only, and
-# barely: x1.04, worst x0.98); cuDNN (about 0.8×) is not reached. What made the speed: the launch table comes from timing (`tools/backward_probe.py`, the sweep recorded in
+# barely: x1.04, worst x0.98); cuDNN (about 0.8×) is not reached. What made the speed:
+# the launch table comes from timing (`tools/backward_probe.py`, the sweep recorded in
 # `backward_tuning.json`), not offline register reports: the dK/dV pass at D=128 now runs one
 # warpgroup (4 warps) per 64×64 tile, which "spills" by ptxas' report yet takes about half the
 # time of the 8-warp version that split a 64-row tile over two warpgroups; the kernels are
