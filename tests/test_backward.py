@@ -1,5 +1,7 @@
 """The backward kernels against float64 autograd, under the gradient rule, on fresh inputs."""
 
+import zlib
+
 import pytest
 import torch
 from conftest import DEVICE
@@ -19,9 +21,15 @@ from flashcore.validate_backward import (
 )
 
 
+def _seed(name: str) -> int:
+    # The same seed in every process (str hash() is salted per process, which made this grid
+    # draw other inputs on every run and fail at random; see the test below).
+    return zlib.crc32(name.encode()) % 10_000
+
+
 @pytest.mark.parametrize("case", backward_grid("cpu"), ids=lambda c: c.name)
 def test_grid_case_passes_gradient_rule(case):
-    row = check_grad_case(case, DEVICE, seed=hash(case.name) % 10_000)
+    row = check_grad_case(case, DEVICE, seed=_seed(case.name))
     for g in GRADIENTS:
         assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
@@ -219,3 +227,20 @@ def test_gpu_memory_is_linear_in_sequence_length():
     small, large = rows
     # An S x S buffer would grow the extra memory 16x; O(S) grows it 4x.
     assert large["extra_bytes"] <= 4.5 * small["extra_bytes"], rows
+
+
+@pytest.mark.xfail(strict=True, reason="known open failure: fp32 gradients exceed the rule")
+@pytest.mark.parametrize("seed", [3201, 4656, 9021])
+def test_fp32_known_failing_seeds(seed):
+    """Found 2026-11-23: this fp32 case fails the rule at 3 of 104 seeds tried under the
+    interpreter (dV 1.28x / dQ 1.15x / dV 1.04x the bound), so fp32 gradients do not yet
+    meet the rule on every input. Strict: when a fix makes these pass, this test fails and
+    must be removed with the fix."""
+    if DEVICE != "cpu":
+        pytest.skip("the seeds were found under the CPU interpreter")
+    (case,) = [
+        c
+        for c in backward_grid("cpu")
+        if c.name == "B1 Hq2 Hkv1 Sq33 Sk47 D16 float32 causal-bottom_right bhsd"
+    ]
+    assert check_grad_case(case, DEVICE, seed=seed)["passed"]
