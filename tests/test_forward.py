@@ -1,5 +1,7 @@
 """The forward kernel against float64, under the error rule, on fresh random inputs."""
 
+import zlib
+
 import pytest
 import torch
 from conftest import DEVICE
@@ -17,7 +19,7 @@ def _rule(out, q, k, v, **kw):
 
 @pytest.mark.parametrize("case", correctness_grid("cpu"), ids=lambda c: c.name)
 def test_grid_case_passes_rule(case):
-    row = check_case(case, DEVICE, seed=hash(case.name) % 10_000)
+    row = check_case(case, DEVICE, seed=zlib.crc32(case.name.encode()) % 10_000)
     assert row["nan_mismatch"] == 0, "unwritten or spurious NaN elements"
     assert row["passed"], f"max err {row['max_abs_err']:.3e} > bound {row['bound']:.3e}"
 
@@ -170,14 +172,14 @@ def test_inf_inputs_propagate_like_reference(where, value, causal):
 
 @pytest.mark.parametrize("case", correctness_grid("window-cpu"), ids=lambda c: c.name)
 def test_window_passes_rule(case):
-    row = check_case(case, DEVICE, seed=hash(case.name) % 10_000)
+    row = check_case(case, DEVICE, seed=zlib.crc32(case.name.encode()) % 10_000)
     assert row["passed"], f"max err {row['max_abs_err']:.3e} > bound {row['bound']:.3e}"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", correctness_grid("window"), ids=lambda c: c.name)
 def test_gpu_window_passes_rule(case):
-    row = check_case(case, DEVICE, seed=hash(case.name) % 10_000)
+    row = check_case(case, DEVICE, seed=zlib.crc32(case.name.encode()) % 10_000)
     assert row["passed"], row
 
 
