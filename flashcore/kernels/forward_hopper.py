@@ -98,8 +98,9 @@ VARIANTS = {
 # unit's loads overlap the last one's P V and store) or one program per work unit. Measured
 # on the H100 (commit 2c03bb9, interleaved), persistent vs per unit, TFLOP/s: D128 full S=1K
 # 502 vs 479, 16K 623 vs 595; D128 causal S=2K 469 vs 443, 16K 611 vs 601; D256 causal S=1K
-# 354 vs 341. Causal walks pairs of query tiles (_work_unit): before pairing, a persistent
-# causal walk was a third slower than one program per tile (D128 S=16K 414 vs 644).
+# 354 vs 341. Work units are pairs of query tiles (_work_unit): before pairing, a persistent
+# causal walk over single tiles was a third slower than one program per tile (D128 S=16K 414
+# vs 644). Both modes run persistent.
 PERSISTENT = {False: True, True: True}
 
 if GLUON_AVAILABLE:
