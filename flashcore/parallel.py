@@ -49,6 +49,7 @@ import torch
 import torch.distributed as dist
 
 from ._checks import check_attention_inputs, check_window, on_interpreter
+from .kernels.forward import lse_dtype
 
 SHARDINGS = ("zigzag", "contiguous")
 # Planted bugs, for the tests and the notebook only: the checker must catch each of them.
@@ -201,10 +202,12 @@ def merge_partials(
 
     ``out_*``: (..., S, D) normalised partial outputs; ``lse_*``: (..., S) natural-log
     log-sum-exp of the scaled scores each partial saw (-inf: saw no key, its output is
-    ignored). Returns (out, lse) in float32. A row where both are -inf stays -inf with zero
-    output."""
-    lse_a = lse_a.float()
-    lse_b = lse_b.float()
+    ignored). Returns out in float32 and lse in float32, or float64 where either lse is
+    (float32 inputs: ``kernels.forward.lse_dtype``). A row where both are -inf stays -inf
+    with zero output."""
+    dtype = torch.float64 if torch.float64 in (lse_a.dtype, lse_b.dtype) else torch.float32
+    lse_a = lse_a.to(dtype)
+    lse_b = lse_b.to(dtype)
     top = torch.maximum(lse_a, lse_b)
     # Rows that saw nothing on both sides: subtract 0, so exp(-inf - 0) = 0, not NaN.
     top = torch.where(top == float("-inf"), torch.zeros_like(top), top)
@@ -213,10 +216,11 @@ def merge_partials(
     total = w_a + w_b
     lse = top + torch.log(total)  # log(0) = -inf for rows that saw nothing
     inv = 1.0 / torch.where(total == 0, torch.ones_like(total), total)
+    w_a, w_b = (w_a * inv).float(), (w_b * inv).float()  # the output's weights, in fp32
     if _planted_bug == "merge_without_rescale":
-        out = out_a.float() + out_b.float() * (w_b * inv)[..., None]
+        out = out_a.float() + out_b.float() * w_b[..., None]
     else:
-        out = out_a.float() * (w_a * inv)[..., None] + out_b.float() * (w_b * inv)[..., None]
+        out = out_a.float() * w_a[..., None] + out_b.float() * w_b[..., None]
     return out, lse
 
 
@@ -247,7 +251,8 @@ def _block_attention(
     Gluon Hopper kernel (``kernels/forward_hopper.py``) where its dispatch table picks it
     for this block's shape (then ``out`` is in q's dtype, the precision it stores), else
     the Triton kernel, which stores ``out`` in whatever dtype it has (float32 here: the
-    partial is not rounded before the merge). ``lse`` (B, Hq, Sq) float32 contiguous."""
+    partial is not rounded before the merge). ``lse`` (B, Hq, Sq) contiguous, of
+    ``lse_dtype(q.dtype)``."""
     import triton
 
     from .kernels import forward_hopper
@@ -359,7 +364,8 @@ def ring_attention(
         sharding: ``"zigzag"`` (chunks r and 2N-1-r of 2N; balanced causal work) or
             ``"contiguous"`` (chunk r of N). Both must match how the shards were cut.
         group: the process group (default: the world).
-        return_lse: also return the (B, Hq, L) float32 natural-log log-sum-exp.
+        return_lse: also return the (B, Hq, L) natural-log log-sum-exp (float32, float64
+            for float32 inputs, as ``flashcore.attention``).
         skip_comm: benchmarks only: the same compute with every transfer skipped (each
             step attends to the local buffer as if it had arrived). The result is wrong.
 
@@ -451,7 +457,7 @@ def _block_pairs(seqlen, world_size, rank, source, sharding, causal, window, _pl
 def _ring_forward(
     q, k, v, *, seqlen, causal, window, scale, sharding, group, skip_comm=False, _planted_bug=None
 ):
-    """The forward ring; returns (out in q's dtype, lse float32)."""
+    """The forward ring; returns (out in q's dtype, lse of lse_dtype(q.dtype))."""
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     my_spans, my_len, lengths, q_offsets = _shard_layout(seqlen, world_size, rank, sharding, q, k)
     batch, num_q_heads, _, head_dim = q.shape
@@ -461,7 +467,7 @@ def _ring_forward(
 
     acc = torch.zeros((batch, num_q_heads, my_len, head_dim), dtype=torch.float32, device=q.device)
     acc_lse = torch.full(
-        (batch, num_q_heads, my_len), float("-inf"), dtype=torch.float32, device=q.device
+        (batch, num_q_heads, my_len), float("-inf"), dtype=lse_dtype(q.dtype), device=q.device
     )
     if seqlen == 0:  # every rank agrees: nothing to send. (A rank with an empty shard
         return acc.to(q.dtype), acc_lse  # when S < N still forwards the others' blocks.)
@@ -496,7 +502,7 @@ def _ring_forward(
             torch.empty(
                 (batch, num_q_heads, b - a, head_dim), dtype=partial_dtype, device=q.device
             ),
-            torch.empty((batch, num_q_heads, b - a), dtype=torch.float32, device=q.device),
+            torch.empty((batch, num_q_heads, b - a), dtype=lse_dtype(q.dtype), device=q.device),
         )
         for a, b in my_spans
     ]

@@ -36,7 +36,8 @@ def test_merge_identity_is_exact():
     assert torch.allclose(out2, out, rtol=0, atol=1e-6)
     empty = torch.full_like(la, float("-inf"))
     out3, lse3 = P.merge_partials(a, la, torch.full_like(a, 123.0), empty)
-    assert torch.equal(out3, a.float()) and torch.equal(lse3, la.float())
+    assert torch.equal(out3, a.float()) and torch.equal(lse3, la)  # an fp64 lse stays fp64
+    assert P.merge_partials(a, la.float(), b, lb.float())[1].dtype == torch.float32
     # The planted bug (no rescale of the running output) is not the identity.
     bad, _ = P.merge_partials(a, la, b, lb, _planted_bug="merge_without_rescale")
     assert (bad.double() - whole).abs().max() > 0.1

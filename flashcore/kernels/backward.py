@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from .._checks import on_interpreter
+from .forward import lse_dtype
 
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
 
@@ -159,6 +160,27 @@ def _visible(
 
 
 @triton.jit
+def _lse_to_log2(lse, BLOCK: tl.constexpr):
+    """The forward's natural-log lse in the log2 units of exp2. An fp64 lse (float32 inputs,
+    ``forward.lse_dtype``) stays fp64, the constant too: a Python float literal is fp32."""
+    if lse.dtype == tl.float64:
+        return lse * tl.full([BLOCK], 1.4426950408889634, tl.float64)
+    else:
+        return lse * 1.4426950408889634
+
+
+@triton.jit
+def _probabilities(scores, lse2):
+    """P = exp2(scores - lse2), scores = q.k * qk_scale in fp32, the forward's own products.
+    An fp64 lse2: the difference is taken in fp64 and rounded once, so a row's P carries
+    the rounding of its scores, as PyTorch's softmax does, and not that of an fp32 lse."""
+    if lse2.dtype == tl.float64:
+        return tl.math.exp2((scores.to(tl.float64) - lse2).to(tl.float32))
+    else:
+        return tl.math.exp2(scores - lse2)
+
+
+@triton.jit
 def _dkdv_query_tiles(
     dk,
     dv,
@@ -247,13 +269,13 @@ def _dkdv_query_tiles(
         else:
             lse = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
-        lse2 = lse * 1.4426950408889634  # natural log -> log2 domain of exp2
+        lse2 = _lse_to_log2(lse, BLOCK_M)
 
         if FP32_IEEE:
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
         else:
             s_t = tl.dot(k, tl.trans(q))
-        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+        p_t = _probabilities(s_t * qk_scale, lse2[None, :])
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
             # where exp2 gives inf), are exactly zero.
@@ -649,7 +671,7 @@ def _dq_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))
-        p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        p = _probabilities(s * qk_scale, lse2[:, None])
         if APPLY_MASK:
             visible = _visible(
                 offs_m[:, None],
@@ -763,7 +785,7 @@ def _bwd_dq_kernel(
     )
     lse = tl.load(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
     delta = tl.load(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
-    lse2 = lse * 1.4426950408889634
+    lse2 = _lse_to_log2(lse, BLOCK_M)
     k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
     v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
@@ -992,8 +1014,9 @@ def attention_backward(
     Args:
         grad_out: dO, q's shape and dtype (any strides).
         q, k, v, out: as in / returned by the forward; ``out`` is the forward's output.
-        lse: the forward's ``(B, Hq, Sq)`` float32 natural-log log-sum-exp
-            (``attention(..., return_lse=True)``); -inf for rows that see no key.
+        lse: the forward's ``(B, Hq, Sq)`` natural-log log-sum-exp
+            (``attention(..., return_lse=True)``), float32, or float64 for float32 inputs
+            (``forward.lse_dtype``); -inf for rows that see no key.
         causal, causal_alignment, window, scale: exactly as given to the forward.
         deterministic: True (default): dQ in a second pass per query tile, no atomics;
             repeated calls are bitwise identical. False: dQ accumulated with fp32 atomics
@@ -1015,10 +1038,11 @@ def attention_backward(
             f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
             f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}"
         )
-    if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype != torch.float32:
+    expected_lse_dtype = lse_dtype(q.dtype)
+    if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype != expected_lse_dtype:
         raise ValueError(
-            f"expected lse of shape {(batch, num_q_heads, seqlen_q)} float32, "
-            f"got {tuple(lse.shape)} {lse.dtype}"
+            f"expected lse of shape {(batch, num_q_heads, seqlen_q)} {expected_lse_dtype} "
+            f"(the forward's, for {q.dtype} inputs), got {tuple(lse.shape)} {lse.dtype}"
         )
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)

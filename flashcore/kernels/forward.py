@@ -41,6 +41,16 @@ from . import forward_hopper
 from ._launch import LaunchCache
 
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
+
+
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The log-sum-exp's dtype for inputs of ``dtype``: float32 for float16/bfloat16, float64
+    for float32. The backward rebuilds P = exp(s - lse); an fp32 lse (rounding u * |lse|, a
+    few units at |lse| ~ 10) makes every P of a row wrong by several fp32 ulps, more than
+    PyTorch's fp32 softmax, and fp32 gradients then fail the error rule at some seeds."""
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
 MAX_HEAD_DIM = 256
 
 
@@ -490,7 +500,16 @@ def _attn_fwd_kernel(
         # Natural-log log-sum-exp of the scaled scores, (B, Hq, Sq) contiguous; -inf for
         # rows that see no key. The decode combine step and the tests read it.
         log2_l = tl.math.log2(tl.where(sees_nothing, 1.0, l_i))
-        lse = tl.where(sees_nothing, float("-inf"), (m_i + log2_l) / 1.4426950408889634)
+        if Lse.dtype.element_ty == tl.float64:
+            # float32 inputs (see lse_dtype): m + log2 l summed and converted in fp64. An
+            # fp32 lse carries u * |lse| of rounding, which the backward's exp2(s - lse)
+            # turns into a relative error of every P of the row several times PyTorch's.
+            # (The constant as an fp64 tensor: a Python float literal is typed fp32.)
+            log2e = tl.full([BLOCK_M], 1.4426950408889634, tl.float64)
+            lse = (m_i.to(tl.float64) + log2_l.to(tl.float64)) / log2e
+        else:
+            lse = (m_i + log2_l) / 1.4426950408889634
+        lse = tl.where(sees_nothing, float("-inf"), lse)
         tl.store(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_in)
 
 
@@ -685,7 +704,7 @@ def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = (
-        torch.empty(entry.lse_shape, dtype=torch.float32, device=q.device)
+        torch.empty(entry.lse_shape, dtype=lse_dtype(q.dtype), device=q.device)
         if entry.return_lse
         else out
     )
@@ -850,7 +869,8 @@ def attention(
             ``softcap * tanh(s / softcap)`` before the softmax. ``None`` (default): off.
         scale: softmax scale; default ``1 / sqrt(D)``.
         return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
-            ``(B, Hq, Sq)`` float32 (-inf for rows that see no key).
+            ``(B, Hq, Sq)``, -inf for rows that see no key: float32 for float16/bfloat16
+            inputs, float64 for float32 inputs (``lse_dtype``; the backward needs it).
         out: optional preallocated output of q's shape, dtype and device (any strides);
             the validation poisons it with NaN so an element the kernel never writes fails.
         config: override the launch configuration (BLOCK_M, BLOCK_N, num_warps,
@@ -930,7 +950,7 @@ def attention(
     # The kernel writes lse only when asked (STORE_LSE); otherwise `out` stands in for the
     # pointer and is never touched through it.
     lse = (
-        torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
+        torch.empty((batch, num_q_heads, seqlen_q), dtype=lse_dtype(q.dtype), device=q.device)
         if return_lse or out.numel() == 0 or seqlen_k == 0
         else out
     )
