@@ -263,3 +263,21 @@ def test_fp32_seeds_that_failed_with_an_fp32_lse(seed):
         if c.name == "B1 Hq2 Hkv1 Sq33 Sk47 D16 float32 causal-bottom_right bhsd"
     ]
     assert check_grad_case(case, DEVICE, seed=seed)["passed"]
+
+
+@pytest.mark.xfail(strict=True, reason="known open failure: fp32 dV at 2 of 150 seeds")
+@pytest.mark.parametrize("seed", [45, 53])
+def test_fp32_seeds_that_still_fail(seed):
+    """With the fp64 lse, the same case still fails at 2 of 150 seeds (dV 1.16x and 1.02x the
+    bound; tools/backward_fp32_seeds.py, log in results/cpu-interpreter/logs). Over the 150
+    seeds the max error is a median 1.02-1.13x PyTorch fp32's own (up to 2.7x): the same
+    accuracy, with a tail where PyTorch's max error is small by chance. Open, not loosened.
+    Strict: a fix that makes these pass must remove this test."""
+    if DEVICE != "cpu":
+        pytest.skip("the seeds were found under the CPU interpreter")
+    (case,) = [
+        c
+        for c in backward_grid("cpu")
+        if c.name == "B1 Hq2 Hkv1 Sq33 Sk47 D16 float32 causal-bottom_right bhsd"
+    ]
+    assert check_grad_case(case, DEVICE, seed=seed)["passed"]
