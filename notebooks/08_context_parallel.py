@@ -67,7 +67,8 @@ from flashcore.studies import context_parallel as CP
 # (the code substitutes $m = 0$ so that $-\infty - (-\infty)$ never makes a NaN).
 # `flashcore.parallel.merge_partials` is this step. Below: three random, non-contiguous key
 # subsets merged in a random order against the whole row, in float64, with scores large
-# enough that the unshifted form overflows.
+# enough that the unshifted form overflows. Outputs are merged in fp32; an fp64 lse (what
+# float32 inputs carry, `kernels.forward.lse_dtype`) stays fp64 through the merge.
 
 # %%
 gen = torch.Generator().manual_seed(0)
@@ -92,7 +93,7 @@ for idx in subsets:
 naive_overflows = bool(torch.isinf(torch.exp(whole_lse.float())).any())
 err = float((out.double() - whole).abs().max())
 print(
-    f"max |merged - whole| = {err:.2e} (fp32 merge arithmetic); max |lse error| = "
+    f"max |merged - whole| = {err:.2e} (outputs merged in fp32); max |lse error| = "
     f"{float((lse.double() - whole_lse).abs().max()):.2e}; exp(L) overflows fp32: {naive_overflows}"
 )
 
