@@ -12,7 +12,8 @@ the printed error is P's alone, as a fraction of the error rule's dV bound:
 The lse comes from the forward kernel. From bb1ecaf on it is fp64, and the fp32_lse row
 rounds it to fp32 once; at an earlier commit that row gets the kernel's own fp32 lse (m +
 log2 l, the division by log2 e and the store each rounded), the one that failed: at seeds
-3201 / 9021 / 4656 it gave 1.25 / 0.91 / 0.96 of the bound there, fp64_lse 0.38 / 0.22 / 0.40.
+3201 / 9021 / 4656 it gave 1.25 / 0.91 / 0.96 of the bound, and P from the row's max and sum
+(with the max subtracted from the unscaled scores) 0.38 / 0.22 / 0.40.
 
 Usage: TRITON_INTERPRET=1 python tools/backward_fp32_lse_emulation.py SEED [SEED ...]
 """
