@@ -271,6 +271,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=14)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    from flashcore.results import provenance
+
+    RESULT["provenance"] = provenance()  # device, commit (FLASHCORE_COMMIT off git), versions
     if "fp32" in args.parts:
         try:
             fp32_probe(args.out)
