@@ -248,13 +248,8 @@ def test_gpu_memory_is_linear_in_sequence_length():
     assert large["extra_bytes"] <= 4.5 * small["extra_bytes"], rows
 
 
-@pytest.mark.parametrize("seed", [3201, 4656, 9021])
-def test_fp32_seeds_that_failed_with_an_fp32_lse(seed):
-    """Found 2026-11-23: with the forward's lse in fp32, this case failed the rule at 3 of 104
-    seeds under the interpreter (dV 1.28x / dQ 1.15x / dV 1.04x the bound): an fp32 lse
-    carries u * |lse| of rounding, which exp2(s - lse) turns into an error of every P of the
-    row several times PyTorch's softmax's. float32 inputs now get an fp64 lse
-    (forward.lse_dtype) and these seeds pass (tools/backward_fp32_seeds.py sweeps more)."""
+def _fp32_d16_case_passes(seed: int) -> bool:
+    """The grid's fp32 case whose failing seeds were found under the CPU interpreter."""
     if DEVICE != "cpu":
         pytest.skip("the seeds were found under the CPU interpreter")
     (case,) = [
@@ -262,7 +257,17 @@ def test_fp32_seeds_that_failed_with_an_fp32_lse(seed):
         for c in backward_grid("cpu")
         if c.name == "B1 Hq2 Hkv1 Sq33 Sk47 D16 float32 causal-bottom_right bhsd"
     ]
-    assert check_grad_case(case, DEVICE, seed=seed)["passed"]
+    return check_grad_case(case, DEVICE, seed=seed)["passed"]
+
+
+@pytest.mark.parametrize("seed", [3201, 4656, 9021])
+def test_fp32_seeds_that_failed_with_an_fp32_lse(seed):
+    """Found 2026-11-23: with the forward's lse in fp32, this case failed the rule at 3 of 104
+    seeds under the interpreter (dV 1.28x / dQ 1.15x / dV 1.04x the bound): an fp32 lse
+    carries u * |lse| of rounding, which exp2(s - lse) turns into an error of every P of the
+    row several times PyTorch's softmax's. float32 inputs now get an fp64 lse
+    (forward.lse_dtype) and these seeds pass (tools/backward_fp32_seeds.py sweeps more)."""
+    assert _fp32_d16_case_passes(seed)
 
 
 @pytest.mark.xfail(strict=True, reason="known open failure: fp32 dV at 2 of 150 seeds")
@@ -273,11 +278,4 @@ def test_fp32_seeds_that_still_fail(seed):
     seeds the max error is a median 1.02-1.13x PyTorch fp32's own (up to 2.7x): the same
     accuracy, with a tail where PyTorch's max error is small by chance. Open, not loosened.
     Strict: a fix that makes these pass must remove this test."""
-    if DEVICE != "cpu":
-        pytest.skip("the seeds were found under the CPU interpreter")
-    (case,) = [
-        c
-        for c in backward_grid("cpu")
-        if c.name == "B1 Hq2 Hkv1 Sq33 Sk47 D16 float32 causal-bottom_right bhsd"
-    ]
-    assert check_grad_case(case, DEVICE, seed=seed)["passed"]
+    assert _fp32_d16_case_passes(seed)
