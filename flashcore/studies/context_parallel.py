@@ -333,22 +333,12 @@ def _spawned_check(
     dist.destroy_process_group()
 
 
-def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dict]:
-    """Run ``cases`` (default ``cpu_grid()``) on ``world_size`` local gloo processes, the
-    kernels under the Triton interpreter. Returns the rows of rank 0."""
+def _spawn_gloo_ranks(target, args: tuple, world_size: int, child_env: dict) -> list[dict]:
+    """Spawn ``world_size`` local processes ``target(rank, world_size, store, out, *args)``
+    with ``child_env`` set while they start; returns the rows rank 0 wrote to ``out``."""
     import torch.multiprocessing as mp
 
-    from .._checks import interpreter_blocker
-
-    blocker = interpreter_blocker()
-    if blocker:
-        raise RuntimeError(f"the CPU check runs kernels under Triton's interpreter: {blocker}")
-    cases = cpu_grid() if cases is None else cases
-    # A spawned child imports flashcore (unpickling _spawned_check) before its body runs, so
-    # the interpreter switch must already be in the environment it inherits; on a GPU machine
-    # the children would otherwise compile for the GPU, fail on CPU tensors, and leave the
-    # other rank waiting in a collective. The children also see no GPU.
-    child_env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    child_env = dict(child_env)
     if sys.platform.startswith("linux") and "GLOO_SOCKET_IFNAME" not in os.environ:
         # gloo otherwise picks its interface from the hostname, which need not resolve on a
         # machine with no network; the ranks are local, so loopback is always right.
@@ -359,8 +349,8 @@ def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dic
         with tempfile.TemporaryDirectory() as tmp:
             store, out = os.path.join(tmp, "store"), os.path.join(tmp, "rows.json")
             mp.start_processes(
-                _spawned_check,
-                args=(world_size, store, out, cases, base_seed),
+                target,
+                args=(world_size, store, out, *args),
                 nprocs=world_size,
                 start_method="spawn",
             )
@@ -372,6 +362,23 @@ def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dic
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def spawn_check(cases=None, world_size: int = 2, base_seed: int = 0) -> list[dict]:
+    """Run ``cases`` (default ``cpu_grid()``) on ``world_size`` local gloo processes, the
+    kernels under the Triton interpreter. Returns the rows of rank 0."""
+    from .._checks import interpreter_blocker
+
+    blocker = interpreter_blocker()
+    if blocker:
+        raise RuntimeError(f"the CPU check runs kernels under Triton's interpreter: {blocker}")
+    cases = cpu_grid() if cases is None else cases
+    # A spawned child imports flashcore (unpickling _spawned_check) before its body runs, so
+    # the interpreter switch must already be in the environment it inherits; on a GPU machine
+    # the children would otherwise compile for the GPU, fail on CPU tensors, and leave the
+    # other rank waiting in a collective. The children also see no GPU.
+    child_env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return _spawn_gloo_ranks(_spawned_check, (cases, base_seed), world_size, child_env)
 
 
 # ---------------------------------------------------------------------------------------
@@ -627,30 +634,9 @@ def torch_cp_cpu_check(seqlen: int = 1024, world_size: int = 2, dtype="bfloat16"
     PyTorch's own ``context_parallel`` (CPU flash kernel per block), B=1 Hq=4 Hkv=1 D=64:
     with every input seeded (as the bench draws them now) and with V drawn per rank (as it
     drew them when ``torch_cp_checks`` were recorded). Returns rank 0's rows."""
-    import torch.multiprocessing as mp
 
     child_env = {"CUDA_VISIBLE_DEVICES": ""}
-    if sys.platform.startswith("linux") and "GLOO_SOCKET_IFNAME" not in os.environ:
-        child_env["GLOO_SOCKET_IFNAME"] = "lo"
-    saved = {key: os.environ.get(key) for key in child_env}
-    os.environ.update(child_env)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            store, out = os.path.join(tmp, "store"), os.path.join(tmp, "rows.json")
-            mp.start_processes(
-                _spawned_torch_cp_check,
-                args=(world_size, store, out, seqlen, dtype),
-                nprocs=world_size,
-                start_method="spawn",
-            )
-            with open(out) as f:
-                return json.load(f)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return _spawn_gloo_ranks(_spawned_torch_cp_check, (seqlen, dtype), world_size, child_env)
 
 
 def overlap_probe(
