@@ -8,9 +8,14 @@ store one number to global memory. If racecheck reports hazards here too, they c
 the code Triton generates around `warp_specialize` (the worker warps' start/exit protocol),
 not from the K/V ring or our mbarriers.
 
+--sass OFFSET... prints, for every compiled _fa3_fwd_kernel in Triton's cache, the SASS
+instructions at the offsets racecheck names (e.g. 0x120 0xb240), so the two sides of each
+reported hazard can be read as instructions.
+
 Usage (CUDA machine, repo root):
     python tools/racecheck_warp_specialize.py            # runs racecheck on the probe, prints
     python tools/racecheck_warp_specialize.py --kernel   # just launches the probe kernel once
+    python tools/racecheck_warp_specialize.py --sass 0x120 0xb240 ...
 """
 
 from __future__ import annotations
@@ -48,7 +53,35 @@ def launch() -> None:
     print("probe output correct:", bool(torch.equal(out, expected)))
 
 
+def print_sass(offsets: list[int]) -> None:
+    """The SASS lines at `offsets` (with one instruction either side) in every cached cubin
+    of the Gluon forward kernel."""
+    import glob
+    import os
+
+    cache = os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))
+    for cubin in sorted(glob.glob(f"{cache}/*/_fa3_fwd_kernel.cubin")):
+        sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True)
+        lines = sass.stdout.splitlines()
+        at = {}
+        for i, line in enumerate(lines):
+            m = re.search(r"/\*([0-9a-f]{4,})\*/", line)
+            if m:
+                at[int(m.group(1), 16)] = i
+        print(f"== {os.path.basename(os.path.dirname(cubin))[:12]}: {len(at)} instructions")
+        for off in offsets:
+            if off in at:
+                i = at[off]
+                print(f"  {off:#x}:")
+                for line in lines[max(i - 2, 0) : i + 3]:
+                    if "/*" in line and re.search(r"/\*[0-9a-f]{4,}\*/", line):
+                        print("    " + " ".join(line.split()))
+
+
 def main() -> int:
+    if "--sass" in sys.argv:
+        print_sass([int(x, 16) for x in sys.argv[sys.argv.index("--sass") + 1 :]])
+        return 0
     if "--kernel" in sys.argv:
         launch()
         return 0
