@@ -24,7 +24,7 @@ check = e2e.run_e2e("cuda", torch.float32, steps=32)
 print("fp32 check: logits", check["logits"]["passed"], check["logits"]["ratio"], "per layer", check["per_layer"]["passed"],
       check["per_layer"]["worst_ratio"], "greedy identical", check["generation"]["identical"],
       check["generation"]["compared_steps"])
-gen = e2e.issue_generation_speed(repeats=3)
+gen = e2e.issue_generation_speed(repeats=9)
 for r in gen:
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if not k.endswith("repeats")})
 print("recorded", write_result("e2e_transformers", {"check_fp32": check, "generation": gen}))
