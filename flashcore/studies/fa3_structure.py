@@ -4,8 +4,6 @@ the recorded Nsight Compute profile and variant sweep."""
 
 from __future__ import annotations
 
-import math
-
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
@@ -155,35 +153,3 @@ def attempt_rows(record: dict) -> list[dict]:
                 }
             )
     return rows
-
-
-# What the shipped dispatch runs for each head dim, by the variant names of the sweep: the
-# Gluon kernel on its persistent grid from the DISPATCH threshold on, the Triton kernel below.
-SHIPPED_VARIANT = {64: "pers_bn128_s3", 128: "pers_bn128_s2", 256: "pers_bn64_s2"}
-
-
-def shipped_vs_cudnn(record: dict, commit: str, dispatch: dict) -> dict:
-    """Per head dim, from the sweep run `commit` (which timed the shipped kernel's variants
-    beside the Triton kernel and cuDNN in one process): per shape the implementation the
-    dispatch table picks and its TFLOP/s over cuDNN's; then issue 12's targets: geomean over
-    S 2K-16K x {causal, full}, the worst of those shapes, and the worst at S=1K."""
-    run = next(r for r in record["runs"] if r["commit"] == commit)
-    tflops = {(r["D"], r["S"], r["causal"], r["impl"]): r.get("tflops") for r in run["rows"]}
-    out = {}
-    for d in sorted({r["D"] for r in run["rows"]}):
-        shapes = []
-        for (dd, s, causal, impl), cudnn in tflops.items():
-            if dd != d or impl != "cudnn" or not cudnn:
-                continue
-            threshold = dispatch.get((d, causal))
-            impl = SHIPPED_VARIANT[d] if threshold is not None and s >= threshold else "triton"
-            shapes.append({"S": s, "causal": causal, "impl": impl,
-                           "x_cudnn": tflops[(d, s, causal, impl)] / cudnn})  # fmt: skip
-        long = [x["x_cudnn"] for x in shapes if 2048 <= x["S"] <= 16384]
-        out[d] = {
-            "shapes": sorted(shapes, key=lambda x: (x["causal"], x["S"])),
-            "geomean_2k_16k": math.exp(sum(map(math.log, long)) / len(long)),
-            "worst_2k_16k": min(long),
-            "worst_1k": min(x["x_cudnn"] for x in shapes if x["S"] == 1024),
-        }
-    return out

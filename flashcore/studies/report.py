@@ -63,6 +63,31 @@ def forward_targets(record, dtype, head_dim, min_seqlen=2048):
     return {peer: geomean(v) for peer, v in ratios.items()}
 
 
+def cudnn_targets(record, dtype="bfloat16"):
+    """Issue 12's targets from a forward record: per head dim, per shape flashcore's TFLOP/s
+    over SDPA cuDNN's (and over the Triton kernel's alone, where it was timed beside), then
+    the geomean over S 2K-16K x {causal, full}, the worst of those shapes and the worst at
+    S=1K (None where the record has no such shape)."""
+    out = {}
+    for (dt, d, s, causal, *_), impls in sorted(by_shape(record["forward"]).items()):
+        ours, cudnn, triton = (
+            tflops(impls[i]) if i in impls else None
+            for i in ("flashcore", "sdpa_cudnn", "flashcore_triton")
+        )
+        if dt != dtype or not ours or not cudnn:
+            continue
+        shape = {"S": s, "causal": causal, "tflops": ours, "x_cudnn": ours / cudnn,
+                 "x_triton": ours / triton if triton else None}  # fmt: skip
+        out.setdefault(d, {"shapes": []})["shapes"].append(shape)
+    for res in out.values():
+        long = [x["x_cudnn"] for x in res["shapes"] if 2048 <= x["S"] <= 16384]
+        short = [x["x_cudnn"] for x in res["shapes"] if x["S"] == 1024]
+        res["geomean_2k_16k"] = geomean(long) if long else None
+        res["worst_2k_16k"] = min(long) if long else None
+        res["worst_1k"] = min(short) if short else None
+    return out
+
+
 def forward_table(record, dtype):
     rows = []
     ceiling = record["ceilings"]["matmul"]["tflops"]
