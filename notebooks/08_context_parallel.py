@@ -596,9 +596,10 @@ else:
 # more for full attention, where every row sees the other rank's half, than for causal). The
 # check now also records whether the inputs were identical on every rank, so it cannot
 # mislead this way again. PyTorch's merge itself runs in fp32 (`_cp_options.convert_to_f32`,
-# default on), so no precision loss was expected there. The GPU check has not been re-run
-# since the fix (`torchrun --nproc-per-node 2 -m flashcore.studies.context_parallel
-# --record`, about a minute on two GPUs).
+# default on), so no precision loss was expected there. The GPU check was re-run after the
+# fix on the two H200s (`tools/gpu_cp.sh <out> torch-check`, i.e. `torchrun --nproc-per-node
+# 2 -m flashcore.studies.context_parallel --record`, commit `eb435d7`): its record,
+# `context_parallel_torch_check.json`, is the last verdict of the next cell.
 
 # %%
 try:
@@ -651,6 +652,18 @@ if recorded:
             "  and PyTorch's output passes the error rule there:",
             all(c["passed"] for c in valid),
         )
+if RECORDED_GPU in recorded_devices("context_parallel_torch_check"):
+    rechecked = read_result("context_parallel_torch_check", RECORDED_GPU)
+    print("re-check after the fix:", describe(rechecked))
+    rechecks = rechecked["torch_cp_checks"]
+    for c in rechecks:
+        print(f"  S={c['S']} causal={c['causal']} {c['impl']}: ratio {c['ratio']:.3f}")
+    print(
+        f"re-check ({len(rechecks)} outputs): identical inputs on every rank and PyTorch's "
+        "output under the error rule:",
+        bool(rechecks)
+        and all(c["inputs_identical_across_ranks"] and c["passed"] for c in rechecks),
+    )
 
 # %% [markdown]
 # ## Conclusion
