@@ -283,9 +283,12 @@ def choose_num_splits(
     """About one program per SM (the grid filled once, not more: a second wave of short
     splits pays in partial traffic and combine work more than it gains), each split at
     least one key tile long; one split for a short cache (``SINGLE_SPLIT_ELEMENTS``).
-    Measured on the H100 (tools/decode_splits.py, graph replay, bf16 D128/D64): the best
-    split count of every shape tried was within one power of two of this, and at it the
-    kernel matched or beat SDPA's cuDNN/flash backends."""
+    Measured on the H100 (tools/decode_splits.py, graph replay, bf16 D128/D64): at the
+    decode shapes of perf.json the best split count was within one power of two of this,
+    and at it the kernel matched or beat SDPA's cuDNN/flash backends. Not at short caches:
+    at B1/B8 Hq16/Hkv4 Sk640 D64 (the e2e model's shape) this picks 1 split at 8.6-8.9 us,
+    where 4-8 splits take 5.3-6.2 us and cuDNN 6.4-6.7 (decode_splits.json, f2502d2); the
+    single-split threshold is due for re-tuning against that table."""
     if max_keys * head_dim <= SINGLE_SPLIT_ELEMENTS:
         return 1
     programs = max(1, batch * num_kv_heads * row_tiles)
