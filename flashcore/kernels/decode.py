@@ -285,10 +285,11 @@ def choose_num_splits(
     least one key tile long; one split for a short cache (``SINGLE_SPLIT_ELEMENTS``).
     Measured on the H100 (tools/decode_splits.py, graph replay, bf16 D128/D64): at the
     decode shapes of perf.json the best split count was within one power of two of this,
-    and at it the kernel matched or beat SDPA's cuDNN/flash backends. Not at short caches:
-    at B1/B8 Hq16/Hkv4 Sk640 D64 (the e2e model's shape) this picks 1 split at 8.6-8.9 us,
-    where 4-8 splits take 5.3-6.2 us and cuDNN 6.4-6.7 (decode_splits.json, f2502d2); the
-    single-split threshold is due for re-tuning against that table."""
+    and at it the kernel matched or beat SDPA's cuDNN/flash backends. Short caches trade
+    GPU time for host time (SINGLE_SPLIT_ELEMENTS): at B1/B8 Hq16/Hkv4 Sk640 D64, the e2e
+    model's shape, one split takes 8.6-8.9 us of GPU time in graph replay against 5.3-6.2
+    for 4-8 splits and 6.4-6.7 for cuDNN (decode_splits.json, f2502d2), so under CUDA graphs
+    that choice loses to cuDNN."""
     if max_keys * head_dim <= SINGLE_SPLIT_ELEMENTS:
         return 1
     programs = max(1, batch * num_kv_heads * row_tiles)
