@@ -11,11 +11,11 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "attention": "flashcore.kernels.forward",
-    "attention_with_kvcache": "flashcore.kernels.decode",
-    "attention_varlen": "flashcore.kernels.varlen",
-    "fp8_attention": "flashcore.kernels.fp8",
-    "quantize_fp8": "flashcore.kernels.fp8",
+    "attention": "flashcore.interface",
+    "attention_with_kvcache": "flashcore.interface",
+    "attention_varlen": "flashcore.interface",
+    "fp8_attention": "flashcore.interface",
+    "quantize_fp8": "flashcore.interface",
     "kvcache_reference": "flashcore.reference",
     "attention_reference": "flashcore.reference",
     "error_rule": "flashcore.validate",

@@ -48,9 +48,9 @@ def cmd_info(_args) -> int:
 
     for key, value in provenance().items():
         print(f"{key:>18}: {value}")
-    from .kernels import forward_hopper
+    from .interface import describe_dispatch
 
-    print(f"{'forward dispatch':>18}: {forward_hopper.describe()}")
+    print(f"{'forward dispatch':>18}: {describe_dispatch()}")
     return 0
 
 

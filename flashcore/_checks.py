@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -179,3 +180,14 @@ def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) 
             f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
         )
     return k_new is not None
+
+
+def check_softcap(softcap) -> None:
+    if softcap is None:
+        return
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"expected softcap to be a float or None, got {type(softcap).__name__}")
+    if not 0 < softcap < math.inf:
+        raise ValueError(
+            f"expected softcap > 0 (logits become softcap * tanh(s / softcap)), got {softcap}"
+        )

@@ -31,8 +31,8 @@ _KERNELS: list = []
 def _kernels():
     # Imported once, on first use (importing flashcore stays light).
     if not _KERNELS:
+        from .interface import attention
         from .kernels.decode import attend_full_cache
-        from .kernels.forward import attention
 
         _KERNELS.extend((attend_full_cache, attention))
     return _KERNELS
@@ -86,7 +86,7 @@ def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap
     align = "bottom_right" if bottom_right else "top_left"
     with torch.no_grad():
         if interpreter_enabled() and q.dtype in (torch.float16, torch.float32):
-            from .kernels.forward import attention
+            from .interface import attention
 
             return attention(
                 q,
@@ -98,8 +98,7 @@ def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap
                 window=window,
                 softcap=softcap,
             ).contiguous()
-        from ._checks import check_window
-        from .kernels.forward import check_softcap
+        from ._checks import check_softcap, check_window
 
         check_window(window, is_causal)
         check_softcap(softcap)
@@ -149,8 +148,6 @@ def attention_backward_op(
     window: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of flashcore::attention; contiguous, in the inputs' dtype."""
-    from .kernels.backward import op_backward
-
     return tuple(
         g.contiguous()
         for g in op_backward(grad_out, q, k, v, is_causal, bottom_right, scale, window)
@@ -447,3 +444,32 @@ def register_transformers(name: str = TRANSFORMERS_NAME) -> str:
     AttentionInterface.register(name, _transformers_attention)
     AttentionMaskInterface.register(name, _padding_only_mask)
     return name
+
+
+# ------------------------------------------------------------- torch.library backward
+
+
+def op_backward(grad_out, q, k, v, is_causal: bool, bottom_right: bool, scale, window):
+    """The backward of ``torch.ops.flashcore.attention``: (dq, dk, dv).
+
+    The op returns only ``out``, so the log-sum-exp is recomputed here by one forward
+    pass (about 40% of the backward's work; ``flashcore.attention`` saves it instead).
+    CPU without the interpreter, or bfloat16 on CPU: float32 PyTorch autograd."""
+    from .interface import attention
+    from .kernels.backward import attention_backward
+
+    align = "bottom_right" if bottom_right else "top_left"
+    kwargs = dict(causal=is_causal, causal_alignment=align, scale=scale, window=window)
+    if q.device.type == "cpu" and not (
+        interpreter_enabled() and q.dtype in (torch.float16, torch.float32)
+    ):
+        from .reference import attention_reference
+
+        with torch.enable_grad():
+            leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+            out = attention_reference(*leaves, compute_dtype=torch.float32, **kwargs)
+            grads = torch.autograd.grad(out, leaves, grad_out.float())
+        return tuple(g.to(q.dtype) for g in grads)
+    with torch.no_grad():
+        out, lse = attention(q, k, v, return_lse=True, **kwargs)
+        return attention_backward(grad_out.to(q.dtype), q, k, v, out, lse, **kwargs)

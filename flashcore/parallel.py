@@ -48,8 +48,8 @@ import math
 import torch
 import torch.distributed as dist
 
-from ._checks import check_attention_inputs, check_window, on_interpreter
-from .kernels.forward import lse_dtype
+from ._checks import check_attention_inputs, check_window
+from .kernels._softmax import LOG2E, lse_dtype
 
 SHARDINGS = ("zigzag", "contiguous")
 # Planted bugs, for the tests and the notebook only: the checker must catch each of them.
@@ -203,7 +203,7 @@ def merge_partials(
     ``out_*``: (..., S, D) normalised partial outputs; ``lse_*``: (..., S) natural-log
     log-sum-exp of the scaled scores each partial saw (-inf: saw no key, its output is
     ignored). Returns out in float32 and lse in float32, or float64 where either lse is
-    (float32 inputs: ``kernels.forward.lse_dtype``). A row where both are -inf stays -inf
+    (float32 inputs: ``kernels._softmax.lse_dtype``). A row where both are -inf stays -inf
     with zero output."""
     dtype = torch.float64 if torch.float64 in (lse_a.dtype, lse_b.dtype) else torch.float32
     lse_a = lse_a.to(dtype)
@@ -253,12 +253,11 @@ def _block_attention(
     the Triton kernel, which stores ``out`` in whatever dtype it has (float32 here: the
     partial is not rounded before the merge). ``lse`` (B, Hq, Sq) contiguous, of
     ``lse_dtype(q.dtype)``."""
-    import triton
-
+    from .interface import forward_kernel
     from .kernels import forward_hopper
-    from .kernels.forward import LOG2E, _attn_fwd_kernel, _kv_descriptors, _pick_config, _tma_usable
+    from .kernels.forward import launch_forward
 
-    if out.dtype == q.dtype and forward_hopper.chosen(q, k, v, causal=causal, window=window):
+    if out.dtype == q.dtype and forward_kernel(q, k, v, causal=causal, window=window) == "gluon":
         forward_hopper.attention_hopper(
             q,
             k,
@@ -271,47 +270,23 @@ def _block_attention(
             store_lse=True,
         )
         return
-
-    batch, num_q_heads, seqlen_q, head_dim = q.shape
-    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
-    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
-    cfg = _pick_config(head_dim_padded, q.dtype, seqlen_q, seqlen_k, causal, on_interpreter(q))
-    use_tma = cfg.pop("USE_TMA", True) and _tma_usable(k, v, head_dim)
-    warp_specialize = cfg.pop("WARP_SPECIALIZE", False) and use_tma
-    if not use_tma and cfg["BLOCK_N"] * head_dim_padded >= 128 * 128:
-        cfg["num_stages"] = min(cfg["num_stages"], 2)
-    k_desc = v_desc = None
-    if use_tma:
-        k_desc, v_desc = _kv_descriptors(k, v, cfg["BLOCK_N"], head_dim)
-    grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]) * batch * num_q_heads,)
-    _attn_fwd_kernel[grid](
+    launch_forward(
         q,
         k,
         v,
         out,
         lse,
-        k_desc,
-        v_desc,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        *out.stride(),
-        num_q_heads,
-        num_q_heads // num_kv_heads,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        window or 0,
-        scale * LOG2E,
-        HEAD_DIM=head_dim,
-        HEAD_DIM_PADDED=head_dim_padded,
-        IS_CAUSAL=bool(causal),
-        HAS_WINDOW=window is not None,
-        STORE_LSE=True,
-        FP32_IEEE=q.dtype == torch.float32,
-        USE_TMA=use_tma,
-        WARP_SPECIALIZE=warp_specialize,
-        **cfg,
+        seqs=None,
+        max_seqlen_q=None,
+        causal=causal,
+        bottom_right=False,
+        window=window,
+        softcap=None,
+        scale=scale,
+        return_lse=True,
+        config=None,
+        key=None,
+        causal_offset=causal_offset,
     )
 
 

@@ -150,7 +150,7 @@ def make_inputs(case: AttentionCase, device, seed: int):
 
 def check_case(case: AttentionCase, device, seed: int) -> dict:
     """Run the forward kernel on fresh inputs (NaN-poisoned output) and apply the rule."""
-    from .kernels.forward import attention
+    from .interface import attention
 
     q, k, v = make_inputs(case, device, seed)
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
@@ -299,7 +299,7 @@ def check_determinism(
     cases: list[AttentionCase], device, *, repeats: int = 5, seed: int = 1234
 ) -> list[dict]:
     """Launch each case ``repeats`` times on the same inputs; outputs must be bitwise equal."""
-    from .kernels.forward import attention
+    from .interface import attention
 
     rows = []
     for i, case in enumerate(cases):
@@ -335,7 +335,7 @@ def check_large_offsets(
     so row offsets (row * H * D) pass 2^31: int32 offset arithmetic would read the wrong
     memory. Checked with the rule on a sample of rows, both ends of the sequence included.
     Needs ~4.5 GB of device memory per dtype."""
-    from .kernels.forward import attention
+    from .interface import attention
 
     heads = (2**31) // (seqlen * head_dim) + 3  # the last heads start past 2^31 elements
     rows_out = []
@@ -469,7 +469,7 @@ def kvcache_session(
     Prefill each sequence's prompt (chunked prefill from an empty cache, padded to the
     longest prompt per call and then trimmed by lengths), then `steps` decode steps; every
     call checked under the error rule. Returns the reports."""
-    from .kernels.decode import attention_with_kvcache
+    from .interface import attention_with_kvcache
 
     gen = torch.Generator().manual_seed(seed)
     k_cache = _randn(

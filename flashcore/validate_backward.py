@@ -119,8 +119,8 @@ def _poisoned_like(t):
 
 def check_grad_case(case: AttentionCase, device, seed: int, *, deterministic: bool = True) -> dict:
     """Forward (saving lse), backward into NaN-poisoned buffers, the rule on dq, dk, dv."""
+    from .interface import attention
     from .kernels.backward import attention_backward
-    from .kernels.forward import attention
 
     q, k, v, do = make_grad_inputs(case, device, seed)
     kwargs = dict(causal=case.causal, causal_alignment=case.alignment, window=case.window)
@@ -254,8 +254,8 @@ def summarize_backward(rows: list[dict]) -> dict:
 def check_backward_determinism(cases, device, *, repeats: int = 5, seed: int = 4321) -> list[dict]:
     """Run the backward ``repeats`` times on the same inputs, both modes; deterministic mode
     must be bitwise identical, atomic mode is reported as it comes."""
+    from .interface import attention
     from .kernels.backward import attention_backward
-    from .kernels.forward import attention
 
     rows = []
     for i, case in enumerate(cases):

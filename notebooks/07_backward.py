@@ -504,7 +504,7 @@ if record is not None and "speed" in record:
 # forward's lse was fp32, whose rounding ($u\,|\mathrm{lse}|$, several ulps at
 # $|\mathrm{lse}| \approx 10$) $\exp_2(s - \mathrm{lse})$ hands to every $P$ of a row, where
 # PyTorch's softmax normalises and does not pay it. For float32 inputs the lse is now float64
-# (`forward.lse_dtype`). Under the interpreter, 150 seeds per fp32 case
+# (`_softmax.lse_dtype`). Under the interpreter, 150 seeds per fp32 case
 # (`tools/backward_fp32_seeds.py`, `results/cpu-interpreter/logs/backward_fp32_seeds.log`),
 # failing seeds before → after: D16 causal 9 → 2, D32 window 8 → 0, D16 full $S_k$ 70 20 → 2,
 # D40 and GQA 4:1 0 → 0. After it the max error is a median 1.02–1.13× PyTorch fp32's own

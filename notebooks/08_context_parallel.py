@@ -68,7 +68,7 @@ from flashcore.studies import context_parallel as CP
 # `flashcore.parallel.merge_partials` is this step. Below: three random, non-contiguous key
 # subsets merged in a random order against the whole row, in float64, with scores large
 # enough that the unshifted form overflows. Outputs are merged in fp32; an fp64 lse (what
-# float32 inputs carry, `kernels.forward.lse_dtype`) stays fp64 through the merge.
+# float32 inputs carry, `kernels._softmax.lse_dtype`) stays fp64 through the merge.
 
 # %%
 gen = torch.Generator().manual_seed(0)

@@ -154,7 +154,7 @@ def test_unsupported_gradients_raise():
 
 
 def test_lse_dtype_follows_inputs_and_backward_rejects_another():
-    # float32 inputs: an fp64 lse (forward.lse_dtype), which the backward requires; an fp32
+    # float32 inputs: an fp64 lse (_softmax.lse_dtype), which the backward requires; an fp32
     # one (the forward's before) is refused with the reason, not taken at lower precision.
     for dtype, want in ((torch.float32, torch.float64), (torch.float16, torch.float32)):
         q = torch.randn(1, 2, 9, 16, device=DEVICE).to(dtype)
@@ -266,7 +266,7 @@ def test_fp32_seeds_that_failed_with_an_fp32_lse(seed):
     seeds under the interpreter (dV 1.28x / dQ 1.15x / dV 1.04x the bound): an fp32 lse
     carries u * |lse| of rounding, which exp2(s - lse) turns into an error of every P of the
     row several times PyTorch's softmax's. float32 inputs now get an fp64 lse
-    (forward.lse_dtype) and these seeds pass (tools/backward_fp32_seeds.py sweeps more)."""
+    (_softmax.lse_dtype) and these seeds pass (tools/backward_fp32_seeds.py sweeps more)."""
     assert _fp32_d16_case_passes(seed)
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 from conftest import DEVICE
 
-from flashcore.kernels.fp8 import VARIANTS, dequantized, fp8_attention, quantize, random_hadamard
+from flashcore.interface import fp8_attention
+from flashcore.kernels.fp8 import VARIANTS, dequantized, quantize, random_hadamard
 from flashcore.studies import fp8_study
 
 IN_DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16

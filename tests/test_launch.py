@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import HAS_CUDA
 
+from flashcore import interface
 from flashcore.kernels import _launch, decode, forward
 from flashcore.reference import attention_reference
 from flashcore.validate import error_rule
@@ -101,10 +102,10 @@ def test_cached_path_is_used_and_correct():
     q = torch.randn(2, 8, 300, 64, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(2, 2, 300, 64, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(2, 2, 300, 64, device="cuda", dtype=torch.bfloat16)
-    first = forward.attention(q, k, v, causal=True)
+    first = interface.attention(q, k, v, causal=True)
     assert _launch.ENABLED and len(forward._FORWARD_LAUNCHES) == 1
     hits = forward._FORWARD_LAUNCHES.hits
-    again = forward.attention(q, k, v, causal=True)
+    again = interface.attention(q, k, v, causal=True)
     assert forward._FORWARD_LAUNCHES.hits == hits + 1
     assert torch.equal(first, again)
     _check(again, q, k, v, causal=True)
@@ -130,7 +131,7 @@ def test_freed_and_reallocated_at_the_same_address(d):
                 else q.view(view[0], view[2], view[1], d).transpose(1, 2)
             )
             for _ in range(2):  # first call fills the cache, second uses it
-                out = forward.attention(qq, kv, kv, causal=True)
+                out = interface.attention(qq, kv, kv, causal=True)
                 _check(out, qq, kv, kv, causal=True)
         results.append(ptr)
         del buf, q, kv, qq, out
@@ -144,7 +145,7 @@ def test_threads_share_the_cache_safely():
     data = [
         tuple(torch.randn(*s, device="cuda", dtype=torch.float16) for _ in range(3)) for s in shapes
     ]
-    refs = [forward.attention(*t, causal=True) for t in data]
+    refs = [interface.attention(*t, causal=True) for t in data]
     torch.cuda.synchronize()
     errors = []
 
@@ -154,7 +155,7 @@ def test_threads_share_the_cache_safely():
             with torch.cuda.stream(stream):
                 for i in range(200):
                     j = (i + seed) % len(data)
-                    out = forward.attention(*data[j], causal=True)
+                    out = interface.attention(*data[j], causal=True)
                     stream.synchronize()
                     if not torch.equal(out, refs[j]):
                         errors.append((seed, i, j))
@@ -174,7 +175,7 @@ def test_two_streams_launch_on_their_own_stream():
     """Each call launches on the caller's current stream: work queued on stream A behind a
     long kernel must not be overtaken by a cached launch on the same data on stream B."""
     q = torch.randn(1, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
-    forward.attention(q, q, q, causal=True)  # fill the cache
+    interface.attention(q, q, q, causal=True)  # fill the cache
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
     outs = []
     for stream in (s1, s2):
@@ -182,7 +183,7 @@ def test_two_streams_launch_on_their_own_stream():
             src = torch.randn(1, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
             torch.cuda._sleep(5_000_000)  # the next launch must wait on this stream
             x = src * 1.0
-            outs.append((x, forward.attention(x, x, x, causal=True)))
+            outs.append((x, interface.attention(x, x, x, causal=True)))
     torch.cuda.synchronize()
     for x, out in outs:
         _check(out, x, x, x, causal=True)
@@ -217,7 +218,7 @@ def test_decode_cached_path_matches_reference():
 def test_cpu_calls_never_fill_the_cache():
     forward._FORWARD_LAUNCHES.clear()
     q = torch.randn(1, 2, 16, 16)
-    forward.attention(q, q, q)
+    interface.attention(q, q, q)
     assert len(forward._FORWARD_LAUNCHES) == 0
 
 
@@ -541,12 +542,12 @@ def test_cached_kernel_on_the_gluon_forward(monkeypatch):
     cases = [inputs(2048), inputs(2064), inputs(1040, 16, 16)]
     # References through the JIT launch (kernel[grid]), then the module's launch cache.
     monkeypatch.setattr(fh, "_FA3_LAUNCH", fh._fa3_fwd_kernel)
-    refs = [forward.attention(*t, causal=True) for t in cases]
+    refs = [interface.attention(*t, causal=True) for t in cases]
     cached = _launch.CachedKernel(fh._fa3_fwd_kernel, "gluon test")
     monkeypatch.setattr(fh, "_FA3_LAUNCH", cached)
     for t, ref in zip(cases, refs):
         for _ in range(2):
-            assert torch.equal(forward.attention(*t, causal=True), ref)
+            assert torch.equal(interface.attention(*t, causal=True), ref)
     if len(cached.cache) == 0:
         pytest.skip("these shapes did not take the Gluon path")
     assert cached.cache.hits >= len(cases)
@@ -558,10 +559,10 @@ def test_cached_kernel_on_the_gluon_forward(monkeypatch):
     buf = torch.randn(32 * 2048 * 128, device="cuda", dtype=torch.bfloat16)
     q2 = buf[: 16 * 1040 * 128].view(1, 16, 1040, 128)
     k2, v2 = k[:, :2, :1040].contiguous(), v[:, :2, :1040].contiguous()
-    out = forward.attention(q2, k2, v2, causal=True)
+    out = interface.attention(q2, k2, v2, causal=True)
     monkeypatch.setattr(fh, "_FA3_LAUNCH", cached.kernel)
     same_address = buf.data_ptr() == addr
-    assert torch.equal(out, forward.attention(q2, k2, v2, causal=True)), same_address
+    assert torch.equal(out, interface.attention(q2, k2, v2, causal=True)), same_address
 
 
 def test_cached_nvmma_layout_is_the_default_layout():

@@ -5,7 +5,8 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from flashcore.kernels.varlen import attention_ranges, attention_varlen
+from flashcore.interface import attention_varlen
+from flashcore.kernels.varlen import attention_ranges
 from flashcore.reference import attention_reference
 from flashcore.studies.launch import run_varlen_case, varlen_cases
 from flashcore.validate import error_rule

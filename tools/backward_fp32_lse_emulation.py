@@ -6,7 +6,7 @@ the printed error is P's alone, as a fraction of the error rule's dV bound:
 
   fp32_lse            exp2(s*c - lse*log2e), all fp32 (the kernel before the fp64 lse)
   fp32_lse_fp64_exp   the same lse, the exponent taken in fp64
-  fp64_lse            lse = m + log2 l summed in fp64 (the kernel now, forward.lse_dtype)
+  fp64_lse            lse = m + log2 l summed in fp64 (the kernel now, _softmax.lse_dtype)
   max_and_sum         exp2(s*c - m) / l, PyTorch softmax's structure
 
 The lse comes from the forward kernel. From bb1ecaf on it is fp64, and the fp32_lse row
@@ -27,7 +27,8 @@ import torch
 
 sys.path.insert(0, ".")
 
-from flashcore.kernels.forward import LOG2E, attention  # noqa: E402
+from flashcore.interface import attention  # noqa: E402
+from flashcore.kernels._softmax import LOG2E  # noqa: E402
 from flashcore.reference import expand_kv_heads, visible_keys  # noqa: E402
 from flashcore.validate_backward import (  # noqa: E402
     backward_grid,

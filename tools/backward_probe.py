@@ -104,8 +104,8 @@ def _exact_forward(q, k, v, case):
 
 
 def fp32_probe(out_dir):
+    from flashcore.interface import attention
     from flashcore.kernels.backward import _pick_config, attention_backward
-    from flashcore.kernels.forward import attention
     from flashcore.validate_backward import (
         backward_grid,
         cancellation_magnitudes,
@@ -188,8 +188,8 @@ def _compile(spec):
 
 
 def tune(out_dir, dims, jobs):
+    from flashcore.interface import attention
     from flashcore.kernels.backward import attention_backward
-    from flashcore.kernels.forward import attention
     from flashcore.studies.bench import attention_flops, time_launches
 
     specs = _specs(dims)

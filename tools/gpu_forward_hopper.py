@@ -14,8 +14,9 @@ import time
 
 import torch
 
+from flashcore.interface import FORWARD_GLUON_FROM
+from flashcore.interface import attention as triton_attention
 from flashcore.kernels import forward_hopper as fh
-from flashcore.kernels.forward import attention as triton_attention
 from flashcore.kernels.forward import default_config
 from flashcore.studies import bench
 
@@ -190,7 +191,7 @@ def main():
         payload = {
             "method": __doc__.strip(),
             "dispatch": {
-                f"D{d} {'causal' if c else 'full'}": t for (d, c), t in fh.DISPATCH.items()
+                f"D{d} {'causal' if c else 'full'}": t for (d, c), t in FORWARD_GLUON_FROM.items()
             },
             "variants": {str(d): v for d, v in VARIANTS.items()},
             "summary": summary,

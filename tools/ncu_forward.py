@@ -114,6 +114,7 @@ if __name__ == "__main__" and sys.argv[1] == "--record":
 
 import torch  # noqa: E402
 
+from flashcore import interface  # noqa: E402
 from flashcore.kernels import forward, forward_hopper  # noqa: E402
 from flashcore.studies import bench  # noqa: E402
 
@@ -143,7 +144,7 @@ elif impl == "triton":
     cfg = forward.default_config(q, k, causal)
 
     def fn():
-        forward.attention(q, k, v, causal=causal, config=cfg)
+        interface.attention(q, k, v, causal=causal, config=cfg)
 else:
     sdpa = bench.make_sdpa("cudnn", causal, False)
 

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from flashcore import _checks
+from flashcore import _checks, interface
 from flashcore.kernels import _launch, decode, forward
 
 
@@ -93,10 +93,10 @@ rows = {
         qf, qf, qf, None, None, True, "top_left", None, None, False, None
     ),
     "current stream": lambda: _launch.current_stream(0),
-    "attention D64 ptr (lean)": lambda: forward.attention(qf, qf, qf, causal=True),
-    "attention D64 ptr (JIT)": jit_path(lambda: forward.attention(qf, qf, qf, causal=True)),
-    "attention D128 TMA (lean)": lambda: forward.attention(qt, qt, qt, causal=True),
-    "attention D128 TMA (JIT)": jit_path(lambda: forward.attention(qt, qt, qt, causal=True)),
+    "attention D64 ptr (lean)": lambda: interface.attention(qf, qf, qf, causal=True),
+    "attention D64 ptr (JIT)": jit_path(lambda: interface.attention(qf, qf, qf, causal=True)),
+    "attention D128 TMA (lean)": lambda: interface.attention(qt, qt, qt, causal=True),
+    "attention D128 TMA (JIT)": jit_path(lambda: interface.attention(qt, qt, qt, causal=True)),
     "attention_with_kvcache 8K (lean)": lambda: decode.attention_with_kvcache(
         q, kc, kc, lens, check_lengths=False
     ),
@@ -111,15 +111,15 @@ rows = {
     "sdpa decode 8K growing (default)": lambda: torch.nn.functional.scaled_dot_product_attention(
         q, *grow(), enable_gqa=True
     ),
-    "attention GQA S2048 D128 TMA (lean)": lambda: forward.attention(qg, kg, kg, causal=True),
+    "attention GQA S2048 D128 TMA (lean)": lambda: interface.attention(qg, kg, kg, causal=True),
     "attention GQA S2048 D128 TMA (JIT)": jit_path(
-        lambda: forward.attention(qg, kg, kg, causal=True)
+        lambda: interface.attention(qg, kg, kg, causal=True)
     ),
-    "attention GQA S2048 D128 Gluon (cached launch)": lambda: forward.attention(
+    "attention GQA S2048 D128 Gluon (cached launch)": lambda: interface.attention(
         qg, kg, kg, causal=True
     ),
     "attention GQA S2048 D128 Gluon (JIT)": lambda: gluon_jit(
-        lambda: forward.attention(qg, kg, kg, causal=True)
+        lambda: interface.attention(qg, kg, kg, causal=True)
     ),
     "flashcore.ops.sdpa D64": lambda: flashcore.ops.sdpa(qf, qf, qf, is_causal=True),
     "torch.ops.flashcore.attention D64": lambda: torch.ops.flashcore.attention(

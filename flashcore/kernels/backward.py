@@ -35,7 +35,6 @@ above 256. bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong).
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -43,9 +42,7 @@ import triton
 import triton.language as tl
 
 from .._checks import on_interpreter
-from .forward import lse_dtype
-
-LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
+from ._softmax import LOG2E, lse_dtype
 
 
 # Lengths, offsets, windows and head counts change from call to call: Triton would otherwise
@@ -162,7 +159,7 @@ def _visible(
 @triton.jit
 def _lse_to_log2(lse, BLOCK: tl.constexpr):
     """The forward's natural-log lse in the log2 units of exp2. An fp64 lse (float32 inputs,
-    ``forward.lse_dtype``) stays fp64, the constant too: a Python float literal is fp32."""
+    ``_softmax.lse_dtype``) stays fp64, the constant too: a Python float literal is fp32."""
     if lse.dtype == tl.float64:
         return lse * tl.full([BLOCK], 1.4426950408889634, tl.float64)
     else:
@@ -1016,7 +1013,7 @@ def attention_backward(
         q, k, v, out: as in / returned by the forward; ``out`` is the forward's output.
         lse: the forward's ``(B, Hq, Sq)`` natural-log log-sum-exp
             (``attention(..., return_lse=True)``), float32, or float64 for float32 inputs
-            (``forward.lse_dtype``); -inf for rows that see no key.
+            (``_softmax.lse_dtype``); -inf for rows that see no key.
         causal, causal_alignment, window, scale: exactly as given to the forward.
         deterministic: True (default): dQ in a second pass per query tile, no atomics;
             repeated calls are bitwise identical. False: dQ accumulated with fp32 atomics
@@ -1162,102 +1159,3 @@ def attention_backward(
         **common,
     )
     return dq, dk, dv
-
-
-# ------------------------------------------------------------------------- autograd
-
-# Forward keyword arguments whose gradient this file computes; anything else the forward
-# grows (softcap, varlen, ...) is refused for differentiable inputs unless left at its
-# default, so a new feature can never get a silently wrong gradient.
-_DIFFERENTIABLE_KWARGS = ("causal", "causal_alignment", "window", "scale", "return_lse", "config")
-
-
-class _AttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, forward_fn, kwargs, deterministic):
-        out, lse = forward_fn(q, k, v, **{**kwargs, "return_lse": True})
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.kwargs = kwargs
-        ctx.deterministic = deterministic
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, grad_out, _grad_lse):
-        q, k, v, out, lse = ctx.saved_tensors
-        kw = ctx.kwargs
-        dq, dk, dv = attention_backward(
-            grad_out.to(q.dtype),
-            q,
-            k,
-            v,
-            out,
-            lse,
-            causal=kw.get("causal", False),
-            causal_alignment=kw.get("causal_alignment", "top_left"),
-            window=kw.get("window"),
-            scale=kw.get("scale"),
-            deterministic=ctx.deterministic,
-        )
-        return dq, dk, dv, None, None, None
-
-
-def differentiable_attention(forward_fn, q, k, v, *, deterministic: bool = True, **kwargs):
-    """``forward_fn(q, k, v, **kwargs)`` (``flashcore.attention``) as an autograd Function.
-
-    Called by the hook at the top of ``flashcore.attention`` when an input requires grad;
-    returns what the forward returns (``out``, or ``(out, lse)`` with ``return_lse``; lse
-    carries no gradient). Raises for forward options whose gradient is not computed here.
-    """
-    defaults = {
-        name: p.default
-        for name, p in inspect.signature(forward_fn).parameters.items()
-        if p.kind == p.KEYWORD_ONLY
-    }
-    for name, value in kwargs.items():
-        if name in _DIFFERENTIABLE_KWARGS or name == "out" and value is None:
-            continue
-        if name == "out":
-            raise RuntimeError(
-                "attention(..., out=...) does not support autograd: the inputs "
-                "require grad; drop out= (or run under torch.no_grad())"
-            )
-        if name in defaults and value is defaults[name] or value is None:
-            continue
-        raise NotImplementedError(
-            f"flashcore's backward does not support {name}={value!r}: call it under "
-            f"torch.no_grad() or detach the inputs"
-        )
-    return_lse = kwargs.pop("return_lse", False)
-    kwargs.pop("out", None)
-    out, lse = _AttentionFunction.apply(q, k, v, forward_fn, kwargs, deterministic)
-    return (out, lse) if return_lse else out
-
-
-# ------------------------------------------------------------- torch.library backward
-
-
-def op_backward(grad_out, q, k, v, is_causal: bool, bottom_right: bool, scale, window):
-    """The backward of ``torch.ops.flashcore.attention``: (dq, dk, dv).
-
-    The op returns only ``out``, so the log-sum-exp is recomputed here by one forward
-    pass (about 40% of the backward's work; ``flashcore.attention`` saves it instead).
-    CPU without the interpreter, or bfloat16 on CPU: float32 PyTorch autograd."""
-    from .._checks import interpreter_enabled
-    from .forward import attention
-
-    align = "bottom_right" if bottom_right else "top_left"
-    kwargs = dict(causal=is_causal, causal_alignment=align, scale=scale, window=window)
-    if q.device.type == "cpu" and not (
-        interpreter_enabled() and q.dtype in (torch.float16, torch.float32)
-    ):
-        from ..reference import attention_reference
-
-        with torch.enable_grad():
-            leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
-            out = attention_reference(*leaves, compute_dtype=torch.float32, **kwargs)
-            grads = torch.autograd.grad(out, leaves, grad_out.float())
-        return tuple(g.to(q.dtype) for g in grads)
-    with torch.no_grad():
-        out, lse = attention(q, k, v, return_lse=True, **kwargs)
-        return attention_backward(grad_out.to(q.dtype), q, k, v, out, lse, **kwargs)

@@ -33,10 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_attention_inputs, check_kvcache_inputs, check_window
+from .._checks import check_attention_inputs, check_softcap, check_window
 from . import _launch as launch
 from ._launch import LaunchCache
-from .forward import _kernel_scales, _tanh, check_softcap
+from ._softmax import kernel_scales, tanh
 
 
 @triton.jit(do_not_specialize=["uniform_len"])
@@ -159,7 +159,7 @@ def _decode_split_kernel(
         k = tl.load(k_ptrs + start_n.to(tl.int64) * stride_kn, mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k))
         if SOFTCAP:
-            s = _tanh(s * softcap_scale)
+            s = tanh(s * softcap_scale)
         visible = (cols[None, :] < key_hi) & (cols[None, :] <= last_visible[:, None])
         if HAS_WINDOW:
             visible = visible & (cols[None, :] > last_visible[:, None] - window)
@@ -314,7 +314,7 @@ def _aligned(t) -> bool:
     return t is not None and t.data_ptr() & 15 == 0
 
 
-def _launch(
+def launch_decode(
     q,
     k_cache,
     v_cache,
@@ -413,7 +413,7 @@ def _launch(
     if entry is None and not validated:
         return None
 
-    qk_scale, softcap_scale = _kernel_scales(
+    qk_scale, softcap_scale = kernel_scales(
         1.0 / math.sqrt(head_dim) if scale is None else scale, softcap
     )
     if single:
@@ -492,7 +492,7 @@ def _launch(
     return out
 
 
-def _consistent(q, k_cache, v_cache, seqlens, out, key_mask) -> bool:
+def consistent(q, k_cache, v_cache, seqlens, out, key_mask) -> bool:
     """The shape relations a validated call established that a cache hit does not prove
     (the key holds classes, not sizes): a cheap check before a launch without the full
     validation. Anything else goes through the full checks, which raise."""
@@ -514,7 +514,7 @@ def _consistent(q, k_cache, v_cache, seqlens, out, key_mask) -> bool:
     )
 
 
-def _plain_options(window, softcap, num_splits) -> bool:
+def plain_options(window, softcap, num_splits) -> bool:
     return (
         (window is None or (type(window) is int and window > 0))
         and (softcap is None or (type(softcap) in (int, float) and 0 < softcap < math.inf))
@@ -549,11 +549,11 @@ def attend_full_cache(
         and type(v) is torch.Tensor
         and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
         and q.device.type == "cuda"
-        and _plain_options(window, softcap, num_splits)
-        and _consistent(q, k, v, None, None, key_padding_mask)
+        and plain_options(window, softcap, num_splits)
+        and consistent(q, k, v, None, None, key_padding_mask)
     ):
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        done = _launch(
+        done = launch_decode(
             q,
             k,
             v,
@@ -576,13 +576,13 @@ def attend_full_cache(
         raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
     check_window(window, True)
     check_softcap(softcap)
-    _check_key_mask(key_padding_mask, q, seqlen_k)
+    check_key_mask(key_padding_mask, q, seqlen_k)
     if q.shape[2] > seqlen_k:
         raise ValueError(f"expected Sq <= Sk, got Sq={q.shape[2]}, Sk={seqlen_k}")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
-    return _launch(
+    return launch_decode(
         q,
         k,
         v,
@@ -600,7 +600,7 @@ def attend_full_cache(
     )
 
 
-def _check_key_mask(key_padding_mask, q, capacity) -> None:
+def check_key_mask(key_padding_mask, q, capacity) -> None:
     batch = q.shape[0]
     if key_padding_mask is not None and (
         not isinstance(key_padding_mask, torch.Tensor)
@@ -616,140 +616,3 @@ def _check_key_mask(key_padding_mask, q, capacity) -> None:
         raise ValueError(
             f"expected key_padding_mask to be a ({batch}, {capacity}) bool tensor on {q.device}, got {got}"
         )
-
-
-def attention_with_kvcache(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    k_new: torch.Tensor | None = None,
-    v_new: torch.Tensor | None = None,
-    *,
-    scale: float | None = None,
-    window: int | None = None,
-    softcap: float | None = None,
-    key_padding_mask: torch.Tensor | None = None,
-    num_splits: int | None = None,
-    check_lengths: bool = True,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Append new keys/values to a KV cache in place, then attend (bottom-right causal).
-
-    Args:
-        q: ``(B, Hq, Sn, D)``: the Sn newest positions' queries (Sn = 1 for decode, more
-            for chunked prefill / speculative verification).
-        k_cache, v_cache: ``(B, Hkv, S_max, D)``, any strides; modified in place when
-            k_new/v_new are given.
-        cache_seqlens: ``(B,)`` int32/int64 on q's device: tokens already in each
-            sequence's cache, before this call's append.
-        k_new, v_new: ``(B, Hkv, Sn, D)``, or both None: then nothing is appended,
-            cache_seqlens counts the Sn query positions too, and the queries are the last
-            Sn cached positions (query r sees keys j <= cache_seqlens[b] - Sn + r).
-        scale: softmax scale; default ``1 / sqrt(D)``.
-        window: causal sliding window: query at cache position p sees keys
-            ``p - window < j <= p`` (transformers' ``sliding_window``); None: all.
-        softcap: logit soft-capping ``softcap * tanh(s / softcap)`` (Gemma 2); None: off.
-        key_padding_mask: optional ``(B, S_max)`` bool (or uint8) on q's device, False at
-            cache positions no query may see (padding, left, right or in between).
-        num_splits: split-KV factor; default chosen from the grid size and the lengths.
-        check_lengths: check ``0 <= cache_seqlens`` and ``cache_seqlens + Sn <= S_max``
-            (``cache_seqlens <= S_max`` without new tokens) before writing anything (one small device-to-host copy). Pass False inside CUDA
-            graph capture, where the caller must guarantee the lengths.
-        out: optional preallocated ``(B, Hq, Sn, D)`` output.
-
-    Dtypes: float16, bfloat16 (CUDA); float16 and float32 on CPU under the interpreter.
-    Head dims 1..256. GQA/MQA via Hq % Hkv == 0.
-
-    Host cost: with ``check_lengths=False`` and no new tokens, a call whose Triton
-    specialization (dtypes, devices, 16-byte alignment, the class of every size and stride:
-    1, divisible by 16, i32/i64; options) was launched before reuses that compiled kernel
-    and skips the full checks (a few shape relations are still checked); the sizes
-    themselves may differ, e.g. a cache one token longer than the last call's.
-
-    Raises (before touching the cache): ValueError/TypeError for shapes, dtypes, devices,
-    heads, lengths out of range or a cache too small for the new tokens.
-
-    Returns: ``(B, Hq, Sn, D)`` in q's dtype.
-    """
-    if (
-        not check_lengths
-        and k_new is None
-        and v_new is None
-        and type(q) is torch.Tensor
-        and type(k_cache) is torch.Tensor
-        and type(v_cache) is torch.Tensor
-        and type(cache_seqlens) is torch.Tensor
-        and (out is None or type(out) is torch.Tensor)
-        and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
-        and q.device.type == "cuda"
-        and _plain_options(window, softcap, num_splits)
-        and _consistent(q, k_cache, v_cache, cache_seqlens, out, key_padding_mask)
-    ):
-        # Trusted lengths, nothing appended: a call of a signature launched before (same
-        # dtypes, devices, alignment, int classes, options) skips the checks.
-        dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
-        capacity = k_cache.shape[2]
-        done = _launch(
-            q,
-            k_cache,
-            v_cache,
-            cache_seqlens,
-            0,
-            dest,
-            key_padding_mask,
-            scale,
-            window,
-            softcap,
-            num_splits,
-            1,
-            capacity,
-            False,
-        )
-        if done is not None:
-            return done
-
-    new_tokens = check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out)
-    check_window(window, True)
-    check_softcap(softcap)
-    batch, num_q_heads, seqlen_new, head_dim = q.shape
-    capacity = k_cache.shape[2]
-    _check_key_mask(key_padding_mask, q, capacity)
-    max_keys = capacity
-    if check_lengths and batch > 0:
-        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))
-        if lo < 0 or hi + (seqlen_new if new_tokens else 0) > capacity:
-            need = (
-                "0 <= cache_seqlens and cache_seqlens + Sn <= S_max"
-                if new_tokens
-                else "0 <= cache_seqlens <= S_max"
-            )
-            raise ValueError(
-                f"expected {need} for every sequence (Sn={seqlen_new}, S_max={capacity}), got "
-                f"cache_seqlens in [{lo}, {hi}]; the cache was not modified"
-            )
-        max_keys = hi + (seqlen_new if new_tokens else 0)
-    if new_tokens:
-        append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new)
-
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if out.numel() == 0:
-        return out
-    return _launch(
-        q,
-        k_cache,
-        v_cache,
-        cache_seqlens,
-        0,
-        out,
-        key_padding_mask,
-        scale,
-        window,
-        softcap,
-        num_splits,
-        # Without new tokens the queries are the last Sn cached positions.
-        0 if new_tokens else 1,
-        max_keys,
-        True,
-    )

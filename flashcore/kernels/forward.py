@@ -35,23 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_attention_inputs, check_window, on_interpreter
+from .._checks import on_interpreter
 from . import _launch as launch
-from . import forward_hopper
 from ._launch import LaunchCache
-
-LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
-
-
-def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The log-sum-exp's dtype for inputs of ``dtype``: float32 for float16/bfloat16, float64
-    for float32. The backward rebuilds P = exp(s - lse); an fp32 lse (rounding u * |lse|, a
-    few units at |lse| ~ 10) makes every P of a row wrong by several fp32 ulps, more than
-    PyTorch's fp32 softmax, and fp32 gradients then fail the error rule at some seeds."""
-    return torch.float64 if dtype == torch.float32 else torch.float32
-
-
-MAX_HEAD_DIM = 256
+from ._softmax import LOG2E, kernel_scales, lse_dtype, online_softmax_tile, tanh
 
 
 @triton.jit
@@ -82,50 +69,6 @@ def _load_kv_tile(
         return tl.load(ptrs + start_n.to(tl.int64) * stride_n, mask=kv_mask, other=0.0)
     else:
         return tl.load(ptrs + start_n.to(tl.int64) * stride_n)
-
-
-@triton.jit
-def _online_softmax_tile(s, m_i, l_i, qk_scale, PRESCALED: tl.constexpr):
-    """One key tile of the online softmax: the new running max, p = exp2(s - max), the factor
-    alpha that rescales what was accumulated before, and the new running denominator.
-
-    PRESCALED: s is already multiplied by qk_scale (softmax scale * log2 e) and holds -inf at
-    invisible keys (the masked tiles). Otherwise every score is visible and the scale is
-    folded into the max and into one fused multiply-add, s * scale - m, per element.
-    """
-    if PRESCALED:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
-        # exp2(-inf - -inf) = NaN out of p and alpha (both become exactly 0).
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_use[:, None])
-    else:
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        m_use = m_new
-        p = tl.math.exp2(s * qk_scale - m_use[:, None])
-    alpha = tl.math.exp2(m_i - m_use)
-    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
-
-
-@triton.jit
-def _tanh(x):
-    """tanh from exp2 alone (the interpreter has no libdevice). (1 - e) / (1 + e) with
-    e = exp(-2|x|) loses relative accuracy near 0, where the odd Taylor series up to x^9 is
-    exact to fp32 rounding (|x| < 0.2: the next term is below 2^-26 relative)."""
-    ax = tl.abs(x)
-    e = tl.math.exp2(ax * -2.885390081777927)  # exp(-2|x|) = 2^(-2|x| log2 e)
-    far = (1.0 - e) / (1.0 + e)
-    x2 = ax * ax
-    near = ax * (
-        1.0
-        + x2
-        * (
-            -0.3333333333333333
-            + x2 * (0.13333333333333333 + x2 * (-0.05396825396825397 + x2 * 0.021869488536155203))
-        )
-    )
-    t = tl.where(ax < 0.2, near, far)
-    return tl.where(x < 0, -t, t)
 
 
 @triton.jit
@@ -199,7 +142,7 @@ def _attend_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
         if SOFTCAP:
-            s = _tanh(s * softcap_scale)
+            s = tanh(s * softcap_scale)
 
         if APPLY_MASK:
             visible = cols[None, :] < seqlen_k
@@ -208,7 +151,7 @@ def _attend_key_tiles(
             if HAS_WINDOW:  # sliding window: only the `window` most recent keys
                 visible = visible & (cols[None, :] > offs_m[:, None] + causal_offset - window)
             s = tl.where(visible, s * qk_scale, float("-inf"))
-        p, alpha, m_new, l_i = _online_softmax_tile(s, m_i, l_i, qk_scale, APPLY_MASK)
+        p, alpha, m_new, l_i = online_softmax_tile(s, m_i, l_i, qk_scale, APPLY_MASK)
         if LEAKY_CONTROL == 1:
             # Positive control for notebook 06, never launched by `attention`: skip the
             # rescale when no row's running max moved. Same result, value-dependent time.
@@ -604,25 +547,6 @@ def _kv_descriptors(k, v, block_n, head_dim):
     return make(k), make(v)
 
 
-def check_softcap(softcap) -> None:
-    if softcap is None:
-        return
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise TypeError(f"expected softcap to be a float or None, got {type(softcap).__name__}")
-    if not 0 < softcap < math.inf:
-        raise ValueError(
-            f"expected softcap > 0 (logits become softcap * tanh(s / softcap)), got {softcap}"
-        )
-
-
-def _kernel_scales(scale: float, softcap) -> tuple[float, float]:
-    """(qk_scale, softcap_scale) the kernel multiplies by: log2-unit scores are
-    q.k * scale * log2 e, or tanh(q.k * scale / c) * c * log2 e with softcap c."""
-    if softcap is None:
-        return scale * LOG2E, 0.0
-    return softcap * LOG2E, scale / softcap
-
-
 # ----------------------------------------------------------------------------- launch
 # Parameter order of _attn_fwd_kernel and the slots a call fills in; everything else in a
 # launch is derived from the cache key (see _launch.py).
@@ -727,7 +651,7 @@ def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
     return out, lse
 
 
-def _launch_forward(
+def launch_forward(
     q,
     k,
     v,
@@ -744,16 +668,21 @@ def _launch_forward(
     return_lse,
     config,
     key,
+    causal_offset=None,
 ):
     """The checked path: pick the config, launch through the JIT, and remember the
     compiled kernel under ``key`` (None: do not cache). q, k, v are (B, H, S, D) views; with
     ``seqs`` (starts/ends of queries and keys per sequence) the kernel runs in varlen mode
-    and S is the longest query length ``max_seqlen_q``."""
+    and S is the longest query length ``max_seqlen_q``. ``causal_offset`` (query i sees key
+    j iff j <= i + offset) overrides the one the alignment implies: context parallelism
+    runs blocks at arbitrary offsets. ``out`` may be of another dtype than q (the kernel
+    stores in out's dtype: a float32 partial for a merge)."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
     if seqs is not None:
         seqlen_q = max_seqlen_q
-    causal_offset = seqlen_k - seqlen_q if (causal and bottom_right and seqs is None) else 0
+    if causal_offset is None:
+        causal_offset = seqlen_k - seqlen_q if (causal and bottom_right and seqs is None) else 0
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
     cfg = (
         dict(config)
@@ -772,7 +701,7 @@ def _launch_forward(
     if use_tma:
         k_desc, v_desc = _kv_descriptors(k, v, cfg["BLOCK_N"], head_dim)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    qk_scale, softcap_scale = _kernel_scales(scale, softcap)
+    qk_scale, softcap_scale = kernel_scales(scale, softcap)
     grid = (triton.cdiv(seqlen_q, cfg["BLOCK_M"]) * batch * num_q_heads, 1, 1)
     varlen = 0 if seqs is None else (2 if bottom_right else 1)
     starts_q, ends_q, starts_k, ends_k = seqs if seqs is not None else (None,) * 4
@@ -837,160 +766,38 @@ def _launch_forward(
             )
 
 
-def attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
+def cached_launch(
+    q,
+    k,
+    v,
+    out,
     *,
-    causal: bool = False,
-    causal_alignment: str = "top_left",
-    window: int | None = None,
-    softcap: float | None = None,
-    scale: float | None = None,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-    config: dict | None = None,
+    causal,
+    causal_alignment,
+    window,
+    softcap,
+    scale,
+    return_lse,
+    seqs=None,
+    max_seqlen_q=None,
 ):
-    """Exact softmax attention: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
-
-    Args:
-        q: ``(B, Hq, Sq, D)``; k, v: ``(B, Hkv, Sk, D)``. Any strides (e.g. a
-            ``(B, S, H, D)`` tensor transposed to ``(B, H, S, D)``).
-        causal: apply a causal mask.
-        causal_alignment: ``"top_left"`` (query i sees keys j <= i; SDPA's ``is_causal``)
-            or ``"bottom_right"`` (query i sees keys j <= i + Sk - Sq; the KV-cache
-            convention). Rows that see no key return zeros.
-        window: causal sliding window (requires ``causal=True``): query i sees only the
-            ``window`` most recent keys, ``i + offset - window < j <= i + offset``, itself
-            included. Exact attention under that mask; the cost is linear in S. ``None``
-            (default) is plain causal / full attention. transformers' ``sliding_window``
-            means the same number.
-        softcap: logit soft-capping (Gemma 2): the scaled score s becomes
-            ``softcap * tanh(s / softcap)`` before the softmax. ``None`` (default): off.
-        scale: softmax scale; default ``1 / sqrt(D)``.
-        return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
-            ``(B, Hq, Sq)``, -inf for rows that see no key: float32 for float16/bfloat16
-            inputs, float64 for float32 inputs (``lse_dtype``; the backward needs it).
-        out: optional preallocated output of q's shape, dtype and device (any strides);
-            the validation poisons it with NaN so an element the kernel never writes fails.
-        config: override the launch configuration (BLOCK_M, BLOCK_N, num_warps,
-            num_stages, and optionally USE_TMA / WARP_SPECIALIZE); for tuning sweeps.
-
-    Dtypes: float16 and bfloat16 on CUDA; float32 everywhere (computed in IEEE fp32, not
-    tf32). Accumulation is fp32. On CPU tensors the kernel runs under the Triton
-    interpreter (``TRITON_INTERPRET=1`` set before importing flashcore), float16/float32
-    only: the interpreter's bfloat16 dot is wrong.
-
-    Head dims 1..256; powers of two run unpadded, others are padded in registers to the
-    next power of two (at least 16) with masked loads.
-
-    GQA/MQA: ``Hq`` must be a multiple of ``Hkv``; query head h reads KV head
-    ``h // (Hq // Hkv)``.
-
-    Host cost: the first call with a given signature (shapes, strides, dtypes, device,
-    alignment, flags) is checked and launched through Triton's JIT; later calls with the
-    same signature reuse its launch and skip the checks (they passed for that signature).
-
-    Differentiable: inputs that require grad (with grad mode on) go through the autograd
-    Function in kernels/backward.py (deterministic dQ; gradients of ``softcap`` and of
-    ``out=`` raise). Not supported (raises): head dims > 256, q/k and v head dims that
-    differ, dropout, attention masks.
-    Sq == 0 returns an empty tensor; Sk == 0 returns zeros (no key to attend to).
-
-    Returns:
-        ``out`` of q's shape and dtype (contiguous unless ``out`` was given), or
-        ``(out, lse)`` if return_lse.
-    """
-    # --- autograd hook (kernels/backward.py): inputs that require grad go through an
-    # autograd Function that calls back here with grad mode off and saves (out, lse).
-    # First, before the launch cache: a cached launch would return a detached output.
-    if torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
-    ):
-        options = {name: value for name, value in locals().items() if name not in ("q", "k", "v")}
-        from .backward import differentiable_attention
-
-        return differentiable_attention(attention, q, k, v, **options)
-    # --- end of autograd hook
-    key = None
-    if (
-        config is None
-        and type(q) is torch.Tensor
+    """The lean path: a CUDA call whose signature (``_forward_key``) launched before reuses
+    that launch and skips the checks, which passed for that signature. Returns
+    ``(key, result)``: result ``(out, lse)`` on a hit, else None; ``key`` is what
+    ``launch_forward`` caches a miss under (None: not cacheable, take the checked path)."""
+    if not (
+        type(q) is torch.Tensor
         and type(k) is torch.Tensor
         and type(v) is torch.Tensor
         and (out is None or type(out) is torch.Tensor)
         and q.device.type == "cuda"
         and launch.usable(q.device)
     ):
-        key = _forward_key(
-            q, k, v, out, None, causal, causal_alignment, window, softcap, return_lse, None
-        )
-        entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
-        if entry is not None:
-            out, lse = _launch_cached(entry, q, k, v, out, None, scale, softcap)
-            return (out, lse) if return_lse else out
-
-    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
-    if causal_alignment not in ("top_left", "bottom_right"):
-        raise ValueError(
-            f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}"
-        )
-    check_window(window, causal)
-    check_softcap(softcap)
-    batch, num_q_heads, seqlen_q, head_dim = q.shape
-    seqlen_k = k.shape[2]
-
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
-        raise ValueError(
-            f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
-            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
-        )
-    # The kernel writes lse only when asked (STORE_LSE); otherwise `out` stands in for the
-    # pointer and is never touched through it.
-    lse = (
-        torch.empty((batch, num_q_heads, seqlen_q), dtype=lse_dtype(q.dtype), device=q.device)
-        if return_lse or out.numel() == 0 or seqlen_k == 0
-        else out
+        return None, None
+    key = _forward_key(
+        q, k, v, out, seqs, causal, causal_alignment, window, softcap, return_lse, max_seqlen_q
     )
-    if out.numel() == 0 or seqlen_k == 0:
-        out.zero_()
-        lse.fill_(float("-inf"))
-        return (out, lse) if return_lse else out
-
-    # --- Hopper hook (kernels/forward_hopper.py): the Gluon FA3-structured kernel where its
-    # dispatch table says it was measured faster; everything else falls through.
-    if config is None and forward_hopper.maybe_dispatch(
-        q,
-        k,
-        v,
-        out,
-        lse,
-        causal=bool(causal),
-        bottom_right=causal_alignment == "bottom_right",
-        window=window,
-        softcap=softcap,
-        scale=scale,
-        return_lse=return_lse,
-    ):
-        return (out, lse) if return_lse else out
-    # --- end of Hopper hook
-    _launch_forward(
-        q,
-        k,
-        v,
-        out,
-        lse,
-        seqs=None,
-        max_seqlen_q=None,
-        causal=causal,
-        bottom_right=causal_alignment == "bottom_right",
-        window=window,
-        softcap=softcap,
-        scale=scale,
-        return_lse=return_lse,
-        config=config,
-        key=key,
-    )
-    return (out, lse) if return_lse else out
+    entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
+    if entry is None:
+        return key, None
+    return key, _launch_cached(entry, q, k, v, out, seqs, scale, softcap)

@@ -43,9 +43,9 @@ Offsets: TMA coordinates are per-dimension int32 (B, H, S, D each < 2^31), addre
 64-bit; the output and lse pointers are formed in int64, so tensors past 2^31 elements
 are exact.
 
-``attention_hopper`` launches it. ``flashcore.attention`` calls ``maybe_dispatch``, which
-launches it only where ``DISPATCH`` says it was measured faster than the Triton kernel
-(H100, bf16, B*S = 16K tokens, H*D = 2048, side by side in one process; the sweep is
+``attention_hopper`` launches it. ``flashcore.attention`` launches it only where the
+dispatch table in flashcore/interface.py (``FORWARD_GLUON_FROM``) says it was measured
+faster than the Triton kernel (H100, bf16, B*S = 16K tokens, H*D = 2048, side by side in one process; the sweep is
 recorded in results/nvidia-h100-80gb-hbm3/fa3_attempt.json). The environment variable
 ``FLASHCORE_FORWARD_HOPPER`` overrides the table for tests and sanitizer runs: ``always``
 (every supported call), ``never`` (today's kernel only); default ``auto``.
@@ -56,7 +56,6 @@ sanitizer run makes every program walk many work tiles.
 from __future__ import annotations
 
 import functools
-import math
 import os
 
 import torch
@@ -78,7 +77,6 @@ try:  # Gluon is experimental; its API moves between triton releases.
 except Exception:  # pragma: no cover - depends on the installed triton
     GLUON_AVAILABLE = False
 
-LOG2E = 1.4426950408889634
 HEAD_DIMS = (64, 128, 256)
 BLOCK_M_WG = 64  # query rows per consumer warpgroup (wgmma's M per warpgroup)
 # setmaxnreg budget per consumer thread: 64K registers shared by the consumer warpgroups and
@@ -503,84 +501,6 @@ if GLUON_AVAILABLE:
     # Launched through the launch cache: on a hit the compiled kernel's launcher is called
     # directly, with the TMA descriptors encoded once per (address, shape, strides, block).
     _FA3_LAUNCH = CachedKernel(_fa3_fwd_kernel, "gluon_fa3")
-
-
-# (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
-# was measured faster than forward.py's Triton kernel; None: never. H100, bf16, B*S = 16K
-# tokens, H*D = 2048, interleaved timing (tools/gpu_forward_hopper.py, commit 2c03bb9, the
-# kernel as shipped: pairs of query tiles, persistent grid), TFLOP/s Gluon vs Triton:
-#   D=64  full   S=2K 409 vs 430, S=4K 429 vs 427, S=16K 438 vs 430 (within noise: Triton)
-#   D=64  causal S=4K 385 vs 387, S=8K 418 vs 413, S=16K 435 vs 426 (within noise: Triton)
-#   D=128 full   S=1K 502 vs 463 ... S=16K 623 vs 508
-#   D=128 causal S=1K 334 vs 266 (357 in an earlier run), S=2K 469 vs 433 ... S=16K 611 vs 499
-#   D=256 full   S=1K 504 vs 425 ... ;  causal S=1K 354 vs 317 ... S=16K 710 vs 490
-# (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
-# the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
-DISPATCH = {
-    (64, False): None,
-    (64, True): None,
-    (128, False): 1024,
-    (128, True): 2048,
-    (256, False): 1024,
-    (256, True): 1024,
-}
-
-
-def _mode() -> str:
-    mode = os.environ.get("FLASHCORE_FORWARD_HOPPER", "auto")
-    if mode not in ("auto", "always", "never"):
-        raise ValueError(
-            f"FLASHCORE_FORWARD_HOPPER must be 'auto', 'always' or 'never', got {mode!r}"
-        )
-    return mode
-
-
-def chosen(q, k, v, *, causal: bool, window=None, softcap=None) -> bool:
-    """Whether ``flashcore.attention`` runs these inputs on the Gluon kernel."""
-    mode = _mode()
-    if mode == "never" or softcap is not None or not supports(q, k, v, window=window):
-        return False
-    if mode == "always":
-        return True
-    threshold = DISPATCH.get((q.shape[3], bool(causal)))
-    return threshold is not None and min(q.shape[2], k.shape[2]) >= threshold
-
-
-def maybe_dispatch(
-    q, k, v, out, lse, *, causal: bool, bottom_right: bool, window, softcap, scale, return_lse: bool
-) -> bool:
-    """Called by forward.attention on validated inputs with ``out``/``lse`` allocated and
-    Sq, Sk >= 1: launch the Gluon kernel and return True where it is chosen, else False."""
-    if not chosen(q, k, v, causal=causal, window=window, softcap=softcap):
-        return False
-    seqlen_q, seqlen_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    attention_hopper(
-        q,
-        k,
-        v,
-        out,
-        lse,
-        causal_offset=seqlen_k - seqlen_q if (causal and bottom_right) else 0,
-        is_causal=causal,
-        qk_scale=scale * LOG2E,
-        store_lse=return_lse,
-    )
-    return True
-
-
-def describe() -> str:
-    """One line for ``python -m flashcore info``."""
-    if not GLUON_AVAILABLE:
-        return (
-            "unavailable (this triton has no Gluon Hopper API): every call runs the Triton kernel"
-        )
-    rules = ", ".join(
-        f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
-        for (d, c), t in DISPATCH.items()
-    )
-    return f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_mode()}): {rules}"
 
 
 def _tma_ok(t: torch.Tensor) -> bool:

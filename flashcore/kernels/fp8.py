@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from .._checks import check_attention_inputs, on_interpreter
-from .forward import LOG2E, _compute_capability, _online_softmax_tile
+from ._softmax import LOG2E, online_softmax_tile
 
 VARIANTS = ("naive", "per_tensor", "per_block", "per_block_hadamard")
 E4M3_MAX = 448.0
@@ -168,9 +168,6 @@ def quantize(
     )
 
 
-quantize_fp8 = quantize  # the name flashcore exports
-
-
 def dequantized(x: Fp8Inputs, dtype=torch.float64):
     """The (q, k, v) the kernel computes with, in ``dtype``: x8 * scale, padding dropped,
     rotation kept (it does not change q k^T). Attention of these in float64 is the variant's
@@ -247,7 +244,7 @@ def _fp8_key_tiles(
             if IS_CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None])
             s = tl.where(visible, s * tile_scale, float("-inf"))
-        p, alpha, m_new, l_i = _online_softmax_tile(s, m_i, l_i, tile_scale, APPLY_MASK)
+        p, alpha, m_new, l_i = online_softmax_tile(s, m_i, l_i, tile_scale, APPLY_MASK)
         acc = acc * alpha[:, None]
         if USE_TMA:
             vt = v_desc.load([batch, kv_head, 0, start_n]).reshape(HEAD_DIM, BLOCK_N)
@@ -441,42 +438,15 @@ def _pick_config(x: Fp8Inputs, causal: bool, interpreted: bool) -> dict:
     return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, USE_TMA=True)
 
 
-def fp8_attention(
-    x: Fp8Inputs,
-    *,
-    causal: bool = False,
-    scale: float | None = None,
-    out: torch.Tensor | None = None,
-    config: dict | None = None,
-) -> torch.Tensor:
-    """softmax(q k^T * scale [+ top-left causal mask]) v on quantized inputs.
-
-    Returns ``(B, Hq, Sq, D)`` in ``x.out_dtype``. CUDA (sm_89+) or the Triton interpreter
-    on CPU. ``config`` overrides the launch (BLOCK_M, BLOCK_N in {16, 32, 64, 128},
-    num_warps, num_stages, USE_TMA). Not supported: bottom-right alignment, windows, lse.
-    """
-    if not isinstance(x, Fp8Inputs):
-        raise TypeError(
-            f"expected Fp8Inputs from flashcore.kernels.fp8.quantize, got {type(x).__name__}"
-        )
+def launch_fp8(x: Fp8Inputs, out: torch.Tensor, *, causal: bool, scale: float, config) -> None:
+    """Launch the kernel on quantized inputs into ``out`` (``flashcore.fp8_attention``
+    checks and allocates). ``config`` overrides the launch (BLOCK_M, BLOCK_N dividing
+    QUANT_BLOCK, num_warps, num_stages, USE_TMA)."""
     q8 = x.q8
     interpreted = on_interpreter(q8)
-    if q8.device.type == "cuda" and _compute_capability(q8.device.index) < (8, 9):
-        raise RuntimeError("fp8 tensor-core dots need sm_89 or newer")
     batch, num_q_heads, seqlen_q, head_dim = q8.shape
     num_kv_heads = x.k8.shape[1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    if out is None:
-        out = torch.empty(q8.shape, dtype=x.out_dtype, device=q8.device)
-    elif out.shape != q8.shape or out.dtype != x.out_dtype or out.device != q8.device:
-        raise ValueError(f"expected out of shape {tuple(q8.shape)}, {x.out_dtype}, {q8.device}")
-    if out.numel() == 0 or x.seqlen_k == 0:
-        return out.zero_()
-
     cfg = dict(config) if config is not None else _pick_config(x, causal, interpreted)
-    if QUANT_BLOCK % cfg["BLOCK_M"] or QUANT_BLOCK % cfg["BLOCK_N"]:
-        raise ValueError(f"BLOCK_M and BLOCK_N must divide the quantization block {QUANT_BLOCK}")
     use_tma = cfg.pop("USE_TMA", True) and not interpreted and q8.device.type == "cuda"
     cfg["WARP_SPECIALIZE"] = (
         cfg.get("WARP_SPECIALIZE", False) and use_tma
@@ -523,4 +493,3 @@ def fp8_attention(
         EMULATE_P_CAST=interpreted,
         **cfg,
     )
-    return out

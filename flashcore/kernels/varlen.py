@@ -1,9 +1,9 @@
 """Variable-length attention: sequences of different lengths in one launch, no padding
 computed and no dense mask.
 
-    attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    flashcore.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
-takes FlashAttention's ``flash_attn_varlen_func`` layout: the sequences are packed along
+(in flashcore/interface.py, which checks its arguments and calls this file) takes FlashAttention's ``flash_attn_varlen_func`` layout: the sequences are packed along
 one token dimension, q ``(total_q, Hq, D)``, k/v ``(total_k, Hkv, D)``, and sequence b is
 rows ``cu_seqlens[b]:cu_seqlens[b + 1]``. ``attention_ranges`` does the same for a padded
 ``(B, H, S, D)`` batch whose valid tokens form one contiguous range per sequence (left or
@@ -23,19 +23,11 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import _dtype_name, check_attention_inputs, check_window
-from . import _launch as launch
-from .forward import (
-    _FORWARD_LAUNCHES,
-    MAX_HEAD_DIM,
-    _forward_key,
-    _launch_cached,
-    _launch_forward,
-    check_softcap,
-)
+from .._checks import _dtype_name, check_attention_inputs, check_softcap, check_window
+from .forward import cached_launch, launch_forward
 
 
-def _check_cu_seqlens(name, cu, device, total, max_seqlen, check_lengths):
+def check_cu_seqlens(name, cu, device, total, max_seqlen, check_lengths):
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1:
         got = tuple(cu.shape) if isinstance(cu, torch.Tensor) else type(cu).__name__
         raise ValueError(f"expected {name} to be a 1-D tensor of batch + 1 offsets, got {got}")
@@ -55,97 +47,6 @@ def _check_cu_seqlens(name, cu, device, total, max_seqlen, check_lengths):
                 f"max_seqlen={max_seqlen}, got {cu.tolist() if cu.numel() <= 16 else 'first ' + str(first) + ', last ' + str(last)}"
                 f" (longest sequence {longest})"
             )
-
-
-def attention_varlen(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    *,
-    causal: bool = False,
-    causal_alignment: str = "bottom_right",
-    window: int | None = None,
-    softcap: float | None = None,
-    scale: float | None = None,
-    out: torch.Tensor | None = None,
-    check_lengths: bool = True,
-) -> torch.Tensor:
-    """Attention over packed variable-length sequences (``flash_attn_varlen_func``'s layout).
-
-    Args:
-        q: ``(total_q, Hq, D)``; k, v: ``(total_k, Hkv, D)``; any strides.
-        cu_seqlens_q, cu_seqlens_k: ``(B + 1,)`` int32/int64 on q's device, cumulative
-            lengths from 0: sequence b is rows ``[cu[b], cu[b + 1])``. Lengths 0 are allowed
-            (a sequence with no keys returns zeros).
-        max_seqlen_q, max_seqlen_k: the longest query / key length (ints; they size the grid).
-        causal: causal mask per sequence, ``causal_alignment`` ``"bottom_right"`` (default,
-            FlashAttention's convention: query i sees keys j <= i + len_k - len_q) or
-            ``"top_left"``.
-        window, softcap, scale: as ``flashcore.attention``.
-        out: optional preallocated ``(total_q, Hq, D)``.
-        check_lengths: check that the offsets start at 0, rise to the packed lengths and
-            respect max_seqlen (one small device-to-host copy); pass False inside CUDA graph
-            capture, where the caller guarantees them.
-
-    Dtypes as ``flashcore.attention`` (float16/bfloat16 on CUDA, float32 everywhere; CPU
-    under the interpreter float16/float32). GQA via Hq % Hkv == 0.
-
-    Raises ValueError/TypeError for shapes, dtypes, devices, offsets; RuntimeError for inputs
-    that require grad. Returns ``(total_q, Hq, D)`` in q's dtype.
-    """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            got = f"{t.dim()}-D" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(
-                f"expected {name} to be 3-D (total_tokens, heads, head_dim), got {got}"
-            )
-    _check_cu_seqlens(
-        "cu_seqlens_q", cu_seqlens_q, q.device, q.shape[0], max_seqlen_q, check_lengths
-    )
-    _check_cu_seqlens(
-        "cu_seqlens_k", cu_seqlens_k, q.device, k.shape[0], max_seqlen_k, check_lengths
-    )
-    if cu_seqlens_q.shape != cu_seqlens_k.shape:
-        raise ValueError(
-            f"expected cu_seqlens_q and cu_seqlens_k of the same length (batch + 1), got "
-            f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}"
-        )
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif (
-        not isinstance(out, torch.Tensor)
-        or out.shape != q.shape
-        or out.dtype != q.dtype
-        or out.device != q.device
-    ):
-        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
-    batch = cu_seqlens_q.shape[0] - 1
-    if batch == 0 or q.shape[0] == 0:
-        return out
-    # (total, H, D) -> (B, H, total, D) with batch stride 0: sequence b is addressed by its
-    # offsets alone.
-    qv, kv, vv, ov = (
-        t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out)
-    )
-    seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
-    _attention_ranges(
-        qv,
-        kv,
-        vv,
-        ov,
-        seqs,
-        max_seqlen_q,
-        causal=causal,
-        causal_alignment=causal_alignment,
-        window=window,
-        softcap=softcap,
-        scale=scale,
-    )
-    return out
 
 
 def attention_ranges(
@@ -172,7 +73,7 @@ def attention_ranges(
     _check_ranges(q, q_starts, q_ends, k_starts, k_ends)
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] and max_seqlen_q:
-        _attention_ranges(
+        attention_ranges_into(
             q,
             k,
             v,
@@ -203,21 +104,28 @@ def _check_ranges(q, *ranges):
             )
 
 
-def _attention_ranges(
+def attention_ranges_into(
     q, k, v, out, seqs, max_seqlen_q, *, causal, causal_alignment, window, softcap, scale
 ):
     """Launch the forward kernel in varlen mode on (B, H, S, D) views; out is written at
     every valid query row (its other rows are left as they are)."""
-    key = None
-    if type(q) is torch.Tensor and q.device.type == "cuda" and launch.usable(q.device):
-        key = _forward_key(
-            q, k, v, out, seqs, causal, causal_alignment, window, softcap, False, max_seqlen_q
-        )
-        entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
-        if entry is not None:
-            _launch_cached(entry, q, k, v, out, seqs, scale, softcap)
-            return
-    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
+    key, hit = cached_launch(
+        q,
+        k,
+        v,
+        out,
+        causal=causal,
+        causal_alignment=causal_alignment,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        return_lse=False,
+        seqs=seqs,
+        max_seqlen_q=max_seqlen_q,
+    )
+    if hit is not None:
+        return
+    check_attention_inputs(q, k, v, max_head_dim=256)
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError(
             f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}"
@@ -226,7 +134,7 @@ def _attention_ranges(
     check_softcap(softcap)
     if out.numel() == 0 or max_seqlen_q == 0:
         return
-    _launch_forward(
+    launch_forward(
         q,
         k,
         v,

@@ -44,7 +44,7 @@ def backward_shapes(
 
 
 def _forward_fn(impl, causal, q, k):
-    from ..kernels.forward import attention
+    from ..interface import attention
 
     if impl in ("flashcore", "flashcore_deterministic", "flashcore_atomic"):
         return lambda q, k, v: attention(q, k, v, causal=causal)
@@ -60,8 +60,8 @@ def bench_backward_shape(
 ) -> list[dict]:
     """Time the backward (and, with_forward, forward + backward) of every implementation on
     one shape. One row per implementation; errors are recorded, not raised."""
+    from ..interface import attention
     from ..kernels.backward import attention_backward
-    from ..kernels.forward import attention
 
     B, H, S, D = shape["B"], shape["Hq"], shape["S"], shape["D"]
     Hkv = shape.get("Hkv", H)
@@ -154,8 +154,8 @@ def backward_memory(
     """Peak device memory of one backward beyond its inputs and outputs, against S (B = 1).
     An S x S buffer would grow it quadratically; FlashAttention's backward grows linearly
     (delta, lse: (B, H, S) fp32)."""
+    from ..interface import attention
     from ..kernels.backward import attention_backward
-    from ..kernels.forward import attention
 
     rows = []
     for s in seqlens:
@@ -215,8 +215,8 @@ def tune_backward(
     shapes: list[dict], *, reps: int = 20, deterministic_modes=(True, False)
 ) -> list[dict]:
     """Time every candidate config of attention_backward on every shape."""
+    from ..interface import attention
     from ..kernels.backward import attention_backward
-    from ..kernels.forward import attention
 
     rows = []
     for shape in shapes:
@@ -310,8 +310,8 @@ def run_grid_parallel(
 def _compile_worker(spec):
     """Launch one backward config once on small inputs with the same constexprs and stride
     divisibility as the timed shapes, so the kernels land in Triton's on-disk cache."""
+    from ..interface import attention
     from ..kernels.backward import attention_backward
-    from ..kernels.forward import attention
 
     d, dtype, causal, cfg, det = spec
     try:

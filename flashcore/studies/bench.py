@@ -256,7 +256,7 @@ def make_flex(causal: bool, shape_q, shape_k, device):
 def make_flashcore_decode(lengths: torch.Tensor):
     """Split-KV decode over a cache holding exactly Sk tokens (nothing appended; lengths
     trusted, so no host sync: the same work SDPA does)."""
-    from ..kernels.decode import attention_with_kvcache
+    from ..interface import attention_with_kvcache
 
     def run(q, k, v):
         return attention_with_kvcache(q, k, v, lengths, check_lengths=False)
@@ -265,7 +265,7 @@ def make_flashcore_decode(lengths: torch.Tensor):
 
 
 def make_flashcore(causal: bool, config: dict | None = None):
-    from ..kernels.forward import attention
+    from ..interface import attention
 
     def run(q, k, v):
         return attention(q, k, v, causal=causal, config=config)
@@ -562,7 +562,7 @@ def tune_forward(
 ) -> list[dict]:
     """Time every config on every shape (flashcore only). Configs that fail to compile
     (shared memory, registers) are recorded with their error."""
-    from ..kernels.forward import attention
+    from ..interface import attention
 
     rows = []
     for shape in shapes:

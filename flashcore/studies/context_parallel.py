@@ -749,7 +749,7 @@ def bench(
     from torch.distributed.device_mesh import init_device_mesh
 
     from .. import parallel as P
-    from ..kernels.forward import attention
+    from ..interface import attention
 
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     device = (

@@ -20,7 +20,8 @@ import math
 
 import torch
 
-from ..kernels.fp8 import P_SCALE, VARIANTS, dequantized, fp8_attention, quantize
+from ..interface import fp8_attention
+from ..kernels.fp8 import P_SCALE, VARIANTS, dequantized, quantize
 from ..reference import attention_reference, expand_kv_heads, visible_keys
 from ..validate import UNIT_ROUNDOFF
 
@@ -139,7 +140,7 @@ def error_rows(
     """One row per (seed, implementation): RMSE and max error against float64 of the
     original inputs; for fp8 variants also the input-quantization part and the ratio of the
     kernel's deviation from its own reference to ``own_reference_bound``."""
-    from ..kernels.forward import attention
+    from ..interface import attention
 
     kv_heads = heads if kv_heads is None else kv_heads
     rows = []

@@ -248,7 +248,7 @@ def varlen_cases(seed=0, count=240, *, small=False):
 
 def run_varlen_case(case, device, dtype):
     """One case under the error rule against the float64 per-sequence reference."""
-    from ..kernels.varlen import attention_varlen
+    from ..interface import attention_varlen
     from ..reference import varlen_reference
     from ..validate import error_rule
 
@@ -294,8 +294,7 @@ def varlen_speed(
     SDPA causal ignoring padding (a lower bound for dense). Median ms of do_bench."""
     import triton
 
-    from ..kernels.forward import attention
-    from ..kernels.varlen import attention_varlen
+    from ..interface import attention, attention_varlen
 
     device = "cuda"
     batch, longest = len(lengths), max(lengths)

@@ -87,7 +87,7 @@ def bench_long_context(
     flashcore with ``window=W`` (causal). An implementation that fails (out of memory,
     unsupported) is recorded with its error; one whose previous point took longer than
     ``max_seconds_per_call`` / 4 is not run at the next, 4x costlier, S."""
-    from ..kernels.forward import attention
+    from ..interface import attention
     from .bench import attention_flops, make_flashcore, make_sdpa
 
     rows = []

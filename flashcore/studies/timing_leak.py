@@ -114,8 +114,8 @@ def _class_inputs(shapes):
 
 def _kernels():
     """(name, role, make_inputs(kind, gen) -> (q, k, v), fn(q, k, v)) for each kernel under test."""
-    from ..kernels.decode import attention_with_kvcache
-    from ..kernels.forward import attention, default_config
+    from ..interface import attention, attention_with_kvcache
+    from ..kernels.forward import default_config
 
     def forward_inputs(hq, hkv):
         return _class_inputs([(2, hq, 2048, 64), (2, hkv, 2048, 64), (2, hkv, 2048, 64)])

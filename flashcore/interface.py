@@ -1,0 +1,643 @@
+"""flashcore's public functions, their autograd, and which kernel serves each call.
+
+This is the layer a user calls; ``flashcore/__init__.py`` re-exports its public names. It
+validates arguments (errors in PyTorch's style, raised before anything is written), picks
+the kernel, allocates outputs, and launches through the launchers in ``kernels/``. What
+calls what::
+
+    flashcore.attention ──> _AttentionFunction (inputs that require grad)
+          │                     forward: _attention_forward;  backward: kernels/backward.py
+          └──> _attention_forward ──> forward_kernel(...) (the dispatch table below)
+                     ├── "gluon":  kernels/forward_hopper.py (FA3 structure, Hopper)
+                     └── "triton": kernels/forward.py (any GPU, fp32, the interpreter)
+    flashcore.attention_varlen ──> kernels/varlen.py (the forward kernel's VARLEN mode)
+    flashcore.attention_with_kvcache ──> kernels/decode.py (in-place append, split-KV)
+    flashcore.quantize_fp8, fp8_attention ──> kernels/fp8.py
+
+``kernels/`` holds kernels and their launchers only and never imports this module.
+``parallel.py`` (context parallelism) and ``ops.py`` (torch.library, transformers) build on
+this layer and on the launchers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+
+import torch
+
+from ._checks import (
+    check_attention_inputs,
+    check_kvcache_inputs,
+    check_softcap,
+    check_window,
+)
+from .kernels import backward as _backward
+from .kernels import decode as _decode
+from .kernels import forward as _forward
+from .kernels import forward_hopper as _hopper
+from .kernels import fp8 as _fp8
+from .kernels import varlen as _varlen
+from .kernels._softmax import LOG2E, lse_dtype
+
+MAX_HEAD_DIM = 256
+
+# ------------------------------------------------------------------- dispatch table
+# Which forward kernel serves a call of flashcore.attention (and a context-parallel block).
+# (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
+# was measured faster than forward.py's Triton kernel; None: never. H100, bf16, B*S = 16K
+# tokens, H*D = 2048, interleaved timing (tools/gpu_forward_hopper.py, commit 2c03bb9, the
+# kernel as shipped: pairs of query tiles, persistent grid), TFLOP/s Gluon vs Triton:
+#   D=64  full   S=2K 409 vs 430, S=4K 429 vs 427, S=16K 438 vs 430 (within noise: Triton)
+#   D=64  causal S=4K 385 vs 387, S=8K 418 vs 413, S=16K 435 vs 426 (within noise: Triton)
+#   D=128 full   S=1K 502 vs 463 ... S=16K 623 vs 508
+#   D=128 causal S=1K 334 vs 266 (357 in an earlier run), S=2K 469 vs 433 ... S=16K 611 vs 499
+#   D=256 full   S=1K 504 vs 425 ... ;  causal S=1K 354 vs 317 ... S=16K 710 vs 490
+# (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
+# the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
+# Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
+# float32, other head dims, non-TMA strides, not Hopper) and calls with an explicit
+# ``config`` always run the Triton kernel.
+FORWARD_GLUON_FROM = {
+    (64, False): None,
+    (64, True): None,
+    (128, False): 1024,
+    (128, True): 2048,
+    (256, False): 1024,
+    (256, True): 1024,
+}
+
+
+def _forward_mode() -> str:
+    """``FLASHCORE_FORWARD_HOPPER``: ``auto`` (the table), ``always`` (every call the Gluon
+    kernel supports: tests and sanitizer runs) or ``never`` (the Triton kernel only)."""
+    mode = os.environ.get("FLASHCORE_FORWARD_HOPPER", "auto")
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(
+            f"FLASHCORE_FORWARD_HOPPER must be 'auto', 'always' or 'never', got {mode!r}"
+        )
+    return mode
+
+
+def forward_kernel(q, k, v, *, causal: bool, window=None, softcap=None) -> str:
+    """``"gluon"`` or ``"triton"``: the forward kernel ``flashcore.attention`` runs these
+    (validated) inputs on."""
+    mode = _forward_mode()
+    if mode == "never" or softcap is not None or not _hopper.supports(q, k, v, window=window):
+        return "triton"
+    if mode == "always":
+        return "gluon"
+    threshold = FORWARD_GLUON_FROM.get((q.shape[3], bool(causal)))
+    if threshold is not None and min(q.shape[2], k.shape[2]) >= threshold:
+        return "gluon"
+    return "triton"
+
+
+def describe_dispatch() -> str:
+    """The dispatch table in one line, for ``python -m flashcore info``."""
+    if not _hopper.GLUON_AVAILABLE:
+        return (
+            "unavailable (this triton has no Gluon Hopper API): every call runs the Triton kernel"
+        )
+    rules = ", ".join(
+        f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
+        for (d, c), t in FORWARD_GLUON_FROM.items()
+    )
+    return f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}"
+
+
+# -------------------------------------------------------------------------- attention
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "top_left",
+    window: int | None = None,
+    softcap: float | None = None,
+    scale: float | None = None,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    config: dict | None = None,
+):
+    """Exact softmax attention: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
+
+    Args:
+        q: ``(B, Hq, Sq, D)``; k, v: ``(B, Hkv, Sk, D)``. Any strides (e.g. a
+            ``(B, S, H, D)`` tensor transposed to ``(B, H, S, D)``).
+        causal: apply a causal mask.
+        causal_alignment: ``"top_left"`` (query i sees keys j <= i; SDPA's ``is_causal``)
+            or ``"bottom_right"`` (query i sees keys j <= i + Sk - Sq; the KV-cache
+            convention). Rows that see no key return zeros.
+        window: causal sliding window (requires ``causal=True``): query i sees only the
+            ``window`` most recent keys, ``i + offset - window < j <= i + offset``, itself
+            included. Exact attention under that mask; the cost is linear in S. ``None``
+            (default) is plain causal / full attention. transformers' ``sliding_window``
+            means the same number.
+        softcap: logit soft-capping (Gemma 2): the scaled score s becomes
+            ``softcap * tanh(s / softcap)`` before the softmax. ``None`` (default): off.
+        scale: softmax scale; default ``1 / sqrt(D)``.
+        return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
+            ``(B, Hq, Sq)``, -inf for rows that see no key: float32 for float16/bfloat16
+            inputs, float64 for float32 inputs (``lse_dtype``; the backward needs it).
+        out: optional preallocated output of q's shape, dtype and device (any strides);
+            the validation poisons it with NaN so an element the kernel never writes fails.
+        config: override the launch configuration (BLOCK_M, BLOCK_N, num_warps,
+            num_stages, and optionally USE_TMA / WARP_SPECIALIZE); for tuning sweeps.
+
+    Dtypes: float16 and bfloat16 on CUDA; float32 everywhere (computed in IEEE fp32, not
+    tf32). Accumulation is fp32. On CPU tensors the kernel runs under the Triton
+    interpreter (``TRITON_INTERPRET=1`` set before importing flashcore), float16/float32
+    only: the interpreter's bfloat16 dot is wrong.
+
+    Head dims 1..256; powers of two run unpadded, others are padded in registers to the
+    next power of two (at least 16) with masked loads.
+
+    GQA/MQA: ``Hq`` must be a multiple of ``Hkv``; query head h reads KV head
+    ``h // (Hq // Hkv)``.
+
+    Host cost: the first call with a given signature (shapes, strides, dtypes, device,
+    alignment, flags) is checked and launched through Triton's JIT; later calls with the
+    same signature reuse its launch and skip the checks (they passed for that signature).
+
+    Differentiable: inputs that require grad (with grad mode on) go through the autograd
+    Function below (``_AttentionFunction``; kernels in kernels/backward.py; deterministic
+    dQ; gradients of ``softcap`` and of ``out=`` raise). Not supported (raises): head
+    dims > 256, q/k and v head dims that differ, dropout, attention masks.
+    Sq == 0 returns an empty tensor; Sk == 0 returns zeros (no key to attend to).
+
+    Returns:
+        ``out`` of q's shape and dtype (contiguous unless ``out`` was given), or
+        ``(out, lse)`` if return_lse.
+    """
+    if torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
+    ):
+        options = {name: value for name, value in locals().items() if name not in ("q", "k", "v")}
+        return _differentiable_attention(q, k, v, **options)
+    return _attention_forward(
+        q,
+        k,
+        v,
+        causal=causal,
+        causal_alignment=causal_alignment,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        return_lse=return_lse,
+        out=out,
+        config=config,
+    )
+
+
+def _attention_forward(
+    q, k, v, *, causal, causal_alignment, window, softcap, scale, return_lse, out, config
+):
+    """``attention`` without autograd: the launch cache, the checks, the dispatch table."""
+    key = None
+    if config is None:
+        key, hit = _forward.cached_launch(
+            q,
+            k,
+            v,
+            out,
+            causal=causal,
+            causal_alignment=causal_alignment,
+            window=window,
+            softcap=softcap,
+            scale=scale,
+            return_lse=return_lse,
+        )
+        if hit is not None:
+            out, lse = hit
+            return (out, lse) if return_lse else out
+
+    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
+    if causal_alignment not in ("top_left", "bottom_right"):
+        raise ValueError(
+            f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}"
+        )
+    check_window(window, causal)
+    check_softcap(softcap)
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    seqlen_k = k.shape[2]
+
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError(
+            f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
+            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
+        )
+    # The kernel writes lse only when asked (STORE_LSE); otherwise `out` stands in for the
+    # pointer and is never touched through it.
+    lse = (
+        torch.empty((batch, num_q_heads, seqlen_q), dtype=lse_dtype(q.dtype), device=q.device)
+        if return_lse or out.numel() == 0 or seqlen_k == 0
+        else out
+    )
+    if out.numel() == 0 or seqlen_k == 0:
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return (out, lse) if return_lse else out
+
+    bottom_right = causal_alignment == "bottom_right"
+    kernel = (
+        "triton"
+        if config is not None
+        else forward_kernel(q, k, v, causal=causal, window=window, softcap=softcap)
+    )
+    if kernel == "gluon":
+        _hopper.attention_hopper(
+            q,
+            k,
+            v,
+            out,
+            lse,
+            causal_offset=seqlen_k - seqlen_q if (causal and bottom_right) else 0,
+            is_causal=bool(causal),
+            qk_scale=(1.0 / math.sqrt(head_dim) if scale is None else scale) * LOG2E,
+            store_lse=return_lse,
+        )
+        return (out, lse) if return_lse else out
+    _forward.launch_forward(
+        q,
+        k,
+        v,
+        out,
+        lse,
+        seqs=None,
+        max_seqlen_q=None,
+        causal=causal,
+        bottom_right=bottom_right,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        return_lse=return_lse,
+        config=config,
+        key=key,
+    )
+    return (out, lse) if return_lse else out
+
+
+# --------------------------------------------------------------------------- autograd
+
+# Forward keyword arguments whose gradient kernels/backward.py computes; anything else the forward
+# grows (softcap, varlen, ...) is refused for differentiable inputs unless left at its
+# default, so a new feature can never get a silently wrong gradient.
+_DIFFERENTIABLE_KWARGS = ("causal", "causal_alignment", "window", "scale", "return_lse", "config")
+
+
+class _AttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, kwargs, deterministic):
+        options = dict(_FORWARD_DEFAULTS, **kwargs, return_lse=True)
+        out, lse = _attention_forward(q, k, v, **options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.kwargs = kwargs
+        ctx.deterministic = deterministic
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        kw = ctx.kwargs
+        dq, dk, dv = _backward.attention_backward(
+            grad_out.to(q.dtype),
+            q,
+            k,
+            v,
+            out,
+            lse,
+            causal=kw.get("causal", False),
+            causal_alignment=kw.get("causal_alignment", "top_left"),
+            window=kw.get("window"),
+            scale=kw.get("scale"),
+            deterministic=ctx.deterministic,
+        )
+        return dq, dk, dv, None, None
+
+
+def _differentiable_attention(q, k, v, *, deterministic: bool = True, **kwargs):
+    """``attention`` for inputs that require grad: an autograd Function whose backward is
+    kernels/backward.py's. Returns what ``attention`` returns (lse carries no gradient).
+    Raises for forward options whose gradient is not computed."""
+    for name, value in kwargs.items():
+        if name in _DIFFERENTIABLE_KWARGS or name == "out" and value is None:
+            continue
+        if name == "out":
+            raise RuntimeError(
+                "attention(..., out=...) does not support autograd: the inputs "
+                "require grad; drop out= (or run under torch.no_grad())"
+            )
+        if name in _FORWARD_DEFAULTS and value is _FORWARD_DEFAULTS[name] or value is None:
+            continue
+        raise NotImplementedError(
+            f"flashcore's backward does not support {name}={value!r}: call it under "
+            f"torch.no_grad() or detach the inputs"
+        )
+    return_lse = kwargs.pop("return_lse", False)
+    kwargs.pop("out", None)
+    out, lse = _AttentionFunction.apply(q, k, v, kwargs, deterministic)
+    return (out, lse) if return_lse else out
+
+
+_FORWARD_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(attention).parameters.items()
+    if p.kind == p.KEYWORD_ONLY
+}
+
+
+# ----------------------------------------------------------------------------- varlen
+
+
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "bottom_right",
+    window: int | None = None,
+    softcap: float | None = None,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    check_lengths: bool = True,
+) -> torch.Tensor:
+    """Attention over packed variable-length sequences (``flash_attn_varlen_func``'s layout).
+
+    Args:
+        q: ``(total_q, Hq, D)``; k, v: ``(total_k, Hkv, D)``; any strides.
+        cu_seqlens_q, cu_seqlens_k: ``(B + 1,)`` int32/int64 on q's device, cumulative
+            lengths from 0: sequence b is rows ``[cu[b], cu[b + 1])``. Lengths 0 are allowed
+            (a sequence with no keys returns zeros).
+        max_seqlen_q, max_seqlen_k: the longest query / key length (ints; they size the grid).
+        causal: causal mask per sequence, ``causal_alignment`` ``"bottom_right"`` (default,
+            FlashAttention's convention: query i sees keys j <= i + len_k - len_q) or
+            ``"top_left"``.
+        window, softcap, scale: as ``flashcore.attention``.
+        out: optional preallocated ``(total_q, Hq, D)``.
+        check_lengths: check that the offsets start at 0, rise to the packed lengths and
+            respect max_seqlen (one small device-to-host copy); pass False inside CUDA graph
+            capture, where the caller guarantees them.
+
+    Dtypes as ``flashcore.attention`` (float16/bfloat16 on CUDA, float32 everywhere; CPU
+    under the interpreter float16/float32). GQA via Hq % Hkv == 0.
+
+    Raises ValueError/TypeError for shapes, dtypes, devices, offsets; RuntimeError for inputs
+    that require grad. Returns ``(total_q, Hq, D)`` in q's dtype.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            got = f"{t.dim()}-D" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(
+                f"expected {name} to be 3-D (total_tokens, heads, head_dim), got {got}"
+            )
+    _varlen.check_cu_seqlens(
+        "cu_seqlens_q", cu_seqlens_q, q.device, q.shape[0], max_seqlen_q, check_lengths
+    )
+    _varlen.check_cu_seqlens(
+        "cu_seqlens_k", cu_seqlens_k, q.device, k.shape[0], max_seqlen_k, check_lengths
+    )
+    if cu_seqlens_q.shape != cu_seqlens_k.shape:
+        raise ValueError(
+            f"expected cu_seqlens_q and cu_seqlens_k of the same length (batch + 1), got "
+            f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}"
+        )
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    elif (
+        not isinstance(out, torch.Tensor)
+        or out.shape != q.shape
+        or out.dtype != q.dtype
+        or out.device != q.device
+    ):
+        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
+    batch = cu_seqlens_q.shape[0] - 1
+    if batch == 0 or q.shape[0] == 0:
+        return out
+    # (total, H, D) -> (B, H, total, D) with batch stride 0: sequence b is addressed by its
+    # offsets alone.
+    qv, kv, vv, ov = (
+        t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out)
+    )
+    seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
+    _varlen.attention_ranges_into(
+        qv,
+        kv,
+        vv,
+        ov,
+        seqs,
+        max_seqlen_q,
+        causal=causal,
+        causal_alignment=causal_alignment,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+    )
+    return out
+
+
+# ----------------------------------------------------------------------- KV cache
+
+
+def attention_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    k_new: torch.Tensor | None = None,
+    v_new: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    check_lengths: bool = True,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Append new keys/values to a KV cache in place, then attend (bottom-right causal).
+
+    Args:
+        q: ``(B, Hq, Sn, D)``: the Sn newest positions' queries (Sn = 1 for decode, more
+            for chunked prefill / speculative verification).
+        k_cache, v_cache: ``(B, Hkv, S_max, D)``, any strides; modified in place when
+            k_new/v_new are given.
+        cache_seqlens: ``(B,)`` int32/int64 on q's device: tokens already in each
+            sequence's cache, before this call's append.
+        k_new, v_new: ``(B, Hkv, Sn, D)``, or both None: then nothing is appended,
+            cache_seqlens counts the Sn query positions too, and the queries are the last
+            Sn cached positions (query r sees keys j <= cache_seqlens[b] - Sn + r).
+        scale: softmax scale; default ``1 / sqrt(D)``.
+        window: causal sliding window: query at cache position p sees keys
+            ``p - window < j <= p`` (transformers' ``sliding_window``); None: all.
+        softcap: logit soft-capping ``softcap * tanh(s / softcap)`` (Gemma 2); None: off.
+        key_padding_mask: optional ``(B, S_max)`` bool (or uint8) on q's device, False at
+            cache positions no query may see (padding, left, right or in between).
+        num_splits: split-KV factor; default chosen from the grid size and the lengths.
+        check_lengths: check ``0 <= cache_seqlens`` and ``cache_seqlens + Sn <= S_max``
+            (``cache_seqlens <= S_max`` without new tokens) before writing anything (one
+            small device-to-host copy). Pass False inside CUDA graph capture, where the
+            caller must guarantee the lengths.
+        out: optional preallocated ``(B, Hq, Sn, D)`` output.
+
+    Dtypes: float16, bfloat16 (CUDA); float16 and float32 on CPU under the interpreter.
+    Head dims 1..256. GQA/MQA via Hq % Hkv == 0.
+
+    Host cost: with ``check_lengths=False`` and no new tokens, a call whose Triton
+    specialization (dtypes, devices, 16-byte alignment, the class of every size and stride:
+    1, divisible by 16, i32/i64; options) was launched before reuses that compiled kernel
+    and skips the full checks (a few shape relations are still checked); the sizes
+    themselves may differ, e.g. a cache one token longer than the last call's.
+
+    Raises (before touching the cache): ValueError/TypeError for shapes, dtypes, devices,
+    heads, lengths out of range or a cache too small for the new tokens.
+
+    Returns: ``(B, Hq, Sn, D)`` in q's dtype.
+    """
+    if (
+        not check_lengths
+        and k_new is None
+        and v_new is None
+        and type(q) is torch.Tensor
+        and type(k_cache) is torch.Tensor
+        and type(v_cache) is torch.Tensor
+        and type(cache_seqlens) is torch.Tensor
+        and (out is None or type(out) is torch.Tensor)
+        and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
+        and q.device.type == "cuda"
+        and _decode.plain_options(window, softcap, num_splits)
+        and _decode.consistent(q, k_cache, v_cache, cache_seqlens, out, key_padding_mask)
+    ):
+        # Trusted lengths, nothing appended: a call of a signature launched before (same
+        # dtypes, devices, alignment, int classes, options) skips the checks.
+        dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        capacity = k_cache.shape[2]
+        done = _decode.launch_decode(
+            q,
+            k_cache,
+            v_cache,
+            cache_seqlens,
+            0,
+            dest,
+            key_padding_mask,
+            scale,
+            window,
+            softcap,
+            num_splits,
+            1,
+            capacity,
+            False,
+        )
+        if done is not None:
+            return done
+
+    new_tokens = check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out)
+    check_window(window, True)
+    check_softcap(softcap)
+    batch, num_q_heads, seqlen_new, head_dim = q.shape
+    capacity = k_cache.shape[2]
+    _decode.check_key_mask(key_padding_mask, q, capacity)
+    max_keys = capacity
+    if check_lengths and batch > 0:
+        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))
+        if lo < 0 or hi + (seqlen_new if new_tokens else 0) > capacity:
+            need = (
+                "0 <= cache_seqlens and cache_seqlens + Sn <= S_max"
+                if new_tokens
+                else "0 <= cache_seqlens <= S_max"
+            )
+            raise ValueError(
+                f"expected {need} for every sequence (Sn={seqlen_new}, S_max={capacity}), got "
+                f"cache_seqlens in [{lo}, {hi}]; the cache was not modified"
+            )
+        max_keys = hi + (seqlen_new if new_tokens else 0)
+    if new_tokens:
+        _decode.append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new)
+
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    return _decode.launch_decode(
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        0,
+        out,
+        key_padding_mask,
+        scale,
+        window,
+        softcap,
+        num_splits,
+        # Without new tokens the queries are the last Sn cached positions.
+        0 if new_tokens else 1,
+        max_keys,
+        True,
+    )
+
+
+# ---------------------------------------------------------------------------- fp8
+
+
+def quantize_fp8(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str, *, rotation_seed: int = 0
+) -> _fp8.Fp8Inputs:
+    """Quantize (B, H, S, D) q, k, v to e4m3 with the named recipe: ``"naive"`` (no scale),
+    ``"per_tensor"``, ``"per_block"`` (one scale per 128 rows of q / k, per channel of v) or
+    ``"per_block_hadamard"`` (per block after a random Hadamard rotation of q and k, which
+    spreads outlier channels; the default recipe of notebook 04). kernels/fp8.py's
+    docstring says why each exists.
+
+    Shapes and GQA as :func:`attention`; head_dim in {32, 64, 128, 256}. The scales are
+    computed in float32 from the inputs; the attention's output dtype is q's. Raises
+    ValueError for an unknown variant or head dim, as :func:`attention` for bad inputs."""
+    return _fp8.quantize(q, k, v, variant, rotation_seed=rotation_seed)
+
+
+def fp8_attention(
+    x: _fp8.Fp8Inputs,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale [+ top-left causal mask]) v on quantized inputs.
+
+    Returns ``(B, Hq, Sq, D)`` in ``x.out_dtype``. CUDA (sm_89+) or the Triton interpreter
+    on CPU. ``config`` overrides the launch (BLOCK_M, BLOCK_N in {16, 32, 64, 128},
+    num_warps, num_stages, USE_TMA). Not supported: bottom-right alignment, windows, lse.
+    """
+    if not isinstance(x, _fp8.Fp8Inputs):
+        raise TypeError(f"expected Fp8Inputs from flashcore.quantize_fp8, got {type(x).__name__}")
+    q8 = x.q8
+    if q8.device.type == "cuda" and torch.cuda.get_device_capability(q8.device.index) < (8, 9):
+        raise RuntimeError("fp8 tensor-core dots need sm_89 or newer")
+    if out is None:
+        out = torch.empty(q8.shape, dtype=x.out_dtype, device=q8.device)
+    elif out.shape != q8.shape or out.dtype != x.out_dtype or out.device != q8.device:
+        raise ValueError(f"expected out of shape {tuple(q8.shape)}, {x.out_dtype}, {q8.device}")
+    if out.numel() == 0 or x.seqlen_k == 0:
+        return out.zero_()
+    if config is not None and (
+        _fp8.QUANT_BLOCK % config["BLOCK_M"] or _fp8.QUANT_BLOCK % config["BLOCK_N"]
+    ):
+        raise ValueError(
+            f"BLOCK_M and BLOCK_N must divide the quantization block {_fp8.QUANT_BLOCK}"
+        )
+    scale = 1.0 / math.sqrt(q8.shape[3]) if scale is None else scale
+    _fp8.launch_fp8(x, out, causal=causal, scale=scale, config=config)
+    return out
