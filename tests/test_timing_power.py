@@ -66,7 +66,7 @@ def test_power_table_names_clock_events():
 
 def test_cli_progress_bar_takes_a_count():
     # `leak`, `bench` and `tune` pass a total; a second `_progress(items, ...)` once shadowed it.
-    from flashcore.__main__ import _progress
+    from flashcore.studies.commands import progress as _progress
 
     bar = _progress(3, "count")
     bar.update(3)
