@@ -207,3 +207,44 @@ def varlen_reference(
         )
         out[qs] = seq[0].transpose(0, 1)
     return out
+
+
+def tiled_attention(
+    q,
+    k,
+    v,
+    *,
+    block_n: int = 64,
+    scale: float | None = None,
+    rescale: bool = True,
+    use_exp2: bool = True,
+    acc_dtype=None,
+    p_dtype=None,
+):
+    """FlashAttention-2's loop in torch: one pass over key blocks with a running max m, a
+    running denominator l and an unnormalised accumulator, divided once at the end.
+
+    rescale=False drops the exp(m_old - m_new) correction: the bug this derivation is about
+    (correct only while the running max never changes). use_exp2 folds log2(e) into the
+    scale as the kernel does. acc_dtype: accumulator dtype (default q's); p_dtype: dtype the
+    probabilities are rounded to before p @ v (the kernel uses v's dtype).
+    """
+    acc_dtype = acc_dtype or q.dtype
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    sm = scale / math.log(2) if use_exp2 else scale  # log2(e) folded in, as the kernel
+    expf = torch.exp2 if use_exp2 else torch.exp
+    m = torch.full((q.shape[0],), -math.inf, dtype=acc_dtype)
+    l = torch.zeros((q.shape[0],), dtype=acc_dtype)
+    acc = torch.zeros((q.shape[0], v.shape[-1]), dtype=acc_dtype)
+    for start in range(0, k.shape[0], block_n):
+        kb, vb = k[start : start + block_n], v[start : start + block_n]
+        s = (q.to(acc_dtype) @ kb.to(acc_dtype).T) * sm
+        m_new = torch.maximum(m, s.amax(-1))
+        p = expf(s - m_new[:, None])
+        alpha = expf(m - m_new) if rescale else torch.ones_like(m)
+        l = l * alpha + p.sum(-1)
+        if p_dtype is not None:
+            p = p.to(p_dtype)
+        acc = (acc * alpha[:, None] + (p.to(vb.dtype) @ vb).to(acc_dtype)).to(acc_dtype)
+        m = m_new
+    return acc / l[:, None]

@@ -400,7 +400,7 @@ def _mutant_attention(q, k, v, *, causal, extra_visible=0, p_dtype=None):
 
 def planted_bugs(block_n: int = 64) -> dict:
     """name -> fn(q, k, v, causal) returning a subtly wrong attention output."""
-    from .studies.derivation import tiled_attention
+    from .reference import tiled_attention
 
     def drop_tail_block(q, k, v, causal):
         keep = (k.shape[2] // block_n) * block_n or block_n

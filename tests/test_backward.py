@@ -57,7 +57,7 @@ def test_tma_descriptor_path_passes_gradient_rule(monkeypatch, deterministic):
     import flashcore.kernels.backward as backward
 
     used = []
-    monkeypatch.setattr(backward, "_tma_usable", lambda tensors, head_dim: True)
+    monkeypatch.setattr(backward, "tma_compatible", lambda tensors, head_dim: True)
     make = backward._descriptors
     monkeypatch.setattr(backward, "_descriptors", lambda *a: used.append(a[1]) or make(*a))
     case = AttentionCase(1, 4, 2, 70, 45, 32, "float16", True, "bottom_right", "bshd")

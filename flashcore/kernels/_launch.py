@@ -279,6 +279,37 @@ def current_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
+@functools.cache
+def compute_capability(index) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def tma_strides_ok(t: torch.Tensor) -> bool:
+    """Hopper's bulk tensor copy (TMA) reads a (B, H, S, D) tensor through a descriptor
+    that needs a unit inner stride, a 16-byte aligned base and 16-byte multiples for every
+    other stride; broadcast (stride-0) dims, e.g. K/V expanded across heads, cannot be
+    described."""
+    if t.stride(3) != 1 or t.data_ptr() % 16:
+        return False
+    return all(st > 0 and (st * t.element_size()) % 16 == 0 for st in t.stride()[:3])
+
+
+def tma_compatible(tensors, head_dim: int) -> bool:
+    """The Triton kernels' TMA path: CUDA sm_90+, half precision, a power-of-two head dim
+    >= 16, and every tensor's strides as ``tma_strides_ok`` says. Anything else takes the
+    pointer path (same numerics, same results)."""
+    first = tensors[0]
+    if first.device.type != "cuda" or compute_capability(first.device.index)[0] < 9:
+        return False
+    if (
+        first.dtype == torch.float32
+        or head_dim != triton.next_power_of_2(head_dim)
+        or head_dim < 16
+    ):
+        return False
+    return all(tma_strides_ok(t) for t in tensors)
+
+
 def aligned(t: torch.Tensor) -> bool:
     """Triton specializes pointers on 16-byte alignment: part of every key."""
     return t.data_ptr() % 16 == 0

@@ -31,6 +31,11 @@ nothing to dK/dV.
 
 Not supported (raises): gradients through ``out=``, softcap, dropout, masks; head dims
 above 256. bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong).
+
+This file holds the three kernels, their launch table and ``attention_backward``, the
+launcher; the autograd Function that calls it is in flashcore/interface.py. It is long
+because the kernels are (about 800 of its lines): each reads top to bottom, with the
+visibility rule and the key phases shared with the forward (kernels/_mask.py).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ import triton
 import triton.language as tl
 
 from .._checks import on_interpreter
+from ._launch import tma_compatible
+from ._mask import key_phases, visible
 from ._softmax import LOG2E, lse_dtype
 
 
@@ -136,27 +143,6 @@ def _load_rows(
 
 
 @triton.jit
-def _visible(
-    rows,
-    cols,
-    seqlen_q,
-    seqlen_k,
-    causal_offset,
-    window,
-    IS_CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-):
-    """Boolean mask of (row, col) pairs that attend: in bounds, causal, inside the window.
-    rows and cols are broadcastable index tensors."""
-    visible = (rows < seqlen_q) & (cols < seqlen_k)
-    if IS_CAUSAL:
-        visible = visible & (cols <= rows + causal_offset)
-    if HAS_WINDOW:
-        visible = visible & (cols > rows + causal_offset - window)
-    return visible
-
-
-@triton.jit
 def _lse_to_log2(lse, BLOCK: tl.constexpr):
     """The forward's natural-log lse in the log2 units of exp2. An fp64 lse (float32 inputs,
     ``_softmax.lse_dtype``) stays fp64, the constant too: a Python float literal is fp32."""
@@ -227,36 +213,36 @@ def _dkdv_query_tiles(
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
         q = _load_rows(
-            q_base,
-            q_desc,
-            batch,
-            q_head,
-            start_m,
-            offs_m,
-            offs_d,
-            stride_qm,
-            seqlen_q,
-            BLOCK_M,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            USE_TMA,
-            APPLY_MASK,
+            base=q_base,
+            desc=q_desc,
+            batch=batch,
+            head=q_head,
+            start=start_m,
+            offs_rows=offs_m,
+            offs_d=offs_d,
+            stride_row=stride_qm,
+            limit=seqlen_q,
+            BLOCK=BLOCK_M,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            USE_TMA=USE_TMA,
+            MASKED=APPLY_MASK,
         )
         do = _load_rows(
-            do_base,
-            do_desc,
-            batch,
-            q_head,
-            start_m,
-            offs_m,
-            offs_d,
-            stride_dom,
-            seqlen_q,
-            BLOCK_M,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            USE_TMA,
-            APPLY_MASK,
+            base=do_base,
+            desc=do_desc,
+            batch=batch,
+            head=q_head,
+            start=start_m,
+            offs_rows=offs_m,
+            offs_d=offs_d,
+            stride_row=stride_dom,
+            limit=seqlen_q,
+            BLOCK=BLOCK_M,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            USE_TMA=USE_TMA,
+            MASKED=APPLY_MASK,
         )
         if APPLY_MASK:
             # Rows past the end: lse 0 and delta 0 keep the arithmetic finite; the mask
@@ -276,17 +262,17 @@ def _dkdv_query_tiles(
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
             # where exp2 gives inf), are exactly zero.
-            visible = _visible(
-                offs_m[None, :],
-                offs_n[:, None],
-                seqlen_q,
-                seqlen_k,
-                causal_offset,
-                window,
-                IS_CAUSAL,
-                HAS_WINDOW,
+            mask = visible(
+                rows=offs_m[None, :],
+                cols=offs_n[:, None],
+                seqlen_q=seqlen_q,
+                seqlen_k=seqlen_k,
+                causal_offset=causal_offset,
+                window=window,
+                IS_CAUSAL=IS_CAUSAL,
+                HAS_WINDOW=HAS_WINDOW,
             )
-            p_t = tl.where(visible, p_t, 0.0)
+            p_t = tl.where(mask, p_t, 0.0)
 
         if FP32_IEEE:
             # Each tile's product in a fresh accumulator, then added: tl.dot(a, b, acc) on
@@ -460,115 +446,115 @@ def _bwd_dkdv_kernel(
         lse_base = Lse + bh_q.to(tl.int64) * seqlen_q
         delta_base = Delta + bh_q.to(tl.int64) * seqlen_q
         dk, dv = _dkdv_query_tiles(
-            dk,
-            dv,
-            k,
-            v,
-            q_base,
-            do_base,
-            dq_base,
-            lse_base,
-            delta_base,
-            q_desc,
-            do_desc,
-            batch,
-            q_head,
-            stride_qm,
-            stride_dom,
-            stride_dqm,
-            stride_dqk,
-            offs_n,
-            offs_d,
-            m_lo,
-            m_mask1_end,
-            seqlen_q,
-            seqlen_k,
-            causal_offset,
-            window,
-            qk_scale,
-            BLOCK_M,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            True,
-            IS_CAUSAL,
-            HAS_WINDOW,
-            FP32_IEEE,
-            ATOMIC_DQ,
-            USE_TMA,
+            dk=dk,
+            dv=dv,
+            k=k,
+            v=v,
+            q_base=q_base,
+            do_base=do_base,
+            dq_base=dq_base,
+            lse_base=lse_base,
+            delta_base=delta_base,
+            q_desc=q_desc,
+            do_desc=do_desc,
+            batch=batch,
+            q_head=q_head,
+            stride_qm=stride_qm,
+            stride_dom=stride_dom,
+            stride_dqm=stride_dqm,
+            stride_dqk=stride_dqk,
+            offs_n=offs_n,
+            offs_d=offs_d,
+            m_lo=m_lo,
+            m_hi=m_mask1_end,
+            seqlen_q=seqlen_q,
+            seqlen_k=seqlen_k,
+            causal_offset=causal_offset,
+            window=window,
+            qk_scale=qk_scale,
+            BLOCK_M=BLOCK_M,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            APPLY_MASK=True,
+            IS_CAUSAL=IS_CAUSAL,
+            HAS_WINDOW=HAS_WINDOW,
+            FP32_IEEE=FP32_IEEE,
+            ATOMIC_DQ=ATOMIC_DQ,
+            USE_TMA=USE_TMA,
         )
         dk, dv = _dkdv_query_tiles(
-            dk,
-            dv,
-            k,
-            v,
-            q_base,
-            do_base,
-            dq_base,
-            lse_base,
-            delta_base,
-            q_desc,
-            do_desc,
-            batch,
-            q_head,
-            stride_qm,
-            stride_dom,
-            stride_dqm,
-            stride_dqk,
-            offs_n,
-            offs_d,
-            m_full,
-            m_full_end,
-            seqlen_q,
-            seqlen_k,
-            causal_offset,
-            window,
-            qk_scale,
-            BLOCK_M,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            False,
-            IS_CAUSAL,
-            HAS_WINDOW,
-            FP32_IEEE,
-            ATOMIC_DQ,
-            USE_TMA,
+            dk=dk,
+            dv=dv,
+            k=k,
+            v=v,
+            q_base=q_base,
+            do_base=do_base,
+            dq_base=dq_base,
+            lse_base=lse_base,
+            delta_base=delta_base,
+            q_desc=q_desc,
+            do_desc=do_desc,
+            batch=batch,
+            q_head=q_head,
+            stride_qm=stride_qm,
+            stride_dom=stride_dom,
+            stride_dqm=stride_dqm,
+            stride_dqk=stride_dqk,
+            offs_n=offs_n,
+            offs_d=offs_d,
+            m_lo=m_full,
+            m_hi=m_full_end,
+            seqlen_q=seqlen_q,
+            seqlen_k=seqlen_k,
+            causal_offset=causal_offset,
+            window=window,
+            qk_scale=qk_scale,
+            BLOCK_M=BLOCK_M,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            APPLY_MASK=False,
+            IS_CAUSAL=IS_CAUSAL,
+            HAS_WINDOW=HAS_WINDOW,
+            FP32_IEEE=FP32_IEEE,
+            ATOMIC_DQ=ATOMIC_DQ,
+            USE_TMA=USE_TMA,
         )
         dk, dv = _dkdv_query_tiles(
-            dk,
-            dv,
-            k,
-            v,
-            q_base,
-            do_base,
-            dq_base,
-            lse_base,
-            delta_base,
-            q_desc,
-            do_desc,
-            batch,
-            q_head,
-            stride_qm,
-            stride_dom,
-            stride_dqm,
-            stride_dqk,
-            offs_n,
-            offs_d,
-            m_full_end,
-            m_hi,
-            seqlen_q,
-            seqlen_k,
-            causal_offset,
-            window,
-            qk_scale,
-            BLOCK_M,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            True,
-            IS_CAUSAL,
-            HAS_WINDOW,
-            FP32_IEEE,
-            ATOMIC_DQ,
-            USE_TMA,
+            dk=dk,
+            dv=dv,
+            k=k,
+            v=v,
+            q_base=q_base,
+            do_base=do_base,
+            dq_base=dq_base,
+            lse_base=lse_base,
+            delta_base=delta_base,
+            q_desc=q_desc,
+            do_desc=do_desc,
+            batch=batch,
+            q_head=q_head,
+            stride_qm=stride_qm,
+            stride_dom=stride_dom,
+            stride_dqm=stride_dqm,
+            stride_dqk=stride_dqk,
+            offs_n=offs_n,
+            offs_d=offs_d,
+            m_lo=m_full_end,
+            m_hi=m_hi,
+            seqlen_q=seqlen_q,
+            seqlen_k=seqlen_k,
+            causal_offset=causal_offset,
+            window=window,
+            qk_scale=qk_scale,
+            BLOCK_M=BLOCK_M,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            APPLY_MASK=True,
+            IS_CAUSAL=IS_CAUSAL,
+            HAS_WINDOW=HAS_WINDOW,
+            FP32_IEEE=FP32_IEEE,
+            ATOMIC_DQ=ATOMIC_DQ,
+            USE_TMA=USE_TMA,
         )
 
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
@@ -631,36 +617,36 @@ def _dq_key_tiles(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         k = _load_rows(
-            k_base,
-            k_desc,
-            batch,
-            kv_head,
-            start_n,
-            offs_n,
-            offs_d,
-            stride_kn,
-            seqlen_k,
-            BLOCK_N,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            USE_TMA,
-            APPLY_MASK,
+            base=k_base,
+            desc=k_desc,
+            batch=batch,
+            head=kv_head,
+            start=start_n,
+            offs_rows=offs_n,
+            offs_d=offs_d,
+            stride_row=stride_kn,
+            limit=seqlen_k,
+            BLOCK=BLOCK_N,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            USE_TMA=USE_TMA,
+            MASKED=APPLY_MASK,
         )
         v = _load_rows(
-            v_base,
-            v_desc,
-            batch,
-            kv_head,
-            start_n,
-            offs_n,
-            offs_d,
-            stride_vn,
-            seqlen_k,
-            BLOCK_N,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            USE_TMA,
-            APPLY_MASK,
+            base=v_base,
+            desc=v_desc,
+            batch=batch,
+            head=kv_head,
+            start=start_n,
+            offs_rows=offs_n,
+            offs_d=offs_d,
+            stride_row=stride_vn,
+            limit=seqlen_k,
+            BLOCK=BLOCK_N,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            USE_TMA=USE_TMA,
+            MASKED=APPLY_MASK,
         )
         if FP32_IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
@@ -670,17 +656,17 @@ def _dq_key_tiles(
             dp = tl.dot(do, tl.trans(v))
         p = _probabilities(s * qk_scale, lse2[:, None])
         if APPLY_MASK:
-            visible = _visible(
-                offs_m[:, None],
-                offs_n[None, :],
-                seqlen_q,
-                seqlen_k,
-                causal_offset,
-                window,
-                IS_CAUSAL,
-                HAS_WINDOW,
+            mask = visible(
+                rows=offs_m[:, None],
+                cols=offs_n[None, :],
+                seqlen_q=seqlen_q,
+                seqlen_k=seqlen_k,
+                causal_offset=causal_offset,
+                window=window,
+                IS_CAUSAL=IS_CAUSAL,
+                HAS_WINDOW=HAS_WINDOW,
             )
-            p = tl.where(visible, p, 0.0)
+            p = tl.where(mask, p, 0.0)
         ds = p * (dp - delta[:, None])
         if FP32_IEEE:
             dq = dq + tl.dot(ds, k, dq * 0.0, input_precision="ieee")  # two levels: see dK/dV
@@ -787,129 +773,116 @@ def _bwd_dq_kernel(
     v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
 
-    # Key phases exactly as the forward kernel's: masked window edge, unmasked interior,
-    # masked diagonal / end of the keys.
-    full_tiles_end = (seqlen_k // BLOCK_N) * BLOCK_N
-    rows_complete = tile_start + BLOCK_M <= seqlen_q
-    if IS_CAUSAL:
-        first_row_sees = tile_start + causal_offset + 1
-        unmasked_end = tl.maximum(
-            tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0
-        )
-        key_end = tl.maximum(tl.minimum(tile_start + BLOCK_M + causal_offset, seqlen_k), 0)
-    else:
-        unmasked_end = full_tiles_end
-        key_end = seqlen_k
-    if HAS_WINDOW:
-        lowest_key = tl.maximum(tile_start + causal_offset + 1 - window, 0)
-        key_start = (lowest_key // BLOCK_N) * BLOCK_N
-        last_row_lowest = tile_start + BLOCK_M + causal_offset - window
-        full_start = tl.maximum(
-            tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start
-        )
-    else:
-        key_start = 0
-        full_start = 0
-    if not rows_complete:
-        unmasked_end = full_start  # a partial query tile is masked throughout
-    unmasked_end = tl.maximum(unmasked_end, full_start)
-    lower_end = tl.minimum(full_start, key_end)
+    # Key phases exactly as the forward kernel's (kernels/_mask.py), except that a partial
+    # query tile (rows past Sq) is masked throughout: its P must be zero past the end.
+    key_start, lower_end, full_start, unmasked_end, key_end = key_phases(
+        tile_start,
+        seqlen_k,
+        causal_offset,
+        window,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        IS_CAUSAL=IS_CAUSAL,
+        HAS_WINDOW=HAS_WINDOW,
+    )
+    if tile_start + BLOCK_M > seqlen_q:
+        unmasked_end = full_start
 
     dq = _dq_key_tiles(
-        dq,
-        q,
-        do,
-        lse2,
-        delta,
-        k_base,
-        v_base,
-        k_desc,
-        v_desc,
-        batch,
-        kv_head,
-        stride_kn,
-        stride_vn,
-        offs_m,
-        offs_d,
-        key_start,
-        lower_end,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        window,
-        qk_scale,
-        BLOCK_N,
-        HEAD_DIM,
-        HEAD_DIM_PADDED,
-        True,
-        IS_CAUSAL,
-        HAS_WINDOW,
-        FP32_IEEE,
-        USE_TMA,
+        dq=dq,
+        q=q,
+        do=do,
+        lse2=lse2,
+        delta=delta,
+        k_base=k_base,
+        v_base=v_base,
+        k_desc=k_desc,
+        v_desc=v_desc,
+        batch=batch,
+        kv_head=kv_head,
+        stride_kn=stride_kn,
+        stride_vn=stride_vn,
+        offs_m=offs_m,
+        offs_d=offs_d,
+        n_lo=key_start,
+        n_hi=lower_end,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        causal_offset=causal_offset,
+        window=window,
+        qk_scale=qk_scale,
+        BLOCK_N=BLOCK_N,
+        HEAD_DIM=HEAD_DIM,
+        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        APPLY_MASK=True,
+        IS_CAUSAL=IS_CAUSAL,
+        HAS_WINDOW=HAS_WINDOW,
+        FP32_IEEE=FP32_IEEE,
+        USE_TMA=USE_TMA,
     )
     dq = _dq_key_tiles(
-        dq,
-        q,
-        do,
-        lse2,
-        delta,
-        k_base,
-        v_base,
-        k_desc,
-        v_desc,
-        batch,
-        kv_head,
-        stride_kn,
-        stride_vn,
-        offs_m,
-        offs_d,
-        full_start,
-        unmasked_end,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        window,
-        qk_scale,
-        BLOCK_N,
-        HEAD_DIM,
-        HEAD_DIM_PADDED,
-        False,
-        IS_CAUSAL,
-        HAS_WINDOW,
-        FP32_IEEE,
-        USE_TMA,
+        dq=dq,
+        q=q,
+        do=do,
+        lse2=lse2,
+        delta=delta,
+        k_base=k_base,
+        v_base=v_base,
+        k_desc=k_desc,
+        v_desc=v_desc,
+        batch=batch,
+        kv_head=kv_head,
+        stride_kn=stride_kn,
+        stride_vn=stride_vn,
+        offs_m=offs_m,
+        offs_d=offs_d,
+        n_lo=full_start,
+        n_hi=unmasked_end,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        causal_offset=causal_offset,
+        window=window,
+        qk_scale=qk_scale,
+        BLOCK_N=BLOCK_N,
+        HEAD_DIM=HEAD_DIM,
+        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        APPLY_MASK=False,
+        IS_CAUSAL=IS_CAUSAL,
+        HAS_WINDOW=HAS_WINDOW,
+        FP32_IEEE=FP32_IEEE,
+        USE_TMA=USE_TMA,
     )
     dq = _dq_key_tiles(
-        dq,
-        q,
-        do,
-        lse2,
-        delta,
-        k_base,
-        v_base,
-        k_desc,
-        v_desc,
-        batch,
-        kv_head,
-        stride_kn,
-        stride_vn,
-        offs_m,
-        offs_d,
-        unmasked_end,
-        key_end,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
-        window,
-        qk_scale,
-        BLOCK_N,
-        HEAD_DIM,
-        HEAD_DIM_PADDED,
-        True,
-        IS_CAUSAL,
-        HAS_WINDOW,
-        FP32_IEEE,
-        USE_TMA,
+        dq=dq,
+        q=q,
+        do=do,
+        lse2=lse2,
+        delta=delta,
+        k_base=k_base,
+        v_base=v_base,
+        k_desc=k_desc,
+        v_desc=v_desc,
+        batch=batch,
+        kv_head=kv_head,
+        stride_kn=stride_kn,
+        stride_vn=stride_vn,
+        offs_m=offs_m,
+        offs_d=offs_d,
+        n_lo=unmasked_end,
+        n_hi=key_end,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        causal_offset=causal_offset,
+        window=window,
+        qk_scale=qk_scale,
+        BLOCK_N=BLOCK_N,
+        HEAD_DIM=HEAD_DIM,
+        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        APPLY_MASK=True,
+        IS_CAUSAL=IS_CAUSAL,
+        HAS_WINDOW=HAS_WINDOW,
+        FP32_IEEE=FP32_IEEE,
+        USE_TMA=USE_TMA,
     )
     dq = dq * sm_scale
     tl.store(
@@ -949,22 +922,6 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) ->
     bucket = 64 if head_dim_padded <= 64 else head_dim_padded
     dkdv, dkdv_atomic, dq = _HOPPER_TABLE[bucket]
     return dict(dkdv=dkdv, dkdv_atomic=dkdv_atomic, dq=dq)
-
-
-def _tma_usable(tensors, head_dim: int) -> bool:
-    """Hopper's bulk tensor copy: sm_90+, half precision, a power-of-two head dim >= 16,
-    16-byte aligned bases and 16-byte multiples for every outer stride (as forward.py)."""
-    t0 = tensors[0]
-    if t0.device.type != "cuda" or torch.cuda.get_device_capability(t0.device)[0] < 9:
-        return False
-    if t0.dtype == torch.float32 or head_dim != triton.next_power_of_2(head_dim) or head_dim < 16:
-        return False
-    return all(
-        t.stride(3) == 1
-        and t.data_ptr() % 16 == 0
-        and all(st != 0 and (st * t.element_size()) % 16 == 0 for st in t.stride()[:3])
-        for t in tensors
-    )
 
 
 def _descriptors(tensors, block_rows, head_dim):
@@ -1061,7 +1018,7 @@ def attention_backward(
     )
     fp32 = q.dtype == torch.float32
 
-    use_tma = cfg.get("USE_TMA", True) and _tma_usable((q, k, v, grad_out), head_dim)
+    use_tma = cfg.get("USE_TMA", True) and tma_compatible((q, k, v, grad_out), head_dim)
     delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
     pre_m = 64 if head_dim_padded <= 128 else 32
     _bwd_preprocess[(triton.cdiv(seqlen_q, pre_m) * batch * num_q_heads,)](

@@ -36,7 +36,7 @@ import triton.language as tl
 from .._checks import check_attention_inputs, check_softcap, check_window
 from . import _launch as launch
 from ._launch import LaunchCache
-from ._softmax import kernel_scales, tanh
+from ._softmax import kernel_scales, online_softmax_tile, tanh
 
 
 @triton.jit(do_not_specialize=["uniform_len"])
@@ -169,11 +169,7 @@ def _decode_split_kernel(
             )
             visible = visible & (valid[None, :] != 0)
         s = tl.where(visible, s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: keep NaN out
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_tile(s, m_i, l_i, qk_scale, PRESCALED=True)
         v = tl.load(v_ptrs + start_n.to(tl.int64) * stride_vn, mask=kv_mask, other=0.0)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new

@@ -21,14 +21,16 @@ causal_offset = Sk - Sq is the bottom-right alignment of a KV cache / chunked pr
 queries are the last Sq positions). With bottom-right and Sq > Sk the first Sq - Sk rows see
 no key at all; they return zeros (and log-sum-exp -inf), never NaN.
 
-Gradients: kernels/backward.py (``attention`` routes inputs that require grad there).
+Gradients: kernels/backward.py (flashcore/interface.py's ``attention`` routes inputs that
+require grad there). This file is the kernel and its launcher (``launch_forward``, with the
+launch cache's lean path ``cached_launch``); the public function that checks arguments and
+picks between this kernel and the Gluon one is ``flashcore.interface.attention``.
 Not supported: dropout, arbitrary masks/bias, head dims above 256, different head dims for
 q/k and v. ``attention`` raises a ValueError / TypeError for each.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -38,6 +40,7 @@ import triton.language as tl
 from .._checks import on_interpreter
 from . import _launch as launch
 from ._launch import LaunchCache
+from ._mask import key_phases, visible
 from ._softmax import LOG2E, kernel_scales, lse_dtype, online_softmax_tile, tanh
 
 
@@ -90,6 +93,7 @@ def _attend_key_tiles(
     offs_d,
     key_lo,
     key_hi,
+    seqlen_q,
     seqlen_k,
     causal_offset,
     window,
@@ -103,7 +107,6 @@ def _attend_key_tiles(
     FP32_IEEE: tl.constexpr,
     USE_TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
-    LEAKY_CONTROL: tl.constexpr,
     softcap_scale=0.0,
     SOFTCAP: tl.constexpr = False,
 ):
@@ -125,17 +128,17 @@ def _attend_key_tiles(
         cols = start_n + offs_n
         kv_mask = (cols[:, None] < seqlen_k) & d_mask
         k = _load_kv_tile(
-            k_ptrs,
-            k_desc,
-            batch,
-            kv_head,
-            start_n,
-            stride_kn,
-            kv_mask,
-            BLOCK_N,
-            HEAD_DIM_PADDED,
-            USE_TMA,
-            APPLY_MASK or PADDED,
+            ptrs=k_ptrs,
+            desc=k_desc,
+            batch=batch,
+            kv_head=kv_head,
+            start_n=start_n,
+            stride_n=stride_kn,
+            kv_mask=kv_mask,
+            BLOCK_N=BLOCK_N,
+            HEAD_DIM=HEAD_DIM_PADDED,
+            USE_TMA=USE_TMA,
+            MASKED=APPLY_MASK or PADDED,
         )
         if FP32_IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
@@ -145,33 +148,33 @@ def _attend_key_tiles(
             s = tanh(s * softcap_scale)
 
         if APPLY_MASK:
-            visible = cols[None, :] < seqlen_k
-            if IS_CAUSAL:
-                visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
-            if HAS_WINDOW:  # sliding window: only the `window` most recent keys
-                visible = visible & (cols[None, :] > offs_m[:, None] + causal_offset - window)
-            s = tl.where(visible, s * qk_scale, float("-inf"))
+            # Rows past the end see nothing either: they are never stored.
+            mask = visible(
+                offs_m[:, None],
+                cols[None, :],
+                seqlen_q,
+                seqlen_k,
+                causal_offset,
+                window,
+                IS_CAUSAL=IS_CAUSAL,
+                HAS_WINDOW=HAS_WINDOW,
+            )
+            s = tl.where(mask, s * qk_scale, float("-inf"))
         p, alpha, m_new, l_i = online_softmax_tile(s, m_i, l_i, qk_scale, APPLY_MASK)
-        if LEAKY_CONTROL == 1:
-            # Positive control for notebook 06, never launched by `attention`: skip the
-            # rescale when no row's running max moved. Same result, value-dependent time.
-            if tl.max(m_new - m_i, 0) > 0:
-                acc = acc * alpha[:, None]
-        else:
-            acc = acc * alpha[:, None]
+        acc = acc * alpha[:, None]
 
         v = _load_kv_tile(
-            v_ptrs,
-            v_desc,
-            batch,
-            kv_head,
-            start_n,
-            stride_vn,
-            kv_mask,
-            BLOCK_N,
-            HEAD_DIM_PADDED,
-            USE_TMA,
-            APPLY_MASK or PADDED,
+            ptrs=v_ptrs,
+            desc=v_desc,
+            batch=batch,
+            kv_head=kv_head,
+            start_n=start_n,
+            stride_n=stride_vn,
+            kv_mask=kv_mask,
+            BLOCK_N=BLOCK_N,
+            HEAD_DIM=HEAD_DIM_PADDED,
+            USE_TMA=USE_TMA,
+            MASKED=APPLY_MASK or PADDED,
         )
         if FP32_IEEE:
             acc = tl.dot(p, v, acc, input_precision="ieee")
@@ -223,7 +226,6 @@ def _attn_fwd_kernel(
     FP32_IEEE: tl.constexpr,
     USE_TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
-    LEAKY_CONTROL: tl.constexpr = 0,
     softcap_scale=0.0,
     SeqStartsQ=None,
     SeqEndsQ=None,
@@ -283,154 +285,131 @@ def _attn_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
 
-    # Key range of this tile in up to three phases: [key_start, full_start) masked (the
-    # lower edge of a sliding window), [full_start, unmasked_end) unmasked (tiles every
-    # row sees whole), [unmasked_end, key_end) masked (causal diagonal, end of the keys).
-    full_tiles_end = (seqlen_k // BLOCK_N) * BLOCK_N  # keys [0, this) fill whole tiles
-    if IS_CAUSAL:
-        # Every row sees keys j <= tile_start + causal_offset; the last row sees up to
-        # tile_start + BLOCK_M - 1 + causal_offset.
-        first_row_sees = tile_start + causal_offset + 1
-        unmasked_end = tl.maximum(
-            tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, full_tiles_end), 0
-        )
-        key_end = tl.maximum(tl.minimum(tile_start + BLOCK_M + causal_offset, seqlen_k), 0)
-    else:
-        unmasked_end = full_tiles_end
-        key_end = seqlen_k
-    if HAS_WINDOW:
-        # Row r sees keys j > r + causal_offset - window: the first row's lower edge is the
-        # lowest key of the tile; the last row's lower edge is where every row sees all.
-        lowest_key = tl.maximum(first_row_sees - window, 0)
-        key_start = (lowest_key // BLOCK_N) * BLOCK_N
-        last_row_lowest = tile_start + BLOCK_M + causal_offset - window
-        full_start = tl.maximum(
-            tl.cdiv(tl.maximum(last_row_lowest, 0), BLOCK_N) * BLOCK_N, key_start
-        )
-        lower_end = tl.minimum(full_start, key_end)
-        unmasked_end = tl.maximum(unmasked_end, full_start)
-    else:
-        key_start = 0
-        full_start = 0
-        lower_end = 0
+    # Key range of this tile in up to three phases (kernels/_mask.py): the lower edge of a
+    # sliding window (masked), the tiles every row sees whole (unmasked), the causal
+    # diagonal and the end of the keys (masked).
+    key_start, lower_end, full_start, unmasked_end, key_end = key_phases(
+        tile_start,
+        seqlen_k,
+        causal_offset,
+        window,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        IS_CAUSAL=IS_CAUSAL,
+        HAS_WINDOW=HAS_WINDOW,
+    )
     if VARLEN:
         # A program past the end of its (shorter) sequence attends to nothing.
         past_end = tile_start >= seqlen_q
         lower_end = tl.where(past_end, key_start, lower_end)
         unmasked_end = tl.where(past_end, full_start, unmasked_end)
         key_end = tl.where(past_end, unmasked_end, key_end)
-    if LEAKY_CONTROL == 2:
-        # Positive control for notebook 06, never launched by `attention`: a tile whose
-        # queries hold a NaN skips all keys (an "early exit on NaN"; it returns zeros).
-        has_nan = tl.sum((q != q).to(tl.int32)) > 0
-        unmasked_end = tl.where(has_nan, 0, unmasked_end)
-        key_end = tl.where(has_nan, 0, key_end)
 
     if HAS_WINDOW:
         acc, l_i, m_i = _attend_key_tiles(
-            acc,
-            l_i,
-            m_i,
-            q,
-            k_ptrs,
-            v_ptrs,
-            k_desc,
-            v_desc,
-            batch,
-            kv_head,
-            stride_kn,
-            stride_vn,
-            offs_m,
-            offs_n,
-            offs_d,
-            key_start,
-            lower_end,
-            seqlen_k,
-            causal_offset,
-            window,
-            qk_scale,
-            BLOCK_N,
-            HEAD_DIM,
-            HEAD_DIM_PADDED,
-            True,
-            IS_CAUSAL,
-            True,
-            FP32_IEEE,
-            USE_TMA,
-            WARP_SPECIALIZE,
-            LEAKY_CONTROL,
-            softcap_scale,
-            SOFTCAP,
+            acc=acc,
+            l_i=l_i,
+            m_i=m_i,
+            q=q,
+            k_ptrs=k_ptrs,
+            v_ptrs=v_ptrs,
+            k_desc=k_desc,
+            v_desc=v_desc,
+            batch=batch,
+            kv_head=kv_head,
+            stride_kn=stride_kn,
+            stride_vn=stride_vn,
+            offs_m=offs_m,
+            offs_n=offs_n,
+            offs_d=offs_d,
+            key_lo=key_start,
+            key_hi=lower_end,
+            seqlen_q=seqlen_q,
+            seqlen_k=seqlen_k,
+            causal_offset=causal_offset,
+            window=window,
+            qk_scale=qk_scale,
+            BLOCK_N=BLOCK_N,
+            HEAD_DIM=HEAD_DIM,
+            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            APPLY_MASK=True,
+            IS_CAUSAL=IS_CAUSAL,
+            HAS_WINDOW=True,
+            FP32_IEEE=FP32_IEEE,
+            USE_TMA=USE_TMA,
+            WARP_SPECIALIZE=WARP_SPECIALIZE,
+            softcap_scale=softcap_scale,
+            SOFTCAP=SOFTCAP,
         )
     acc, l_i, m_i = _attend_key_tiles(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_ptrs,
-        v_ptrs,
-        k_desc,
-        v_desc,
-        batch,
-        kv_head,
-        stride_kn,
-        stride_vn,
-        offs_m,
-        offs_n,
-        offs_d,
-        full_start,
-        unmasked_end,
-        seqlen_k,
-        causal_offset,
-        window,
-        qk_scale,
-        BLOCK_N,
-        HEAD_DIM,
-        HEAD_DIM_PADDED,
-        False,
-        IS_CAUSAL,
-        False,
-        FP32_IEEE,
-        USE_TMA,
-        WARP_SPECIALIZE,
-        LEAKY_CONTROL,
-        softcap_scale,
-        SOFTCAP,
+        acc=acc,
+        l_i=l_i,
+        m_i=m_i,
+        q=q,
+        k_ptrs=k_ptrs,
+        v_ptrs=v_ptrs,
+        k_desc=k_desc,
+        v_desc=v_desc,
+        batch=batch,
+        kv_head=kv_head,
+        stride_kn=stride_kn,
+        stride_vn=stride_vn,
+        offs_m=offs_m,
+        offs_n=offs_n,
+        offs_d=offs_d,
+        key_lo=full_start,
+        key_hi=unmasked_end,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        causal_offset=causal_offset,
+        window=window,
+        qk_scale=qk_scale,
+        BLOCK_N=BLOCK_N,
+        HEAD_DIM=HEAD_DIM,
+        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        APPLY_MASK=False,
+        IS_CAUSAL=IS_CAUSAL,
+        HAS_WINDOW=False,
+        FP32_IEEE=FP32_IEEE,
+        USE_TMA=USE_TMA,
+        WARP_SPECIALIZE=WARP_SPECIALIZE,
+        softcap_scale=softcap_scale,
+        SOFTCAP=SOFTCAP,
     )
     acc, l_i, m_i = _attend_key_tiles(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_ptrs,
-        v_ptrs,
-        k_desc,
-        v_desc,
-        batch,
-        kv_head,
-        stride_kn,
-        stride_vn,
-        offs_m,
-        offs_n,
-        offs_d,
-        unmasked_end,
-        key_end,
-        seqlen_k,
-        causal_offset,
-        window,
-        qk_scale,
-        BLOCK_N,
-        HEAD_DIM,
-        HEAD_DIM_PADDED,
-        True,
-        IS_CAUSAL,
-        HAS_WINDOW,
-        FP32_IEEE,
-        USE_TMA,
-        WARP_SPECIALIZE,
-        LEAKY_CONTROL,
-        softcap_scale,
-        SOFTCAP,
+        acc=acc,
+        l_i=l_i,
+        m_i=m_i,
+        q=q,
+        k_ptrs=k_ptrs,
+        v_ptrs=v_ptrs,
+        k_desc=k_desc,
+        v_desc=v_desc,
+        batch=batch,
+        kv_head=kv_head,
+        stride_kn=stride_kn,
+        stride_vn=stride_vn,
+        offs_m=offs_m,
+        offs_n=offs_n,
+        offs_d=offs_d,
+        key_lo=unmasked_end,
+        key_hi=key_end,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        causal_offset=causal_offset,
+        window=window,
+        qk_scale=qk_scale,
+        BLOCK_N=BLOCK_N,
+        HEAD_DIM=HEAD_DIM,
+        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        APPLY_MASK=True,
+        IS_CAUSAL=IS_CAUSAL,
+        HAS_WINDOW=HAS_WINDOW,
+        FP32_IEEE=FP32_IEEE,
+        USE_TMA=USE_TMA,
+        WARP_SPECIALIZE=WARP_SPECIALIZE,
+        softcap_scale=softcap_scale,
+        SOFTCAP=SOFTCAP,
     )
 
     # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
@@ -509,32 +488,10 @@ def _pick_config(
     )
 
 
-@functools.cache
-def _compute_capability(index) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
 def default_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> dict:
     """The launch config ``attention`` picks for these inputs (for benchmarks and SASS)."""
     head_dim_padded = max(16, triton.next_power_of_2(q.shape[3]))
     return _pick_config(head_dim_padded, q.dtype, q.shape[2], k.shape[2], causal, on_interpreter(q))
-
-
-def _tma_usable(k: torch.Tensor, v: torch.Tensor, head_dim: int) -> bool:
-    """The bulk tensor copy engine needs sm_90+, a unit inner stride, 16-byte aligned base
-    addresses and 16-byte multiples for every other stride; anything else takes the
-    pointer path (same numerics, same results)."""
-    if k.device.type != "cuda" or _compute_capability(k.device.index)[0] < 9:
-        return False
-    if k.dtype == torch.float32 or head_dim != triton.next_power_of_2(head_dim) or head_dim < 16:
-        return False
-    for t in (k, v):
-        if t.stride(3) != 1 or t.data_ptr() % 16:
-            return False
-        # Broadcast (stride-0) dims, e.g. K/V expanded across heads, take the pointer path.
-        if any(st == 0 or (st * t.element_size()) % 16 for st in t.stride()[:3]):
-            return False
-    return True
 
 
 def _kv_descriptors(k, v, block_n, head_dim):
@@ -692,7 +649,7 @@ def launch_forward(
         )
     )
     # Varlen reads keys through per-sequence offsets: the pointer path.
-    use_tma = cfg.pop("USE_TMA", True) and seqs is None and _tma_usable(k, v, head_dim)
+    use_tma = cfg.pop("USE_TMA", True) and seqs is None and launch.tma_compatible((k, v), head_dim)
     warp_specialize = cfg.pop("WARP_SPECIALIZE", False) and use_tma
     if not use_tma and cfg["BLOCK_N"] * head_dim_padded >= 128 * 128:
         # The pointer path stages K/V through shared memory itself: keep it within 227 KB.
@@ -734,7 +691,6 @@ def launch_forward(
         FP32_IEEE=q.dtype == torch.float32,
         USE_TMA=use_tma,
         WARP_SPECIALIZE=warp_specialize,
-        LEAKY_CONTROL=cfg.pop("LEAKY_CONTROL", 0),
         softcap_scale=softcap_scale,
         SeqStartsQ=starts_q,
         SeqEndsQ=ends_q,

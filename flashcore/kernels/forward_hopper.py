@@ -60,7 +60,7 @@ import os
 
 import torch
 
-from ._launch import CachedKernel, nvmma_layout
+from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
 
 try:  # Gluon is experimental; its API moves between triton releases.
     from triton.experimental import gluon
@@ -503,12 +503,6 @@ if GLUON_AVAILABLE:
     _FA3_LAUNCH = CachedKernel(_fa3_fwd_kernel, "gluon_fa3")
 
 
-def _tma_ok(t: torch.Tensor) -> bool:
-    if t.stride(3) != 1 or t.data_ptr() % 16:
-        return False
-    return all(st > 0 and (st * t.element_size()) % 16 == 0 for st in t.stride()[:3])
-
-
 @functools.cache
 def _is_hopper(index) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
@@ -522,7 +516,7 @@ def supports(q, k, v, *, window=None) -> bool:
         return False
     if not _is_hopper(q.device.index):
         return False
-    return all(_tma_ok(t) for t in (q, k, v))
+    return all(tma_strides_ok(t) for t in (q, k, v))
 
 
 def _descriptor(t, block_rows, head_dim):

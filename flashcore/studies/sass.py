@@ -699,8 +699,9 @@ def _variants():
     integer, so GQA runs the same binary as MHA."""
     from ..kernels.decode import _decode_combine_kernel, _decode_split_kernel
     from ..kernels.forward import _HOPPER_TABLE, _attn_fwd_kernel
+    from .leaky_controls import EXIT_ON_NAN, SKIP_RESCALE, sass_spec
 
-    def fwd(d, causal, long_keys, leaky=0, dtype="bf16", window=False):
+    def fwd(d, causal, long_keys, dtype="bf16", window=False):
         bm, bn, w, st, mode = _HOPPER_TABLE[(d, causal, long_keys)]
         tma = mode in ("tma", "ws")
         consts = dict(
@@ -714,7 +715,6 @@ def _variants():
             FP32_IEEE=False,
             USE_TMA=tma,
             WARP_SPECIALIZE=mode == "ws",
-            LEAKY_CONTROL=leaky,
             SOFTCAP=False,
             VARLEN=0,
         )
@@ -883,8 +883,9 @@ def _variants():
         "fp8 forward D128 causal (TMA)": (fp8_forward(True), "shipped"),
         "decode split-KV": (decode_split(), "shipped"),
         "decode combine": (decode_combine(), "shipped"),
-        "control: skip rescale if max unchanged": (fwd(64, True, True, leaky=1), "leaky control"),
-        "control: early exit on NaN": (fwd(64, True, True, leaky=2), "leaky control"),
+        # Positive controls: lab kernels (studies/leaky_controls.py), never shipped.
+        "control: skip rescale if max unchanged": (sass_spec(SKIP_RESCALE), "leaky control"),
+        "control: early exit on NaN": (sass_spec(EXIT_ON_NAN), "leaky control"),
     }
 
 

@@ -7,8 +7,8 @@ compares the two timing distributions, after cropping at several percentiles (du
 answer to heavy upper tails), plus a second-order test on centred, squared times.
 
 |t| > 4.5 is dudect's threshold for "leaks". The test can fail: the positive controls
-(``LEAKY_CONTROL`` in the forward kernel: skip the rescale when the running max does not
-move; skip all keys when a query tile holds a NaN) must be flagged by it.
+(``studies/leaky_controls.py``: lab kernels that skip the rescale when the running max does
+not move, or skip all keys when a query tile holds a NaN) must be flagged by it.
 
 Both classes cycle through the same number of separate buffers, so neither class
 benefits from finding its inputs in L2 (a fixed class in one buffer would).
@@ -115,17 +115,13 @@ def _class_inputs(shapes):
 def _kernels():
     """(name, role, make_inputs(kind, gen) -> (q, k, v), fn(q, k, v)) for each kernel under test."""
     from ..interface import attention, attention_with_kvcache
-    from ..kernels.forward import default_config
+    from .leaky_controls import leaky_attention
 
     def forward_inputs(hq, hkv):
         return _class_inputs([(2, hq, 2048, 64), (2, hkv, 2048, 64), (2, hkv, 2048, 64)])
 
     def leaky(control):
-        def fn(q, k, v):
-            cfg = {**default_config(q, k, True), "LEAKY_CONTROL": control}
-            return attention(q, k, v, causal=True, config=cfg)
-
-        return fn
+        return lambda q, k, v: leaky_attention(q, k, v, control)
 
     lengths = torch.full((8,), 8192, dtype=torch.int32, device="cuda")
     return [

@@ -1,0 +1,120 @@
+"""A/B timing of flashcore's kernels: this checkout against another commit's, on one GPU.
+
+A refactor of the kernels must not change their speed. This runs the same calls of
+``flashcore.attention`` (forward, and forward + backward) from two source trees, each in its
+own Python process (two packages named ``flashcore`` cannot share one), alternating the
+trees over rounds so that clock and thermal drift falls on both; each process times every
+shape with ``triton.testing.do_bench`` (median) after a warm-up. The JSON written holds every
+round's times and, per shape, the median over rounds of B's time / A's time.
+
+    git archive <commit> flashcore | tar -x -C .ab/other     # the B tree (ignored folder)
+    python tools/ab_timing.py OUT.json --other .ab/other [--rounds 5]
+
+A is the checkout this script lives in. bf16, B*S = 16K tokens, H*D = 2048 (the perf.json
+harness's shapes); shapes chosen to reach both forward kernels (Triton at D64, Gluon at
+D128/D256 from S 1-2K) and the backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+SHAPES = [  # (D, S, causal)
+    (64, 4096, False),
+    (64, 4096, True),
+    (128, 1024, True),
+    (128, 4096, False),
+    (128, 8192, True),
+    (256, 4096, False),
+    (256, 4096, True),
+]
+
+WORKER = r"""
+import json, sys, torch, triton
+import flashcore
+try:
+    from flashcore.interface import forward_kernel
+except ImportError:  # a tree from before the interface layer
+    from flashcore.kernels import forward_hopper
+    def forward_kernel(q, k, v, *, causal):
+        return "gluon" if forward_hopper.chosen(q, k, v, causal=causal) else "triton"
+out = {}
+for d, s, causal in json.loads(sys.argv[1]):
+    h, b = 2048 // d, max(1, 16384 // s)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    fwd = lambda: flashcore.attention(q, k, v, causal=causal)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    do = torch.randn_like(q)
+    def fwd_bwd():
+        o = flashcore.attention(qg, kg, vg, causal=causal)
+        o.backward(do)
+    fwd(); fwd_bwd(); torch.cuda.synchronize()
+    key = f"D{d} S{s} {'causal' if causal else 'full'}"
+    out[key] = dict(
+        forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=300),
+        forward_backward_ms=triton.testing.do_bench(fwd_bwd, warmup=25, rep=300),
+        kernel=forward_kernel(q, k, v, causal=causal),
+    )
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run_tree(tree: Path, shapes) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(shapes)],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--other", type=Path, required=True, help="the B source tree")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    here = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(here))
+    from flashcore.results import provenance
+
+    rounds = {"A": [], "B": []}
+    for r in range(args.rounds):
+        order = ("A", "B") if r % 2 == 0 else ("B", "A")
+        for name in order:
+            tree = here if name == "A" else args.other.resolve()
+            rounds[name].append(run_tree(tree, SHAPES))
+            print(f"round {r} {name} done", flush=True)
+    summary = {}
+    for key in rounds["A"][0]:
+        row = {"kernel_A": rounds["A"][0][key]["kernel"], "kernel_B": rounds["B"][0][key]["kernel"]}
+        for metric in ("forward_ms", "forward_backward_ms"):
+            ratios = [b[key][metric] / a[key][metric] for a, b in zip(rounds["A"], rounds["B"])]
+            row[f"{metric}_A"] = statistics.median(x[key][metric] for x in rounds["A"])
+            row[f"{metric}_B"] = statistics.median(x[key][metric] for x in rounds["B"])
+            row[f"{metric}_B_over_A"] = statistics.median(ratios)
+            row[f"{metric}_B_over_A_range"] = [min(ratios), max(ratios)]
+        summary[key] = row
+        print(
+            f"{key:>18}: forward B/A {row['forward_ms_B_over_A']:.3f}, "
+            f"fwd+bwd B/A {row['forward_backward_ms_B_over_A']:.3f} "
+            f"(A {row['kernel_A']}, B {row['kernel_B']})"
+        )
+    payload = dict(provenance=provenance(), rounds=rounds, summary=summary, shapes=SHAPES)
+    args.out.write_text(json.dumps(payload, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
