@@ -104,3 +104,143 @@ def test_a_broken_lab_import_is_not_reported_as_a_missing_lab(monkeypatch):
     monkeypatch.setattr(cli.importlib, "import_module", fake)
     with pytest.raises(ModuleNotFoundError, match="transformers"):
         cli.main(["e2e"])
+
+
+# ------------------------------------------------- the record builders the CLI shares
+# The GPU measurements are replaced by stand-ins that return rows of the same layout, so what
+# is tested is each builder's own logic: which shapes and peers go where, derived fields, keys.
+
+
+def fake_rows(shape, impls, *, reps, graph=False, keep_samples=False, median_ms=0.5):
+    row = {**shape, "Hkv": shape.get("Hkv", shape["Hq"]), "Sk": shape.get("Sk", shape["S"])}
+    extra = {"graph_timing": {"median_ms": median_ms / 2}} if graph else {}
+    if keep_samples:
+        extra["samples_kept"] = True
+    return [
+        {**row, "impl": i, "timing": {"median_ms": median_ms}, "tflops": 1.0, **extra}
+        for i in impls
+    ]
+
+
+def test_perf_record(monkeypatch):
+    from flashcore.studies import bench
+
+    monkeypatch.setattr(
+        bench, "ceilings", lambda: {"matmul": {"tflops": 900.0}, "copy": {"tbps": 3.0}}
+    )
+    monkeypatch.setattr(bench, "bench_attention_shape", fake_rows)
+    lines = []
+    forward = bench.forward_shapes((64,), (512,), ("bfloat16",), (True,))
+    record = bench.run_perf_record(
+        forward,
+        bench.prior_report_shapes()[:1],
+        bench.decode_shapes()[:1],
+        reps=3,
+        log=lines.append,
+    )
+    assert lines[0] == "ceilings: matmul 900.0 TFLOP/s, copy 3.00 TB/s"
+    assert [r["impl"] for r in record["forward"]] == bench.PEERS
+    prior = record["prior_regime"]
+    assert [r["impl"] for r in prior] == [i for i in bench.PEERS if i != "sdpa_math"]
+    assert all(r["samples_kept"] and "graph_timing" in r for r in prior)
+    decode = record["decode"]
+    assert [r["impl"] for r in decode] == bench.DECODE_PEERS
+    for r in decode:  # K + V bytes over the eager and the replayed time
+        assert r["tbps"] == pytest.approx(bench.kv_bytes(r) / 0.5e-3 / 1e12)
+        assert r["graph_tbps"] == pytest.approx(2 * r["tbps"])
+    assert len(lines) == 1 + len(record["forward"]) + len(prior) + len(decode)
+    assert "decode" not in bench.run_perf_record(forward, decode=None)
+
+
+def test_fp8_record_times_with_the_tuned_config(monkeypatch):
+    from flashcore.studies import fp8_study as F
+
+    def error_rows(dist, **kw):
+        return [
+            {"dist": dist, "causal": kw["causal"], "S": kw["seqlen"], "impl": "fp8_naive",
+             "rmse": 0.1, "max_err": 0.2, "baselines": kw["baselines"]}
+        ]  # fmt: skip
+
+    def tune_fp8(shape, configs):  # the fastest config differs between causal modes
+        fastest = 3 if shape["causal"] else 5
+        return [
+            {**shape, "config": c, "median_ms": 1.0 + abs(i - fastest)}
+            for i, c in enumerate(configs)
+        ]
+
+    timed = []
+    monkeypatch.setattr(F, "error_rows", error_rows)
+    monkeypatch.setattr(F, "tune_fp8", tune_fp8)
+    monkeypatch.setattr(
+        F,
+        "bench_fp8",
+        lambda shapes, config, reps: (
+            timed.append((shapes[0]["causal"], config))
+            or [{**shapes[0], "impl": "fp8_per_block", "tflops": 1.0}]
+        ),
+    )
+    record = F.run_fp8_record(dists=("normal",), seqlens=(64,), heads=1, seeds=1, device="cuda")
+    best = {False: F.FP8_TUNING_CONFIGS[5], True: F.FP8_TUNING_CONFIGS[3]}
+    assert record["tuned_config"] == {"False": best[False], "True": best[True]}
+    assert timed and all(config == best[causal] for causal, config in timed)
+    assert len(record["speed"]) == len(F.fp8_shapes())
+    assert record["error_shape"] == dict(B=1, H=1, D=128, S=[64], seeds=1)
+    assert record["errors"][0]["baselines"] == ("bfloat16", "float16")
+
+    timed.clear()
+    quick = F.run_fp8_record(
+        dists=("normal",), seqlens=(64,), device="cuda", tune=False,
+        speed_shapes=F.fp8_shapes((4096,)),
+    )  # fmt: skip
+    assert "tuned_config" not in quick and timed == [(False, None), (True, None)]
+    cpu = F.run_fp8_record(dists=("normal",), seqlens=(64,), device="cpu")
+    assert "speed" not in cpu and cpu["errors"][0]["baselines"] == ("float16",)
+
+
+def test_long_record_parts(monkeypatch):
+    from flashcore.studies import long_context as L
+
+    def sweep(seqlens, **kw):
+        rows = [
+            {"S": s, "impl": "flashcore", "causal": c, "timing": {"median_ms": (s / 1024) ** 2}}
+            for s in seqlens
+            for c in (False, True)
+        ]
+        for r in rows:
+            kw["progress"](r | {"tflops": 1.0, "extra_bytes": 0})
+        return rows
+
+    monkeypatch.setattr(L, "bench_long_context", sweep)
+    lines = []
+    record = L.run_long_record([8192, 16384, 32768], heads=2, parts=["sweep"], log=lines.append)
+    assert set(record) == {"sweep", "sweep_shape", "slopes"}
+    assert record["slopes"]["flashcore causal=True"] == pytest.approx(2.0)
+    assert record["sweep_shape"]["H"] == 2 and len(lines) == 6 + 1
+    with pytest.raises(ValueError, match="unknown parts"):
+        L.run_long_record([1024], parts=["sweep", "offset"])
+
+
+def test_launch_record_names_its_method(monkeypatch):
+    from flashcore.studies import launch
+
+    seen = {}
+    monkeypatch.setattr(launch, "measure", lambda **kw: seen.update(kw) or [])
+    record = launch.run_launch_record(calls=100, repeats=3)
+    assert seen == {"calls": 100, "repeats": 3, "replays": 200}
+    assert record["calls"] == 100 and "100 back-to-back calls" in record["method"]
+
+
+def test_backward_options_reach_the_record_builder(monkeypatch, capsys):
+    from flashcore.studies import backward_bench
+
+    seen = {}
+    monkeypatch.setattr(
+        backward_bench, "run_backward_record", lambda **kw: seen.update(kw) or {"summary": {}}
+    )
+    status, _, _ = run(
+        ["backward", "--grid", "none", "--flex-d", "128", "--tune-s", "8192"], capsys
+    )
+    assert status == 0
+    assert seen["grid"] == "none" and seen["flex_head_dims"] == [128]
+    assert seen["tune_seqlens"] == [8192] and seen["head_dims"] == [64, 128, 256]
+    assert seen["seqlens"] == [2048, 4096, 8192, 16384] and seen["dtypes"] == ["bfloat16"]

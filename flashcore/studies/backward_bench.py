@@ -24,8 +24,6 @@ import torch
 
 from .bench import TOKENS_PER_BATCH, attention_flops, geomean, make_flex, make_sdpa, time_launches
 
-BACKWARD_PEERS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "flex"]
-
 
 def backward_shapes(
     head_dims=(64, 128, 256),
@@ -334,11 +332,33 @@ def precompile(specs, jobs: int = 8) -> list:
         return list(pool.map(_compile_worker, specs))
 
 
-def run_backward_study(args, *, on_stage=None) -> dict:
-    """``python -m flashcore backward``: determinism, memory, speed, correctness grid, tuning,
-    training step; returns the payload of results/<gpu>/backward.json. ``on_stage(payload)``
-    is called after each stage (the CLI records there, so a run cut short keeps what it
-    measured; ``stages_done`` says which)."""
+def run_backward_record(
+    *,
+    grid: str = "full",
+    limit: int | None = None,
+    both_modes: bool = False,
+    jobs: int = 8,
+    repeats: int = 5,
+    head_dims=(64, 128, 256),
+    seqlens=(2048, 4096, 8192, 16384),
+    dtypes=("bfloat16",),
+    impls=("flashcore", "flashcore_atomic", "sdpa_flash", "sdpa_cudnn", "flex"),
+    flex_head_dims=(),
+    reps: int = 30,
+    fwd_bwd: bool = False,
+    memory: bool = False,
+    tune: bool = False,
+    tune_seqlens=(4096,),
+    train: bool = False,
+    on_stage=None,
+) -> dict:
+    """The payload of results/<gpu>/backward.json (``python -m flashcore backward``, whose
+    options these are): determinism, the gradient grid (``grid`` "full", "cpu" or "none"; in
+    deterministic and, with ``both_modes``, atomic mode), and on a GPU the peak memory,
+    speed beside ``impls`` (Flex only at ``flex_head_dims``, bf16), the launch-config sweep
+    and a transformers training step, each where asked. ``on_stage(payload)`` is called after
+    each stage (the CLI records there, so a run cut short keeps what it measured;
+    ``stages_done`` says which)."""
     from ..validate import AttentionCase
     from ..validate_backward import (
         backward_grid,
@@ -363,18 +383,18 @@ def run_backward_study(args, *, on_stage=None) -> dict:
     ]
     if device == "cpu":
         det_cases = [AttentionCase(1, 4, 2, 65, 130, 32, "float16", True, "bottom_right")]
-    payload["determinism"] = check_backward_determinism(det_cases, device, repeats=args.repeats)
+    payload["determinism"] = check_backward_determinism(det_cases, device, repeats=repeats)
     print("determinism:", payload["determinism"], flush=True)
     done("determinism")
     # Correctness before speed: a run cut short keeps the grid.
-    if args.grid != "none":
-        cases = backward_grid(args.grid)
-        if args.limit:
-            cases = cases[: args.limit]
+    if grid != "none":
+        cases = backward_grid(grid)
+        if limit:
+            cases = cases[:limit]
         rows = []
-        for det in (True, False) if args.both_modes else (True,):
-            if device == "cuda" and args.jobs > 1:
-                rows += run_grid_parallel(cases, jobs=args.jobs, deterministic=det)
+        for det in (True, False) if both_modes else (True,):
+            if device == "cuda" and jobs > 1:
+                rows += run_grid_parallel(cases, jobs=jobs, deterministic=det)
             else:
                 rows += run_backward_grid(cases, device, deterministic=det)
         summary = summarize_backward(rows)
@@ -386,9 +406,9 @@ def run_backward_study(args, *, on_stage=None) -> dict:
         for r in rows:
             if not r["passed"]:
                 print("FAILED:", r["name"], {g: r[g]["ratio"] for g in ("dq", "dk", "dv")})
-        payload.update({"grid": args.grid, "summary": summary, "cases": rows})
+        payload.update({"grid": grid, "summary": summary, "cases": rows})
         done("grid")
-    if device == "cuda" and args.memory:
+    if device == "cuda" and memory:
         payload["memory"] = backward_memory()
         for r in payload["memory"]:
             print(
@@ -397,26 +417,28 @@ def run_backward_study(args, *, on_stage=None) -> dict:
                 flush=True,
             )
         done("memory")
-    if device == "cuda" and args.s:
+    if device == "cuda" and seqlens:
         rows = []
-        if args.jobs > 1:  # the shipped configs, compiled in parallel before timing
+        if jobs > 1:  # the shipped configs, compiled in parallel before timing
             precompile(
                 [
                     (d, dt, c, None, det)
-                    for d in args.d
-                    for dt in args.dtype
+                    for d in head_dims
+                    for dt in dtypes
                     for c in (False, True)
                     for det in (True, False)
                 ],
-                args.jobs,
+                jobs,
             )
-        for shape in backward_shapes(head_dims=args.d, seqlens=args.s, dtypes=args.dtype):
-            impls = list(args.impls)
-            if "flex" in impls and (shape["D"] not in args.flex_d or shape["dtype"] != "bfloat16"):
+        for shape in backward_shapes(head_dims=head_dims, seqlens=seqlens, dtypes=dtypes):
+            shape_impls = list(impls)
+            if "flex" in shape_impls and (
+                shape["D"] not in flex_head_dims or shape["dtype"] != "bfloat16"
+            ):
                 # Flex compiles per shape (~30 s): only where the target needs it (bf16)
-                impls.remove("flex")
-            rows += bench_backward_shape(shape, impls, reps=args.reps, with_forward=args.fwd_bwd)
-            print_rows(rows[-len(impls) :])
+                shape_impls.remove("flex")
+            rows += bench_backward_shape(shape, shape_impls, reps=reps, with_forward=fwd_bwd)
+            print_rows(rows[-len(shape_impls) :])
             # Recorded after every shape (the stage is not marked done until the end), so a
             # run stopped by a time limit keeps the rows it measured.
             payload["speed"] = rows
@@ -424,19 +446,19 @@ def run_backward_study(args, *, on_stage=None) -> dict:
                 on_stage(payload)
         payload["speed"] = rows
         payload["speed_summary"] = {
-            f"{dt} D{d}": speed_summary(rows, d, dt) for dt in args.dtype for d in args.d
+            f"{dt} D{d}": speed_summary(rows, d, dt) for dt in dtypes for d in head_dims
         }
-        if args.fwd_bwd:
+        if fwd_bwd:
             payload["fwd_bwd_summary"] = {
                 f"{dt} D{d}": speed_summary(rows, d, dt, key="fwd_bwd_tflops")
-                for dt in args.dtype
-                for d in args.d
+                for dt in dtypes
+                for d in head_dims
             }
         print("speed summary:", payload["speed_summary"], flush=True)
         done("speed")
-    if device == "cuda" and args.tune:
-        shapes = backward_shapes(head_dims=args.d, seqlens=args.tune_s, causal=(False, True))
-        if args.jobs > 1:
+    if device == "cuda" and tune:
+        shapes = backward_shapes(head_dims=head_dims, seqlens=tune_seqlens, causal=(False, True))
+        if jobs > 1:
             precompile(
                 [
                     (sh["D"], sh["dtype"], sh["causal"], cfg, det)
@@ -444,7 +466,7 @@ def run_backward_study(args, *, on_stage=None) -> dict:
                     for cfg in tuning_configs(sh["D"])
                     for det in (True, False)
                 ],
-                args.jobs,
+                jobs,
             )
         payload["tuning"] = tune_backward(shapes)
         for r in payload["tuning"]:
@@ -455,7 +477,7 @@ def run_backward_study(args, *, on_stage=None) -> dict:
                 flush=True,
             )
         done("tuning")
-    if device == "cuda" and args.train:
+    if device == "cuda" and train:
         from .e2e import compare_training_step, training_speed
 
         train = compare_training_step(device, torch.float32)

@@ -197,9 +197,6 @@ def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, causal_o
     return 4.0 * batch * heads * head_dim * pairs
 
 
-SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
-
-
 def _sdpa_backend(name):
     from torch.nn.attention import SDPBackend
 
@@ -610,3 +607,98 @@ def tune_forward(
         sets = None  # free the rotated inputs before the next shape
         torch.cuda.empty_cache()
     return rows
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def _quiet(*_args, **_kwargs) -> None:
+    pass
+
+
+def _no_progress(items, desc):
+    return items
+
+
+def perf_row_line(r: dict) -> str:
+    """One forward / prior-regime row of a perf record, as the CLI prints it."""
+    what = (
+        f"{r['dtype']:>8} B{r['B']:<3} H{r['Hq']:<3} S{r['S']:<6} D{r['D']:<4} "
+        f"{'causal' if r['causal'] else 'full  '} {r['impl']:<15}"
+    )
+    if "timing" not in r:
+        return f"{what} {r.get('error') or r.get('skipped')}"
+    g = f"  graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us" if "graph_timing" in r else ""
+    return f"{what} {r['timing']['median_ms'] * 1e3:10.1f} us {r['tflops']:7.1f} TFLOP/s{g}"
+
+
+def decode_row_line(r: dict) -> str:
+    """One decode row of a perf record, as the CLI prints it."""
+    what = f"decode B{r['B']:<3} {r['Hq']}/{r['Hkv']} cache {r['Sk']:<7} {r['impl']:<17}"
+    if "timing" not in r:
+        return f"{what} {r.get('error') or r.get('skipped')}"
+    return (
+        f"{what} {r['timing']['median_ms'] * 1e3:8.1f} us {r['tbps']:5.2f} TB/s "
+        f"(graph {r['graph_timing']['median_ms'] * 1e3:8.1f} us {r['graph_tbps']:5.2f} TB/s)"
+    )
+
+
+def run_perf_record(
+    forward: list[dict] = (),
+    prior: list[dict] = (),
+    decode: list[dict] | None = None,
+    *,
+    impls=None,
+    decode_impls=None,
+    reps: int = 100,
+    progress=_no_progress,
+    log=_quiet,
+) -> dict:
+    """The payload of results/<gpu>/perf.json: ``python -m flashcore bench`` and notebook 03
+    both build it here.
+
+    Ceilings first, then every ``forward`` shape with ``impls`` (default ``PEERS``), the
+    ``prior`` regime's shapes with the same minus SDPA's math backend (CUDA-graph replay and
+    host time too, samples kept for the latency figure), and, unless ``decode`` is None, the
+    decode shapes with ``decode_impls`` (default ``DECODE_PEERS``; graph replay, and K+V bytes
+    per second: ``tbps`` eager, ``graph_tbps`` replayed). ``progress(items, desc)`` wraps each
+    sweep (e.g. a tqdm), ``log(line)`` gets the lines the CLI prints."""
+    impls = list(impls or PEERS)
+    payload = {"method": __doc__.strip(), "ceilings": ceilings()}
+    c = payload["ceilings"]
+    log(f"ceilings: matmul {c['matmul']['tflops']:.1f} TFLOP/s, copy {c['copy']['tbps']:.2f} TB/s")
+    payload["forward"] = [
+        r
+        for shape in progress(forward, "forward")
+        for r in bench_attention_shape(shape, impls, reps=reps)
+    ]
+    prior_impls = [i for i in impls if i != "sdpa_math"]
+    payload["prior_regime"] = [
+        r
+        for shape in progress(prior, "prior")
+        for r in bench_attention_shape(shape, prior_impls, reps=reps, graph=True, keep_samples=True)
+    ]
+    for r in payload["forward"] + payload["prior_regime"]:
+        log(perf_row_line(r))
+    if decode is not None:
+        rows = [
+            r
+            for shape in progress(decode, "decode")
+            for r in bench_attention_shape(
+                shape, decode_impls or DECODE_PEERS, reps=reps, graph=True
+            )
+        ]
+        for r in rows:
+            if "timing" in r:
+                r["tbps"] = kv_bytes(r) / r["timing"]["median_ms"] / 1e9
+                r["graph_tbps"] = kv_bytes(r) / r["graph_timing"]["median_ms"] / 1e9
+            log(decode_row_line(r))
+        payload["decode"] = rows
+    return payload
+
+
+def run_tuning_record(shapes: list[dict], *, progress=None) -> dict:
+    """The payload of results/<gpu>/tuning.json (``python -m flashcore tune``): every launch
+    config of ``tuning_configs`` on every shape. ``progress.update(1)`` after each."""
+    configs = tuning_configs()
+    return {"configs": configs, "rows": tune_forward(shapes, configs, progress=progress)}

@@ -27,7 +27,6 @@ from ..validate import UNIT_ROUNDOFF
 
 DISTRIBUTIONS = ("normal", "outlier", "massive_channels")
 E4M3_HALF_ULP = 2.0**-4  # relative rounding error of a normal e4m3 number (3 mantissa bits)
-E4M3_MIN_NORMAL = 2.0**-6
 E4M3_SUBNORMAL_STEP = 2.0**-9
 
 
@@ -387,6 +386,100 @@ def speed_table(speed_rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda l: (l["causal"], l["S"]))
 
 
+def _quiet(*_args, **_kwargs) -> None:
+    pass
+
+
+def _no_progress(items, desc):
+    return items
+
+
+def error_summary_line(r: dict) -> str:
+    return (
+        f"{r['dist']:>16} causal={r['causal']!s:5} S={r['S']:<6} {r['impl']:<24} "
+        f"rmse {r['rmse_median']:.2e} [{r['rmse_min']:.2e}, {r['rmse_max']:.2e}] "
+        f"max {r['max_err']:.2e} own-bound {r['own_bound_ratio']:.2f}"
+    )
+
+
+def speed_line(r: dict) -> str:
+    return f"{r['impl']:<14} causal={r['causal']!s:5} S={r['S']:<6} {r['tflops']:7.1f} TFLOP/s" + (
+        f"  quantize {r['quantize_ms']:.3f} ms" if "quantize_ms" in r else ""
+    )
+
+
+def run_fp8_record(
+    *,
+    dists=DISTRIBUTIONS,
+    seqlens=(1024, 4096),
+    heads: int = 8,
+    seeds: int = 5,
+    device: str = "cuda",
+    speed: bool = True,
+    tune: bool = True,
+    speed_shapes: list[dict] | None = None,
+    reps: int = 50,
+    progress=_no_progress,
+    log=_quiet,
+) -> dict:
+    """The payload of results/<gpu>/fp8.json: ``python -m flashcore fp8`` and notebook 04 both
+    build it here.
+
+    Errors against float64 for every distribution, causal and not, each S, ``seeds`` seeds
+    (B=1, ``heads`` heads, D=128; bf16 and fp16 baselines on a GPU, fp16 under the
+    interpreter). On a GPU with ``speed``: with ``tune``, the launch-config sweep of the
+    per_block kernel (``tuning``) and the fastest config per causal mode (``tuned_config``),
+    which the speed runs then use; then speed over ``speed_shapes`` (default ``fp8_shapes()``).
+    ``progress(items, desc)`` wraps the two loops, ``log(line)`` gets the lines the CLI prints.
+    """
+    on_gpu = str(device).startswith("cuda")
+    payload: dict = {"variants": list(VARIANTS), "p_scale": P_SCALE}
+    combos = [(dist, causal, s) for dist in dists for causal in (False, True) for s in seqlens]
+    rows = []
+    for dist, causal, seqlen in progress(combos, "fp8 errors"):
+        rows += error_rows(
+            dist,
+            heads=heads,
+            seqlen=seqlen,
+            head_dim=128,
+            causal=causal,
+            seeds=tuple(range(seeds)),
+            baselines=("bfloat16", "float16") if on_gpu else ("float16",),
+            device=device,
+        )
+    payload["error_shape"] = dict(B=1, H=heads, D=128, S=list(seqlens), seeds=seeds)
+    payload["errors"] = rows
+    payload["error_summary"] = summarize(rows)
+    for r in payload["error_summary"]:
+        log(error_summary_line(r))
+    if not (on_gpu and speed):
+        return payload
+    best = {False: None, True: None}  # the kernel's own table unless the sweep runs
+    if tune:
+        tuning = [
+            t
+            for causal in (False, True)
+            for t in tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=causal), FP8_TUNING_CONFIGS)
+        ]
+        payload["tuning"] = tuning
+        best = {
+            c: min(
+                (t for t in tuning if t["causal"] == c and "median_ms" in t),
+                key=lambda t: t["median_ms"],
+            )["config"]
+            for c in (False, True)
+        }
+        payload["tuned_config"] = {str(c): cfg for c, cfg in best.items()}
+    payload["speed"] = [
+        r
+        for shape in progress(speed_shapes or fp8_shapes(), "fp8 speed")
+        for r in bench_fp8([shape], config=best[shape["causal"]], reps=reps)
+    ]
+    for r in payload["speed"]:
+        log(speed_line(r))
+    return payload
+
+
 def summary_lookup(summary: list[dict], dist: str, causal: bool, seqlen: int, impl: str) -> dict:
     return next(
         r
@@ -411,4 +504,5 @@ __all__ = [
     "bound_ratio",
     "speed_table",
     "summary_lookup",
+    "run_fp8_record",
 ]

@@ -175,6 +175,22 @@ def measure(
     return rows
 
 
+def run_launch_record(*, calls: int = 300, repeats: int = 5, replays: int = 200) -> dict:
+    """The payload of results/<gpu>/launch.json: ``python -m flashcore launch`` and notebook
+    03 both build it here (``measure`` over every shape and implementation)."""
+    return {
+        "method": (
+            f"eager: wall time of {calls} back-to-back calls / {calls}, median of {repeats} "
+            "repeats in alternating order; graph: CUDA-graph replay, median of 3; 'growing' "
+            f"rows: every call's cache one token longer (cycling over {GROWTH} lengths)"
+        ),
+        "calls": calls,
+        "repeats": repeats,
+        "replays": replays,
+        "rows": measure(calls=calls, repeats=repeats, replays=replays),
+    }
+
+
 class _null:
     def __enter__(self):
         return self

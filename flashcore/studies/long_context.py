@@ -188,6 +188,101 @@ def long_decode_shapes(
     ]
 
 
+# ----------------------------------------------------------------------------- record
+
+PARTS = ("sweep", "offsets", "window", "decode", "compile32k")
+DECODE_PEERS = ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"]
+
+
+def _quiet(*_args, **_kwargs) -> None:
+    pass
+
+
+def sweep_line(r: dict) -> str:
+    """One sweep point, as ``python -m flashcore long`` prints it while the sweep runs."""
+    t = r.get("timing", {}).get("median_ms")
+    return f"S={r['S']:<8} causal={r['causal']!s:5} {r['impl']:<24} " + (
+        f"{t:10.3f} ms {r['tflops']:6.1f} TFLOP/s extra {r['extra_bytes'] / 2**20:8.1f} MiB"
+        if t
+        else r.get("error", r.get("skipped", ""))
+    )
+
+
+def run_long_record(
+    seqlens=tuple(2**i for i in range(10, 21)),
+    *,
+    heads: int = 8,
+    windows=(4096,),
+    max_seconds_per_call: float = 6.0,
+    decode_lengths=None,
+    parts=PARTS,
+    log=_quiet,
+) -> dict:
+    """The payload of results/<gpu>/long_context.json (GPU): ``python -m flashcore long`` and
+    notebook 05 both build it here, one key per part of ``parts``:
+
+    * sweep: ``bench_long_context`` over ``seqlens`` (B=1, ``heads`` heads, D=128, bf16) with
+      the sliding ``windows``; ``sweep_shape``; ``slopes``, each implementation's log-log
+      slope of time against S;
+    * offsets: ``large_offsets`` (the forward on views past 2^31 elements, under the error
+      rule) and ``int32_demo``;
+    * window: ``window_correctness``, the sliding-window grid under the error rule;
+    * decode: ``DECODE_PEERS`` over ``long_decode_shapes(decode_lengths)`` (all lengths when
+      None), CUDA-graph replay;
+    * compile32k: ``whole_sequence_tile``, the 32K whole-row tile compiled offline.
+
+    ``log(line)`` gets the lines the CLI prints (a sweep point as soon as it is measured)."""
+    from ..validate import check_large_offsets, correctness_grid, run_grid, summarize
+    from .bench import bench_attention_shape
+
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; expected some of {', '.join(PARTS)}")
+    payload: dict = {}
+    if "sweep" in parts:
+        rows = bench_long_context(
+            seqlens,
+            heads=heads,
+            windows=tuple(windows),
+            max_seconds_per_call=max_seconds_per_call,
+            progress=lambda r: log(sweep_line(r)),
+        )
+        payload["sweep"] = rows
+        payload["sweep_shape"] = dict(B=1, H=heads, D=128, dtype="bfloat16")
+        payload["slopes"] = {
+            f"{impl} causal={c}": loglog_slope(rows, impl, c)
+            for impl in {r["impl"] for r in rows}
+            for c in (False, True)
+        }
+        log(payload["slopes"])
+    if "offsets" in parts:
+        payload["large_offsets"] = check_large_offsets("cuda", seqlen=2**20)
+        payload["int32_demo"] = int32_offset_demo()
+        log(payload["large_offsets"], payload["int32_demo"])
+    if "window" in parts:
+        rows = run_grid(correctness_grid("window"), "cuda", progress=False)
+        payload["window_correctness"] = {"summary": summarize(rows), "cases": rows}
+        log(payload["window_correctness"]["summary"])
+    if "decode" in parts:
+        shapes = (
+            long_decode_shapes() if decode_lengths is None else long_decode_shapes(decode_lengths)
+        )
+        rows = []
+        for shape in shapes:
+            rows += bench_attention_shape(shape, DECODE_PEERS, reps=50, graph=True)
+            log(
+                [
+                    (r["impl"], r.get("graph_timing", {}).get("median_ms"), r.get("error"))
+                    for r in rows[-len(DECODE_PEERS) :]
+                ]
+            )
+        payload["decode"] = rows
+    if "compile32k" in parts:
+        payload["whole_sequence_tile"] = {str(s): whole_sequence_tile_compile(s) for s in (32768,)}
+        log(payload["whole_sequence_tile"])
+    return payload
+
+
 # ------------------------------------------------------------ what broke at S = 32K
 
 

@@ -27,11 +27,11 @@ def progress(total, desc):
     return tqdm(total=total, desc=desc, mininterval=2.0)
 
 
-def progress_iter(items, desc):
+def progress_iter(items, desc, mininterval=2.0):
     """``items``, with a progress bar."""
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=desc, mininterval=2.0)
+    return tqdm(items, desc=desc, mininterval=mininterval)
 
 
 def causal_choice(text):

@@ -44,12 +44,30 @@ def add_backward_arguments(p) -> None:
 
 def run_backward(args) -> int:
     from ...results import write_result
-    from ..backward_bench import run_backward_study
+    from ..backward_bench import run_backward_record
 
     def record(payload):  # after every stage: a run cut short keeps what it measured
         if args.record:
             print(f"recorded {write_result('backward', payload)}", flush=True)
 
-    payload = run_backward_study(args, on_stage=record)
+    payload = run_backward_record(
+        grid=args.grid,
+        limit=args.limit,
+        both_modes=args.both_modes,
+        jobs=args.jobs,
+        repeats=args.repeats,
+        head_dims=args.d,
+        seqlens=args.s,
+        dtypes=args.dtype,
+        impls=args.impls,
+        flex_head_dims=args.flex_d,
+        reps=args.reps,
+        fwd_bwd=args.fwd_bwd,
+        memory=args.memory,
+        tune=args.tune,
+        tune_seqlens=args.tune_s,
+        train=args.train,
+        on_stage=record,
+    )
     failed = payload.get("summary", {}).get("failed", 0)
     return 0 if failed == 0 else 1
