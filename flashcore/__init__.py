@@ -19,6 +19,9 @@ _EXPORTS = {
     "kvcache_reference": "flashcore.reference",
     "attention_reference": "flashcore.reference",
     "error_rule": "flashcore.validate",
+    "flash_attn_func": "flashcore.flash_attn_interface",
+    "flash_attn_varlen_func": "flashcore.flash_attn_interface",
+    "flash_attn_with_kvcache": "flashcore.flash_attn_interface",
 }
 __all__ = list(_EXPORTS)
 
