@@ -202,6 +202,19 @@ def run_suite(
     return rows
 
 
+def run_leak_record(
+    n_per_class: int = 10000, classes=SPECIAL_CLASSES, kernel_filter=None, *, progress=None
+) -> dict:
+    """The payload of results/<gpu>/timing_leak.json (``python -m flashcore leak``; notebook
+    06 records the same): the method, the threshold and ``run_suite``'s rows."""
+    return {
+        "method": __doc__.strip(),
+        "threshold": THRESHOLD,
+        "n_per_class": n_per_class,
+        "rows": run_suite(n_per_class, classes, kernel_filter, progress=progress),
+    }
+
+
 # ------------------------------------------------------- power and clocks during the test
 #
 # The timing test interleaves the two classes launch by launch (tens of microseconds each),
@@ -385,8 +398,11 @@ def summarize_power(blocks: list[dict]) -> dict:
     return out
 
 
+POWER_KERNELS = ("hardware reference", "forward non-causal", "forward causal", "decode")
+
+
 def run_power_suite(
-    kernel_names=("hardware reference", "forward non-causal", "forward causal", "decode"),
+    kernel_names=POWER_KERNELS,
     classes=POWER_CLASSES,
     *,
     block_s: float = 0.3,
@@ -431,6 +447,12 @@ def run_power_suite(
         "block_s": block_s,
         "rows": rows,
     }
+
+
+def run_power_record(kernel_names=POWER_KERNELS, classes=POWER_CLASSES, *, progress=None) -> dict:
+    """The payload of results/<gpu>/timing_power.json (``python -m flashcore leak --power``;
+    notebook 06 records the same): the method and ``run_power_suite``'s result."""
+    return {"method": POWER_METHOD, **run_power_suite(kernel_names, classes, progress=progress)}
 
 
 # NVML clock-event reason bits (nvmlClocksEventReason*): why the SM clock is below its maximum.

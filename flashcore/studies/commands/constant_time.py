@@ -53,15 +53,11 @@ def run_leak(args) -> int:
     from .. import timing_leak as TL
 
     if args.power:  # NVML clock/power/temperature per class, blocks of one class at a time
-        kernels = (
-            (args.kernel,)
-            if args.kernel
-            else ("hardware reference", "forward non-causal", "forward causal", "decode")
-        )
+        kernels = (args.kernel,) if args.kernel else TL.POWER_KERNELS
         classes = args.classes or TL.POWER_CLASSES
         n = sum(1 for k in TL._kernels() if any(k[0].startswith(x) for x in kernels)) * len(classes)
         bar = progress(n, "power")
-        payload = TL.run_power_suite(kernels, classes, progress=bar)
+        payload = TL.run_power_record(kernels, classes, progress=bar)
         bar.close()
         print(f"power read from {payload['power_source']}, {payload['samples']} samples")
         for r in payload["rows"]:
@@ -72,26 +68,19 @@ def run_leak(args) -> int:
                 f"power {r['power_w_shift_pct']:+6.2f}% ({r['power_w'][0]:.0f} W)"
             )
         if args.record:
-            payload = {"method": TL.POWER_METHOD, **payload}
             print(f"recorded {write_result('timing_power', payload)}")
         return 0
     classes = args.classes or TL.SPECIAL_CLASSES
     n_kernels = sum(1 for k in TL._kernels() if not args.kernel or args.kernel in k[0])
     bar = progress(n_kernels * len(classes), "timing")
-    rows = TL.run_suite(args.n, classes, args.kernel, progress=bar)
+    payload = TL.run_leak_record(args.n, classes, args.kernel, progress=bar)
     bar.close()
-    for r in rows:
+    for r in payload["rows"]:
         print(
             f"{r['kernel']:<40} vs {r['fixed_class']:<10} max|t| {r['max_abs_t']:8.2f} "
             f"{'LEAK' if r['leak'] else 'ok  '} "
             f"medians {r['median_us'][0]:.2f} / {r['median_us'][1]:.2f} us"
         )
     if args.record:
-        payload = {
-            "method": TL.__doc__.strip(),
-            "threshold": TL.THRESHOLD,
-            "n_per_class": args.n,
-            "rows": rows,
-        }
         print(f"recorded {write_result('timing_leak', payload)}")
     return 0
