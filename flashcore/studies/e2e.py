@@ -219,42 +219,6 @@ def run_e2e(device, dtype, *, prompt_len=24, steps=32, batch=1, seed=0) -> dict:
     }
 
 
-def generation_speed(
-    device="cuda", dtype=torch.bfloat16, *, prompt_len=512, new_tokens=128, batches=(1, 8)
-) -> list[dict]:
-    """Tokens/s of greedy generation with a ~0.4B-parameter random Llama-style model (GQA
-    32/8, head dim 64), flashcore vs sdpa, same process. transformers' eager generation loop
-    is Python-bound at batch 1, so attention is a small part of the step time there."""
-    name = register_transformers()
-    config = small_llama_config(
-        vocab_size=32000,
-        hidden_size=2048,
-        intermediate_size=5632,
-        num_hidden_layers=8,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        max_position_embeddings=prompt_len + new_tokens,
-        initializer_range=0.02,
-    )
-    model = build_model(config, device, dtype)
-    rows = []
-    for batch in batches:
-        ids = torch.randint(
-            1,
-            config.vocab_size,
-            (batch, prompt_len),
-            generator=torch.Generator().manual_seed(batch),
-        ).to(device)
-        row = {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens}
-        for impl in (name, "sdpa"):
-            row[f"tokens_per_s_{'flashcore' if impl == name else impl}"] = tokens_per_second(
-                model, impl, ids, new_tokens
-            )
-        rows.append(row)
-    return rows
-
-
 def compare_training_step(
     device, dtype=torch.float32, *, batch=2, seqlen=24, seed=0, config=None
 ) -> dict:
