@@ -93,7 +93,7 @@ def test_return_lse_with_grad_and_strided_upstream_gradient():
     (q, k, v), do = _leaves(case, 2)
     out, lse = attention(q, k, v, causal=True, return_lse=True)
     assert not lse.requires_grad
-    strided = torch.empty(1, 40, 2, 16).transpose(1, 2).copy_(do)  # (B, S, H, D) memory
+    strided = torch.empty(1, 40, 2, 16, device=DEVICE).transpose(1, 2).copy_(do)  # (B, S, H, D)
     out.backward(strided)
     ref = reference_gradients(q, k, v, do, compute_dtype=torch.float64, causal=True)
     for got, want in zip((q.grad, k.grad, v.grad), ref):

@@ -104,6 +104,6 @@ def test_device_mismatch():
     ],
 )
 def test_bad_window_raises(kwargs, exc, msg):
-    q = torch.randn(1, 1, 8, 16)
+    q = t(1, 1, 8, 16)
     with pytest.raises(exc, match=msg):
         attention(q, q, q, **kwargs)

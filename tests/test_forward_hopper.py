@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from flashcore.kernels import forward_hopper as fh
+from flashcore.kernels._softmax import LOG2E
 from flashcore.reference import attention_reference, causal_offset
 from flashcore.validate import error_rule
 
@@ -50,7 +51,7 @@ def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None, **grid)
         lse_t,
         causal_offset=off,
         is_causal=causal,
-        qk_scale=fh.LOG2E / math.sqrt(d),
+        qk_scale=LOG2E / math.sqrt(d),
         store_lse=lse,
         pingpong=pingpong,
         num_wg=num_wg,

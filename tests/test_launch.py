@@ -199,14 +199,14 @@ def test_decode_cached_path_matches_reference():
     from flashcore.reference import kvcache_reference
 
     for _ in range(3):
-        out = decode.attention_with_kvcache(q, kc, vc, lens, check_lengths=False)
+        out = interface.attention_with_kvcache(q, kc, vc, lens, check_lengths=False)
         ref = kvcache_reference(q, kc, vc, lens)
         same = kvcache_reference(q, kc, vc, lens, compute_dtype=torch.bfloat16)
         assert error_rule(out, ref, same).passed
     assert len(decode._DECODE_LAUNCHES) == 1 and decode._DECODE_LAUNCHES.hits >= 2
     # Other lengths (data), same signature: the cached launch reads them from memory.
     lens2 = torch.tensor([7, 4000], device="cuda", dtype=torch.int32)
-    out = decode.attention_with_kvcache(q, kc, vc, lens2, check_lengths=False)
+    out = interface.attention_with_kvcache(q, kc, vc, lens2, check_lengths=False)
     assert error_rule(
         out,
         kvcache_reference(q, kc, vc, lens2),
@@ -345,7 +345,7 @@ def test_full_cache_decode_matches_the_reference_and_the_lengths_path():
             mask = mask.to(dev)
         out = decode.attend_full_cache(q, kc, vc, key_padding_mask=mask, num_splits=3, **opts)
         lens = torch.full((b,), sk, dtype=torch.int32, device=dev)
-        same = decode.attention_with_kvcache(
+        same = interface.attention_with_kvcache(
             q, kc, vc, lens, key_padding_mask=mask, num_splits=3, **opts
         )
         assert torch.equal(out, same)
@@ -470,7 +470,7 @@ def test_decode_freed_and_reallocated_at_the_same_address():
             lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
             for _ in range(2):
                 _decode_ok(decode.attend_full_cache(q, k, v), q, k, v, lens)
-                out = decode.attention_with_kvcache(q, k, v, lens, check_lengths=False)
+                out = interface.attention_with_kvcache(q, k, v, lens, check_lengths=False)
                 _decode_ok(out, q, k, v, lens)
         del buf, k, v, q
     assert len(set(ptrs)) < len(ptrs)

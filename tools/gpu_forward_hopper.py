@@ -17,6 +17,7 @@ import torch
 from flashcore.interface import FORWARD_GLUON_FROM
 from flashcore.interface import attention as triton_attention
 from flashcore.kernels import forward_hopper as fh
+from flashcore.kernels._softmax import LOG2E
 from flashcore.kernels.forward import default_config
 from flashcore.studies import bench
 
@@ -48,7 +49,7 @@ def hopper_fn(causal, kw):
             out,
             causal_offset=0,
             is_causal=causal,
-            qk_scale=fh.LOG2E / math.sqrt(q.shape[3]),
+            qk_scale=LOG2E / math.sqrt(q.shape[3]),
             store_lse=False,
             **kw,
         )

@@ -97,11 +97,11 @@ rows = {
     "attention D64 ptr (JIT)": jit_path(lambda: interface.attention(qf, qf, qf, causal=True)),
     "attention D128 TMA (lean)": lambda: interface.attention(qt, qt, qt, causal=True),
     "attention D128 TMA (JIT)": jit_path(lambda: interface.attention(qt, qt, qt, causal=True)),
-    "attention_with_kvcache 8K (lean)": lambda: decode.attention_with_kvcache(
+    "attention_with_kvcache 8K (lean)": lambda: interface.attention_with_kvcache(
         q, kc, kc, lens, check_lengths=False
     ),
     "attention_with_kvcache 8K (JIT)": jit_path(
-        lambda: decode.attention_with_kvcache(q, kc, kc, lens, check_lengths=False)
+        lambda: interface.attention_with_kvcache(q, kc, kc, lens, check_lengths=False)
     ),
     "attend_full_cache 8K growing (lean)": lambda: decode.attend_full_cache(q, *grow()),
     "attend_full_cache 8K growing (JIT)": jit_path(lambda: decode.attend_full_cache(q, *grow())),
