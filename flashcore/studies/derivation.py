@@ -13,6 +13,7 @@ import torch
 
 # FlashAttention-2's loop in torch lives beside the float64 reference (the validation's planted
 # bugs run it too); notebook 01 calls it as drv.tiled_attention.
+from ..kernels._softmax import LOG2E  # noqa: F401  (notebook 01: the constant the kernels fold in)
 from ..reference import tiled_attention  # noqa: F401
 
 
