@@ -42,10 +42,10 @@ from flashcore.studies import bench, report
 # %% [markdown]
 # ## Measure (GPU profile) or load the record (CPU profile)
 #
-# The live sweep is the same code as `python -m flashcore bench --suite all --record`: ceilings
-# first (an 8192³ bf16 matmul and a 2 GiB device copy, same process), then every shape with
-# every implementation. B·S is held at 16K tokens and H·D at 2048, so each point moves the
-# same bytes per token.
+# The live sweep is the function `python -m flashcore bench --suite all --record` calls
+# (`bench.run_perf_record`): ceilings first (an 8192³ bf16 matmul and a 2 GiB device copy,
+# same process), then every shape with every implementation. B·S is held at 16K tokens and
+# H·D at 2048, so each point moves the same bytes per token.
 
 # %%
 if SWEEP not in ("quick", "full"):
@@ -57,29 +57,13 @@ if PROFILE == "gpu" and SWEEP == "full":
 if PROFILE == "gpu":
     from tqdm.auto import tqdm
 
-    payload = {"method": bench.__doc__.strip(), "ceilings": bench.ceilings()}
-    shapes = bench.forward_shapes(MEASURE_HEAD_DIMS, MEASURE_SEQLENS, MEASURE_DTYPES)
-    payload["forward"] = [
-        r
-        for sh in tqdm(shapes, desc="forward")
-        for r in bench.bench_attention_shape(sh, bench.PEERS, reps=REPS)
-    ]
-    payload["prior_regime"] = [
-        r
-        for sh in tqdm(bench.prior_report_shapes() if MEASURE_PRIOR else [], desc="prior")
-        for r in bench.bench_attention_shape(
-            sh,
-            [i for i in bench.PEERS if i != "sdpa_math"],
-            reps=REPS,
-            graph=True,
-            keep_samples=True,
-        )
-    ]
-    payload["decode"] = [
-        r
-        for sh in tqdm(bench.decode_shapes() if MEASURE_DECODE else [], desc="decode")
-        for r in bench.bench_attention_shape(sh, bench.DECODE_PEERS, reps=REPS, graph=True)
-    ]
+    payload = bench.run_perf_record(
+        bench.forward_shapes(MEASURE_HEAD_DIMS, MEASURE_SEQLENS, MEASURE_DTYPES),
+        bench.prior_report_shapes() if MEASURE_PRIOR else [],
+        bench.decode_shapes() if MEASURE_DECODE else None,
+        reps=REPS,
+        progress=tqdm,  # progress(items, desc)
+    )
     write_result(
         topic,
         payload,
@@ -543,29 +527,18 @@ print(
 if PROFILE == "gpu" and MEASURE_LAUNCH:
     from flashcore.studies import launch as launch_study
 
-    launch_rows = launch_study.measure(
-        calls=100 if SWEEP == "quick" else 300, repeats=3 if SWEEP == "quick" else 5
-    )
     write_result(
         "launch" if SWEEP == "full" else "launch_quick",
-        {"rows": launch_rows},
+        launch_study.run_launch_record(
+            calls=100 if SWEEP == "quick" else 300, repeats=3 if SWEEP == "quick" else 5
+        ),
         command=f"notebooks/03_performance.ipynb (PROFILE=gpu, SWEEP={SWEEP})",
     )
     launch_record = read_result("launch" if SWEEP == "full" else "launch_quick", None)
 else:
     launch_record = read_result("launch", RECORDED_GPU)
 print("recorded on", describe(launch_record))
-by_impl = {(r["shape"], r["impl"]): r for r in launch_record["rows"]}
-launch_table = []
-for shape in dict.fromkeys(r["shape"] for r in launch_record["rows"]):
-    ref = by_impl[(shape, "sdpa default")]
-    row = {"shape": shape}
-    for impl in ("flashcore", "flashcore op", "sdpa default", "sdpa cudnn", "sdpa flash"):
-        r = by_impl.get((shape, impl))
-        row[f"{impl} eager"] = r["eager_us_per_call"] if r else None
-        row[f"{impl} graph"] = r["graph_us"] if r else None
-    row["eager x sdpa"] = row["flashcore eager"] / ref["eager_us_per_call"]
-    launch_table.append(row)
+launch_table = report.launch_table(launch_record)
 print(
     table(
         launch_table,

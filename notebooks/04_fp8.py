@@ -41,7 +41,6 @@ from flashcore.notebook import setup, table
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
 import math
 
-import matplotlib.pyplot as plt
 import torch
 
 from flashcore.kernels.fp8 import VARIANTS, random_hadamard
@@ -78,17 +77,7 @@ print(
 print(f"largest relative gap between neighbouring normal values: {step.max().item():.4f} (2^-3)")
 
 # %%
-fig, ax = plt.subplots(figsize=(7, 3))
-ax.loglog(x, rel.clamp_min(1e-6), lw=0.5)
-ax.axhline(2**-4, color="k", ls="--", lw=0.8, label="2^-4: half a mantissa step")
-ax.axvline(2**-6, color="r", ls=":", lw=0.8, label="2^-6: subnormals below")
-ax.set(
-    xlabel="|x|",
-    ylabel="relative error of round(x)",
-    title="e4m3 rounding error (round to nearest even)",
-)
-ax.legend(loc="lower left")
-save_figure(fig, "04_e4m3_rounding")
+save_figure(F.plot_e4m3_rounding(x, rel), "04_e4m3_rounding")
 
 # %% [markdown]
 # Two facts carry the rest of the notebook. Inside the normal range the relative error is at
@@ -208,37 +197,21 @@ for dist in ("outlier", "massive_channels"):
 # ## 4. The recorded H100 study
 #
 # Same code at B=1, H=8, D=128, S ∈ {1024, 4096}, five seeds per point, bf16 and fp16
-# baselines (`python -m flashcore fp8 --record`).
+# baselines: `fp8_study.run_fp8_record`, which `python -m flashcore fp8 --record` calls too (in
+# the GPU profile, SWEEP full adds its launch-config sweep and times with the tuned config).
 
 # %%
 if SWEEP not in ("quick", "full"):
     raise ValueError(f"SWEEP must be 'quick' or 'full', got {SWEEP!r}")
 topic = RECORD_TOPIC if SWEEP == "full" else f"{RECORD_TOPIC}_quick"
 if PROFILE == "gpu":
-    payload = {"variants": list(VARIANTS), "p_scale": F.P_SCALE, "errors": []}
-    for dist in F.DISTRIBUTIONS:
-        for causal in (False, True):
-            for s in (1024, 4096):
-                payload["errors"] += F.error_rows(
-                    dist,
-                    heads=8,
-                    seqlen=s,
-                    causal=causal,
-                    seeds=tuple(range(5)),
-                    baselines=("bfloat16", "float16"),
-                    device="cuda",
-                )
-    payload["error_summary"] = F.summarize(payload["errors"])
-    if MEASURE_SPEED and SWEEP == "full":
-        payload["tuning"] = [
-            t
-            for c in (False, True)
-            for t in F.tune_fp8(dict(B=2, H=16, S=8192, D=128, causal=c), F.FP8_TUNING_CONFIGS)
-        ]
-    if MEASURE_SPEED:
-        payload["speed"] = F.bench_fp8(
-            F.fp8_shapes() if SWEEP == "full" else F.fp8_shapes((4096, 16384))
-        )
+    payload = F.run_fp8_record(
+        device="cuda",
+        speed=MEASURE_SPEED,
+        tune=SWEEP == "full",
+        speed_shapes=F.fp8_shapes() if SWEEP == "full" else F.fp8_shapes((4096, 16384)),
+        progress=tqdm,
+    )
     write_result(
         topic,
         payload,
@@ -267,35 +240,7 @@ print(
 )
 
 # %%
-impls = ["bfloat16", "fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"]
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=False)
-for ax, dist in zip(axes, F.DISTRIBUTIONS):
-    for j, causal in enumerate((False, True)):
-        pts = [F.summary_lookup(summary, dist, causal, 4096, i) for i in impls]
-        xs = [k + 0.2 * (j - 0.5) for k in range(len(impls))]
-        med = [p["rmse_median"] for p in pts]
-        lo = [p["rmse_median"] - p["rmse_min"] for p in pts]
-        hi = [p["rmse_max"] - p["rmse_median"] for p in pts]
-        ax.errorbar(
-            xs,
-            med,
-            yerr=[lo, hi],
-            fmt="o",
-            ms=4,
-            capsize=2,
-            label="causal" if causal else "non-causal",
-        )
-    ax.axhline(9.1e-3, color="k", ls="--", lw=0.8, label="FA3 fp8: 9.1e-3")
-    ax.set_yscale("log")
-    ax.set_xticks(
-        range(len(impls)),
-        [i.replace("fp8_", "").replace("_hadamard", "+H") for i in impls],
-        rotation=30,
-    )
-    ax.set_title(f"{dist} (S=4096, 5 seeds)")
-axes[0].set_ylabel("RMSE vs float64 (median, min-max)")
-axes[0].legend(fontsize=8)
-save_figure(fig, "04_rmse_by_recipe")
+save_figure(F.plot_rmse_by_recipe(summary, 4096), "04_rmse_by_recipe")
 
 # %% [markdown]
 # ## 5. The prior report's 29%, side by side
@@ -401,84 +346,20 @@ print(
 )
 tuned = record.get("tuned_config")
 print("fp8 launch config from the sweep in the record:", tuned)
-
-
-def cfg_name(c):
-    return f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}" + (
-        " ws" if c.get("WARP_SPECIALIZE") else ""
-    )
-
-
-print(
-    table(
-        [
-            {
-                "config": cfg_name(t["config"]),
-                "causal": t["causal"],
-                "TFLOP/s": f"{t['tflops']:.0f}" if "tflops" in t else t["error"][:50],
-            }
-            for t in record.get("tuning", [])
-        ],
-        ["config", "causal", "TFLOP/s"],
-    )
-)
+print(table(F.tuning_rows(record), ["config", "causal", "TFLOP/s"]))
 print("(launch-config sweep at B=2, H=16, S=8192, D=128; ws = Triton warp specialization)")
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
-for causal, ax in zip((False, True), axes):
-    lines = [l for l in speed if l["causal"] == causal]
-    for impl, style in (
-        ("fp8_per_block", "o-"),
-        ("fp8_naive", "x:"),
-        ("flashcore", "s-"),
-        ("sdpa_cudnn", "^--"),
-        ("sdpa_flash", "v--"),
-    ):
-        ax.plot([l["S"] for l in lines], [l[impl] for l in lines], style, label=impl)
-    ax.set(
-        xscale="log",
-        xlabel="S",
-        ylabel="TFLOP/s",
-        title=f"D=128, {'causal' if causal else 'non-causal'}",
-    )
-axes[0].legend(fontsize=8)
-save_figure(fig, "04_fp8_speed")
+save_figure(F.plot_speed(speed), "04_fp8_speed")
 
 # %%
 from flashcore.studies.bench import geomean
 
 long = [l for l in speed if l["S"] >= 4096]
-fp8_tflops = geomean([l["fp8_per_block"] for l in long])
-bf16_tflops = geomean([l["flashcore"] for l in long])
-e2e_tflops = geomean(
-    [
-        l["fp8_per_block"]
-        * l["attn_ms_per_block"]
-        / (l["attn_ms_per_block"] + l["quantize_ms_per_block"])
-        for l in long
-    ]
-)
-fig, ax = plt.subplots(figsize=(6, 3.6))
-for dist, marker in (("outlier", "o"), ("massive_channels", "s")):
-    for impl in ("fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"):
-        r = F.summary_lookup(summary, dist, False, 4096, impl)
-        ax.scatter(fp8_tflops, r["rmse_median"], marker=marker, label=f"{dist}: {impl[4:]}")
-    b = F.summary_lookup(summary, dist, False, 4096, "bfloat16")
-    ax.scatter(bf16_tflops, b["rmse_median"], marker=marker, color="k")
-    h = F.summary_lookup(summary, dist, False, 4096, "fp8_per_block_hadamard")
-    ax.scatter(e2e_tflops, h["rmse_median"], marker=marker, facecolors="none", edgecolors="gray")
-ax.axhline(9.1e-3, color="k", ls="--", lw=0.8)
-ax.set(
-    yscale="log",
-    xlabel="TFLOP/s (geomean, D=128, S>=4096; hollow: incl. quantize)",
-    ylabel="RMSE (S=4096, non-causal)",
-    title="error vs speed (black: bf16 kernel)",
-)
-ax.legend(fontsize=6, ncol=2)
-save_figure(fig, "04_error_vs_speed")
+rates = F.speed_geomeans(speed, min_seqlen=4096)
+save_figure(F.plot_error_vs_speed(summary, rates), "04_error_vs_speed")
 print(
-    f"geomean TFLOP/s at S>=4096: fp8 {fp8_tflops:.0f}, bf16 {bf16_tflops:.0f}, fp8 incl. unfused quantize {e2e_tflops:.0f}"
+    f"geomean TFLOP/s at S>=4096: fp8 {rates['fp8']:.0f}, bf16 {rates['bf16']:.0f}, fp8 incl. unfused quantize {rates['fp8_with_quantize']:.0f}"
 )
 q_over_attn = [l["quantize_ms_per_block"] / l["attn_ms_per_block"] for l in speed]
 print(

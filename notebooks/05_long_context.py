@@ -27,8 +27,6 @@ from flashcore.notebook import setup, table
 
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
 
-import matplotlib.pyplot as plt
-import numpy as np
 import torch
 
 from flashcore.plots import save_figure
@@ -40,33 +38,15 @@ if SWEEP not in ("quick", "full"):
     raise ValueError(f"SWEEP must be 'quick' or 'full', got {SWEEP!r}")
 topic = RECORD_TOPIC if SWEEP == "full" else f"{RECORD_TOPIC}_quick"
 if PROFILE == "gpu":
-    from flashcore.studies.bench import bench_attention_shape
-    from flashcore.validate import check_large_offsets, correctness_grid, run_grid, summarize
-
     seqlens = MEASURE_SEQLENS or (
         [2**i for i in range(10, 21)] if SWEEP == "full" else [1024, 4096, 8192, 32768, 131072]
     )
-    decode_shapes = (
-        L.long_decode_shapes()
-        if SWEEP == "full"
-        else L.long_decode_shapes((32768, 131072, 1048576))
+    payload = L.run_long_record(
+        seqlens,
+        heads=MEASURE_HEADS,
+        windows=(4096,),
+        decode_lengths=None if SWEEP == "full" else (32768, 131072, 1048576),
     )
-    payload = {
-        "sweep": L.bench_long_context(seqlens, heads=MEASURE_HEADS, windows=(4096,)),
-        "sweep_shape": dict(B=1, H=MEASURE_HEADS, D=128, dtype="bfloat16"),
-    }
-    payload["large_offsets"] = check_large_offsets("cuda", seqlen=2**20)
-    payload["int32_demo"] = L.int32_offset_demo()
-    rows = run_grid(correctness_grid("window"), "cuda", progress=False)
-    payload["window_correctness"] = {"summary": summarize(rows), "cases": rows}
-    payload["decode"] = [
-        r
-        for sh in decode_shapes
-        for r in bench_attention_shape(
-            sh, ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"], reps=50, graph=True
-        )
-    ]
-    payload["whole_sequence_tile"] = {"32768": L.whole_sequence_tile_compile(32768)}
     write_result(
         topic,
         payload,
@@ -86,48 +66,15 @@ print("shape:", record["sweep_shape"])
 # the table below.
 
 # %%
-IMPLS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_math"]
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
-for causal, ax in zip((False, True), axes):
-    for impl in IMPLS:
-        pts = [
-            (r["S"], r["timing"]["median_ms"])
-            for r in sweep
-            if r["impl"] == impl and r["causal"] == causal and "timing" in r
-        ]
-        slope = L.loglog_slope(sweep, impl, causal)
-        ax.plot(*zip(*pts), "o-", ms=3, label=f"{impl} (slope {slope:.2f})" if slope else impl)
-    s_ref = np.array([8192, 2**20])
-    ax.plot(s_ref, 0.3 * (s_ref / 8192) ** 2, "k:", lw=0.8, label="S^2")
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="S (tokens)",
-        title=f"{'causal' if causal else 'non-causal'}, B=1 H=8 D=128 bf16",
-    )
-axes[0].set_ylabel("time per call (ms, median)")
-axes[0].legend(fontsize=8)
-save_figure(fig, "05_time_vs_seqlen")
+IMPLS = L.IMPLS
+save_figure(L.plot_time_vs_seqlen(sweep, IMPLS), "05_time_vs_seqlen")
 for causal in (False, True):
     print(f"causal={causal}")
     print(table(L.sweep_table(sweep, causal, IMPLS), ["S"] + IMPLS))
 print("(median ms / TFLOP/s)")
 
 # %%
-fig, ax = plt.subplots(figsize=(7, 3.4))
-for impl in IMPLS[:3]:
-    for causal, style in ((False, "o-"), (True, "s--")):
-        pts = [
-            (r["S"], r["tflops"])
-            for r in sweep
-            if r["impl"] == impl and r["causal"] == causal and "tflops" in r
-        ]
-        ax.plot(*zip(*pts), style, ms=3, label=f"{impl}{' causal' if causal else ''}")
-ax.set(
-    xscale="log", xlabel="S (tokens)", ylabel="TFLOP/s", title="efficiency vs S (flat is the goal)"
-)
-ax.legend(fontsize=7, ncol=2)
-save_figure(fig, "05_tflops_vs_seqlen")
+save_figure(L.plot_tflops_vs_seqlen(sweep, IMPLS[:3]), "05_tflops_vs_seqlen")
 
 # %% [markdown]
 # Every exact implementation has slope ≈ 2: the time *is* the FLOPs. What separates them
@@ -181,26 +128,7 @@ print(
 # fitting on chip. Ours grows by about the FLOP ratio, 16×.
 
 # %%
-rows = []
-for seqlen, prior_us in L.PRIOR_REPORT_US.items():
-    line = {"S": seqlen, "prior_us": "compile failure" if prior_us is None else f"{prior_us:.1f}"}
-    for causal in (False, True):
-        r = next(
-            (
-                r
-                for r in sweep
-                if r["S"] == seqlen
-                and r["impl"] == "flashcore"
-                and r["causal"] == causal
-                and "timing" in r
-            ),
-            None,
-        )
-        line["flashcore_causal" if causal else "flashcore"] = (
-            f"{1e3 * r['timing']['median_ms']:.1f}" if r else "not measured"
-        )
-    rows.append(line)
-print(table(rows, ["S", "prior_us", "flashcore", "flashcore_causal"]))
+print(table(L.prior_report_table(sweep), ["S", "prior_us", "flashcore", "flashcore_causal"]))
 print("(µs per call; flashcore at B=1 H=8 D=128 bf16 on the recorded GPU)")
 fc_nc = {
     r["S"]: r["timing"]["median_ms"]
@@ -303,24 +231,7 @@ print(
 # log-sum-exp only when asked.
 
 # %%
-fig, ax = plt.subplots(figsize=(7, 3.4))
-for impl, style in zip(IMPLS, ("o-", "s:", "^--", "v-")):
-    pts = [
-        (r["S"], r["extra_bytes"] / 2**20)
-        for r in sweep
-        if r["impl"] == impl and not r["causal"] and "extra_bytes" in r
-    ]
-    ax.plot(*zip(*pts), style, ms=4, lw=2 if impl == "flashcore" else 1, label=impl)
-ax.set(
-    xscale="log",
-    yscale="symlog",
-    xlabel="S (tokens)",
-    ylabel="extra MiB (symlog)",
-    title="memory beyond inputs + output, non-causal",
-)
-ax.set_ylim(bottom=-0.1)
-ax.legend(fontsize=8)
-save_figure(fig, "05_memory")
+save_figure(L.plot_memory(sweep, IMPLS), "05_memory")
 for causal in (False, True):
     oom = sorted(
         {
@@ -365,27 +276,8 @@ print(
 
 # %%
 # NBVAL_CHECK_OUTPUT
-win = [r for r in sweep if r["impl"].startswith("flashcore_window") and "timing" in r]
-full = [r for r in sweep if r["impl"] == "flashcore" and r["causal"] and "timing" in r]
-fig, ax = plt.subplots(figsize=(7, 3.4))
-ax.plot(
-    [r["S"] for r in full], [r["timing"]["median_ms"] for r in full], "o-", label="causal, full"
-)
-ax.plot(
-    [r["S"] for r in win],
-    [r["timing"]["median_ms"] for r in win],
-    "s-",
-    label=win[0]["impl"].replace("flashcore_", "causal, "),
-)
-ax.set(
-    xscale="log",
-    yscale="log",
-    xlabel="S (tokens)",
-    ylabel="ms",
-    title="sliding window: linear in S",
-)
-ax.legend()
-save_figure(fig, "05_window")
+win, full = L.window_rows(sweep)
+save_figure(L.plot_window(sweep), "05_window")
 # S >= 4 x window, where the band, not the causal triangle, sets the work
 w_slope = L.loglog_slope(sweep, win[0]["impl"], True, min_seqlen=4 * win[0]["window"])
 print(
@@ -409,24 +301,7 @@ print(
 # at least $2^{31}$ elements.
 
 # %%
-from flashcore.studies.bench import kv_bytes
-
-lines = []
-for n in sorted({r["Sk"] for r in record["decode"]}):
-    line = {
-        "cache_tokens": n,
-        "GB": kv_bytes(next(r for r in record["decode"] if r["Sk"] == n)) / 1e9,
-    }
-    for r in (r for r in record["decode"] if r["Sk"] == n):
-        if "graph_timing" in r:
-            line[r["impl"]] = (
-                f"{1e3 * r['graph_timing']['median_ms']:.0f} us / {kv_bytes(r) / r['graph_timing']['median_ms'] / 1e9:.2f} TB/s"
-            )
-        else:
-            line[r["impl"]] = r.get("error", "-")
-        if "max_abs_diff_vs_first" in r:
-            line["diff"] = max(line.get("diff", 0.0), r["max_abs_diff_vs_first"])
-    lines.append(line)
+lines = L.decode_table(record["decode"])
 print(
     table(
         lines,

@@ -488,6 +488,163 @@ def summary_lookup(summary: list[dict], dist: str, causal: bool, seqlen: int, im
     )
 
 
+# ------------------------------------------------------------------------------ figures
+# Notebook 04's figures and tables, drawn from a record (the format's, from the values given).
+
+FA3_FP8_RMSE = 9.1e-3  # FlashAttention-3's fp8 RMSE on its outlier inputs (the target)
+RECIPES = ["fp8_naive", "fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"]
+
+
+def plot_e4m3_rounding(x: torch.Tensor, rel: torch.Tensor):
+    """Relative error of rounding ``x`` to e4m3 (``rel``), against |x|."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.loglog(x, rel.clamp_min(1e-6), lw=0.5)
+    ax.axhline(2**-4, color="k", ls="--", lw=0.8, label="2^-4: half a mantissa step")
+    ax.axvline(2**-6, color="r", ls=":", lw=0.8, label="2^-6: subnormals below")
+    ax.set(
+        xlabel="|x|",
+        ylabel="relative error of round(x)",
+        title="e4m3 rounding error (round to nearest even)",
+    )
+    ax.legend(loc="lower left")
+    return fig
+
+
+def plot_rmse_by_recipe(summary: list[dict], seqlen: int = 4096):
+    """RMSE against float64 (median and min-max over seeds) of bf16 and each recipe, one panel
+    per input distribution, causal and not, with FlashAttention-3's figure."""
+    import matplotlib.pyplot as plt
+
+    impls = ["bfloat16", *RECIPES]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=False)
+    for ax, dist in zip(axes, DISTRIBUTIONS):
+        for j, causal in enumerate((False, True)):
+            pts = [summary_lookup(summary, dist, causal, seqlen, i) for i in impls]
+            xs = [k + 0.2 * (j - 0.5) for k in range(len(impls))]
+            med = [p["rmse_median"] for p in pts]
+            lo = [p["rmse_median"] - p["rmse_min"] for p in pts]
+            hi = [p["rmse_max"] - p["rmse_median"] for p in pts]
+            ax.errorbar(
+                xs,
+                med,
+                yerr=[lo, hi],
+                fmt="o",
+                ms=4,
+                capsize=2,
+                label="causal" if causal else "non-causal",
+            )
+        ax.axhline(FA3_FP8_RMSE, color="k", ls="--", lw=0.8, label="FA3 fp8: 9.1e-3")
+        ax.set_yscale("log")
+        ax.set_xticks(
+            range(len(impls)),
+            [i.replace("fp8_", "").replace("_hadamard", "+H") for i in impls],
+            rotation=30,
+        )
+        ax.set_title(f"{dist} (S={seqlen}, {pts[0]['seeds']} seeds)")
+    axes[0].set_ylabel("RMSE vs float64 (median, min-max)")
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def tuning_rows(record: dict) -> list[dict]:
+    """The launch-config sweep of a record, one row per (config, causal mode)."""
+
+    def name(c):
+        return f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}" + (
+            " ws" if c.get("WARP_SPECIALIZE") else ""
+        )
+
+    return [
+        {
+            "config": name(t["config"]),
+            "causal": t["causal"],
+            "TFLOP/s": f"{t['tflops']:.0f}" if "tflops" in t else t["error"][:50],
+        }
+        for t in record.get("tuning", [])
+    ]
+
+
+def plot_speed(speed: list[dict]):
+    """TFLOP/s against S of fp8 (per_block, naive), the bf16 kernel and SDPA's bf16 backends;
+    ``speed`` is ``speed_table``'s lines."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for causal, ax in zip((False, True), axes):
+        lines = [l for l in speed if l["causal"] == causal]
+        for impl, style in (
+            ("fp8_per_block", "o-"),
+            ("fp8_naive", "x:"),
+            ("flashcore", "s-"),
+            ("sdpa_cudnn", "^--"),
+            ("sdpa_flash", "v--"),
+        ):
+            ax.plot([l["S"] for l in lines], [l[impl] for l in lines], style, label=impl)
+        ax.set(
+            xscale="log",
+            xlabel="S",
+            ylabel="TFLOP/s",
+            title=f"D=128, {'causal' if causal else 'non-causal'}",
+        )
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def speed_geomeans(speed: list[dict], min_seqlen: int = 4096) -> dict:
+    """Geometric means over ``speed_table``'s lines with S >= min_seqlen: fp8 per_block and the
+    bf16 kernel's TFLOP/s, and fp8's counting an unfused quantize from bf16 in its time."""
+    from .bench import geomean
+
+    long = [l for l in speed if l["S"] >= min_seqlen]
+    return {
+        "fp8": geomean([l["fp8_per_block"] for l in long]),
+        "bf16": geomean([l["flashcore"] for l in long]),
+        "fp8_with_quantize": geomean(
+            [
+                l["fp8_per_block"]
+                * l["attn_ms_per_block"]
+                / (l["attn_ms_per_block"] + l["quantize_ms_per_block"])
+                for l in long
+            ]
+        ),
+    }
+
+
+def plot_error_vs_speed(summary: list[dict], geomeans: dict, seqlen: int = 4096):
+    """Each recipe's RMSE (non-causal, outlier and massive-channel inputs) at fp8's geomean
+    TFLOP/s, the bf16 kernel's at its own, and per_block+Hadamard counting its quantize."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for dist, marker in (("outlier", "o"), ("massive_channels", "s")):
+        for impl in RECIPES:
+            r = summary_lookup(summary, dist, False, seqlen, impl)
+            ax.scatter(
+                geomeans["fp8"], r["rmse_median"], marker=marker, label=f"{dist}: {impl[4:]}"
+            )
+        b = summary_lookup(summary, dist, False, seqlen, "bfloat16")
+        ax.scatter(geomeans["bf16"], b["rmse_median"], marker=marker, color="k")
+        h = summary_lookup(summary, dist, False, seqlen, "fp8_per_block_hadamard")
+        ax.scatter(
+            geomeans["fp8_with_quantize"],
+            h["rmse_median"],
+            marker=marker,
+            facecolors="none",
+            edgecolors="gray",
+        )
+    ax.axhline(FA3_FP8_RMSE, color="k", ls="--", lw=0.8)
+    ax.set(
+        yscale="log",
+        xlabel="TFLOP/s (geomean, D=128, S>=4096; hollow: incl. quantize)",
+        ylabel=f"RMSE (S={seqlen}, non-causal)",
+        title="error vs speed (black: bf16 kernel)",
+    )
+    ax.legend(fontsize=6, ncol=2)
+    return fig
+
+
 __all__ = [
     "DISTRIBUTIONS",
     "P_SCALE",

@@ -445,3 +445,165 @@ def tflops_at(rows: list[dict], impl: str, causal: bool, seqlen: int) -> float |
         None,
     )
     return r["tflops"] if r else None
+
+
+# ------------------------------------------------------------------ notebook figures
+# Notebook 05's figures and tables, drawn from the record alone.
+
+IMPLS = ["flashcore", "sdpa_flash", "sdpa_cudnn", "sdpa_math"]
+
+
+def plot_time_vs_seqlen(rows: list[dict], impls=IMPLS):
+    """Time per call against S, log-log, causal and not, each implementation's fitted slope
+    in its label, and an S^2 guide."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    for causal, ax in zip((False, True), axes):
+        for impl in impls:
+            pts = [
+                (r["S"], r["timing"]["median_ms"])
+                for r in rows
+                if r["impl"] == impl and r["causal"] == causal and "timing" in r
+            ]
+            slope = loglog_slope(rows, impl, causal)
+            ax.plot(*zip(*pts), "o-", ms=3, label=f"{impl} (slope {slope:.2f})" if slope else impl)
+        s_ref = np.array([8192, 2**20])
+        ax.plot(s_ref, 0.3 * (s_ref / 8192) ** 2, "k:", lw=0.8, label="S^2")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="S (tokens)",
+            title=f"{'causal' if causal else 'non-causal'}, B=1 H=8 D=128 bf16",
+        )
+    axes[0].set_ylabel("time per call (ms, median)")
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def plot_tflops_vs_seqlen(rows: list[dict], impls=IMPLS[:3]):
+    """TFLOP/s against S, causal and not: flat is the goal."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for impl in impls:
+        for causal, style in ((False, "o-"), (True, "s--")):
+            pts = [
+                (r["S"], r["tflops"])
+                for r in rows
+                if r["impl"] == impl and r["causal"] == causal and "tflops" in r
+            ]
+            ax.plot(*zip(*pts), style, ms=3, label=f"{impl}{' causal' if causal else ''}")
+    ax.set(
+        xscale="log",
+        xlabel="S (tokens)",
+        ylabel="TFLOP/s",
+        title="efficiency vs S (flat is the goal)",
+    )
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def plot_memory(rows: list[dict], impls=IMPLS):
+    """Peak memory a call allocates beyond its inputs and output, against S (non-causal)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for impl, style in zip(impls, ("o-", "s:", "^--", "v-")):
+        pts = [
+            (r["S"], r["extra_bytes"] / 2**20)
+            for r in rows
+            if r["impl"] == impl and not r["causal"] and "extra_bytes" in r
+        ]
+        ax.plot(*zip(*pts), style, ms=4, lw=2 if impl == "flashcore" else 1, label=impl)
+    ax.set(
+        xscale="log",
+        yscale="symlog",
+        xlabel="S (tokens)",
+        ylabel="extra MiB (symlog)",
+        title="memory beyond inputs + output, non-causal",
+    )
+    ax.set_ylim(bottom=-0.1)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def window_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the sliding-window points, flashcore's full causal points) of a sweep, timed ones."""
+    win = [r for r in rows if r["impl"].startswith("flashcore_window") and "timing" in r]
+    full = [r for r in rows if r["impl"] == "flashcore" and r["causal"] and "timing" in r]
+    return win, full
+
+
+def plot_window(rows: list[dict]):
+    """Time against S of the sliding window beside full causal attention."""
+    import matplotlib.pyplot as plt
+
+    win, full = window_rows(rows)
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    ax.plot(
+        [r["S"] for r in full], [r["timing"]["median_ms"] for r in full], "o-", label="causal, full"
+    )
+    ax.plot(
+        [r["S"] for r in win],
+        [r["timing"]["median_ms"] for r in win],
+        "s-",
+        label=win[0]["impl"].replace("flashcore_", "causal, "),
+    )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="S (tokens)",
+        ylabel="ms",
+        title="sliding window: linear in S",
+    )
+    ax.legend()
+    return fig
+
+
+def prior_report_table(rows: list[dict]) -> list[dict]:
+    """The prior report's times per S beside flashcore's (µs per call, causal and not)."""
+    out = []
+    for seqlen, prior_us in PRIOR_REPORT_US.items():
+        line = {
+            "S": seqlen,
+            "prior_us": "compile failure" if prior_us is None else f"{prior_us:.1f}",
+        }
+        for causal in (False, True):
+            r = next(
+                (
+                    r
+                    for r in rows
+                    if r["S"] == seqlen
+                    and r["impl"] == "flashcore"
+                    and r["causal"] == causal
+                    and "timing" in r
+                ),
+                None,
+            )
+            line["flashcore_causal" if causal else "flashcore"] = (
+                f"{1e3 * r['timing']['median_ms']:.1f}" if r else "not measured"
+            )
+        out.append(line)
+    return out
+
+
+def decode_table(rows: list[dict]) -> list[dict]:
+    """One line per cache length of a record's decode rows: GB of K and V, each
+    implementation's graph-replay time and bandwidth (or its error), and ``diff``, the
+    largest difference of a peer's output from flashcore's."""
+    from .bench import kv_bytes
+
+    lines = []
+    for n in sorted({r["Sk"] for r in rows}):
+        line = {"cache_tokens": n, "GB": kv_bytes(next(r for r in rows if r["Sk"] == n)) / 1e9}
+        for r in (r for r in rows if r["Sk"] == n):
+            if "graph_timing" in r:
+                ms = r["graph_timing"]["median_ms"]
+                line[r["impl"]] = f"{1e3 * ms:.0f} us / {kv_bytes(r) / ms / 1e9:.2f} TB/s"
+            else:
+                line[r["impl"]] = r.get("error", "-")
+            if "max_abs_diff_vs_first" in r:
+                line["diff"] = max(line.get("diff", 0.0), r["max_abs_diff_vs_first"])
+        lines.append(line)
+    return lines

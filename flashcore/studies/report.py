@@ -403,6 +403,23 @@ def plot_decode(record):
 # ----------------------------------------------------------------------------- constant time
 
 
+def launch_table(record):
+    """One line per shape of a launch record: eager and graph microseconds per call of each
+    implementation, and flashcore's eager time over SDPA's default (``eager x sdpa``)."""
+    by_impl = {(r["shape"], r["impl"]): r for r in record["rows"]}
+    rows = []
+    for shape in dict.fromkeys(r["shape"] for r in record["rows"]):
+        ref = by_impl[(shape, "sdpa default")]
+        row = {"shape": shape}
+        for impl in ("flashcore", "flashcore op", "sdpa default", "sdpa cudnn", "sdpa flash"):
+            r = by_impl.get((shape, impl))
+            row[f"{impl} eager"] = r["eager_us_per_call"] if r else None
+            row[f"{impl} graph"] = r["graph_us"] if r else None
+        row["eager x sdpa"] = row["flashcore eager"] / ref["eager_us_per_call"]
+        rows.append(row)
+    return rows
+
+
 def leak_table(record):
     return [
         {
