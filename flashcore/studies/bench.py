@@ -612,14 +612,6 @@ def tune_forward(
 # ----------------------------------------------------------------------------- records
 
 
-def _quiet(*_args, **_kwargs) -> None:
-    pass
-
-
-def _no_progress(items, desc):
-    return items
-
-
 def perf_row_line(r: dict) -> str:
     """One forward / prior-regime row of a perf record, as the CLI prints it."""
     what = (
@@ -644,15 +636,15 @@ def decode_row_line(r: dict) -> str:
 
 
 def run_perf_record(
-    forward: list[dict] = (),
-    prior: list[dict] = (),
-    decode: list[dict] | None = None,
+    forward=(),
+    prior=(),
+    decode=None,
     *,
     impls=None,
     decode_impls=None,
     reps: int = 100,
-    progress=_no_progress,
-    log=_quiet,
+    progress=None,
+    log=None,
 ) -> dict:
     """The payload of results/<gpu>/perf.json: ``python -m flashcore bench`` and notebook 03
     both build it here.
@@ -663,6 +655,8 @@ def run_perf_record(
     decode shapes with ``decode_impls`` (default ``DECODE_PEERS``; graph replay, and K+V bytes
     per second: ``tbps`` eager, ``graph_tbps`` replayed). ``progress(items, desc)`` wraps each
     sweep (e.g. a tqdm), ``log(line)`` gets the lines the CLI prints."""
+    progress = progress or (lambda items, desc: items)
+    log = log or (lambda *lines: None)
     impls = list(impls or PEERS)
     payload = {"method": __doc__.strip(), "ceilings": ceilings()}
     c = payload["ceilings"]

@@ -386,14 +386,6 @@ def speed_table(speed_rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda l: (l["causal"], l["S"]))
 
 
-def _quiet(*_args, **_kwargs) -> None:
-    pass
-
-
-def _no_progress(items, desc):
-    return items
-
-
 def error_summary_line(r: dict) -> str:
     return (
         f"{r['dist']:>16} causal={r['causal']!s:5} S={r['S']:<6} {r['impl']:<24} "
@@ -419,8 +411,8 @@ def run_fp8_record(
     tune: bool = True,
     speed_shapes: list[dict] | None = None,
     reps: int = 50,
-    progress=_no_progress,
-    log=_quiet,
+    progress=None,
+    log=None,
 ) -> dict:
     """The payload of results/<gpu>/fp8.json: ``python -m flashcore fp8`` and notebook 04 both
     build it here.
@@ -432,6 +424,8 @@ def run_fp8_record(
     which the speed runs then use; then speed over ``speed_shapes`` (default ``fp8_shapes()``).
     ``progress(items, desc)`` wraps the two loops, ``log(line)`` gets the lines the CLI prints.
     """
+    progress = progress or (lambda items, desc: items)
+    log = log or (lambda *lines: None)
     on_gpu = str(device).startswith("cuda")
     payload: dict = {"variants": list(VARIANTS), "p_scale": P_SCALE}
     combos = [(dist, causal, s) for dist in dists for causal in (False, True) for s in seqlens]

@@ -194,10 +194,6 @@ PARTS = ("sweep", "offsets", "window", "decode", "compile32k")
 DECODE_PEERS = ["flashcore_decode", "sdpa_flash", "sdpa_cudnn"]
 
 
-def _quiet(*_args, **_kwargs) -> None:
-    pass
-
-
 def sweep_line(r: dict) -> str:
     """One sweep point, as ``python -m flashcore long`` prints it while the sweep runs."""
     t = r.get("timing", {}).get("median_ms")
@@ -216,7 +212,7 @@ def run_long_record(
     max_seconds_per_call: float = 6.0,
     decode_lengths=None,
     parts=PARTS,
-    log=_quiet,
+    log=None,
 ) -> dict:
     """The payload of results/<gpu>/long_context.json (GPU): ``python -m flashcore long`` and
     notebook 05 both build it here, one key per part of ``parts``:
@@ -235,6 +231,7 @@ def run_long_record(
     from ..validate import check_large_offsets, correctness_grid, run_grid, summarize
     from .bench import bench_attention_shape
 
+    log = log or (lambda *lines: None)
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"unknown parts {sorted(unknown)}; expected some of {', '.join(PARTS)}")
