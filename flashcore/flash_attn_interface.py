@@ -57,8 +57,8 @@ on the KV-cache path (flashcore's KV-cache attention is causal), and gradients t
 malformed values (negative softcap, a window_size that is not a pair, ...). flashcore's own
 checks (dtypes, devices, GQA head counts, head dims up to 256, lengths) run after these.
 
-Differentiable: ``flash_attn_func`` goes through ``flashcore.attention``'s autograd (no
-softcap gradient: that raises). With inputs that require grad its output is the
+Differentiable: ``flash_attn_func`` goes through ``flashcore.attention``'s autograd, which
+raises for an option whose gradient it does not compute. With inputs that require grad its output is the
 ``(B, S, H, D)`` transposed view of flashcore's ``(B, H, S, D)`` result, not a contiguous
 tensor (use ``reshape``, not ``view``); without grad it is contiguous, as FA's.
 """
@@ -225,7 +225,8 @@ def flash_attn_func(
         num_splits, pack_gqa, sm_margin: ignored (FA3/FA4 performance knobs).
 
     Returns ``out`` ``(B, Sq, Hq, D)`` in q's dtype, or a tuple as above with
-    ``softmax_lse`` ``(B, Hq, Sq)`` float32. Differentiable in q, k, v (not with softcap).
+    ``softmax_lse`` ``(B, Hq, Sq)`` float32. Differentiable in q, k, v through
+    ``flashcore.attention``'s autograd (it raises for options it has no gradient for).
     """
     fn = "flash_attn_func"
     _check_common(

@@ -91,6 +91,16 @@ def _fa_reference(q, k, v, mask, *, scale=None, softcap=0.0, dtype=torch.float64
     return probs @ vb
 
 
+def _fa_lse(q, k, v, mask, *, softcap=0.0, dtype=torch.float64):
+    """The natural-log log-sum-exp of each row's masked scaled scores, (B, Hq, Sq)."""
+    qb, kb = (t.transpose(1, 2).to(dtype) for t in (q, k))
+    kb = expand_kv_heads(kb, qb.shape[1])
+    scores = qb @ kb.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    return torch.logsumexp(scores.masked_fill(~mask, float("-inf")), -1)
+
+
 # --------------------------------------------------------------------------- dense
 
 # (Sq, Sk, Hq, Hkv, D, dtype, causal, window_size, softcap) -> flashcore's (causal, window).
@@ -251,10 +261,23 @@ def test_flash_attn_func_gradients(sq, sk, hq, hkv, d, dtype, window_size):
     assert all(reports[g].passed for g in GRADIENTS), {g: reports[g].ratio for g in GRADIENTS}
 
 
-def test_softcap_gradient_raises():
+def test_softcap_with_grad_goes_through_flashcore_autograd(monkeypatch):
+    """Inputs that require grad reach flashcore.attention's autograd path (no out=) with the
+    softcap: whether it has that gradient is flashcore.attention's answer, not the door's."""
     q, k, v = (t.requires_grad_() for t in _bshd(1, 17, 17, 2, 2, 16, torch.float32, seed=1))
-    with pytest.raises(NotImplementedError, match="softcap"):
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def spy(qt, kt, vt, **kwargs):
+        seen.update(kwargs, requires_grad=qt.requires_grad)
+        raise Stop
+
+    monkeypatch.setattr(flashcore, "attention", spy)
+    with pytest.raises(Stop):
         flashcore.flash_attn_func(q, k, v, softcap=5.0)
+    assert seen["softcap"] == 5.0 and seen["requires_grad"] and "out" not in seen
 
 
 @pytest.mark.parametrize(
@@ -507,3 +530,45 @@ def test_exports():
     assert flashcore.flash_attn_func is fai.flash_attn_func
     assert flashcore.flash_attn_varlen_func is fai.flash_attn_varlen_func
     assert flashcore.flash_attn_with_kvcache is fai.flash_attn_with_kvcache
+
+
+# ------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "sq, sk, hq, hkv, d, causal, window_size, softcap",
+    [
+        (1024, 1024, 8, 8, 128, True, (-1, -1), 0.0),
+        (129, 1000, 8, 2, 64, True, (255, 0), 0.0),
+        (512, 512, 4, 4, 128, False, (-1, -1), 0.0),
+        (333, 333, 4, 1, 64, True, (-1, -1), 30.0),
+    ],
+)
+def test_same_calls_as_fa4_pass_the_rule(dtype, sq, sk, hq, hkv, d, causal, window_size, softcap):
+    """The issue's check: the same flash_attn_func call on flashcore and on FA4 (prepared by
+    ../shared/tools/fa4-wheels.sh), both under the rule against float64, and their lse."""
+    fa4 = pytest.importorskip("flash_attn.cute.interface")
+    q, k, v = _bshd(2, sq, sk, hq, hkv, d, dtype, seed=sq + d)
+    kwargs = dict(softmax_scale=None, causal=causal, window_size=window_size, softcap=softcap)
+    fa4_window = tuple(None if w < 0 else w for w in window_size)
+    try:
+        theirs, their_lse = fa4.flash_attn_func(
+            q, k, v, causal=causal, window_size=fa4_window, softcap=softcap, return_lse=True
+        )
+    except (AssertionError, NotImplementedError, RuntimeError) as error:
+        pytest.skip(f"FA4 does not run this case here: {error}")
+    ours, our_lse = flashcore.flash_attn_func(q, k, v, return_lse=True, **kwargs)
+    mask = _fa_mask(sq, sk, causal, window_size)
+    ref = _fa_reference(q, k, v, mask, softcap=softcap)
+    same = _fa_reference(q, k, v, mask, softcap=softcap, dtype=dtype)
+    assert error_rule(ours.transpose(1, 2), ref, same).passed
+    assert error_rule(theirs.transpose(1, 2), ref, same).passed
+    assert our_lse.shape == their_lse.shape and our_lse.dtype == their_lse.dtype
+    # Every row sees keys in these cases: the lse is finite and has its own rule (baseline:
+    # the same logsumexp in float32, the lse's precision).
+    lse_ref = _fa_lse(q, k, v, mask, softcap=softcap)
+    lse_same = _fa_lse(q, k, v, mask, softcap=softcap, dtype=torch.float32)
+    assert error_rule(our_lse, lse_ref, lse_same).passed
+    assert error_rule(their_lse, lse_ref, lse_same).passed
