@@ -58,9 +58,9 @@ malformed values (negative softcap, a window_size that is not a pair, ...). flas
 checks (dtypes, devices, GQA head counts, head dims up to 256, lengths) run after these.
 
 Differentiable: ``flash_attn_func`` goes through ``flashcore.attention``'s autograd, which
-raises for an option whose gradient it does not compute. With inputs that require grad its output is the
-``(B, S, H, D)`` transposed view of flashcore's ``(B, H, S, D)`` result, not a contiguous
-tensor (use ``reshape``, not ``view``); without grad it is contiguous, as FA's.
+raises for an option whose gradient it does not compute. With inputs that require grad its
+output is the ``(B, S, H, D)`` transposed view of flashcore's ``(B, H, S, D)`` result, not a
+contiguous tensor (use ``reshape``, not ``view``); without grad it is contiguous, as FA's.
 """
 
 from __future__ import annotations
