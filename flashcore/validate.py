@@ -90,6 +90,47 @@ def error_rule(
     )
 
 
+def reduction_rule(
+    value: torch.Tensor,
+    ref64: torch.Tensor,
+    value_same_precision: torch.Tensor,
+    terms64: torch.Tensor,
+    *,
+    mean: bool = True,
+) -> ErrorReport:
+    """The rule for a scalar that is a sum (``mean=False``) or a mean of N terms, e.g. a loss.
+
+    ``value`` and ``value_same_precision``: the scalar computed by the code under test and by
+    the plain PyTorch computation, both in the working dtype; ``ref64`` the float64 value;
+    ``terms64`` the N terms in float64 (any shape).
+
+    The elementwise rule's floor, one unit roundoff u at the reference's magnitude, is the
+    rounding of one result. A scalar summed from N terms is rounded at every addition, by
+    amounts that depend on the order of the additions and on the last bits of each term, so
+    a same-precision baseline that rounds to the exact value is luck, and the rule would then
+    demand that the code under test round exactly too. Summation in a tree of depth
+    ceil(log2 N) (pairwise) errs by at most ceil(log2 N) * u * sum|t_i| (Higham, Accuracy and
+    Stability of Numerical Algorithms, 2nd ed., section 4.2), and a mean rounds once more when
+    it divides by N. The floor is that bound:
+
+        floor = u * (ceil(log2 N) + [mean]) * sum|t_i| / (N if mean else 1)
+
+    at least the elementwise floor. It is the scale of one correct summation's rounding, not a
+    worst case for every order (sequential summation can reach (N - 1) * u * sum|t_i|); each
+    term's own error stays under the 2x same-precision term, as in the elementwise rule.
+    """
+    n = terms64.numel()
+    depth = math.ceil(math.log2(n)) if n > 1 else 0
+    total = float(terms64.double().abs().sum())
+    magnitude = (depth + int(mean)) * (total / max(n, 1) if mean else total)
+    return error_rule(
+        value.reshape(1),
+        ref64.double().reshape(1),
+        value_same_precision.reshape(1),
+        floor_magnitude=magnitude,
+    )
+
+
 def _row_ratio(out64, ref64, base64, unit_roundoff) -> float:
     """max over rows of  max_row|out - ref| / (2 max_row|same - ref| + u max_row|ref|)."""
     if ref64.numel() == 0:

@@ -405,7 +405,11 @@ if bf16_speed:
 # A random Llama-style model (GQA 8/2, 2 layers) in fp32: one forward, next-token loss and
 # backward with `attn_implementation="fc_triton"` (through `torch.ops.flashcore.attention` and
 # its registered autograd) and with "sdpa"; each parameter's gradient under the rule against
-# the same model in float64, with sdpa's as the same-precision baseline.
+# the same model in float64, with sdpa's as the same-precision baseline. The loss is a mean of
+# B·(S−1) per-token terms, rounded at every addition: it is held to the rule with a floor for
+# that summation (`validate.reduction_rule`: ⌈log2 N⌉ + 1 roundings of the mean |term|, a few
+# ulps), and its float64 reference is computed in float64 (transformers' own loss casts the
+# logits to float32 first).
 
 # %% tags=[]
 from flashcore.studies.e2e import compare_training_step

@@ -205,6 +205,14 @@ def test_transformers_training_step_matches_float64():
 
     row = compare_training_step(DEVICE, torch.float32)
     assert row["passed"], (row["loss"], row["worst_parameter"], row["worst_ratio"])
+    # The loss is a mean of B * (S - 1) terms: its floor allows for the summation's rounding
+    # (reduction_rule), a few ulps, not hundreds. A loss off by 256 ulps fails the bound.
+    loss = row["loss"]
+    assert loss["terms"] == 2 * 23
+    fc = torch.tensor(loss["flashcore"], dtype=torch.float32)
+    ulp = float(torch.nextafter(fc, torch.tensor(float("inf"))) - fc)
+    for off in (256 * ulp, -256 * ulp):
+        assert abs(loss["flashcore"] + off - loss["float64"]) > loss["bound"], loss
 
 
 # ------------------------------------------------------------------------------ GPU

@@ -3,10 +3,18 @@
 import json
 
 import pytest
+import torch
 
 from flashcore.reference import attention_reference
 from flashcore.results import describe, read_result, recorded_devices, write_result
-from flashcore.validate import AttentionCase, error_rule, make_inputs, planted_bugs, weak_checks
+from flashcore.validate import (
+    AttentionCase,
+    error_rule,
+    make_inputs,
+    planted_bugs,
+    reduction_rule,
+    weak_checks,
+)
 
 
 def _inputs(s, causal, seed=3):
@@ -53,6 +61,42 @@ def test_single_wrong_element_fails():
     out = ref.to(q.dtype)
     out[0, 0, 3, 5] += 0.05
     assert not error_rule(out, ref, same).passed
+
+
+def _fp32_means(n, seed):
+    """A loss-like scalar: the fp32 mean of n positive fp32 terms, and its exact value."""
+    terms = (torch.randn(n, generator=torch.Generator().manual_seed(seed)).abs() + 4.0).float()
+    return terms.mean(), terms.double().mean(), terms.double()
+
+
+@pytest.mark.parametrize("n", [2, 46, 1000, 4096])
+def test_reduction_rule_floor_covers_a_means_rounding(n):
+    # A same-precision baseline that rounds to the exact value (the reference rounded once) is
+    # the luck that made a correct fp32 loss fail the elementwise rule by an ulp: the scalar
+    # rule's floor covers the summation of n terms, and still rejects an error of 256 ulps.
+    elementwise_failed = 0
+    for seed in range(50):
+        value, ref, terms = _fp32_means(n, seed)
+        lucky = ref.float()
+        report = reduction_rule(value, ref, lucky, terms)
+        assert report.passed, (seed, report)
+        elementwise_failed += not error_rule(
+            value.reshape(1), ref.reshape(1), lucky.reshape(1)
+        ).passed
+        ulp = float(torch.nextafter(value, torch.tensor(float("inf"))) - value)
+        for off in (256 * ulp, -256 * ulp):
+            assert not reduction_rule(value + off, ref, lucky, terms).passed, (seed, off)
+    if n > 2:  # sums of many terms round by more than the elementwise floor at some seeds
+        assert elementwise_failed > 0
+
+
+def test_reduction_rule_floor_is_the_summation_bound():
+    terms = torch.full((46,), 6.5, dtype=torch.float64)
+    report = reduction_rule(terms.float().mean(), terms.mean(), terms.float().mean(), terms)
+    # ceil(log2 46) = 6 levels of additions and one division, at mean |term| = 6.5
+    assert report.floor == pytest.approx(2.0**-24 * 7 * 6.5)
+    sums = reduction_rule(terms.float().sum(), terms.sum(), terms.float().sum(), terms, mean=False)
+    assert sums.floor == pytest.approx(2.0**-24 * 6 * 6.5 * 46)
 
 
 def test_results_roundtrip_with_provenance(tmp_path, monkeypatch):

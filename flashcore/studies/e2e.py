@@ -13,7 +13,7 @@ import time
 import torch
 
 from ..ops import register_transformers
-from ..validate import error_rule
+from ..validate import error_rule, reduction_rule
 
 
 def small_llama_config(**overrides):
@@ -219,30 +219,52 @@ def run_e2e(device, dtype, *, prompt_len=24, steps=32, batch=1, seed=0) -> dict:
     }
 
 
+def _next_token_losses(logits, ids):
+    """Per-token next-token cross entropy (position i predicts token i + 1), in the logits'
+    own dtype: the terms whose mean is a causal LM's loss. transformers' own loss
+    (``labels=``) casts the logits to float32 first, so for a float64 model it computes the
+    loss in float32; the float64 reference is computed here instead."""
+    vocab = logits.shape[-1]
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1), reduction="none"
+    )
+
+
 def compare_training_step(
     device, dtype=torch.float32, *, batch=2, seqlen=24, seed=0, config=None
 ) -> dict:
     """One training step (forward, next-token loss, backward) of a random Llama-style model
     with flashcore and with sdpa, against the same model in float64 (eager attention).
 
-    The loss and every parameter gradient are put under the error rule: flashcore's value
-    against the float64 one, with sdpa's (same dtype) as the same-precision baseline."""
+    flashcore's and sdpa's steps are transformers' own (``labels=``, its loss); the float64
+    step computes the same loss in float64 (``_next_token_losses``; transformers' loss would
+    round it to float32). Every parameter gradient is put under the error rule, the loss
+    under the rule for a mean of its B * (S - 1) per-token terms (``validate.reduction_rule``:
+    a floor for the rounding of the summation), each with sdpa's value (same dtype) as the
+    same-precision baseline."""
     name = register_transformers()
     config = config or small_llama_config(initializer_range=0.1)
     model = build_model(config, device, dtype, seed).train()
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(1, model.config.vocab_size, (batch, seqlen), generator=gen).to(device)
 
+    def grads():
+        return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
     def step(impl):
         model.zero_grad(set_to_none=True)
         loss = _with_impl(model, impl)(ids, labels=ids).loss
         loss.backward()
-        return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        return loss.detach(), grads()
 
     loss_fc, grads_fc = step(name)
     loss_sdpa, grads_sdpa = step("sdpa")
     model.to(torch.float64)
-    loss_64, grads_64 = step("eager")
+    model.zero_grad(set_to_none=True)
+    terms_64 = _next_token_losses(_with_impl(model, "eager")(ids).logits, ids)
+    loss_64 = terms_64.mean()
+    loss_64.backward()
+    grads_64 = grads()
     model.to(dtype)
     rows = []
     for n, g64 in grads_64.items():
@@ -256,7 +278,7 @@ def compare_training_step(
                 "passed": r.passed,
             }
         )
-    loss_rule = error_rule(loss_fc.reshape(1), loss_64.reshape(1), loss_sdpa.reshape(1))
+    loss_rule = reduction_rule(loss_fc, loss_64.detach(), loss_sdpa, terms_64.detach())
     worst = max(rows, key=lambda r: r["ratio"])
     return {
         "dtype": str(dtype).replace("torch.", ""),
@@ -266,6 +288,11 @@ def compare_training_step(
             "flashcore": float(loss_fc),
             "sdpa": float(loss_sdpa),
             "float64": float(loss_64),
+            "terms": terms_64.numel(),
+            "max_abs_err": loss_rule.max_abs_err,
+            "sdpa_max_abs_err": loss_rule.baseline_err,
+            "floor": loss_rule.floor,
+            "bound": loss_rule.bound,
             "ratio": loss_rule.ratio,
             "passed": loss_rule.passed,
         },
