@@ -191,3 +191,25 @@ def check_softcap(softcap) -> None:
         raise ValueError(
             f"expected softcap > 0 (logits become softcap * tanh(s / softcap)), got {softcap}"
         )
+
+
+def check_sinks(sinks, q):
+    """``sinks`` as the kernels read it: (Hq,) float32 contiguous on q's device, or None.
+    Raises for anything else (before anything is written)."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"expected sinks to be a tensor or None, got {type(sinks).__name__}")
+    num_q_heads = q.shape[1] if q.dim() == 4 else q.shape[-2]
+    if sinks.dim() != 1 or sinks.shape[0] != num_q_heads:
+        raise ValueError(
+            f"expected sinks of shape ({num_q_heads},), one logit per query head, got "
+            f"{tuple(sinks.shape)}"
+        )
+    if not sinks.dtype.is_floating_point or sinks.dtype == torch.float64:
+        raise TypeError(
+            f"expected sinks to be float32, float16 or bfloat16, got {_dtype_name(sinks)}"
+        )
+    if sinks.device != q.device:
+        raise ValueError(f"expected sinks on {q.device} (q's device), got {sinks.device}")
+    return sinks.detach().float().contiguous()

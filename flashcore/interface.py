@@ -30,6 +30,7 @@ import torch
 from ._checks import (
     check_attention_inputs,
     check_kvcache_inputs,
+    check_sinks,
     check_softcap,
     check_window,
 )
@@ -80,11 +81,16 @@ def _forward_mode() -> str:
     return mode
 
 
-def forward_kernel(q, k, v, *, causal: bool, window=None, softcap=None) -> str:
+def forward_kernel(q, k, v, *, causal: bool, window=None, softcap=None, sinks=None) -> str:
     """``"gluon"`` or ``"triton"``: the forward kernel ``flashcore.attention`` runs these
-    (validated) inputs on."""
+    (validated) inputs on. Softcap and sinks run on the Triton kernel only."""
     mode = _forward_mode()
-    if mode == "never" or softcap is not None or not _hopper.supports(q, k, v, window=window):
+    if (
+        mode == "never"
+        or softcap is not None
+        or sinks is not None
+        or not _hopper.supports(q, k, v, window=window)
+    ):
         return "triton"
     if mode == "always":
         return "gluon"
@@ -123,6 +129,7 @@ def attention(
     return_lse: bool = False,
     out: torch.Tensor | None = None,
     config: dict | None = None,
+    sinks: torch.Tensor | None = None,
 ):
     """Exact softmax attention: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
 
@@ -140,6 +147,11 @@ def attention(
             means the same number.
         softcap: logit soft-capping (Gemma 2): the scaled score s becomes
             ``softcap * tanh(s / softcap)`` before the softmax. ``None`` (default): off.
+        sinks: learnable attention sinks (gpt-oss): ``(Hq,)`` float tensor on q's device,
+            one logit per query head, in the units of the scaled scores, that joins every
+            row's softmax denominator and has no value row:
+            ``p_ij = exp(s_ij) / (exp(sink_h) + sum_j exp(s_ij))``. The lse includes it.
+            Runs on the Triton kernel. ``None`` (default): off.
         scale: softmax scale; default ``1 / sqrt(D)``.
         return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
             ``(B, Hq, Sq)``, -inf for rows that see no key: float32 for float16/bfloat16
@@ -191,14 +203,32 @@ def attention(
         return_lse=return_lse,
         out=out,
         config=config,
+        sinks=sinks,
     )
 
 
 def _attention_forward(
-    q, k, v, *, causal, causal_alignment, window, softcap, scale, return_lse, out, config
+    q,
+    k,
+    v,
+    *,
+    causal,
+    causal_alignment,
+    window,
+    softcap,
+    scale,
+    return_lse,
+    out,
+    config,
+    sinks=None,
 ):
     """``attention`` without autograd: the launch cache, the checks, the dispatch table."""
     key = None
+    if sinks is not None and not (
+        type(sinks) is torch.Tensor and sinks.dtype == torch.float32 and sinks.is_contiguous()
+    ):
+        # Other dtypes or layouts: checked and converted once here (the kernel reads fp32).
+        sinks = check_sinks(sinks, q) if isinstance(q, torch.Tensor) else sinks
     if config is None:
         key, hit = _forward.cached_launch(
             q,
@@ -211,12 +241,14 @@ def _attention_forward(
             softcap=softcap,
             scale=scale,
             return_lse=return_lse,
+            sinks=sinks,
         )
         if hit is not None:
             out, lse = hit
             return (out, lse) if return_lse else out
 
     check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
+    sinks = check_sinks(sinks, q)
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError(
             f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}"
@@ -243,13 +275,15 @@ def _attention_forward(
     if out.numel() == 0 or seqlen_k == 0:
         out.zero_()
         lse.fill_(float("-inf"))
+        if sinks is not None and lse.numel():  # only the sink is seen: lse = the sink
+            lse.copy_(sinks.to(lse.dtype)[None, :, None].expand_as(lse))
         return (out, lse) if return_lse else out
 
     bottom_right = causal_alignment == "bottom_right"
     kernel = (
         "triton"
         if config is not None
-        else forward_kernel(q, k, v, causal=causal, window=window, softcap=softcap)
+        else forward_kernel(q, k, v, causal=causal, window=window, softcap=softcap, sinks=sinks)
     )
     if kernel == "gluon":
         _hopper.attention_hopper(
@@ -280,6 +314,7 @@ def _attention_forward(
         return_lse=return_lse,
         config=config,
         key=key,
+        sinks=sinks,
     )
     return (out, lse) if return_lse else out
 
@@ -466,6 +501,7 @@ def attention_with_kvcache(
     num_splits: int | None = None,
     check_lengths: bool = True,
     out: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Append new keys/values to a KV cache in place, then attend (bottom-right causal).
 
@@ -491,6 +527,7 @@ def attention_with_kvcache(
             small device-to-host copy). Pass False inside CUDA graph capture, where the
             caller must guarantee the lengths.
         out: optional preallocated ``(B, Hq, Sn, D)`` output.
+        sinks: learnable attention sinks (gpt-oss), ``(Hq,)``, as :func:`attention`.
 
     Dtypes: float16, bfloat16 (CUDA); float16 and float32 on CPU under the interpreter.
     Head dims 1..256. GQA/MQA via Hq % Hkv == 0.
@@ -517,8 +554,11 @@ def attention_with_kvcache(
         and (out is None or type(out) is torch.Tensor)
         and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
         and q.device.type == "cuda"
-        and _decode.plain_options(window, softcap, num_splits)
+        and _decode.plain_options(
+            window, softcap, num_splits, sinks, q.shape[1] if q.dim() == 4 else 0
+        )
         and _decode.consistent(q, k_cache, v_cache, cache_seqlens, out, key_padding_mask)
+        and (sinks is None or sinks.device == q.device)
     ):
         # Trusted lengths, nothing appended: a call of a signature launched before (same
         # dtypes, devices, alignment, int classes, options) skips the checks.
@@ -539,6 +579,7 @@ def attention_with_kvcache(
             1,
             capacity,
             False,
+            sinks=sinks,
         )
         if done is not None:
             return done
@@ -546,6 +587,7 @@ def attention_with_kvcache(
     new_tokens = check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out)
     check_window(window, True)
     check_softcap(softcap)
+    sinks = check_sinks(sinks, q)
     batch, num_q_heads, seqlen_new, head_dim = q.shape
     capacity = k_cache.shape[2]
     _decode.check_key_mask(key_padding_mask, q, capacity)
@@ -586,6 +628,7 @@ def attention_with_kvcache(
         0 if new_tokens else 1,
         max_keys,
         True,
+        sinks=sinks,
     )
 
 

@@ -69,6 +69,7 @@ def attention_reference(
     query_rows=None,
     softcap=None,
     key_padding_mask=None,
+    sinks=None,
 ):
     """softmax(q k^T * scale + mask) v, with every operation in ``compute_dtype``.
 
@@ -87,6 +88,12 @@ def attention_reference(
 
     ``key_padding_mask``: optional ``(B, Sk)`` bool, False for keys no query may see
     (padding), on top of the causal / window mask.
+
+    ``sinks``: optional ``(Hq,)`` learnable sink logits (gpt-oss), as transformers' eager
+    gpt-oss computes them: one more column of scores per row, the head's sink, joins the
+    softmax and is dropped after it (it has no value row); the lse includes it. A row that
+    sees no key then puts all its weight on the sink: zeros, lse = the sink. Differentiable
+    in ``sinks``.
     """
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     all_rows = (
@@ -103,6 +110,8 @@ def attention_reference(
     out = torch.zeros(out_shape, dtype=compute_dtype, device=q.device)
     lse = torch.full(out_shape[:3], float("-inf"), dtype=compute_dtype, device=q.device)
     if seqlen_k == 0 or out.numel() == 0:
+        if sinks is not None:
+            lse = sinks.to(compute_dtype)[None, :, None].expand(out_shape[:3]).clone()
         return (out, lse) if return_lse else out
 
     per_row = max(1, batch * num_q_heads * seqlen_k)
@@ -124,6 +133,13 @@ def attention_reference(
         # softmax of an all -inf row is NaN (and so is its gradient, which would spread to
         # every dK/dV): such a row sees no key, gets finite scores here and zeros below.
         # (NaN from NaN inputs is kept: only rows with no visible key are zeroed.)
+        if sinks is not None:
+            col = sinks.to(device=q.device, dtype=compute_dtype).view(1, -1, 1, 1)
+            full = torch.cat([scores, col.expand(*scores.shape[:3], 1)], dim=-1)
+            out[:, :, local] = torch.matmul(torch.softmax(full, dim=-1)[..., :-1], v_c)
+            if return_lse:
+                lse[:, :, local] = torch.logsumexp(full, dim=-1)
+            continue
         has_key = mask.any(dim=-1)
         probs = torch.softmax(scores.masked_fill(~has_key[..., None], 0.0), dim=-1)
         probs = torch.where(

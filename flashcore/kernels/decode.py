@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_attention_inputs, check_softcap, check_window
+from .._checks import check_attention_inputs, check_sinks, check_softcap, check_window
 from . import _launch as launch
 from ._launch import LaunchCache
 from ._softmax import kernel_scales, online_softmax_tile, tanh
@@ -86,6 +86,8 @@ def _decode_split_kernel(
     SOFTCAP: tl.constexpr = False,
     HAS_KEY_MASK: tl.constexpr = False,
     UNIFORM: tl.constexpr = False,
+    Sinks=None,
+    HAS_SINKS: tl.constexpr = False,
 ):
     # Options (defaults off): HAS_WINDOW, a causal sliding window of `window` keys ending at
     # each query's position; SOFTCAP, logits c * tanh(s / c) (scales as in the forward
@@ -143,8 +145,15 @@ def _decode_split_kernel(
         + offs_d[None, :] * stride_vk
     )
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_SINKS:
+        # gpt-oss sinks (see forward.py): split 0 starts each row's softmax at its head's
+        # sink, so the combine, which adds the splits' denominators, counts it once.
+        sink = tl.load(Sinks + q_head, mask=row_in, other=0.0).to(tl.float32)
+        m_i = tl.where(split == 0, sink * 1.4426950408889634, float("-inf"))
+        l_i = tl.where(split == 0, 1.0, 0.0) + tl.zeros([BLOCK_M], dtype=tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
     # Query at position r sees keys j <= cache_len + r (bottom-right alignment).
     last_visible = cache_len + pos
@@ -325,6 +334,7 @@ def launch_decode(
     lengths_include_new,
     max_keys,
     validated,
+    sinks=None,
 ):
     """Plan and launch the split (+ combine) kernels on inputs of consistent shapes.
 
@@ -404,6 +414,7 @@ def launch_decode(
             0 if single else splits_padded,
             window is not None,
             softcap is not None,
+            None if sinks is None else (sinks.get_device(), _aligned(sinks)),
         )
         entry = _DECODE_LAUNCHES.get(key)
     if entry is None and not validated:
@@ -450,6 +461,8 @@ def launch_decode(
         softcap is not None,
         key_mask is not None,
         uniform,
+        sinks,
+        sinks is not None,
     ]
     combine_grid = (batch * num_q_heads * seqlen_new, 1, 1)
     combine_args = None
@@ -510,11 +523,20 @@ def consistent(q, k_cache, v_cache, seqlens, out, key_mask) -> bool:
     )
 
 
-def plain_options(window, softcap, num_splits) -> bool:
+def plain_options(window, softcap, num_splits, sinks=None, num_q_heads=0) -> bool:
     return (
         (window is None or (type(window) is int and window > 0))
         and (softcap is None or (type(softcap) in (int, float) and 0 < softcap < math.inf))
         and (num_splits is None or type(num_splits) is int)
+        and (
+            sinks is None
+            or (
+                type(sinks) is torch.Tensor
+                and sinks.dtype == torch.float32
+                and sinks.shape == (num_q_heads,)
+                and sinks.is_contiguous()
+            )
+        )
     )
 
 
@@ -528,6 +550,7 @@ def attend_full_cache(
     softcap: float | None = None,
     key_padding_mask: torch.Tensor | None = None,
     num_splits: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode over a cache that holds exactly its ``Sk`` keys for every sequence (what a
     transformers cache step and ``flashcore.ops`` pass): ``q`` ``(B, Hq, Sq, D)`` are the
@@ -545,8 +568,9 @@ def attend_full_cache(
         and type(v) is torch.Tensor
         and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
         and q.device.type == "cuda"
-        and plain_options(window, softcap, num_splits)
         and consistent(q, k, v, None, None, key_padding_mask)
+        and plain_options(window, softcap, num_splits, sinks, q.shape[1])
+        and (sinks is None or sinks.device == q.device)
     ):
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         done = launch_decode(
@@ -564,10 +588,12 @@ def attend_full_cache(
             1,
             seqlen_k,
             False,
+            sinks=sinks,
         )
         if done is not None:
             return done
     check_attention_inputs(q, k, v, max_head_dim=256)
+    sinks = check_sinks(sinks, q)
     if q.dtype == torch.float32 and q.device.type == "cuda":
         raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
     check_window(window, True)
@@ -593,6 +619,7 @@ def attend_full_cache(
         1,
         seqlen_k,
         True,
+        sinks=sinks,
     )
 
 

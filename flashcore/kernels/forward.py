@@ -233,6 +233,8 @@ def _attn_fwd_kernel(
     SeqEndsK=None,
     SOFTCAP: tl.constexpr = False,
     VARLEN: tl.constexpr = 0,
+    Sinks=None,
+    HAS_SINKS: tl.constexpr = False,
 ):
     # 1-D grid: the query-tile index varies fastest, so programs running together share
     # one head's K/V in L2; a 1-D grid also has no 65535 limit on batch * heads.
@@ -281,8 +283,17 @@ def _attn_fwd_kernel(
     k_ptrs = k_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kk
     v_ptrs = v_base + offs_n[:, None].to(tl.int64) * stride_vn + offs_d[None, :] * stride_vk
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_SINKS:
+        # A learnable sink (gpt-oss): one more logit per head in every row's softmax, with
+        # no value row. The running state starts as if it were the first key seen: max =
+        # the sink (in log2 units), denominator exp2(0) = 1, nothing accumulated. Every
+        # row's denominator then includes it, and so does the lse the backward reads.
+        sink = tl.load(Sinks + q_head).to(tl.float32) * 1.4426950408889634
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + sink
+        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
 
     # Key range of this tile in up to three phases (kernels/_mask.py): the lower edge of a
@@ -524,6 +535,7 @@ _SLOTS = {
         "SeqEndsQ",
         "SeqStartsK",
         "SeqEndsK",
+        "Sinks",
     )
 }
 _FORWARD_LAUNCHES = LaunchCache("forward")
@@ -551,7 +563,18 @@ def _signature(t: torch.Tensor) -> tuple:
 
 
 def _forward_key(
-    q, k, v, out, seqs, causal, causal_alignment, window, softcap, return_lse, max_seqlen_q
+    q,
+    k,
+    v,
+    out,
+    seqs,
+    causal,
+    causal_alignment,
+    window,
+    softcap,
+    return_lse,
+    max_seqlen_q,
+    sinks=None,
 ):
     """Everything a launch depends on besides the data: shapes, strides, dtypes, devices,
     16-byte alignment of every pointer (Triton specializes on it), flags, the window (an
@@ -571,6 +594,7 @@ def _forward_key(
         None if out is None else _signature(out),
         None if seqs is None else tuple(_signature(t) for t in seqs), max_seqlen_q,
         causal, causal_alignment, window, softcap is None, return_lse, grad,
+        None if sinks is None else _signature(sinks),
     )  # fmt: skip
 
 
@@ -578,9 +602,10 @@ _Q, _K, _V, _OUT, _LSE = (_SLOTS[n] for n in ("Q", "K", "V", "Out", "Lse"))
 _QK_SCALE, _SOFTCAP_SCALE = _SLOTS["qk_scale"], _SLOTS["softcap_scale"]
 _SEQ_SLOTS = tuple(_SLOTS[n] for n in ("SeqStartsQ", "SeqEndsQ", "SeqStartsK", "SeqEndsK"))
 _DESC_SLOTS = (_SLOTS["k_desc"], _SLOTS["v_desc"])
+_SINKS = _SLOTS["Sinks"]
 
 
-def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
+def _launch_cached(entry, q, k, v, out, seqs, scale, softcap, sinks=None):
     """The lean path: fill the call's tensors and scales into the cached argument list."""
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -594,6 +619,7 @@ def _launch_cached(entry, q, k, v, out, seqs, scale, softcap):
     if seqs is not None:
         for slot, t in zip(_SEQ_SLOTS, seqs):
             args[slot] = t
+    args[_SINKS] = sinks
     if scale is None:
         scale = entry.default_scale
     if softcap is None:
@@ -626,6 +652,7 @@ def launch_forward(
     config,
     key,
     causal_offset=None,
+    sinks=None,
 ):
     """The checked path: pick the config, launch through the JIT, and remember the
     compiled kernel under ``key`` (None: do not cache). q, k, v are (B, H, S, D) views; with
@@ -633,7 +660,8 @@ def launch_forward(
     and S is the longest query length ``max_seqlen_q``. ``causal_offset`` (query i sees key
     j iff j <= i + offset) overrides the one the alignment implies: context parallelism
     runs blocks at arbitrary offsets. ``out`` may be of another dtype than q (the kernel
-    stores in out's dtype: a float32 partial for a merge)."""
+    stores in out's dtype: a float32 partial for a merge). ``sinks``: (Hq,) float32
+    contiguous learnable sink logits, or None."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
     if seqs is not None:
@@ -698,6 +726,8 @@ def launch_forward(
         SeqEndsK=ends_k,
         SOFTCAP=softcap is not None,
         VARLEN=varlen,
+        Sinks=sinks,
+        HAS_SINKS=sinks is not None,
     )
     compiled = _attn_fwd_kernel[grid](**params, **cfg)
     if key is not None:
@@ -736,6 +766,7 @@ def cached_launch(
     return_lse,
     seqs=None,
     max_seqlen_q=None,
+    sinks=None,
 ):
     """The lean path: a CUDA call whose signature (``_forward_key``) launched before reuses
     that launch and skips the checks, which passed for that signature. Returns
@@ -750,10 +781,13 @@ def cached_launch(
         and launch.usable(q.device)
     ):
         return None, None
+    if sinks is not None and type(sinks) is not torch.Tensor:
+        return None, None
     key = _forward_key(
-        q, k, v, out, seqs, causal, causal_alignment, window, softcap, return_lse, max_seqlen_q
-    )
+        q, k, v, out, seqs, causal, causal_alignment, window, softcap, return_lse, max_seqlen_q,
+        sinks,
+    )  # fmt: skip
     entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
     if entry is None:
         return key, None
-    return key, _launch_cached(entry, q, k, v, out, seqs, scale, softcap)
+    return key, _launch_cached(entry, q, k, v, out, seqs, scale, softcap, sinks)

@@ -1,0 +1,108 @@
+"""Learnable attention sinks (gpt-oss): one logit per query head that joins every row's
+softmax denominator and has no value row. Forward (dense, GQA, windows, softcap, both
+alignments, Sk = 0) and KV-cache decode (one split and several) against the float64
+reference under the error rule; bad sinks raise before anything is written."""
+
+import pytest
+import torch
+from conftest import DEVICE
+
+import flashcore
+from flashcore.reference import attention_reference
+from flashcore.validate import error_rule
+
+DTYPES = [torch.float16, torch.bfloat16] if DEVICE == "cuda" else [torch.float16, torch.float32]
+
+CASES = [  # (B, Hq, Hkv, Sq, Sk, D, causal, alignment, window, softcap)
+    (1, 2, 2, 1, 1, 16, False, "top_left", None, None),
+    (2, 4, 2, 65, 65, 32, True, "top_left", None, None),
+    (1, 4, 1, 17, 113, 64, True, "bottom_right", None, None),
+    (1, 2, 1, 40, 20, 32, True, "bottom_right", None, None),  # rows that see no key
+    (1, 2, 2, 33, 47, 16, False, "top_left", None, 20.0),
+    (1, 2, 2, 70, 70, 32, True, "top_left", 16, None),
+]
+
+
+def _inputs(case, dtype, seed):
+    b, hq, hkv, sq, sk, d = case[:6]
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, s, d, generator=gen) for h, s in ((hq, sq), (hkv, sk), (hkv, sk)))
+    sinks = torch.randn(hq, generator=gen) * 2  # some sinks dominate a row, some do not
+    return [t.to(DEVICE, dtype) for t in (q, k, v)] + [sinks.to(DEVICE)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_forward_with_sinks_passes_the_error_rule(case, dtype):
+    q, k, v, sinks = _inputs(case, dtype, seed=sum(case[:6]))
+    causal, alignment, window, softcap = case[6:]
+    opts = dict(causal=causal, causal_alignment=alignment, window=window, softcap=softcap)
+    out, lse = flashcore.attention(q, k, v, sinks=sinks, return_lse=True, **opts)
+    ref, ref_lse = attention_reference(q, k, v, sinks=sinks, return_lse=True, **opts)
+    same = attention_reference(q, k, v, sinks=sinks, compute_dtype=dtype, **opts)
+    assert error_rule(out, ref, same).passed
+    assert (lse.double() - ref_lse).abs().max() < 1e-4
+    # The check can fail: the same call without sinks is wrong against this reference.
+    plain = flashcore.attention(q, k, v, **opts)
+    assert not error_rule(plain, ref, same).passed
+
+
+def test_no_keys_returns_zeros_and_the_sink_as_lse():
+    q = torch.randn(1, 2, 5, 16, device=DEVICE)
+    empty = torch.randn(1, 2, 0, 16, device=DEVICE)
+    sinks = torch.tensor([0.5, -1.0], device=DEVICE)
+    out, lse = flashcore.attention(q, empty, empty, sinks=sinks, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.equal(lse[0, :, 0].float().cpu(), sinks.cpu())
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_decode_with_sinks_passes_the_error_rule(num_splits, dtype):
+    gen = torch.Generator().manual_seed(7 + num_splits)
+    b, hq, hkv, d, cap, sn = 2, 4, 2, 32, 100, 3
+    kc, vc = (torch.randn(b, hkv, cap, d, generator=gen).to(DEVICE, dtype) for _ in range(2))
+    q = torch.randn(b, hq, sn, d, generator=gen).to(DEVICE, dtype)
+    sinks = (torch.randn(hq, generator=gen) * 2).to(DEVICE)
+    lens = torch.tensor([37, 90], device=DEVICE)
+    out = flashcore.attention_with_kvcache(q, kc, vc, lens, sinks=sinks, num_splits=num_splits)
+    for i in range(b):
+        n = int(lens[i])
+        args = (q[i : i + 1], kc[i : i + 1, :, :n], vc[i : i + 1, :, :n])
+        opts = dict(causal=True, causal_alignment="bottom_right", sinks=sinks)
+        ref = attention_reference(*args, **opts)
+        same = attention_reference(*args, compute_dtype=dtype, **opts)
+        assert error_rule(out[i : i + 1], ref, same).passed
+
+
+@pytest.mark.parametrize(
+    "sinks,exc,msg",
+    [
+        (lambda q: torch.zeros(3, device=q.device), ValueError, r"expected sinks of shape \(2,\)"),
+        (lambda q: torch.zeros(1, 2, device=q.device), ValueError, "expected sinks of shape"),
+        (lambda q: torch.zeros(2, dtype=torch.int32, device=q.device), TypeError, "float32"),
+        (lambda q: [0.0, 0.0], TypeError, "expected sinks to be a tensor"),
+    ],
+)
+def test_bad_sinks_raise_before_writing(sinks, exc, msg):
+    q = torch.randn(1, 2, 8, 16, device=DEVICE)
+    out = torch.full_like(q, 7.0)
+    with pytest.raises(exc, match=msg):
+        flashcore.attention(q, q, q, sinks=sinks(q), out=out)
+    assert torch.equal(out, torch.full_like(q, 7.0))
+    kc = torch.zeros(1, 2, 16, 16, device=DEVICE)
+    before = kc.clone()
+    new = torch.ones(1, 2, 1, 16, device=DEVICE)
+    lens = torch.tensor([3], device=DEVICE)
+    with pytest.raises(exc, match=msg):
+        flashcore.attention_with_kvcache(
+            q[:, :, :1], kc, kc.clone(), lens, new, new, sinks=sinks(q)
+        )
+    assert torch.equal(kc, before)  # the cache is untouched
+
+
+def test_sinks_never_take_the_gluon_kernel():
+    from flashcore.interface import forward_kernel
+
+    q = torch.randn(1, 2, 4096, 128, device=DEVICE)
+    assert forward_kernel(q, q, q, causal=False, sinks=torch.zeros(2)) == "triton"
