@@ -269,7 +269,12 @@ def compile_sass(spec: dict, arch: int = 90) -> str:
 
     fn = spec["fn"]
     signature, constexprs = {}, dict(spec["consts"])
+    # A constexpr flag the spec leaves out takes its default, as at a launch that omits it
+    # (HAS_SINKS=False: the kernel as it runs without sinks).
+    defaults = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
     for name in fn.arg_names:
+        if name not in constexprs and name in defaults:
+            constexprs[name] = defaults[name]
         if name in constexprs:
             signature[name] = "constexpr"
         elif name in spec["pointers"]:
