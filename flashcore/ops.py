@@ -38,7 +38,7 @@ def _kernels():
     return _KERNELS
 
 
-def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
+def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None, sinks=None):
     attend_full_cache, attention = _KERNELS or _kernels()
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     if (
@@ -50,7 +50,7 @@ def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=N
     ):
         # A window needs the causal position of each query: the decode kernel's
         # bottom-right alignment (Sq == 1 is bottom-right either way).
-        return attend_full_cache(q, k, v, scale=scale, window=window, softcap=softcap)
+        return attend_full_cache(q, k, v, scale=scale, window=window, softcap=softcap, sinks=sinks)
     return attention(
         q,
         k,
@@ -60,6 +60,7 @@ def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=N
         scale=scale,
         window=window,
         softcap=softcap,
+        sinks=sinks,
     )
 
 
@@ -82,7 +83,7 @@ def attention_op(
 
 
 @attention_op.register_kernel("cpu")
-def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
+def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None, sinks=None):
     align = "bottom_right" if bottom_right else "top_left"
     with torch.no_grad():
         if interpreter_enabled() and q.dtype in (torch.float16, torch.float32):
@@ -97,6 +98,7 @@ def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap
                 scale=scale,
                 window=window,
                 softcap=softcap,
+                sinks=sinks,
             ).contiguous()
         from ._checks import check_softcap, check_window
 
@@ -114,6 +116,7 @@ def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap
             window=window,
             softcap=softcap,
             compute_dtype=torch.float32,
+            sinks=sinks,
         )
         return out.to(q.dtype).contiguous()
 
@@ -318,6 +321,11 @@ def _transformers_attention(
     softcap = None if softcap is None else float(softcap)
     scale = None if scaling is None else float(scaling)
     differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    sinks = kwargs.get("s_aux")  # gpt-oss: one learnable sink logit per query head
+    if sinks is not None:
+        return _attention_with_sinks(
+            query, key, value, attention_mask, causal, scale, window, softcap, sinks
+        )
     if attention_mask is None:
         if differentiable or torch.compiler.is_compiling():
             # The op: traced by torch.compile, differentiable through its registered backward.
@@ -339,6 +347,48 @@ def _transformers_attention(
         )
     with torch.no_grad():
         out = _padded_attention(query, key, value, attention_mask, causal, scale, window, softcap)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _attention_with_sinks(query, key, value, attention_mask, causal, scale, window, softcap, sinks):
+    """gpt-oss's attention (``s_aux``, its sinks) through flashcore.attention, whose autograd
+    gives the gradients of q, k, v and the sinks; inference calls take the same kernels as
+    the other models (the split-KV decode kernel for a few queries against a long cache)."""
+    if attention_mask is not None:
+        raise NotImplementedError(
+            "flashcore's transformers attention does not take attention sinks (s_aux) with "
+            "padded batches yet; run unpadded batches"
+        )
+    if torch.compiler.is_compiling():
+        raise NotImplementedError(
+            "flashcore's transformers attention does not take attention sinks (s_aux) under "
+            "torch.compile yet (torch.ops.flashcore.attention has no sinks argument)"
+        )
+    differentiable = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (query, key, value, sinks)
+    )
+    if not query.is_cuda and not (
+        interpreter_enabled() and query.dtype in (torch.float16, torch.float32)
+    ):
+        # No kernel on this CPU: float32 PyTorch, differentiable by torch's autograd.
+        from .reference import attention_reference
+
+        align = dict(causal=causal, causal_alignment="bottom_right")
+        out = attention_reference(
+            query, key, value, **align, scale=scale, window=window, softcap=softcap,
+            compute_dtype=torch.float32, sinks=sinks,
+        ).to(query.dtype)  # fmt: skip
+    elif differentiable:
+        from .interface import attention
+
+        out = attention(
+            query, key, value, causal=causal, causal_alignment="bottom_right", scale=scale,
+            window=window, softcap=softcap, sinks=sinks,
+        )  # fmt: skip
+    else:
+        with torch.no_grad():
+            launch = _launch_cuda if query.is_cuda else _attention_cpu
+            out = launch(query, key, value, causal, True, scale, window, softcap, sinks=sinks)
     return out.transpose(1, 2).contiguous(), None
 
 
