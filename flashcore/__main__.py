@@ -71,6 +71,12 @@ COMMANDS = {
         "backward",
         True,
     ),
+    "records": Command(
+        "list every record with its commit, date, kernel fingerprint and whether today's "
+        "kernels still match it; --summary writes results/SUMMARY.md",
+        "records",
+        False,
+    ),
 }
 
 LAB_MISSING = (

@@ -3,11 +3,19 @@
 A figure in the notebooks is a pure function of these files, so a machine without a GPU
 renders the same figure as the machine that measured. Every record says where it came
 from: device, driver, library versions, git commit, date and the command that made it.
+
+Beside its provenance a record stores the fingerprint of the kernel sources it ran
+(``kernel_fingerprint``): each file's git object id, computed from the file's bytes, so a
+copy of the tree without ``.git`` (a GPU machine told its commit through FLASHCORE_COMMIT)
+fingerprints what it actually ran, and any checkout can tell whether today's kernels still
+match (``python -m flashcore records``). ``dirty`` is computed by git where there is one,
+never declared; ``commit_source`` says where the commit came from.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -37,15 +45,157 @@ def _run(cmd: list[str]) -> str | None:
         return None
 
 
-def git_commit() -> tuple[str, bool | None]:
-    """(commit, dirty). FLASHCORE_COMMIT overrides: a copy of the tree without .git (e.g. a
-    remote GPU machine) is told the commit it was copied from."""
+def git_output(args: list[str], root: Path = REPO_ROOT) -> str | None:
+    """``git args`` run in ``root``: its stdout (possibly empty), or None where git fails."""
+    try:
+        done = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=20, check=True, cwd=root
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout
+
+
+def has_git(root: Path = REPO_ROOT) -> bool:
+    """Whether ``root`` is the top of a git work tree (not a copy inside some other repository)."""
+    top = git_output(["rev-parse", "--show-toplevel"], root)
+    return bool(top) and Path(top.strip()).resolve() == Path(root).resolve()
+
+
+def commit_info(root: Path = REPO_ROOT) -> dict:
+    """``{"commit", "commit_source", "dirty"}`` of the tree at ``root``.
+
+    In a git checkout the commit is HEAD and ``dirty`` whether a tracked file differs from it
+    (``git status``); ``commit_source`` is ``"git"``. A copy without ``.git`` (the GPU machine
+    gets the tree, not the repository) takes the commit it was copied from from FLASHCORE_COMMIT:
+    ``commit_source`` ``"FLASHCORE_COMMIT"``, ``dirty`` None (nothing here can compute it; the
+    record's kernel fingerprint is what can be checked against that commit later). Neither:
+    commit ``"unknown"``, source None.
+    """
+    if has_git(root):
+        head = (git_output(["rev-parse", "HEAD"], root) or "").strip()
+        status = git_output(["status", "--porcelain", "--untracked-files=no"], root)
+        if head:
+            dirty = None if status is None else bool(status.strip())
+            return {"commit": head, "commit_source": "git", "dirty": dirty}
     env = os.environ.get("FLASHCORE_COMMIT")
     if env:
-        return env, None
-    commit = _run(["git", "rev-parse", "HEAD"]) or "unknown"
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
-    return commit, (bool(status) if commit != "unknown" else None)
+        return {"commit": env, "commit_source": "FLASHCORE_COMMIT", "dirty": None}
+    return {"commit": "unknown", "commit_source": None, "dirty": None}
+
+
+def git_commit() -> tuple[str, bool | None]:
+    """(commit, dirty) of this checkout: git's HEAD and status where the tree is a git checkout;
+    else FLASHCORE_COMMIT (a copy of the tree without .git, e.g. a remote GPU machine, is told
+    the commit it was copied from), dirty None. See ``commit_info``."""
+    info = commit_info()
+    return info["commit"], info["dirty"]
+
+
+# --- kernel source fingerprint ------------------------------------------------------------
+
+KERNELS_PACKAGE = "flashcore.kernels"
+KERNELS_DIR = "flashcore/kernels"
+INTERFACE_FILE = "flashcore/interface.py"  # the dispatch table: which kernel a call reaches
+
+
+def blob_id(data: bytes) -> str:
+    """Git's object id of a file's bytes: sha1 of ``b"blob <size>\\0" + data``.
+
+    What ``git hash-object FILE`` prints and ``git ls-tree COMMIT`` lists, computed without git,
+    so a fingerprint taken on a copy of the tree compares file by file with any commit."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tree_kernel_files(root: Path = REPO_ROOT) -> list[str]:
+    """Every kernel source of the tree at ``root``: flashcore/kernels/*.py and the interface."""
+    files = sorted(p.relative_to(root).as_posix() for p in (root / KERNELS_DIR).glob("*.py"))
+    if (root / INTERFACE_FILE).exists():
+        files.append(INTERFACE_FILE)
+    return sorted(files)
+
+
+def imported_kernel_files(root: Path = REPO_ROOT) -> list[str]:
+    """The kernel sources this process has imported (``flashcore.kernels`` and its modules in
+    ``sys.modules``), plus the interface, as paths relative to ``root``."""
+    found = set()
+    base = Path(root).resolve()
+    for name, module in list(sys.modules.items()):
+        if name != KERNELS_PACKAGE and not name.startswith(KERNELS_PACKAGE + "."):
+            continue
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue
+        try:
+            found.add(Path(file).resolve().relative_to(base).as_posix())
+        except ValueError:  # a module from outside this tree is not this tree's source
+            continue
+    if found and (base / INTERFACE_FILE).exists():
+        found.add(INTERFACE_FILE)
+    return sorted(found)
+
+
+def fingerprint_digest(files: dict[str, str | None]) -> str:
+    """sha256 over the sorted ``"<blob id> <path>"`` lines (``-`` for a file that is absent)."""
+    lines = "".join(f"{files[p] or '-'} {p}\n" for p in sorted(files))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def file_blobs(files: list[str], root: Path = REPO_ROOT) -> dict[str, str | None]:
+    """``{path: git object id of the file today}`` (None where it is absent)."""
+    out = {}
+    for rel in files:
+        path = Path(root) / rel
+        out[rel] = blob_id(path.read_bytes()) if path.is_file() else None
+    return out
+
+
+def committed_blobs(commit: str, root: Path = REPO_ROOT) -> dict[str, str] | None:
+    """``{path: object id}`` of the kernel sources at ``commit`` (the files ``tree_kernel_files``
+    would list there), or None where git or the commit is not available."""
+    if not has_git(root):
+        return None
+    out = git_output(["ls-tree", "-r", commit, "--", KERNELS_DIR, INTERFACE_FILE], root)
+    if out is None:
+        return None
+    blobs = {}
+    for line in out.splitlines():
+        meta, _, path = line.partition("\t")
+        parts = meta.split()
+        top_level = path == INTERFACE_FILE or (
+            path.startswith(KERNELS_DIR + "/") and "/" not in path[len(KERNELS_DIR) + 1 :]
+        )
+        if len(parts) == 3 and parts[1] == "blob" and path.endswith(".py") and top_level:
+            blobs[path] = parts[2]
+    return blobs
+
+
+def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -> dict:
+    """The fingerprint a record stores: which kernel sources it ran, byte for byte.
+
+    ``files``: repository-relative paths; default, the kernel modules this process imported
+    (scope ``"imported"``), or every kernel source of the tree where it imported none (scope
+    ``"tree"``: a run whose kernels ran in other processes, e.g. papermill's). Returns
+    ``{"sha256", "scope", "files": {path: git object id}, "dirty_files"}``: ``sha256`` is
+    ``fingerprint_digest(files)``; ``dirty_files`` lists the files that differ from HEAD
+    (computed by git; None where there is no git).
+    """
+    scope = "given"
+    if files is None:
+        files, scope = imported_kernel_files(root), "imported"
+        if not files:
+            files, scope = tree_kernel_files(root), "tree"
+    blobs = file_blobs(sorted(files), root)
+    head = committed_blobs("HEAD", root)
+    dirty = None if head is None else sorted(p for p, b in blobs.items() if head.get(p) != b)
+    return {
+        "sha256": fingerprint_digest(blobs),
+        "scope": scope,
+        "hash": "per file: git object id (sha1 of 'blob <size>\\0' + bytes); sha256 over "
+        "the sorted '<id> <path>' lines",
+        "files": blobs,
+        "dirty_files": dirty,
+    }
 
 
 def _invocation() -> str:
@@ -65,11 +215,12 @@ def provenance(command: str | None = None) -> dict:
     import torch
     import triton
 
-    commit, dirty = git_commit()
+    where = commit_info()
     info = {
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
-        "commit": commit,
-        "dirty": dirty,
+        "commit": where["commit"],
+        "commit_source": where["commit_source"],
+        "dirty": where["dirty"],
         "command": command if command is not None else _invocation(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -110,10 +261,18 @@ def result_path(topic: str, slug: str | None = None) -> Path:
 def write_result(
     topic: str, payload: dict, *, command: str | None = None, slug: str | None = None
 ) -> Path:
-    """Write ``payload`` with provenance to results/<slug>/<topic>.json (stable key order)."""
+    """Write ``payload`` with provenance to results/<slug>/<topic>.json (stable key order).
+
+    Beside the provenance the record gets ``kernel_fingerprint`` (``kernel_fingerprint()``: the
+    kernel sources this process imported, as they are on disk now)."""
     path = result_path(topic, slug)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"topic": topic, "provenance": provenance(command), **payload}
+    record = {
+        "topic": topic,
+        "provenance": provenance(command),
+        "kernel_fingerprint": kernel_fingerprint(),
+        **payload,
+    }
     path.write_text(json.dumps(record, indent=1, sort_keys=False, default=float) + "\n")
     return path
 

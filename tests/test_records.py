@@ -1,0 +1,295 @@
+"""Records say when they are stale.
+
+``write_result`` stores the fingerprint of the kernel sources a run imported (git object ids
+computed from the files' bytes) and a computed ``dirty``; ``python -m flashcore records``
+compares each record with today's files (``current`` / ``stale (kernels changed: ...)``, or for
+records older than fingerprints the kernel files at their commit); ``results/SUMMARY.md`` is
+generated from the records and must equal what they generate now."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import flashcore.results as R
+from flashcore import __main__ as cli
+from flashcore.studies import records
+
+
+def copy_kernels(root: Path) -> list[str]:
+    """A copy of this tree's kernel sources under ``root`` (no .git there)."""
+    files = R.tree_kernel_files()
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(R.REPO_ROOT / rel, root / rel)
+    return files
+
+
+def append(path: Path, text: str = "# an edit\n") -> None:
+    path.write_bytes(path.read_bytes() + text.encode())
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A git repository holding a copy of the kernel sources in one commit."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    root = tmp_path / "repo"
+    copy_kernels(root)
+
+    def git(*args):
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "kernels")
+    return root, git
+
+
+def test_write_result_fingerprints_the_imported_kernels_and_reads_back_current(
+    tmp_path, monkeypatch
+):
+    import flashcore.kernels.forward  # noqa: F401  (what a run that launches it has imported)
+
+    monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
+    path = R.write_result("unit", {"value": 1.5}, slug="test-gpu")
+    record = json.loads(path.read_text())
+    fp = record["kernel_fingerprint"]
+    assert fp["scope"] == "imported"
+    assert {"flashcore/kernels/forward.py", "flashcore/interface.py"} <= set(fp["files"])
+    for rel, blob in fp["files"].items():
+        assert blob == R.blob_id((R.REPO_ROOT / rel).read_bytes())
+    assert fp["sha256"] == R.fingerprint_digest(fp["files"])
+
+    prov = record["provenance"]
+    if prov["commit_source"] == "git":  # computed here, not declared
+        assert isinstance(prov["dirty"], bool) and isinstance(fp["dirty_files"], list)
+    else:
+        assert prov["dirty"] is None and fp["dirty_files"] is None
+
+    status = records.record_status(record)
+    assert status.kind == "current" and not status.by_commit
+    # A run with uncommitted kernel edits (a shared working tree may hold some) is current
+    # against today's files, and says that its kernels are not the commit it names.
+    expected = f"current; {status.check}" if fp["dirty_files"] else "current"
+    assert status.text == expected
+    if fp["dirty_files"]:
+        assert status.check.endswith(", ".join(records.short_name(p) for p in fp["dirty_files"]))
+    line = records.status_line(path)
+    assert line.startswith("record test-gpu/unit.json (commit ") and line.endswith(expected)
+    assert records.status_line_for("unit", "test-gpu") == line
+
+
+def test_a_changed_kernel_file_makes_the_record_stale_naming_it(tmp_path):
+    root = tmp_path / "tree"
+    files = copy_kernels(root)
+    fp = R.kernel_fingerprint(files, root=root)
+    assert fp["scope"] == "given" and fp["dirty_files"] is None  # a copy without .git
+    record = {"provenance": {"commit": "unknown"}, "kernel_fingerprint": fp}
+    assert records.record_status(record, root).text == "current"
+
+    forward = root / "flashcore/kernels/forward.py"
+    original = forward.read_bytes()
+    append(forward)
+    status = records.record_status(record, root)
+    assert status.kind == "stale" and status.changed == ("forward.py",)
+    assert status.text == "stale (kernels changed: forward.py)"
+
+    forward.write_bytes(original)  # the bytes, not the file's time, decide
+    assert records.record_status(record, root).kind == "current"
+    (root / "flashcore/interface.py").unlink()
+    assert records.record_status(record, root).changed == ("interface.py (removed)",)
+
+
+def test_a_fingerprint_that_disagrees_with_its_files_is_not_current(tmp_path):
+    root = tmp_path / "tree"
+    fp = R.kernel_fingerprint(copy_kernels(root), root=root)
+    fp["sha256"] = "0" * 64
+    status = records.record_status({"provenance": {}, "kernel_fingerprint": fp}, root)
+    assert status.kind == "stale" and "does not match" in status.text
+
+
+def test_a_copy_without_git_takes_its_commit_from_the_environment(tmp_path, monkeypatch):
+    root = tmp_path / "tree"
+    copy_kernels(root)
+    monkeypatch.setenv("FLASHCORE_COMMIT", "abc1234")
+    assert R.commit_info(root) == {
+        "commit": "abc1234",
+        "commit_source": "FLASHCORE_COMMIT",
+        "dirty": None,
+    }
+    monkeypatch.delenv("FLASHCORE_COMMIT")
+    assert R.commit_info(root) == {"commit": "unknown", "commit_source": None, "dirty": None}
+
+
+def test_commit_and_dirty_come_from_git_where_there_is_git(repo, monkeypatch):
+    root, git = repo
+    monkeypatch.setenv("FLASHCORE_COMMIT", "0000000")  # declared; git's answer wins
+    head = git("rev-parse", "HEAD")
+    assert R.commit_info(root) == {"commit": head, "commit_source": "git", "dirty": False}
+    files = R.tree_kernel_files(root)
+    assert R.kernel_fingerprint(files, root)["dirty_files"] == []
+
+    decode = root / "flashcore/kernels/decode.py"
+    append(decode)
+    assert R.commit_info(root)["dirty"] is True
+    fp = R.kernel_fingerprint(files, root)
+    assert fp["dirty_files"] == ["flashcore/kernels/decode.py"]
+    # the ids computed without git are git's own
+    assert fp["files"]["flashcore/kernels/decode.py"] == git(
+        "hash-object", "flashcore/kernels/decode.py"
+    )
+
+
+def test_records_before_fingerprints_are_judged_by_their_commit(repo):
+    root, git = repo
+    record = {"provenance": {"commit": git("rev-parse", "--short", "HEAD") + " (first run)"}}
+    status = records.record_status(record, root)
+    assert status.kind == "current" and status.by_commit
+    assert status.text == "current (by commit; no fingerprint)"
+
+    append(root / "flashcore/kernels/forward.py")
+    (root / "flashcore/kernels/_new.py").write_text("x = 1\n")
+    status = records.record_status(record, root)
+    assert status.kind == "stale" and status.changed == ("_new.py (new)", "forward.py")
+    assert status.text.startswith("stale (by commit; no fingerprint; kernels changed: _new.py")
+
+    absent = records.record_status({"provenance": {"commit": "1234567"}}, root)
+    assert absent.kind == "unknown" and "not in this repository" in absent.text
+    assert not absent.needs_git  # a full clone: the answer is the same everywhere
+    unknown = records.record_status({"provenance": {"commit": "unknown"}}, root)
+    assert unknown.text == "no fingerprint (recorded before fingerprints; commit unknown)"
+
+
+def test_a_fingerprint_is_checked_against_the_commit_it_names(repo):
+    root, git = repo
+    head = git("rev-parse", "HEAD")
+    files = R.tree_kernel_files(root)
+    clean = {
+        "provenance": {"commit": head},
+        "kernel_fingerprint": R.kernel_fingerprint(files, root),
+    }
+    status = records.record_status(clean, root)
+    assert status.text == "current" and status.check == f"its kernels are commit {head}'s"
+
+    append(root / "flashcore/kernels/fp8.py")  # a run with an uncommitted edit
+    edited = {
+        "provenance": {"commit": head},
+        "kernel_fingerprint": R.kernel_fingerprint(files, root),
+    }
+    status = records.record_status(edited, root)
+    assert status.kind == "current"
+    assert status.text == f"current; its kernels differ from commit {head}'s: fp8.py"
+    assert records.record_status(clean, root).changed == ("fp8.py",)
+
+
+def make_results(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A results directory with one fingerprinted record of timing rows."""
+    root = tmp_path / "tree"
+    files = copy_kernels(root)
+    results = tmp_path / "results"
+    (results / "gpu-x").mkdir(parents=True)
+
+    def row(impl, s, ms):
+        return {"B": 1, "S": s, "D": 64, "impl": impl, "timing": {"median_ms": ms}}
+
+    record = {
+        "topic": "perf",
+        "provenance": {
+            "date": "2026-01-02T03:04:05+00:00",
+            "commit": "unknown",
+            "device": "GPU X",
+            "torch": "2.0",
+            "triton": "3.0",
+            "command": "python -m flashcore bench --record",
+        },
+        "kernel_fingerprint": R.kernel_fingerprint(files, root),
+        "method": "x" * (records.MAX_TEXT + 1),
+        "summary": {"cases": 10, "failed": 0, "worst_ratio": 0.123456},
+        "forward": [
+            row("flashcore", 1024, 1.0),
+            row("sdpa_flash", 1024, 2.0),
+            row("sdpa_cudnn", 1024, 3.0),
+            row("flashcore", 2048, 4.0),
+            row("sdpa_cudnn", 2048, 2.0),
+        ],
+    }
+    (results / "gpu-x" / "perf.json").write_text(json.dumps(record))
+    return results, root, record
+
+
+def test_summary_holds_status_and_headline_numbers(tmp_path):
+    results, root, _ = make_results(tmp_path)
+    text = records.summary_markdown(results, root)
+    assert "1 records: 1 current, 0 stale, 0 with no status." in text
+    assert "| gpu-x/perf.json | unknown | 2026-01-02 | GPU X |" in text
+    assert "- kernels today: current" in text
+    assert (
+        "  - `summary.cases`: 10\n  - `summary.failed`: 0\n  - `summary.worst_ratio`: 0.1235"
+        in text
+    )
+    assert "`method`" not in text  # a long text is not a headline
+    # S1024: fastest peer 2.0 ms / 1.0 ms = 2; S2048: 2.0 / 4.0 = 0.5; geomean 1
+    assert "| forward | flashcore | 2 | 1.00 | 0.50 | 2.00 | 1 of 2 |" in text
+    # nothing of the machine: the same records elsewhere give the same text
+    moved = tmp_path / "elsewhere" / "results"
+    shutil.copytree(results, moved)
+    assert records.summary_markdown(moved, root) == text
+
+
+def test_summary_check_fails_on_an_edit_a_changed_record_or_changed_kernels(tmp_path):
+    results, root, record = make_results(tmp_path)
+    path = records.write_summary(results, root)
+    assert records.summary_diff(results, root) == []
+
+    text = path.read_text()
+    path.write_text(text.replace("`summary.failed`: 0", "`summary.failed`: 1"))
+    diff = records.summary_diff(results, root)
+    assert "-  - `summary.failed`: 1" in diff and "+  - `summary.failed`: 0" in diff
+
+    records.write_summary(results, root)
+    record["summary"]["failed"] = 2
+    (results / "gpu-x" / "perf.json").write_text(json.dumps(record))
+    assert "+  - `summary.failed`: 2" in records.summary_diff(results, root)
+
+    records.write_summary(results, root)
+    append(root / "flashcore/kernels/forward.py")
+    diff = records.summary_diff(results, root)
+    assert "+- kernels today: stale (kernels changed: forward.py)" in diff
+
+
+def test_records_command_checks_the_summary(tmp_path, monkeypatch, capsys):
+    results, _, _ = make_results(tmp_path)
+    monkeypatch.setattr(R, "RESULTS_DIR", results)
+    assert cli.main(["records", "--check"]) == 1  # no summary yet
+    assert cli.main(["records", "--summary"]) == 0
+    assert (results / "SUMMARY.md").exists()
+    assert cli.main(["records", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu-x/perf.json" in out and "1 records: " in out
+
+
+def test_committed_summary_is_what_the_records_generate():
+    rows = records.listing()
+    partial = records.git_dependent(rows)
+    if partial:
+        pytest.skip(
+            f"{len(partial)} records need the repository's history for their status (no .git "
+            "or a shallow clone here)"
+        )
+    diff = records.summary_diff()
+    assert not diff, (
+        f"results/SUMMARY.md differs from what the records generate; run "
+        f"`{records.SUMMARY_COMMAND}` and commit it:\n" + "\n".join(diff[:60])
+    )
