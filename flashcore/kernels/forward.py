@@ -24,7 +24,10 @@ no key at all; they return zeros (and log-sum-exp -inf), never NaN.
 Gradients: kernels/backward.py (flashcore/interface.py's ``attention`` routes inputs that
 require grad there). This file is the kernel and its launcher (``launch_forward``, with the
 launch cache's lean path ``cached_launch``); the public function that checks arguments and
-picks between this kernel and the Gluon one is ``flashcore.interface.attention``.
+picks between this kernel and the Gluon one is ``flashcore.interface.attention``. The file
+is long because it holds the kernel (about 400 lines: the key-tile loop and the program,
+each read top to bottom) with its tuned launch table and its launcher, which caches a
+launch per argument signature.
 Not supported: dropout, arbitrary masks/bias, head dims above 256, different head dims for
 q/k and v. ``attention`` raises a ValueError / TypeError for each.
 """
