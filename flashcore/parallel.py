@@ -52,12 +52,6 @@ from ._checks import check_attention_inputs, check_window
 from .kernels._softmax import LOG2E, lse_dtype
 
 SHARDINGS = ("zigzag", "contiguous")
-# Planted bugs, for the tests and the notebook only: the checker must catch each of them.
-PLANTED_BUGS = (
-    "merge_without_rescale",  # the running output is not rescaled when a block is merged
-    "zigzag_off_by_one",  # masks computed as if rank r held chunk 2N - 2 - r, not 2N - 1 - r
-    "dkv_not_accumulated",  # backward: a rank drops the dK/dV the ranks before it added
-)
 
 
 # ---------------------------------------------------------------------------------------
@@ -74,31 +68,18 @@ def chunk_bounds(seqlen: int, num_chunks: int) -> list[int]:
     return bounds
 
 
-def zigzag_chunks(
-    rank: int, world_size: int, *, _planted_bug: str | None = None
-) -> tuple[int, int]:
+def zigzag_chunks(rank: int, world_size: int) -> tuple[int, int]:
     """The two chunks (of 2N) that rank r holds under zigzag sharding: r and 2N - 1 - r."""
-    second = 2 * world_size - 1 - rank
-    if _planted_bug == "zigzag_off_by_one":
-        second -= 1
-    return rank, second
+    return rank, 2 * world_size - 1 - rank
 
 
 def shard_spans(
-    seqlen: int,
-    world_size: int,
-    rank: int,
-    sharding: str = "zigzag",
-    *,
-    _planted_bug: str | None = None,
+    seqlen: int, world_size: int, rank: int, sharding: str = "zigzag"
 ) -> list[tuple[int, int]]:
     """Global ``[start, end)`` spans of rank's shard, in the order they are stored locally."""
     if sharding == "zigzag":
         bounds = chunk_bounds(seqlen, 2 * world_size)
-        return [
-            (bounds[c], bounds[c + 1])
-            for c in zigzag_chunks(rank, world_size, _planted_bug=_planted_bug)
-        ]
+        return [(bounds[c], bounds[c + 1]) for c in zigzag_chunks(rank, world_size)]
     if sharding == "contiguous":
         bounds = chunk_bounds(seqlen, world_size)
         return [(bounds[rank], bounds[rank + 1])]
@@ -191,12 +172,7 @@ def work_per_rank(
 
 
 def merge_partials(
-    out_a: torch.Tensor,
-    lse_a: torch.Tensor,
-    out_b: torch.Tensor,
-    lse_b: torch.Tensor,
-    *,
-    _planted_bug: str | None = None,
+    out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
 ):
     """Exact merge of two attention partials over disjoint key sets.
 
@@ -217,22 +193,15 @@ def merge_partials(
     lse = top + torch.log(total)  # log(0) = -inf for rows that saw nothing
     inv = 1.0 / torch.where(total == 0, torch.ones_like(total), total)
     w_a, w_b = (w_a * inv).float(), (w_b * inv).float()  # the output's weights, in fp32
-    if _planted_bug == "merge_without_rescale":
-        out = out_a.float() + out_b.float() * w_b[..., None]
-    else:
-        out = out_a.float() * w_a[..., None] + out_b.float() * w_b[..., None]
+    out = out_a.float() * w_a[..., None] + out_b.float() * w_b[..., None]
     return out, lse
 
 
 def _merge_into(
-    acc: torch.Tensor,
-    acc_lse: torch.Tensor,
-    out_b: torch.Tensor,
-    lse_b: torch.Tensor,
-    _planted_bug: str | None,
+    acc: torch.Tensor, acc_lse: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
 ) -> None:
     """In-place merge of a block's fp32 partial into the running (acc, acc_lse) rows."""
-    out, lse = merge_partials(acc, acc_lse, out_b, lse_b, _planted_bug=_planted_bug)
+    out, lse = merge_partials(acc, acc_lse, out_b, lse_b)
     acc.copy_(out)
     acc_lse.copy_(lse)
 
@@ -323,7 +292,6 @@ def ring_attention(
     group=None,
     return_lse: bool = False,
     skip_comm: bool = False,
-    _planted_bug: str | None = None,
 ):
     """Context-parallel exact attention (differentiable), called by every rank of ``group``.
 
@@ -360,8 +328,6 @@ def ring_attention(
     check_window(window, causal)
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
-    if _planted_bug is not None and _planted_bug not in PLANTED_BUGS:
-        raise ValueError(f"unknown planted bug {_planted_bug!r}; known: {PLANTED_BUGS}")
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(
             "ring_attention needs an initialised torch.distributed process group "
@@ -377,9 +343,9 @@ def ring_attention(
     if needs_grad:
         if skip_comm:
             raise ValueError("skip_comm is a forward-only benchmark switch")
-        out, lse = _RingAttentionFunction.apply(q, k, v, dict(kwargs, _planted_bug=_planted_bug))
+        out, lse = _RingAttentionFunction.apply(q, k, v, kwargs)
     else:
-        out, lse = _ring_forward(q, k, v, skip_comm=skip_comm, _planted_bug=_planted_bug, **kwargs)
+        out, lse = _ring_forward(q, k, v, skip_comm=skip_comm, **kwargs)
     return (out, lse) if return_lse else out
 
 
@@ -402,36 +368,28 @@ def _shard_layout(seqlen, world_size, rank, sharding, q, k):
     return my_spans, my_len, lengths, q_offsets
 
 
-def _block_pairs(seqlen, world_size, rank, source, sharding, causal, window, _planted_bug=None):
+def _block_pairs(seqlen, world_size, rank, source, sharding, causal, window):
     """The blocks rank computes against source's K/V: yields (query chunk index, query rows,
     key rows (local slices), "full" | "masked", causal offset q_start - k_start: query i of
     the block sees key j iff j <= i + offset)."""
-    # Positions as the masks see them (the planted off-by-one corrupts only these); the
-    # data layout (row offsets, lengths) always follows the true spans.
-    q_true = shard_spans(seqlen, world_size, rank, sharding)
-    k_true = shard_spans(seqlen, world_size, source, sharding)
-    q_seen = shard_spans(seqlen, world_size, rank, sharding, _planted_bug=_planted_bug)
-    k_seen = shard_spans(seqlen, world_size, source, sharding, _planted_bug=_planted_bug)
     k_offset = 0
-    for (ks, _), (ka, kb) in zip(k_seen, k_true):
+    for ks, ke in shard_spans(seqlen, world_size, source, sharding):
         q_offset = 0
-        for chunk, ((qs, _), (qa, qb)) in enumerate(zip(q_seen, q_true)):
-            kind = classify_pair((qs, qs + qb - qa), (ks, ks + kb - ka), causal, window)
+        for chunk, (qs, qe) in enumerate(shard_spans(seqlen, world_size, rank, sharding)):
+            kind = classify_pair((qs, qe), (ks, ke), causal, window)
             if kind != "skip":
                 yield (
                     chunk,
-                    slice(q_offset, q_offset + qb - qa),
-                    slice(k_offset, k_offset + kb - ka),
+                    slice(q_offset, q_offset + qe - qs),
+                    slice(k_offset, k_offset + ke - ks),
                     kind,
                     qs - ks,
                 )
-            q_offset += qb - qa
-        k_offset += kb - ka
+            q_offset += qe - qs
+        k_offset += ke - ks
 
 
-def _ring_forward(
-    q, k, v, *, seqlen, causal, window, scale, sharding, group, skip_comm=False, _planted_bug=None
-):
+def _ring_forward(q, k, v, *, seqlen, causal, window, scale, sharding, group, skip_comm=False):
     """The forward ring; returns (out in q's dtype, lse of lse_dtype(q.dtype))."""
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     my_spans, my_len, lengths, q_offsets = _shard_layout(seqlen, world_size, rank, sharding, q, k)
@@ -489,7 +447,7 @@ def _ring_forward(
             works = ring_exchange(current, buffers[(step + 1) % 2], group)
         k_blk, v_blk = kv_views(current, lengths[source])
         for chunk, rows, k_rows, kind, offset in _block_pairs(
-            seqlen, world_size, rank, source, sharding, causal, window, _planted_bug
+            seqlen, world_size, rank, source, sharding, causal, window
         ):
             out_b, lse_b = scratch[chunk]
             out_b.fill_(float("nan"))  # poisoned: an element the kernel skips fails the check
@@ -504,7 +462,7 @@ def _ring_forward(
                 window=window if kind == "masked" else None,
                 scale=scale,
             )
-            _merge_into(acc[:, :, rows], acc_lse[:, :, rows], out_b, lse_b, _planted_bug)
+            _merge_into(acc[:, :, rows], acc_lse[:, :, rows], out_b, lse_b)
         for work in works:
             work.wait()
 
@@ -553,9 +511,7 @@ def _block_backward(
     return dq, dk[:, :, :seqlen_k], dv[:, :, :seqlen_k]
 
 
-def _ring_backward(
-    dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sharding, group, _planted_bug=None
-):
+def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sharding, group):
     """(dq, dk, dv) of this rank's shards. K/V travel the ring as in the forward; the fp32
     dK/dV accumulator of each block travels one hop behind it (each rank adds its
     contribution, then passes it on), and after the last step every block's accumulator
@@ -622,8 +578,7 @@ def _ring_backward(
             if step > 0:  # what the ranks before added to this block's dK/dV
                 for work in dkv_works:
                     work.wait()
-                if _planted_bug != "dkv_not_accumulated":
-                    dkv += dkv_recv
+                _add_received_dkv(dkv, dkv_recv)
             # Pass it on; receive the accumulator of the block this rank holds next (after
             # the last step: its own block, complete).
             dkv_recv = torch.empty(
@@ -642,13 +597,17 @@ def _ring_backward(
     return dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
+def _add_received_dkv(dkv: torch.Tensor, received: torch.Tensor) -> None:
+    """Add to the fp32 dK/dV accumulator of the block in hand what the ranks before this one
+    added to it (``received``, from the previous rank), in place: the step that makes each
+    block's gradient the sum over every rank's queries."""
+    dkv += received
+
+
 class _RingAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, kwargs):
-        bug = kwargs["_planted_bug"]
-        out, lse = _ring_forward(
-            q, k, v, **dict(kwargs, _planted_bug=None if bug == "dkv_not_accumulated" else bug)
-        )
+        out, lse = _ring_forward(q, k, v, **kwargs)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.kwargs = kwargs
         ctx.mark_non_differentiable(lse)

@@ -1,7 +1,8 @@
 """Context parallelism (flashcore.parallel): the merge identity, sharding helpers, and ring
 attention (forward and backward) on 2 gloo processes under the Triton interpreter, under the
-error rule vs float64; planted bugs must fail."""
+error rule vs float64; planted bugs (planted in each rank's process by the lab) must fail."""
 
+import inspect
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from flashcore import parallel as P
 from flashcore.studies import context_parallel as CP
+from flashcore.studies.cp_planted import PLANTED_BUGS, planted
 
 # ----------------------------------------------------------------------------- pure units
 
@@ -38,9 +40,12 @@ def test_merge_identity_is_exact():
     out3, lse3 = P.merge_partials(a, la, torch.full_like(a, 123.0), empty)
     assert torch.equal(out3, a.float()) and torch.equal(lse3, la)  # an fp64 lse stays fp64
     assert P.merge_partials(a, la.float(), b, lb.float())[1].dtype == torch.float32
-    # The planted bug (no rescale of the running output) is not the identity.
-    bad, _ = P.merge_partials(a, la, b, lb, _planted_bug="merge_without_rescale")
+    # The planted bug (no rescale of the running output) is not the identity, and its lse is.
+    with planted("merge_without_rescale"):
+        bad, bad_lse = P.merge_partials(a, la, b, lb)
     assert (bad.double() - whole).abs().max() > 0.1
+    assert torch.allclose(bad_lse.double(), whole_lse, rtol=0, atol=1e-5)
+    assert torch.equal(P.merge_partials(a, la, b, lb)[0], out)  # the shipped merge is back
 
 
 def test_merge_of_rows_that_see_nothing_is_zero_not_nan():
@@ -75,7 +80,29 @@ def test_shard_unshard_roundtrip_covers_every_position_once(seqlen, world_size, 
 
 def test_zigzag_chunks_and_planted_off_by_one():
     assert [P.zigzag_chunks(r, 4) for r in range(4)] == [(0, 7), (1, 6), (2, 5), (3, 4)]
-    assert P.zigzag_chunks(0, 2, _planted_bug="zigzag_off_by_one") == (0, 2)
+    with planted("zigzag_off_by_one"):
+        assert P.zigzag_chunks(0, 2) == (0, 2)
+        assert P.shard_spans(96, 2, 0) == [(0, 24), (48, 72)]  # what the ring then sees
+    assert P.zigzag_chunks(0, 2) == (0, 3)
+
+
+def test_planted_bugs_live_in_the_lab_and_are_put_back():
+    """The shipped module holds nothing for a study; each planted bug replaces one of its
+    steps inside the block only, and the step is put back when the block raises."""
+    assert "planted" not in inspect.getsource(P).lower()
+    for name, (step, mutant) in PLANTED_BUGS.items():
+        shipped = getattr(P, step)
+        assert shipped is not mutant
+        with pytest.raises(KeyError):
+            with planted(name):
+                assert getattr(P, step) is mutant
+                raise KeyError("inside the block")
+        assert getattr(P, step) is shipped
+    with pytest.raises(ValueError, match="unknown planted bug"):
+        with planted("typo"):
+            pass
+    with planted(None):  # no bug: every step is the shipped one
+        assert all(getattr(P, step) is not mutant for step, mutant in PLANTED_BUGS.values())
 
 
 def test_zigzag_balances_causal_work_and_contiguous_does_not():
@@ -109,9 +136,6 @@ def test_ring_attention_checks_before_running():
     with pytest.raises(ValueError, match="window requires causal"):
         with torch.no_grad():
             P.ring_attention(q, q[:, :1], q[:, :1], seqlen=8, window=4)
-    with pytest.raises(ValueError, match="planted bug"):
-        with torch.no_grad():
-            P.ring_attention(q, q[:, :1], q[:, :1], seqlen=8, _planted_bug="typo")
 
 
 # ----------------------------------------------------------------------------- 2 processes
@@ -141,10 +165,20 @@ def test_ring_attention_two_ranks_passes_the_error_rule(two_rank_rows, case):
 
 @pytest.mark.parametrize("case", [c for c in CP.cpu_grid() if c.planted_bug], ids=lambda c: c.name)
 def test_planted_bugs_fail_the_error_rule(two_rank_rows, case):
+    """Each planted bug, planted in both ranks' processes, is rejected by the rule (not by an
+    error: a case that raised was never checked)."""
     row = two_rank_rows[case.name]
+    assert "error" not in row, row["error"]
     worst = max(row["ratio"], row.get("grad_ratio", 0.0))
     assert not row["passed"], f"planted bug {case.planted_bug} passed: ratio {worst:.3f}"
     assert worst > 2 or row["nan_mismatch"] > 0
+
+
+def test_every_planted_bug_has_a_case_and_is_caught(two_rank_rows):
+    summary = CP.summarize_cases(list(two_rank_rows.values()))
+    assert {c.planted_bug for c in CP.cpu_grid() if c.planted_bug} == set(PLANTED_BUGS)
+    assert summary["planted_bugs_caught"] == summary["planted_bugs"] == len(PLANTED_BUGS)
+    assert summary["failed"] == 0
 
 
 @pytest.mark.gpu
@@ -218,9 +252,10 @@ def test_torch_cp_output_check_passes_pytorch_cp_and_catches_per_rank_inputs():
 
 
 def test_torch_cp_bench_draws_every_input_from_the_seeded_generator():
-    """No input of the bench's timed comparisons comes from the default (per-process,
-    nondeterministically seeded on CUDA) generator."""
-    import inspect
+    """No input of the bench's timed comparisons (``bench`` and its steps) comes from the
+    default (per-process, nondeterministically seeded on CUDA) generator."""
+    from flashcore.studies import cp_bench
 
-    src = inspect.getsource(CP.bench)
-    assert "randn_like(k)" not in src and "randn_like(q)" not in src
+    src = inspect.getsource(cp_bench)
+    assert "randn_like" not in src and "torch.rand(" not in src
+    assert src.count("torch.randn(") == src.count("generator=gen")
