@@ -241,14 +241,24 @@ def test_torch_cp_output_check_passes_pytorch_cp_and_catches_per_rank_inputs():
     """The bench's check of PyTorch's context_parallel output, on CPU around PyTorch's own
     sharding, ring, fp32 merge and unshard: it passes when every rank holds the same inputs,
     and fails (and says why) when V differs per rank, as it did when V came from the
-    per-process (urandom-seeded) default CUDA generator."""
-    rows = {(r["inputs"], r["causal"]): r for r in CP.torch_cp_cpu_check(512)}
+    per-process (urandom-seeded) default CUDA generator.
+
+    In float32, under the error rule against float64. In bfloat16 it failed on a 2-core Xeon
+    (once in two fresh runs, and under ATEN_CPU_CAPABILITY=avx2) while it passes bit for bit
+    on an AVX512-BF16 EPYC under every ATEN_CPU_CAPABILITY and oneDNN ISA setting: PyTorch's
+    bf16 CPU kernels (the per-block flash kernel, the bf16 matmuls of the same-precision
+    reference) take the code path oneDNN picks for the CPU (``brg_matmul:avx512_core_bf16``
+    on the EPYC; AMX tiles where a Xeon has them), so a bf16 verdict here judges the CPU's
+    kernels, not the check. float32 has no such path: IEEE arithmetic on every CPU."""
+    rows = {(r["inputs"], r["causal"]): r for r in CP.torch_cp_cpu_check(512, dtype="float32")}
     for causal in (False, True):
         ok, bad = rows[("seeded", causal)], rows[("v unseeded", causal)]
+        assert ok["dtype"] == "float32"
         assert ok["passed"] and ok["inputs_identical_across_ranks"], ok
         assert ok["unshard_agrees_with_positions"], ok
         assert not bad["passed"] and not bad["inputs_identical_across_ranks"], bad
-        assert bad["ratio"] > 5, bad
+        # More than the rule's own factor of 2: not a rounding difference, the wrong V.
+        assert bad["ratio"] > 2, bad
 
 
 def test_torch_cp_bench_draws_every_input_from_the_seeded_generator():
