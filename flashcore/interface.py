@@ -322,9 +322,17 @@ def _attention_forward(
 # --------------------------------------------------------------------------- autograd
 
 # Forward keyword arguments whose gradient kernels/backward.py computes; anything else the forward
-# grows (softcap, varlen, ...) is refused for differentiable inputs unless left at its
-# default, so a new feature can never get a silently wrong gradient.
-_DIFFERENTIABLE_KWARGS = ("causal", "causal_alignment", "window", "scale", "return_lse", "config")
+# grows is refused for differentiable inputs unless left at its default, so a new feature can
+# never get a silently wrong gradient.
+_DIFFERENTIABLE_KWARGS = (
+    "causal",
+    "causal_alignment",
+    "window",
+    "softcap",
+    "scale",
+    "return_lse",
+    "config",
+)
 
 
 class _AttentionFunction(torch.autograd.Function):
@@ -352,6 +360,7 @@ class _AttentionFunction(torch.autograd.Function):
             causal=kw.get("causal", False),
             causal_alignment=kw.get("causal_alignment", "top_left"),
             window=kw.get("window"),
+            softcap=kw.get("softcap"),
             scale=kw.get("scale"),
             deterministic=ctx.deterministic,
         )

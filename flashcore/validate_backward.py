@@ -350,3 +350,262 @@ def rule_rejects(grads, q, k, v, do, **kwargs) -> dict:
     same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, **kwargs)
     magnitudes = cancellation_magnitudes(q, k, v, do, **kwargs)
     return {name: r.passed for name, r in gradient_rule(grads, ref64, same, magnitudes).items()}
+
+
+# ------------------------------------------------------------------------------ softcap
+# Gemma 2's logit capping: the score is z = c * tanh(s / c) of the scaled score s. Its
+# gradient carries dS through the cap, dS_s = dS_z * (1 - tanh^2(s / c)).
+
+
+def capped_cancellation_magnitudes(
+    q,
+    k,
+    v,
+    grad_out,
+    *,
+    causal=False,
+    causal_alignment="top_left",
+    window=None,
+    scale=None,
+    softcap=None,
+):
+    """``cancellation_magnitudes`` with an optional softcap: P from the capped scores, and
+    each term T_ij of dS times the cap's slope 1 - tanh^2(s_ij / c) (dS is rounded before
+    the slope multiplies it, so the slope scales the cancellation's error with it). Without
+    softcap the same numbers as ``cancellation_magnitudes``."""
+    import math
+
+    from .reference import expand_kv_heads, visible_keys
+
+    hq, hkv = q.shape[1], k.shape[1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if q.numel() == 0 or k.numel() == 0:
+        return 0.0, 0.0, 0.0
+    q64, do64 = q.detach().double(), grad_out.detach().double()
+    k64, v64 = expand_kv_heads(k.detach(), hq).double(), expand_kv_heads(v.detach(), hq).double()
+    mask = visible_keys(
+        q.shape[2],
+        k.shape[2],
+        causal=causal,
+        alignment=causal_alignment,
+        window=window,
+        device=q.device,
+    )
+    s = q64 @ k64.transpose(-1, -2) * scale
+    slope = torch.ones_like(s)
+    if softcap is not None:
+        t = torch.tanh(s / softcap)
+        s, slope = t * softcap, (1 - t) * (1 + t)
+    s = s.masked_fill(~mask, float("-inf"))
+    has_key = mask.any(-1)
+    p = torch.softmax(s.masked_fill(~has_key[:, None], 0.0), -1) * has_key[:, None]
+    dp_terms = do64.abs() @ v64.abs().transpose(-1, -2)
+    delta_terms = (do64.abs() * (p @ v64).abs()).sum(-1, keepdim=True)
+    terms = p * (dp_terms + delta_terms) * slope
+    dq_mag = float((terms @ k64.abs()).max()) * scale
+    dk_full = terms.transpose(-1, -2) @ q64.abs()
+    dk_mag = (
+        float(dk_full.reshape(dk_full.shape[0], hkv, hq // hkv, *dk_full.shape[2:]).sum(2).max())
+        * scale
+    )
+    return dq_mag, dk_mag, 0.0
+
+
+def _grad_row(base: dict, reports: dict) -> dict:
+    """A grid row: ``base`` plus each gradient's report, ``passed`` and the worst ratio."""
+    row = dict(base)
+    passed, ratio = True, 0.0
+    for name, report in reports.items():
+        row[name] = {
+            "ratio": report.ratio,
+            "max_abs_err": report.max_abs_err,
+            "baseline_err": report.baseline_err,
+            "bound": report.bound,
+            "rel_l2_err": report.rel_l2_err,
+            "nan_mismatch": report.nan_mismatch,
+            "passed": report.passed,
+        }
+        passed &= report.passed
+        ratio = max(ratio, report.ratio)
+    row["passed"] = bool(passed)
+    row["ratio"] = ratio
+    return row
+
+
+def softcap_rule(grads, q, k, v, do, **kwargs) -> dict:
+    """name -> ErrorReport of candidate (dq, dk, dv) for ``attention(q, k, v, **kwargs)``
+    (kwargs may hold softcap, scale, causal, causal_alignment, window)."""
+    ref64 = reference_gradients(q, k, v, do, compute_dtype=torch.float64, **kwargs)
+    same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, **kwargs)
+    magnitudes = capped_cancellation_magnitudes(q, k, v, do, **kwargs)
+    return gradient_rule(grads, ref64, same, magnitudes)
+
+
+def check_softcap_grad_case(
+    case: AttentionCase,
+    device,
+    seed: int,
+    *,
+    softcap: float,
+    scale: float | None = None,
+    deterministic: bool = True,
+    softcap_in_backward: bool = True,
+) -> dict:
+    """``check_grad_case`` with a softcap (and optionally an explicit softmax scale): forward
+    with lse, the backward into NaN-poisoned buffers, the gradient rule against float64
+    autograd of the capped reference. ``softcap_in_backward=False`` runs the backward as if
+    the forward had no cap (a planted bug: the rule must reject it)."""
+    from .interface import attention
+    from .kernels.backward import attention_backward
+
+    q, k, v, do = make_grad_inputs(case, device, seed)
+    kwargs = dict(
+        causal=case.causal,
+        causal_alignment=case.alignment,
+        window=case.window,
+        softcap=softcap,
+        scale=scale,
+    )
+    with torch.no_grad():
+        out, lse = attention(q, k, v, return_lse=True, **kwargs)
+        grads = tuple(_poisoned_like(t) for t in (q, k, v))
+        attention_backward(
+            do,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            deterministic=deterministic,
+            dq=grads[0],
+            dk=grads[1],
+            dv=grads[2],
+            **dict(kwargs, softcap=softcap if softcap_in_backward else None),
+        )
+    base = {
+        **dataclasses.asdict(case),
+        "name": f"{case.name} softcap{softcap}" + ("" if scale is None else f" scale{scale}"),
+        "softcap": softcap,
+        "scale": scale,
+        "seed": seed,
+        "deterministic": deterministic,
+    }
+    return _grad_row(base, softcap_rule(grads, q, k, v, do, **kwargs))
+
+
+def _explicit_softcap_backward(
+    q, k, v, do, *, causal, alignment, window, softcap, scale=None, slope=True
+):
+    """The softcapped backward written out in the inputs' dtype from an explicit P (as
+    ``_explicit_backward``); ``slope=False`` drops the cap's 1 - tanh^2 factor from dS."""
+    import math
+
+    from .reference import expand_kv_heads, visible_keys
+
+    hq, hkv = q.shape[1], k.shape[1]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    kk, vv = expand_kv_heads(k, hq), expand_kv_heads(v, hq)
+    t = torch.tanh((q @ kk.transpose(-1, -2)) * scale / softcap)
+    mask = visible_keys(
+        q.shape[2], k.shape[2], causal=causal, alignment=alignment, window=window, device=q.device
+    )
+    z = (t * softcap).masked_fill(~mask, float("-inf"))
+    has_key = mask.any(-1)
+    p = torch.softmax(z.masked_fill(~has_key[:, None], 0.0), -1)
+    p = torch.where(has_key[:, None], p, torch.zeros((), dtype=p.dtype, device=p.device))
+    dv = p.transpose(-1, -2) @ do
+    dp = do @ vv.transpose(-1, -2)
+    ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+    if slope:
+        ds = ds * (1 - t * t)
+    ds = ds * scale
+    dq, dk = ds @ kk, ds.transpose(-1, -2) @ q
+    group = hq // hkv
+
+    def reduce(g):
+        return g.reshape(g.shape[0], hkv, group, *g.shape[2:]).sum(2)
+
+    return dq, reduce(dk), reduce(dv)
+
+
+def planted_softcap_bugs() -> dict:
+    """name -> fn(q, k, v, do, **attention kwargs with softcap) returning a wrong
+    (dq, dk, dv). The rule must reject each (tests/test_backward_varlen_softcap.py)."""
+
+    def no_slope(q, k, v, do, *, causal, causal_alignment, window, softcap, scale=None):
+        return _explicit_softcap_backward(
+            q,
+            k,
+            v,
+            do,
+            causal=causal,
+            alignment=causal_alignment,
+            window=window,
+            softcap=softcap,
+            scale=scale,
+            slope=False,
+        )
+
+    def uncapped(q, k, v, do, *, causal, causal_alignment, window, softcap, scale=None):
+        # The uncapped gradient: what a backward that ignores softcap computes from its own P.
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = attention_reference(
+            *leaves,
+            causal=causal,
+            causal_alignment=causal_alignment,
+            window=window,
+            scale=scale,
+            compute_dtype=q.dtype,
+        )
+        return tuple(g.detach() for g in torch.autograd.grad(out, leaves, do))
+
+    return {
+        "softcap: dS without the 1 - tanh^2 factor": no_slope,
+        "softcap: gradient of the uncapped attention": uncapped,
+    }
+
+
+def softcap_backward_cases(name: str) -> list[tuple[AttentionCase, float, float | None]]:
+    """(case, softcap, scale) lists for the softcapped gradient rule. ``cpu``: the Triton
+    interpreter's subset (fp16/fp32, S 1/17/65/113, Sq != Sk, GQA, windows, both
+    alignments; caps that saturate: scale 0.5 makes |s| of a few units against c = 2..5).
+    ``gpu``: the same shapes in bfloat16 and float16, plus head dims 64/128/256 and longer
+    sequences."""
+    masks = [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
+    cases = []
+    if name == "cpu":
+        for (causal, align), s, (cap, scale) in zip(
+            itertools.cycle(masks),
+            (1, 17, 65, 113),
+            itertools.cycle(((2.0, None), (5.0, 0.5))),
+        ):
+            cases.append((AttentionCase(1, 2, 1, s, s, 32, "float16", causal, align), cap, scale))
+        for (causal, align), (sq, sk) in zip(masks, ((17, 65), (65, 17), (113, 40))):
+            cases.append((AttentionCase(1, 4, 2, sq, sk, 16, "float16", causal, align), 3.0, 0.5))
+        cases.append(
+            (AttentionCase(1, 4, 2, 70, 70, 32, "float16", True, "top_left", window=17), 4.0, 0.5)
+        )
+        cases.append(
+            (AttentionCase(1, 8, 2, 33, 47, 40, "float16", True, "bottom_right", "bshd"), 2.0, None)
+        )
+        cases.append(
+            (AttentionCase(1, 2, 1, 33, 47, 16, "float32", True, "bottom_right"), 3.0, 0.5)
+        )
+        cases.append(
+            (AttentionCase(1, 2, 1, 40, 70, 32, "float32", True, "top_left", window=33), 2.0, None)
+        )
+        return cases
+    if name == "gpu":
+        for dtype, (causal, align), s, d in itertools.product(
+            ("bfloat16", "float16"), masks, (1, 17, 113, 1023), (64, 128, 256)
+        ):
+            cases.append((AttentionCase(2, 4, 2, s, s, d, dtype, causal, align), 5.0, 0.5))
+        for dtype, align, w in itertools.product(
+            ("bfloat16", "float16"), ("top_left", "bottom_right"), (1, 64, 129)
+        ):
+            cases.append(
+                (AttentionCase(1, 8, 2, 239, 1023, 128, dtype, True, align, window=w), 50.0, None)
+            )
+        return cases
+    raise ValueError(f"unknown softcap grid {name!r}; expected 'cpu' or 'gpu'")

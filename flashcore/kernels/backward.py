@@ -29,8 +29,13 @@ key j iff j <= i + causal_offset (causal) and j > i + causal_offset - window (wi
 query row that sees no key (lse = -inf) contributes nothing: its dQ is zero and it adds
 nothing to dK/dV.
 
-Not supported (raises): gradients through ``out=``, softcap, dropout, masks; head dims
-above 256. bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong).
+Softcap (Gemma 2) as the forward computes it (``_softmax.kernel_scales``): with
+t = tanh(q.k * scale / c) the score is z = c t, P is rebuilt from z, and dS is taken
+through the cap: dS_s = P o (dP - delta) o (1 - t^2), then scaled as above (dz/d(q.k) =
+scale (1 - t^2)). Only the SOFTCAP constexpr and one runtime scale differ.
+
+Not supported (raises): gradients through ``out=``, dropout, masks; head dims above 256.
+bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong).
 
 This file holds the three kernels, their launch table and ``attention_backward``, the
 launcher; the autograd Function that calls it is in flashcore/interface.py. It is long
@@ -46,10 +51,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import on_interpreter
+from .._checks import check_softcap, on_interpreter
 from ._launch import tma_compatible
 from ._mask import key_phases, visible
-from ._softmax import LOG2E, lse_dtype
+from ._softmax import kernel_scales, lse_dtype, tanh
 
 
 # Lengths, offsets, windows and head counts change from call to call: Triton would otherwise
@@ -200,6 +205,8 @@ def _dkdv_query_tiles(
     FP32_IEEE: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
+    softcap_scale,
+    SOFTCAP: tl.constexpr,
 ):
     """Fold query tiles [m_lo, m_hi) of one query head into the key tile's dK, dV.
 
@@ -258,6 +265,8 @@ def _dkdv_query_tiles(
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
         else:
             s_t = tl.dot(k, tl.trans(q))
+        if SOFTCAP:
+            s_t = tanh(s_t * softcap_scale)  # the capped score / c, exactly as the forward's
         p_t = _probabilities(s_t * qk_scale, lse2[None, :])
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
@@ -287,6 +296,10 @@ def _dkdv_query_tiles(
             dv = tl.dot(p_t.to(do.dtype), do, dv)
             dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])  # dS^T, in units of the scaled scores
+        if SOFTCAP:
+            # Through c * tanh(x / c): d/dx = 1 - tanh^2, as (1 - t)(1 + t), which keeps
+            # its relative accuracy where |t| is near 1 (1 - t*t loses it to t*t's rounding).
+            ds_t = ds_t * ((1.0 - s_t) * (1.0 + s_t))
         if FP32_IEEE:
             dk = dk + tl.dot(ds_t, q, dk * 0.0, input_precision="ieee")  # two levels, as dv
         else:
@@ -374,6 +387,8 @@ def _bwd_dkdv_kernel(
     FP32_IEEE: tl.constexpr,
     ATOMIC_DQ: tl.constexpr,
     USE_TMA: tl.constexpr,
+    softcap_scale=0.0,
+    SOFTCAP: tl.constexpr = False,
 ):
     num_n_tiles = tl.cdiv(seqlen_k, BLOCK_N)
     pid = tl.program_id(0)
@@ -481,6 +496,8 @@ def _bwd_dkdv_kernel(
             FP32_IEEE=FP32_IEEE,
             ATOMIC_DQ=ATOMIC_DQ,
             USE_TMA=USE_TMA,
+            softcap_scale=softcap_scale,
+            SOFTCAP=SOFTCAP,
         )
         dk, dv = _dkdv_query_tiles(
             dk=dk,
@@ -518,6 +535,8 @@ def _bwd_dkdv_kernel(
             FP32_IEEE=FP32_IEEE,
             ATOMIC_DQ=ATOMIC_DQ,
             USE_TMA=USE_TMA,
+            softcap_scale=softcap_scale,
+            SOFTCAP=SOFTCAP,
         )
         dk, dv = _dkdv_query_tiles(
             dk=dk,
@@ -555,6 +574,8 @@ def _bwd_dkdv_kernel(
             FP32_IEEE=FP32_IEEE,
             ATOMIC_DQ=ATOMIC_DQ,
             USE_TMA=USE_TMA,
+            softcap_scale=softcap_scale,
+            SOFTCAP=SOFTCAP,
         )
 
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
@@ -610,6 +631,8 @@ def _dq_key_tiles(
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
     USE_TMA: tl.constexpr,
+    softcap_scale,
+    SOFTCAP: tl.constexpr,
 ):
     """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -654,6 +677,8 @@ def _dq_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))
+        if SOFTCAP:
+            s = tanh(s * softcap_scale)
         p = _probabilities(s * qk_scale, lse2[:, None])
         if APPLY_MASK:
             mask = visible(
@@ -668,6 +693,8 @@ def _dq_key_tiles(
             )
             p = tl.where(mask, p, 0.0)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * ((1.0 - s) * (1.0 + s))  # 1 - tanh^2: see _dkdv_query_tiles
         if FP32_IEEE:
             dq = dq + tl.dot(ds, k, dq * 0.0, input_precision="ieee")  # two levels: see dK/dV
         else:
@@ -731,6 +758,8 @@ def _bwd_dq_kernel(
     HAS_WINDOW: tl.constexpr,
     FP32_IEEE: tl.constexpr,
     USE_TMA: tl.constexpr,
+    softcap_scale=0.0,
+    SOFTCAP: tl.constexpr = False,
 ):
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -819,6 +848,8 @@ def _bwd_dq_kernel(
         HAS_WINDOW=HAS_WINDOW,
         FP32_IEEE=FP32_IEEE,
         USE_TMA=USE_TMA,
+        softcap_scale=softcap_scale,
+        SOFTCAP=SOFTCAP,
     )
     dq = _dq_key_tiles(
         dq=dq,
@@ -851,6 +882,8 @@ def _bwd_dq_kernel(
         HAS_WINDOW=HAS_WINDOW,
         FP32_IEEE=FP32_IEEE,
         USE_TMA=USE_TMA,
+        softcap_scale=softcap_scale,
+        SOFTCAP=SOFTCAP,
     )
     dq = _dq_key_tiles(
         dq=dq,
@@ -883,6 +916,8 @@ def _bwd_dq_kernel(
         HAS_WINDOW=HAS_WINDOW,
         FP32_IEEE=FP32_IEEE,
         USE_TMA=USE_TMA,
+        softcap_scale=softcap_scale,
+        SOFTCAP=SOFTCAP,
     )
     dq = dq * sm_scale
     tl.store(
@@ -956,6 +991,7 @@ def attention_backward(
     causal: bool = False,
     causal_alignment: str = "top_left",
     window: int | None = None,
+    softcap: float | None = None,
     scale: float | None = None,
     deterministic: bool = True,
     config: dict | None = None,
@@ -971,7 +1007,9 @@ def attention_backward(
         lse: the forward's ``(B, Hq, Sq)`` natural-log log-sum-exp
             (``attention(..., return_lse=True)``), float32, or float64 for float32 inputs
             (``_softmax.lse_dtype``); -inf for rows that see no key.
-        causal, causal_alignment, window, scale: exactly as given to the forward.
+        causal, causal_alignment, window, softcap, scale: exactly as given to the forward.
+            With softcap c the forward's score is z = c * tanh(s / c) of the scaled score
+            s; P is rebuilt from z and dS is carried back through it, dS_s = dS_z (1 - tanh^2).
         deterministic: True (default): dQ in a second pass per query tile, no atomics;
             repeated calls are bitwise identical. False: dQ accumulated with fp32 atomics
             inside the dK/dV pass (fewer matmuls, run-to-run differences in the last bits).
@@ -998,8 +1036,11 @@ def attention_backward(
             f"expected lse of shape {(batch, num_q_heads, seqlen_q)} {expected_lse_dtype} "
             f"(the forward's, for {q.dtype} inputs), got {tuple(lse.shape)} {lse.dtype}"
         )
+    check_softcap(softcap)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
+    # Scores in log2 units: q.k * qk_scale, or tanh(q.k * softcap_scale) * qk_scale (softcap).
+    qk_scale, softcap_scale = kernel_scales(scale, softcap)
     dq, dk, dv = (
         _gradient_buffer(name, buf, like)
         for name, buf, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v))
@@ -1040,6 +1081,8 @@ def attention_backward(
         IS_CAUSAL=bool(causal),
         HAS_WINDOW=window is not None,
         FP32_IEEE=fp32,
+        softcap_scale=softcap_scale,
+        SOFTCAP=softcap is not None,
     )
     dq_acc = dq if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     bm, bn, warps, stages = cfg["dkdv"] if deterministic else cfg.get("dkdv_atomic", cfg["dkdv"])
@@ -1070,7 +1113,7 @@ def attention_backward(
         seqlen_k,
         causal_offset,
         window or 0,
-        scale * LOG2E,
+        qk_scale,
         scale,
         BLOCK_M=bm,
         BLOCK_N=bn,
@@ -1106,7 +1149,7 @@ def attention_backward(
         seqlen_k,
         causal_offset,
         window or 0,
-        scale * LOG2E,
+        qk_scale,
         scale,
         BLOCK_M=bm,
         BLOCK_N=bn,
