@@ -106,3 +106,86 @@ def test_sinks_never_take_the_gluon_kernel():
 
     q = torch.randn(1, 2, 4096, 128, device=DEVICE)
     assert forward_kernel(q, q, q, causal=False, sinks=torch.zeros(2)) == "triton"
+
+
+# ------------------------------------------------------------------------------ gradients
+GRAD_CASES = [  # (B, Hq, Hkv, Sq, Sk, D, causal, alignment, window)
+    (1, 2, 1, 33, 47, 16, True, "bottom_right", None),
+    (2, 4, 2, 40, 40, 32, False, "top_left", None),
+    (1, 2, 2, 65, 65, 32, True, "top_left", 16),
+]
+
+
+def _grads(fn, leaves, do):
+    leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    out = fn(*leaves)
+    return out, torch.autograd.grad(out, leaves, do)
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=str)
+def test_sink_and_input_gradients_pass_the_rule(case):
+    """d sink_h = -sum over rows of P_sink * rowsum(dO * O): checked with q, k, v's gradients
+    against float64 autograd of the reference, each under the error rule."""
+    dtype = torch.float16 if DEVICE == "cuda" else torch.float32
+    q, k, v, sinks = _inputs(case, dtype, seed=3 + sum(case[:6]))
+    causal, alignment, window = case[6:]
+    opts = dict(causal=causal, causal_alignment=alignment, window=window)
+    do = torch.randn_like(q)
+    leaves = (q, k, v, sinks)
+    out, got = _grads(lambda q, k, v, s: flashcore.attention(q, k, v, sinks=s, **opts), leaves, do)
+    _, ref = _grads(
+        lambda q, k, v, s: attention_reference(q, k, v, sinks=s, **opts),
+        [t.double() for t in leaves],
+        do.double(),
+    )
+    _, same = _grads(
+        lambda q, k, v, s: attention_reference(q, k, v, sinks=s, compute_dtype=dtype, **opts),
+        leaves,
+        do,
+    )
+    for name, g, r, s in zip(("dq", "dk", "dv", "dsinks"), got, ref, same):
+        assert error_rule(g, r, s).passed, name
+    # The check can fail: the sinks' gradient without its minus sign is caught.
+    assert not error_rule(-got[3], ref[3], same[3]).passed
+
+
+def test_gpt_oss_through_flashcore_matches_eager():
+    """transformers' GptOss (random init, small config with sliding and full layers) with
+    attn_implementation set to flashcore: fp32 logits and a training step's loss and
+    gradients (sinks included) under the rule against eager in float64."""
+    transformers = pytest.importorskip("transformers")
+    import flashcore.ops
+
+    name = flashcore.ops.register_transformers()
+    cfg = transformers.GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+        num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(cfg).to(DEVICE).eval()
+    model.config._experts_implementation = "eager"  # the grouped-matmul path has no float64
+    for module in model.modules():
+        if hasattr(module, "sinks"):  # init leaves them near 0: make them matter
+            torch.nn.init.normal_(module.sinks, std=1.0)
+    ids = torch.randint(0, 128, (2, 23), device=DEVICE)
+
+    def run(impl, dtype):
+        m = model.to(dtype)
+        m.config._attn_implementation = impl
+        m.zero_grad()
+        out = m(ids, labels=ids)
+        out.loss.backward()
+        grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
+        return out.logits.detach().clone(), out.loss.detach().clone(), grads
+
+    logits64, loss64, grads64 = run("eager", torch.float64)
+    logits32, loss32, grads32 = run("eager", torch.float32)
+    logits, loss, grads = run(name, torch.float32)
+    model.to(torch.float32)
+    assert error_rule(logits, logits64, logits32).passed
+    assert abs(float(loss) - float(loss64)) <= 2 * abs(float(loss32) - float(loss64)) + 64 * 2**-24
+    assert any("sinks" in n for n in grads)
+    for n in grads64:
+        assert error_rule(grads[n], grads64[n], grads32[n]).passed, n
