@@ -373,7 +373,8 @@ print("recorded: memcheck and racecheck clean on the sanitizer sample:", sanitiz
 # `gl.warp_specialize` (SASS at the reported offsets: `logs/racecheck_sass_f2502d2.log`). None
 # touches the Q buffers, the K/V ring or our mbarriers. A probe that shares nothing with the
 # forward but its shape of partitions (two 4-warp consumers at 240 registers, a 1-warp producer
-# at 24, one buffer handed over through an mbarrier; `tools/racecheck_warp_specialize.py`)
+# at 24, one buffer handed over through an mbarrier; `tools/racecheck_warp_specialize.py`,
+# since removed: `git show 3a1d646:tools/racecheck_warp_specialize.py`)
 # gets a hazard at the same two places (kernel entry and the `warp_specialize` call), and one
 # on its mbarrier-ordered handoff, which racecheck does not model, while giving correct output (`logs/racecheck_probe_3a1d646.log`). The
 # forced 450-case grid passes, bitwise deterministic, at `3a1d646`. So these hazards are the

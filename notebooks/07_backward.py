@@ -500,7 +500,8 @@ if record is not None and "speed" in record:
 # The fp32 case that failed before (D=16, GQA 2:1, dK 1.1× the bound) was the order of a sum:
 # `tl.dot(a, b, acc)` on fp32 is one FMA chain through acc, so dK was a sequential sum of 478
 # products; fed an exact P and O on the GPU the error did not move, and a float64 emulation
-# of that order (`tools/backward_fp32_order.py`) reproduces it exactly. Summing each tile's
+# of that order (`tools/backward_fp32_order.py`, since removed: `git show
+# f99f966:tools/backward_fp32_order.py`) reproduces it exactly. Summing each tile's
 # product first (with a fresh accumulator the compiler cannot fold back into the chain)
 # fixes it.
 #

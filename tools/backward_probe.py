@@ -119,7 +119,7 @@ def fp32_probe(out_dir):
     # At commit 51db622 the kernel also had an fp64 exponent (config EXP_FP64) and an fp64 lse
     # recomputed in the backward (RECOMPUTE_LSE); its H100 log (results/<gpu>/logs/
     # backward_probe.*) showed neither moved the one failure, and they were removed. What
-    # did: tools/backward_fp32_order.py.
+    # did: the order of the dK sum (git show f99f966:tools/backward_fp32_order.py).
     variants = {
         # name: (config additions, out source, lse source)
         "kernel forward": ({}, "kernel", "kernel"),
