@@ -332,7 +332,6 @@ _DIFFERENTIABLE_KWARGS = (
     "scale",
     "return_lse",
     "config",
-    "sinks",
 )
 
 
@@ -389,32 +388,7 @@ def _differentiable_attention(q, k, v, *, deterministic: bool = True, **kwargs):
     return_lse = kwargs.pop("return_lse", False)
     kwargs.pop("out", None)
     out, lse = _AttentionFunction.apply(q, k, v, kwargs, deterministic)
-    sinks = kwargs.get("sinks")
-    if sinks is not None and torch.is_grad_enabled() and sinks.requires_grad:
-        out = _SinkGradient.apply(out, lse, sinks)
     return (out, lse) if return_lse else out
-
-
-class _SinkGradient(torch.autograd.Function):
-    """Identity on ``out`` whose backward adds the sinks' gradient.
-
-    A sink is one more logit in each row's softmax with no value row, so its dP is 0 and
-    its dS = P_sink * (0 - delta): d sink_h = -sum over rows of P_sink * delta, with
-    P_sink = exp(sink_h - lse) and delta = rowsum(dO * O) (the backward's own delta). The
-    q, k, v gradients need nothing more: the lse the backward rebuilds P from includes
-    the sink. Summed in float64 (one value per row: cheap beside the attention)."""
-
-    @staticmethod
-    def forward(ctx, out, lse, sinks):
-        ctx.save_for_backward(out, lse, sinks)
-        return out.view_as(out)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        out, lse, sinks = ctx.saved_tensors
-        delta = (grad_out.double() * out.double()).sum(-1)  # (B, Hq, Sq)
-        p_sink = torch.exp(sinks.double()[None, :, None] - lse.double())
-        return grad_out, None, (-(p_sink * delta).sum((0, 2))).to(sinks.dtype)
 
 
 _FORWARD_DEFAULTS = {
@@ -464,8 +438,15 @@ def attention_varlen(
     Dtypes as ``flashcore.attention`` (float16/bfloat16 on CUDA, float32 everywhere; CPU
     under the interpreter float16/float32). GQA via Hq % Hkv == 0.
 
-    Raises ValueError/TypeError for shapes, dtypes, devices, offsets; RuntimeError for inputs
-    that require grad. Returns ``(total_q, Hq, D)`` in q's dtype.
+    Differentiable: inputs that require grad (with grad mode on) go through an autograd
+    Function (``_VarlenFunction``) that saves the output and the log-sum-exp (packed
+    ``(Hq, total_q)``, computed in a q.k pass of its own: kernels/varlen.py says why) and
+    runs the backward kernels in their varlen mode (``backward.attention_varlen_backward``;
+    deterministic dQ). Every option above has its gradient (causal in both alignments,
+    windows, softcap, GQA, lengths 0 and 1); ``out=`` with such inputs raises.
+
+    Raises ValueError/TypeError for shapes, dtypes, devices, offsets; RuntimeError for
+    ``out=`` on inputs that require grad. Returns ``(total_q, Hq, D)`` in q's dtype.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
@@ -484,6 +465,42 @@ def attention_varlen(
             f"expected cu_seqlens_q and cu_seqlens_k of the same length (batch + 1), got "
             f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_k.shape)}"
         )
+    options = dict(
+        causal=causal,
+        causal_alignment=causal_alignment,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+    )
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        if out is not None:
+            raise RuntimeError(
+                "attention_varlen(..., out=...) does not support autograd: the inputs "
+                "require grad; drop out= (or run under torch.no_grad())"
+            )
+        return _differentiable_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options
+        )
+    return _varlen_forward(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out=out, return_lse=False, **options
+    )
+
+
+def _varlen_forward(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    *,
+    out,
+    return_lse,
+    **options,
+):
+    """``attention_varlen`` without autograd, offsets already checked; ``options`` are its
+    causal, causal_alignment, window, softcap and scale. With return_lse, ``(out, lse)``,
+    lse packed ``(Hq, total_q)`` (``varlen.attention_varlen_lse``)."""
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     elif (
@@ -495,6 +512,11 @@ def attention_varlen(
         raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
     batch = cu_seqlens_q.shape[0] - 1
     if batch == 0 or q.shape[0] == 0:
+        if return_lse:
+            lse = _varlen.attention_varlen_lse(
+                q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, **options
+            )
+            return out, lse
         return out
     # (total, H, D) -> (B, H, total, D) with batch stride 0: sequence b is addressed by its
     # offsets alone.
@@ -502,20 +524,67 @@ def attention_varlen(
         t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out)
     )
     seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
-    _varlen.attention_ranges_into(
-        qv,
-        kv,
-        vv,
-        ov,
-        seqs,
-        max_seqlen_q,
-        causal=causal,
-        causal_alignment=causal_alignment,
-        window=window,
-        softcap=softcap,
-        scale=scale,
-    )
+    _varlen.attention_ranges_into(qv, kv, vv, ov, seqs, max_seqlen_q, **options)
+    if return_lse:  # after the checks of attention_ranges_into, which the lse pass trusts
+        lse = _varlen.attention_varlen_lse(
+            q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, **options
+        )
+        return out, lse
     return out
+
+
+class _VarlenFunction(torch.autograd.Function):
+    """``attention_varlen`` under autograd: the forward saves out and the packed lse; the
+    backward runs kernels/backward.py in its varlen mode. cu_seqlens and the options carry
+    no gradient."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kwargs, det):
+        out, lse = _varlen_forward(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out=None, return_lse=True, **kwargs
+        )
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+        ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
+        ctx.kwargs = kwargs
+        ctx.deterministic = det
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        dq, dk, dv = _backward.attention_varlen_backward(
+            grad_out.to(q.dtype),
+            q,
+            k,
+            v,
+            out,
+            lse,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            *ctx.max_seqlens,
+            deterministic=ctx.deterministic,
+            **ctx.kwargs,
+        )
+        return dq, dk, dv, None, None, None, None, None, None
+
+
+def _differentiable_varlen(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    *,
+    deterministic: bool = True,
+    **options,
+):
+    """``attention_varlen`` for inputs that require grad (offsets already checked):
+    ``_VarlenFunction``; ``deterministic=False`` selects the atomic dQ."""
+    return _VarlenFunction.apply(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options, deterministic
+    )
 
 
 # ----------------------------------------------------------------------- KV cache

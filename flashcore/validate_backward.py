@@ -609,3 +609,221 @@ def softcap_backward_cases(name: str) -> list[tuple[AttentionCase, float, float 
             )
         return cases
     raise ValueError(f"unknown softcap grid {name!r}; expected 'cpu' or 'gpu'")
+
+
+# ------------------------------------------------------------------------------- varlen
+# Packed variable-length sequences (attention_varlen): each sequence is differentiated on
+# its own, so the reference is autograd through varlen_reference (one attention_reference
+# per sequence) and the floor's magnitudes are the largest of the sequences'.
+
+
+@dataclasses.dataclass(frozen=True)
+class VarlenGradCase:
+    """One packed batch for the varlen gradient rule: sequence b has lens_q[b] queries and
+    lens_k[b] keys (0 and 1 allowed)."""
+
+    lens_q: tuple
+    lens_k: tuple
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    causal: bool = False
+    alignment: str = "bottom_right"
+    window: int | None = None
+    softcap: float | None = None
+    scale: float | None = None
+
+    @property
+    def name(self) -> str:
+        mask = f"causal-{self.alignment}" if self.causal else "full"
+        if self.window is not None:
+            mask += f" window{self.window}"
+        extra = "" if self.softcap is None else f" softcap{self.softcap}"
+        extra += "" if self.scale is None else f" scale{self.scale}"
+        return (
+            f"q{list(self.lens_q)} k{list(self.lens_k)} Hq{self.num_q_heads} "
+            f"Hkv{self.num_kv_heads} D{self.head_dim} {self.dtype} {mask}{extra}"
+        )
+
+    def options(self) -> dict:
+        return dict(
+            causal=self.causal,
+            causal_alignment=self.alignment,
+            window=self.window,
+            softcap=self.softcap,
+            scale=self.scale,
+        )
+
+
+def cu_seqlens(lengths, device) -> torch.Tensor:
+    """int32 offsets [0, l0, l0 + l1, ...] of packed sequences."""
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+
+
+def make_varlen_grad_inputs(case: VarlenGradCase, device, seed: int):
+    """Fresh packed N(0, 1) q ``(total_q, Hq, D)``, k, v ``(total_k, Hkv, D)`` and dO, with
+    cu_seqlens_q and cu_seqlens_k."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = getattr(torch, case.dtype)
+
+    def rand(rows, heads):
+        return torch.randn(rows, heads, case.head_dim, generator=gen).to(device=device, dtype=dtype)
+
+    total_q, total_k = sum(case.lens_q), sum(case.lens_k)
+    q = rand(total_q, case.num_q_heads)
+    k, v = rand(total_k, case.num_kv_heads), rand(total_k, case.num_kv_heads)
+    do = rand(total_q, case.num_q_heads)
+    return q, k, v, do, cu_seqlens(case.lens_q, device), cu_seqlens(case.lens_k, device)
+
+
+def varlen_reference_gradients(q, k, v, grad_out, cu_q, cu_k, *, compute_dtype, **kwargs):
+    """(dq, dk, dv) of ``varlen_reference`` by autograd, every operation in compute_dtype."""
+    from .reference import varlen_reference
+
+    leaves = [t.detach().to(compute_dtype).requires_grad_() for t in (q, k, v)]
+    out = varlen_reference(*leaves, cu_q, cu_k, compute_dtype=compute_dtype, **kwargs)
+    if out.numel() == 0:
+        return tuple(torch.zeros_like(t) for t in leaves)
+    grads = torch.autograd.grad(out, leaves, grad_out.to(compute_dtype), allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g.detach() for t, g in zip(leaves, grads))
+
+
+def varlen_cancellation_magnitudes(q, k, v, grad_out, cu_q, cu_k, **kwargs):
+    """``capped_cancellation_magnitudes`` of each sequence (its (1, H, len, D) slices), the
+    largest per gradient."""
+    mags = [0.0, 0.0, 0.0]
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(cq) - 1):
+
+        def part(t, cu):
+            return t[cu[b] : cu[b + 1]].transpose(0, 1)[None]
+
+        seq = capped_cancellation_magnitudes(
+            part(q, cq), part(k, ck), part(v, ck), part(grad_out, cq), **kwargs
+        )
+        mags = [max(a, b_) for a, b_ in zip(mags, seq)]
+    return tuple(mags)
+
+
+def varlen_rule(grads, q, k, v, do, cu_q, cu_k, **kwargs) -> dict:
+    """name -> ErrorReport of candidate packed (dq, dk, dv) for ``attention_varlen``."""
+    ref64 = varlen_reference_gradients(
+        q, k, v, do, cu_q, cu_k, compute_dtype=torch.float64, **kwargs
+    )
+    same = varlen_reference_gradients(q, k, v, do, cu_q, cu_k, compute_dtype=q.dtype, **kwargs)
+    magnitudes = varlen_cancellation_magnitudes(q, k, v, do, cu_q, cu_k, **kwargs)
+    return gradient_rule(grads, ref64, same, magnitudes)
+
+
+def shifted_boundary(cu: torch.Tensor) -> torch.Tensor:
+    """A planted off-by-one: the first interior sequence boundary that lies between two
+    non-empty sequences moves one row later (the earlier sequence takes the later one's
+    first row)."""
+    values = cu.tolist()
+    for b in range(1, len(values) - 1):
+        if values[b] > values[b - 1] and values[b + 1] > values[b]:
+            values[b] += 1
+            return torch.tensor(values, dtype=cu.dtype, device=cu.device)
+    raise ValueError(f"no boundary between two non-empty sequences in {values}")
+
+
+def check_varlen_grad_case(
+    case: VarlenGradCase, device, seed: int, *, deterministic: bool = True, plant: str | None = None
+) -> dict:
+    """Varlen forward (out and the packed lse), the varlen backward into NaN-poisoned
+    buffers, the gradient rule per gradient against float64 autograd of the per-sequence
+    reference. ``plant`` runs the backward with a planted bug that the rule must reject:
+    ``"query_start"`` / ``"key_start"`` move one sequence boundary of cu_seqlens_q /
+    cu_seqlens_k by a row (``shifted_boundary``) in the backward only."""
+    from .interface import _varlen_forward
+    from .kernels.backward import attention_varlen_backward
+
+    q, k, v, do, cu_q, cu_k = make_varlen_grad_inputs(case, device, seed)
+    max_q, max_k = max(case.lens_q, default=0), max(case.lens_k, default=0)
+    options = case.options()
+    with torch.no_grad():
+        out, lse = _varlen_forward(q, k, v, cu_q, cu_k, max_q, out=None, return_lse=True, **options)
+        grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
+        bwd_q, bwd_k = cu_q, cu_k
+        if plant == "query_start":
+            bwd_q, max_q = shifted_boundary(cu_q), max_q + 1
+        elif plant == "key_start":
+            bwd_k, max_k = shifted_boundary(cu_k), max_k + 1
+        elif plant is not None:
+            raise ValueError(f"unknown planted varlen bug {plant!r}")
+        attention_varlen_backward(
+            do,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            bwd_q,
+            bwd_k,
+            max_q,
+            max_k,
+            deterministic=deterministic,
+            dq=grads[0],
+            dk=grads[1],
+            dv=grads[2],
+            **options,
+        )
+    base = {
+        **dataclasses.asdict(case),
+        "name": case.name,
+        "varlen": True,
+        "seed": seed,
+        "deterministic": deterministic,
+        "plant": plant,
+    }
+    return _grad_row(base, varlen_rule(grads, q, k, v, do, cu_q, cu_k, **options))
+
+
+def varlen_backward_cases(name: str, seed: int = 0) -> list[VarlenGradCase]:
+    """Packed batches for the varlen gradient rule. ``cpu``: ragged lengths with 0 and 1
+    (queries without keys, keys without queries), self and cross lengths, both causal
+    alignments and non-causal, windows, softcap, GQA 1/2/4/7, fp16 and fp32, D 16/32/40.
+    ``gpu``: the same kinds at D 64/128/256 in bfloat16 and float16, lengths up to 1000
+    (random, seeded), and a packed batch of equal lengths."""
+    V = VarlenGradCase
+    if name == "cpu":
+        ragged_q, ragged_k = (0, 1, 17, 5, 1, 40), (3, 1, 17, 0, 9, 33)
+        return [
+            V(ragged_q, ragged_k, 4, 2, 16, "float16", True, "bottom_right"),
+            V(ragged_q, ragged_k, 4, 2, 16, "float16", True, "top_left"),
+            V((17, 1, 33, 2), (40, 1, 0, 65), 2, 1, 32, "float16", False),
+            V((70, 1, 33, 0), (70, 1, 33, 0), 4, 1, 32, "float16", True, "bottom_right", 17),
+            V((33, 7, 1, 0), (47, 7, 2, 5), 4, 2, 16, "float16", True, "top_left", None, 3.0, 0.5),
+            V((20, 3, 1), (20, 3, 1), 7, 1, 40, "float16", True, "bottom_right"),
+            V((1, 40, 0, 17), (1, 65, 4, 17), 2, 1, 16, "float32", True, "bottom_right"),
+            V((33, 65), (33, 65), 2, 2, 16, "float32", True, "top_left", 9, 2.0),
+        ]
+    if name == "gpu":
+        import random
+
+        rng = random.Random(seed)
+        cases = []
+        for dtype, d, (causal, align), (hq, hkv) in itertools.product(
+            ("bfloat16", "float16"),
+            (64, 128, 256),
+            ((False, "top_left"), (True, "top_left"), (True, "bottom_right")),
+            ((8, 8), (8, 2), (8, 1)),
+        ):
+            lens_q = [
+                rng.choice([0, 1, rng.randint(2, 130), rng.randint(2, 1000)]) for _ in range(6)
+            ]
+            lens_k = (
+                lens_q
+                if rng.random() < 0.5
+                else [rng.choice([0, 1, rng.randint(2, 1000)]) for _ in lens_q]
+            )
+            window = rng.choice([None, 1, 64, 257]) if causal else None
+            softcap = rng.choice([None, 30.0])
+            cases.append(
+                V(tuple(lens_q), tuple(lens_k), hq, hkv, d, dtype, causal, align, window, softcap)
+            )
+        for dtype in ("bfloat16", "float16"):
+            cases.append(V((512,) * 8, (512,) * 8, 16, 4, 128, dtype, True, "bottom_right"))
+        return cases
+    raise ValueError(f"unknown varlen grid {name!r}; expected 'cpu' or 'gpu'")

@@ -73,43 +73,43 @@ def _bwd_preprocess(
     stride_dh,
     stride_dm,
     stride_dk,
+    stride_lz,
+    stride_lh,
     num_heads,
     seqlen_q,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    SeqStartsQ=None,
+    SeqEndsQ=None,
+    VARLEN: tl.constexpr = 0,
 ):
-    """delta = rowsum(dO o O) in fp32, (B, H, Sq) contiguous."""
+    """delta = rowsum(dO o O) in fp32, laid out as lse: row i of (batch, head) at
+    ``batch * stride_lz + head * stride_lh + i`` (VARLEN: i counted from the sequence's
+    first packed row, so the packed (H, total_q) layout)."""
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
     tile_m = pid % num_m_tiles
     batch_head = pid // num_m_tiles
     batch = batch_head // num_heads
     head = batch_head % num_heads
+    o_base = Out + batch.to(tl.int64) * stride_oz + head.to(tl.int64) * stride_oh
+    do_base = dOut + batch.to(tl.int64) * stride_dz + head.to(tl.int64) * stride_dh
+    d_base = Delta + batch.to(tl.int64) * stride_lz + head.to(tl.int64) * stride_lh
+    if VARLEN:
+        q_first = tl.load(SeqStartsQ + batch).to(tl.int32)
+        seqlen_q = tl.load(SeqEndsQ + batch).to(tl.int32) - q_first
+        o_base += q_first.to(tl.int64) * stride_om
+        do_base += q_first.to(tl.int64) * stride_dm
+        d_base += q_first.to(tl.int64)
     offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
     rows = offs_m[:, None].to(tl.int64)
-    o = tl.load(
-        Out
-        + batch.to(tl.int64) * stride_oz
-        + head.to(tl.int64) * stride_oh
-        + rows * stride_om
-        + offs_d[None, :] * stride_ok,
-        mask=mask,
-        other=0.0,
-    )
-    do = tl.load(
-        dOut
-        + batch.to(tl.int64) * stride_dz
-        + head.to(tl.int64) * stride_dh
-        + rows * stride_dm
-        + offs_d[None, :] * stride_dk,
-        mask=mask,
-        other=0.0,
-    )
+    o = tl.load(o_base + rows * stride_om + offs_d[None, :] * stride_ok, mask=mask, other=0.0)
+    do = tl.load(do_base + rows * stride_dm + offs_d[None, :] * stride_dk, mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, delta, mask=offs_m < seqlen_q)
+    tl.store(d_base + offs_m, delta, mask=offs_m < seqlen_q)
 
 
 @triton.jit
@@ -369,6 +369,8 @@ def _bwd_dkdv_kernel(
     stride_dvh,
     stride_dvn,
     stride_dvk,
+    stride_lz,
+    stride_lh,
     num_q_heads,
     num_kv_heads,
     gqa_group_size,
@@ -389,7 +391,17 @@ def _bwd_dkdv_kernel(
     USE_TMA: tl.constexpr,
     softcap_scale=0.0,
     SOFTCAP: tl.constexpr = False,
+    SeqStartsQ=None,
+    SeqEndsQ=None,
+    SeqStartsK=None,
+    SeqEndsK=None,
+    VARLEN: tl.constexpr = 0,
 ):
+    # VARLEN (1: top-left, 2: bottom-right causal alignment per sequence), as the forward:
+    # batch entry b is sequence b, queries rows [SeqStartsQ[b], SeqEndsQ[b]) and keys rows
+    # [SeqStartsK[b], SeqEndsK[b]) of the packed tensors (batch stride 0); seqlen_q and
+    # seqlen_k are then the longest lengths, which size the grid, and causal_offset is per
+    # sequence. A program whose key tile starts past its sequence's end does nothing.
     num_n_tiles = tl.cdiv(seqlen_k, BLOCK_N)
     pid = tl.program_id(0)
     tile_n = pid % num_n_tiles
@@ -397,29 +409,31 @@ def _bwd_dkdv_kernel(
     batch = batch_head // num_kv_heads
     kv_head = batch_head % num_kv_heads
 
+    k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
+    v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
+    dk_base = dK + batch.to(tl.int64) * stride_dkz + kv_head.to(tl.int64) * stride_dkh
+    dv_base = dV + batch.to(tl.int64) * stride_dvz + kv_head.to(tl.int64) * stride_dvh
+    if VARLEN:
+        q_first = tl.load(SeqStartsQ + batch).to(tl.int32)
+        k_first = tl.load(SeqStartsK + batch).to(tl.int32)
+        seqlen_q = tl.load(SeqEndsQ + batch).to(tl.int32) - q_first
+        seqlen_k = tl.load(SeqEndsK + batch).to(tl.int32) - k_first
+        if VARLEN == 2:
+            causal_offset = seqlen_k - seqlen_q
+        else:
+            causal_offset = 0
+        k_base += k_first.to(tl.int64) * stride_kn
+        v_base += k_first.to(tl.int64) * stride_vn
+        dk_base += k_first.to(tl.int64) * stride_dkn
+        dv_base += k_first.to(tl.int64) * stride_dvn
+
     start_n = tile_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
     cols = offs_n[:, None].to(tl.int64)
-    k = tl.load(
-        K
-        + batch.to(tl.int64) * stride_kz
-        + kv_head.to(tl.int64) * stride_kh
-        + cols * stride_kn
-        + offs_d[None, :] * stride_kk,
-        mask=kv_mask,
-        other=0.0,
-    )
-    v = tl.load(
-        V
-        + batch.to(tl.int64) * stride_vz
-        + kv_head.to(tl.int64) * stride_vh
-        + cols * stride_vn
-        + offs_d[None, :] * stride_vk,
-        mask=kv_mask,
-        other=0.0,
-    )
+    k = tl.load(k_base + cols * stride_kn + offs_d[None, :] * stride_kk, mask=kv_mask, other=0.0)
+    v = tl.load(v_base + cols * stride_vn + offs_d[None, :] * stride_vk, mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
 
@@ -451,15 +465,29 @@ def _bwd_dkdv_kernel(
         m_full_end = m_full  # a partial key tile is masked throughout
     m_full_end = tl.maximum(m_full_end, m_full)
     m_mask1_end = tl.minimum(m_full, m_hi)
+    if VARLEN:
+        # A key tile past the end of its (shorter) sequence: no query range at all (its
+        # rows of dK/dV belong to no sequence of this program; the store below is masked).
+        past_end = start_n >= seqlen_k
+        m_lo = tl.where(past_end, 0, m_lo)
+        m_mask1_end = tl.where(past_end, 0, m_mask1_end)
+        m_full = tl.where(past_end, 0, m_full)
+        m_full_end = tl.where(past_end, 0, m_full_end)
+        m_hi = tl.where(past_end, 0, m_hi)
 
     for g in range(0, gqa_group_size):
         q_head = kv_head * gqa_group_size + g
-        bh_q = batch * num_q_heads + q_head
         q_base = Q + batch.to(tl.int64) * stride_qz + q_head.to(tl.int64) * stride_qh
         do_base = dOut + batch.to(tl.int64) * stride_doz + q_head.to(tl.int64) * stride_doh
         dq_base = dQacc + batch.to(tl.int64) * stride_dqz + q_head.to(tl.int64) * stride_dqh
-        lse_base = Lse + bh_q.to(tl.int64) * seqlen_q
-        delta_base = Delta + bh_q.to(tl.int64) * seqlen_q
+        lse_base = Lse + batch.to(tl.int64) * stride_lz + q_head.to(tl.int64) * stride_lh
+        delta_base = Delta + batch.to(tl.int64) * stride_lz + q_head.to(tl.int64) * stride_lh
+        if VARLEN:
+            q_base += q_first.to(tl.int64) * stride_qm
+            do_base += q_first.to(tl.int64) * stride_dom
+            dq_base += q_first.to(tl.int64) * stride_dqm
+            lse_base += q_first.to(tl.int64)
+            delta_base += q_first.to(tl.int64)
         dk, dv = _dkdv_query_tiles(
             dk=dk,
             dv=dv,
@@ -581,20 +609,8 @@ def _bwd_dkdv_kernel(
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
     # gives dK = scale * dS^T Q. dV needs no scale.
     dk = dk * sm_scale
-    dk_ptrs = (
-        dK
-        + batch.to(tl.int64) * stride_dkz
-        + kv_head.to(tl.int64) * stride_dkh
-        + cols * stride_dkn
-        + offs_d[None, :] * stride_dkk
-    )
-    dv_ptrs = (
-        dV
-        + batch.to(tl.int64) * stride_dvz
-        + kv_head.to(tl.int64) * stride_dvh
-        + cols * stride_dvn
-        + offs_d[None, :] * stride_dvk
-    )
+    dk_ptrs = dk_base + cols * stride_dkn + offs_d[None, :] * stride_dkk
+    dv_ptrs = dv_base + cols * stride_dvn + offs_d[None, :] * stride_dvk
     tl.store(dk_ptrs, dk.to(dK.dtype.element_ty), mask=kv_mask)
     tl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=kv_mask)
 
@@ -742,6 +758,8 @@ def _bwd_dq_kernel(
     stride_dqh,
     stride_dqm,
     stride_dqk,
+    stride_lz,
+    stride_lh,
     num_q_heads,
     gqa_group_size,
     seqlen_q,
@@ -760,7 +778,13 @@ def _bwd_dq_kernel(
     USE_TMA: tl.constexpr,
     softcap_scale=0.0,
     SOFTCAP: tl.constexpr = False,
+    SeqStartsQ=None,
+    SeqEndsQ=None,
+    SeqStartsK=None,
+    SeqEndsK=None,
+    VARLEN: tl.constexpr = 0,
 ):
+    # VARLEN as in _bwd_dkdv_kernel: a query tile past its sequence's end does nothing.
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
     tile_m = pid % num_m_tiles
@@ -771,35 +795,41 @@ def _bwd_dq_kernel(
     q_head = batch_head % num_q_heads
     kv_head = q_head // gqa_group_size
 
+    q_base = Q + batch.to(tl.int64) * stride_qz + q_head.to(tl.int64) * stride_qh
+    do_base = dOut + batch.to(tl.int64) * stride_doz + q_head.to(tl.int64) * stride_doh
+    dq_base = dQ + batch.to(tl.int64) * stride_dqz + q_head.to(tl.int64) * stride_dqh
+    lse_base = Lse + batch.to(tl.int64) * stride_lz + q_head.to(tl.int64) * stride_lh
+    delta_base = Delta + batch.to(tl.int64) * stride_lz + q_head.to(tl.int64) * stride_lh
+    k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
+    v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
+    if VARLEN:
+        q_first = tl.load(SeqStartsQ + batch).to(tl.int32)
+        k_first = tl.load(SeqStartsK + batch).to(tl.int32)
+        seqlen_q = tl.load(SeqEndsQ + batch).to(tl.int32) - q_first
+        seqlen_k = tl.load(SeqEndsK + batch).to(tl.int32) - k_first
+        if VARLEN == 2:
+            causal_offset = seqlen_k - seqlen_q
+        else:
+            causal_offset = 0
+        q_base += q_first.to(tl.int64) * stride_qm
+        do_base += q_first.to(tl.int64) * stride_dom
+        dq_base += q_first.to(tl.int64) * stride_dqm
+        lse_base += q_first.to(tl.int64)
+        delta_base += q_first.to(tl.int64)
+        k_base += k_first.to(tl.int64) * stride_kn
+        v_base += k_first.to(tl.int64) * stride_vn
+
     tile_start = tile_m * BLOCK_M
     offs_m = tile_start + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     row_in = offs_m < seqlen_q
     mask = row_in[:, None] & (offs_d[None, :] < HEAD_DIM)
     rows = offs_m[:, None].to(tl.int64)
-    q = tl.load(
-        Q
-        + batch.to(tl.int64) * stride_qz
-        + q_head.to(tl.int64) * stride_qh
-        + rows * stride_qm
-        + offs_d[None, :] * stride_qk,
-        mask=mask,
-        other=0.0,
-    )
-    do = tl.load(
-        dOut
-        + batch.to(tl.int64) * stride_doz
-        + q_head.to(tl.int64) * stride_doh
-        + rows * stride_dom
-        + offs_d[None, :] * stride_dok,
-        mask=mask,
-        other=0.0,
-    )
-    lse = tl.load(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
-    delta = tl.load(Delta + batch_head.to(tl.int64) * seqlen_q + offs_m, mask=row_in, other=0.0)
+    q = tl.load(q_base + rows * stride_qm + offs_d[None, :] * stride_qk, mask=mask, other=0.0)
+    do = tl.load(do_base + rows * stride_dom + offs_d[None, :] * stride_dok, mask=mask, other=0.0)
+    lse = tl.load(lse_base + offs_m, mask=row_in, other=0.0)
+    delta = tl.load(delta_base + offs_m, mask=row_in, other=0.0)
     lse2 = _lse_to_log2(lse, BLOCK_M)
-    k_base = K + batch.to(tl.int64) * stride_kz + kv_head.to(tl.int64) * stride_kh
-    v_base = V + batch.to(tl.int64) * stride_vz + kv_head.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
 
     # Key phases exactly as the forward kernel's (kernels/_mask.py), except that a partial
@@ -816,6 +846,14 @@ def _bwd_dq_kernel(
     )
     if tile_start + BLOCK_M > seqlen_q:
         unmasked_end = full_start
+    if VARLEN:
+        # A query tile past the end of its (shorter) sequence sees no key.
+        past_end = tile_start >= seqlen_q
+        key_start = tl.where(past_end, 0, key_start)
+        lower_end = tl.where(past_end, 0, lower_end)
+        full_start = tl.where(past_end, 0, full_start)
+        unmasked_end = tl.where(past_end, 0, unmasked_end)
+        key_end = tl.where(past_end, 0, key_end)
 
     dq = _dq_key_tiles(
         dq=dq,
@@ -920,15 +958,8 @@ def _bwd_dq_kernel(
         SOFTCAP=SOFTCAP,
     )
     dq = dq * sm_scale
-    tl.store(
-        dQ
-        + batch.to(tl.int64) * stride_dqz
-        + q_head.to(tl.int64) * stride_dqh
-        + rows * stride_dqm
-        + offs_d[None, :] * stride_dqk,
-        dq.to(dQ.dtype.element_ty),
-        mask=mask,
-    )
+    dq_ptrs = dq_base + rows * stride_dqm + offs_d[None, :] * stride_dqk
+    tl.store(dq_ptrs, dq.to(dQ.dtype.element_ty), mask=mask)
 
 
 # Launch configs for half precision on Hopper, by padded head dim: (BLOCK_M, BLOCK_N, warps,
@@ -967,6 +998,10 @@ def _descriptors(tensors, block_rows, head_dim):
         TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_rows, head_dim])
         for t in tensors
     )
+
+
+def _default_scale(scale, q):
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
 
 def _gradient_buffer(name, buf, like):
@@ -1024,7 +1059,7 @@ def attention_backward(
     temporaries.
     """
     batch, num_q_heads, seqlen_q, head_dim = q.shape
-    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    seqlen_k = k.shape[2]
     if grad_out.shape != q.shape or grad_out.dtype != q.dtype or grad_out.device != q.device:
         raise ValueError(
             f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
@@ -1037,10 +1072,6 @@ def attention_backward(
             f"(the forward's, for {q.dtype} inputs), got {tuple(lse.shape)} {lse.dtype}"
         )
     check_softcap(softcap)
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    # Scores in log2 units: q.k * qk_scale, or tanh(q.k * softcap_scale) * qk_scale (softcap).
-    qk_scale, softcap_scale = kernel_scales(scale, softcap)
     dq, dk, dv = (
         _gradient_buffer(name, buf, like)
         for name, buf, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v))
@@ -1051,16 +1082,192 @@ def attention_backward(
     # The tile loads inside the loops assume a unit inner stride (any other strides are
     # fine); a tensor strided along the head dim is copied once.
     q, k, v, grad_out = (t if t.stride(3) == 1 else t.contiguous() for t in (q, k, v, grad_out))
-
     causal_offset = seqlen_k - seqlen_q if (causal and causal_alignment == "bottom_right") else 0
+    dq_acc = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
+    _launch_backward(
+        grad_out,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        delta,
+        dq,
+        dk,
+        dv,
+        dq_acc,
+        seqs=None,
+        varlen=0,
+        causal=causal,
+        causal_offset=causal_offset,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        config=config,
+    )
+    if dq_acc is not None:
+        dq.copy_(dq_acc.mul_(_default_scale(scale, q)))
+    return dq, dk, dv
+
+
+def attention_varlen_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "bottom_right",
+    window: int | None = None,
+    softcap: float | None = None,
+    scale: float | None = None,
+    deterministic: bool = True,
+    config: dict | None = None,
+    dq: torch.Tensor | None = None,
+    dk: torch.Tensor | None = None,
+    dv: torch.Tensor | None = None,
+):
+    """Gradients of ``flashcore.attention_varlen``: returns ``(dq, dk, dv)`` in the packed
+    layout, ``(total_q, Hq, D)`` and ``(total_k, Hkv, D)``.
+
+    Args:
+        grad_out, q, k, v, out: packed as the forward takes them (any strides; ``out`` the
+            forward's output, ``grad_out`` of q's shape and dtype).
+        lse: the forward's natural-log log-sum-exp in the packed layout ``(Hq, total_q)``:
+            row i of sequence b, head h at ``lse[h, cu_seqlens_q[b] + i]``
+            (``varlen.attention_varlen_lse``); float32, float64 for float32 inputs; -inf
+            for rows that see no key.
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, causal_alignment,
+            window, softcap, scale: exactly as given to the forward (checked there: this
+            function trusts the offsets, as the forward's kernels do).
+        deterministic, config, dq, dk, dv: as ``attention_backward``.
+
+    Each sequence is differentiated on its own: rows and keys outside it contribute nothing
+    to it, a sequence with no keys gets dQ = 0, one with no queries dK = dV = 0. Every row
+    of dQ, dK and dV that lies in a sequence is written.
+    """
+    total_q, num_q_heads, head_dim = q.shape
+    batch = cu_seqlens_q.shape[0] - 1
+    if grad_out.shape != q.shape or grad_out.dtype != q.dtype or grad_out.device != q.device:
+        raise ValueError(
+            f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
+            f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}"
+        )
+    expected_lse_dtype = lse_dtype(q.dtype)
+    if tuple(lse.shape) != (num_q_heads, total_q) or lse.dtype != expected_lse_dtype:
+        raise ValueError(
+            f"expected lse of shape {(num_q_heads, total_q)} {expected_lse_dtype} "
+            f"(the varlen forward's, for {q.dtype} inputs), got {tuple(lse.shape)} {lse.dtype}"
+        )
+    check_softcap(softcap)
+    dq, dk, dv = (
+        _gradient_buffer(name, buf, like)
+        for name, buf, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v))
+    )
+    if batch <= 0 or total_q == 0 or k.shape[0] == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    # Unit inner stride for the tile loads: copied on the packed tensors (before the
+    # batch-stride-0 views below, whose copy would be B times larger).
+    q, k, v, grad_out = (t if t.stride(2) == 1 else t.contiguous() for t in (q, k, v, grad_out))
+    lse = lse.contiguous()
+    delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
+    dq_acc = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+
+    def view(t):  # (total, H, D) -> (B, H, total, D), batch stride 0
+        return t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1)
+
+    def view_lse(t):  # (H, total) -> (B, H, total), batch stride 0
+        return t.unsqueeze(0).expand(batch, -1, -1)
+
+    seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
+    _launch_backward(
+        view(grad_out),
+        view(q),
+        view(k),
+        view(v),
+        view(out),
+        view_lse(lse),
+        view_lse(delta),
+        view(dq),
+        view(dk),
+        view(dv),
+        None if dq_acc is None else view(dq_acc),
+        seqs=seqs,
+        varlen=2 if causal_alignment == "bottom_right" else 1,
+        seqlen_q=max_seqlen_q,
+        seqlen_k=max_seqlen_k,
+        causal=causal,
+        causal_offset=0,
+        window=window,
+        softcap=softcap,
+        scale=scale,
+        config=config,
+    )
+    if dq_acc is not None:
+        dq.copy_(dq_acc.mul_(_default_scale(scale, q)))
+    return dq, dk, dv
+
+
+def _launch_backward(
+    grad_out,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    delta,
+    dq,
+    dk,
+    dv,
+    dq_acc,
+    *,
+    seqs,
+    varlen,
+    causal,
+    causal_offset,
+    window,
+    softcap,
+    scale,
+    config,
+    seqlen_q=None,
+    seqlen_k=None,
+):
+    """The three kernels on (B, H, S, D) views. ``lse`` and ``delta`` are (B, H, S) views
+    with a unit last stride; ``dq_acc`` (atomic mode) an fp32 buffer of q's shape that the
+    dK/dV pass adds the unscaled dQ into (the caller multiplies by the scale); None
+    selects the deterministic dQ pass. With ``seqs`` (starts/ends of queries and keys per sequence, ``varlen`` 1 top-left / 2
+    bottom-right) the kernels run in varlen mode and seqlen_q / seqlen_k are the longest
+    lengths, which size the grids."""
+    batch, num_q_heads, _, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    seqlen_q = q.shape[2] if seqlen_q is None else seqlen_q
+    seqlen_k = k.shape[2] if seqlen_k is None else seqlen_k
+    scale = _default_scale(scale, q)
+    # Scores in log2 units: q.k * qk_scale, or tanh(q.k * softcap_scale) * qk_scale (softcap).
+    qk_scale, softcap_scale = kernel_scales(scale, softcap)
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
     cfg = (
         config if config is not None else _pick_config(head_dim_padded, q.dtype, on_interpreter(q))
     )
-    fp32 = q.dtype == torch.float32
+    deterministic = dq_acc is None
+    # Varlen reads rows through per-sequence offsets (a descriptor's zero-filled tail would
+    # be the next sequence's rows): the pointer path.
+    use_tma = (
+        seqs is None and cfg.get("USE_TMA", True) and tma_compatible((q, k, v, grad_out), head_dim)
+    )
+    starts_q, ends_q, starts_k, ends_k = seqs if seqs is not None else (None,) * 4
+    # lse and delta share one layout: both contiguous (or batch-stride-0 views of contiguous
+    # (H, total) tensors), so delta's strides address lse too (a size-1 dim's stride, the
+    # only one contiguity leaves free, is never multiplied by a nonzero index).
+    stride_lz, stride_lh = delta.stride(0), delta.stride(1)
 
-    use_tma = cfg.get("USE_TMA", True) and tma_compatible((q, k, v, grad_out), head_dim)
-    delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
     pre_m = 64 if head_dim_padded <= 128 else 32
     _bwd_preprocess[(triton.cdiv(seqlen_q, pre_m) * batch * num_q_heads,)](
         out,
@@ -1068,11 +1275,16 @@ def attention_backward(
         delta,
         *out.stride(),
         *grad_out.stride(),
+        stride_lz,
+        stride_lh,
         num_q_heads,
         seqlen_q,
         HEAD_DIM=head_dim,
         HEAD_DIM_PADDED=head_dim_padded,
         BLOCK_M=pre_m,
+        SeqStartsQ=starts_q,
+        SeqEndsQ=ends_q,
+        VARLEN=varlen,
     )
 
     common = dict(
@@ -1080,11 +1292,16 @@ def attention_backward(
         HEAD_DIM_PADDED=head_dim_padded,
         IS_CAUSAL=bool(causal),
         HAS_WINDOW=window is not None,
-        FP32_IEEE=fp32,
+        FP32_IEEE=q.dtype == torch.float32,
         softcap_scale=softcap_scale,
         SOFTCAP=softcap is not None,
+        SeqStartsQ=starts_q,
+        SeqEndsQ=ends_q,
+        SeqStartsK=starts_k,
+        SeqEndsK=ends_k,
+        VARLEN=varlen,
     )
-    dq_acc = dq if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dq_target = dq if deterministic else dq_acc
     bm, bn, warps, stages = cfg["dkdv"] if deterministic else cfg.get("dkdv_atomic", cfg["dkdv"])
     q_desc, do_desc = _descriptors((q, grad_out), bm, head_dim) if use_tma else (None, None)
     _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, bn) * batch * num_kv_heads,)](
@@ -1094,7 +1311,7 @@ def attention_backward(
         grad_out,
         lse,
         delta,
-        dq_acc,
+        dq_target,
         dk,
         dv,
         q_desc,
@@ -1103,9 +1320,11 @@ def attention_backward(
         *k.stride(),
         *v.stride(),
         *grad_out.stride(),
-        *dq_acc.stride(),
+        *dq_target.stride(),
         *dk.stride(),
         *dv.stride(),
+        stride_lz,
+        stride_lh,
         num_q_heads,
         num_kv_heads,
         num_q_heads // num_kv_heads,
@@ -1124,8 +1343,7 @@ def attention_backward(
         **common,
     )
     if not deterministic:
-        dq.copy_(dq_acc.mul_(scale))
-        return dq, dk, dv
+        return  # the caller scales dq_acc (a batch-stride-0 view cannot be scaled in place)
     bm, bn, warps, stages = cfg["dq"]
     k_desc, v_desc = _descriptors((k, v), bn, head_dim) if use_tma else (None, None)
     _bwd_dq_kernel[(triton.cdiv(seqlen_q, bm) * batch * num_q_heads,)](
@@ -1143,6 +1361,8 @@ def attention_backward(
         *v.stride(),
         *grad_out.stride(),
         *dq.stride(),
+        stride_lz,
+        stride_lh,
         num_q_heads,
         num_q_heads // num_kv_heads,
         seqlen_q,
@@ -1158,4 +1378,3 @@ def attention_backward(
         USE_TMA=use_tma,
         **common,
     )
-    return dq, dk, dv
