@@ -332,6 +332,7 @@ _DIFFERENTIABLE_KWARGS = (
     "scale",
     "return_lse",
     "config",
+    "sinks",
 )
 
 
@@ -388,7 +389,32 @@ def _differentiable_attention(q, k, v, *, deterministic: bool = True, **kwargs):
     return_lse = kwargs.pop("return_lse", False)
     kwargs.pop("out", None)
     out, lse = _AttentionFunction.apply(q, k, v, kwargs, deterministic)
+    sinks = kwargs.get("sinks")
+    if sinks is not None and torch.is_grad_enabled() and sinks.requires_grad:
+        out = _SinkGradient.apply(out, lse, sinks)
     return (out, lse) if return_lse else out
+
+
+class _SinkGradient(torch.autograd.Function):
+    """Identity on ``out`` whose backward adds the sinks' gradient.
+
+    A sink is one more logit in each row's softmax with no value row, so its dP is 0 and
+    its dS = P_sink * (0 - delta): d sink_h = -sum over rows of P_sink * delta, with
+    P_sink = exp(sink_h - lse) and delta = rowsum(dO * O) (the backward's own delta). The
+    q, k, v gradients need nothing more: the lse the backward rebuilds P from includes
+    the sink. Summed in float64 (one value per row: cheap beside the attention)."""
+
+    @staticmethod
+    def forward(ctx, out, lse, sinks):
+        ctx.save_for_backward(out, lse, sinks)
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        out, lse, sinks = ctx.saved_tensors
+        delta = (grad_out.double() * out.double()).sum(-1)  # (B, Hq, Sq)
+        p_sink = torch.exp(sinks.double()[None, :, None] - lse.double())
+        return grad_out, None, (-(p_sink * delta).sum((0, 2))).to(sinks.dtype)
 
 
 _FORWARD_DEFAULTS = {
