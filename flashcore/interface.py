@@ -504,113 +504,36 @@ def attention_varlen(
                 "attention_varlen(..., out=...) does not support autograd: the inputs "
                 "require grad; drop out= (or run under torch.no_grad())"
             )
-        return _differentiable_varlen(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options
-        )
-    return _varlen_forward(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out=out, return_lse=False, **options
+        args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        return _VarlenFunction.apply(*args, options, True)
+    return _varlen.attention_varlen_into(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out=out, **options
     )
-
-
-def _varlen_forward(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    *,
-    out,
-    return_lse,
-    **options,
-):
-    """``attention_varlen`` without autograd, offsets already checked; ``options`` are its
-    causal, causal_alignment, window, softcap and scale. With return_lse, ``(out, lse)``,
-    lse packed ``(Hq, total_q)`` (``varlen.attention_varlen_lse``)."""
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif (
-        not isinstance(out, torch.Tensor)
-        or out.shape != q.shape
-        or out.dtype != q.dtype
-        or out.device != q.device
-    ):
-        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
-    batch = cu_seqlens_q.shape[0] - 1
-    if batch == 0 or q.shape[0] == 0:
-        if return_lse:
-            lse = _varlen.attention_varlen_lse(
-                q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, **options
-            )
-            return out, lse
-        return out
-    # (total, H, D) -> (B, H, total, D) with batch stride 0: sequence b is addressed by its
-    # offsets alone.
-    qv, kv, vv, ov = (
-        t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out)
-    )
-    seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
-    _varlen.attention_ranges_into(qv, kv, vv, ov, seqs, max_seqlen_q, **options)
-    if return_lse:  # after the checks of attention_ranges_into, which the lse pass trusts
-        lse = _varlen.attention_varlen_lse(
-            q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, **options
-        )
-        return out, lse
-    return out
 
 
 class _VarlenFunction(torch.autograd.Function):
     """``attention_varlen`` under autograd: the forward saves out and the packed lse; the
-    backward runs kernels/backward.py in its varlen mode. cu_seqlens and the options carry
-    no gradient."""
+    backward runs kernels/backward.py in its varlen mode (``deterministic=False`` as the
+    last argument: the atomic dQ). cu_seqlens and the options carry no gradient."""
 
     @staticmethod
-    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kwargs, det):
-        out, lse = _varlen_forward(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out=None, return_lse=True, **kwargs
+    def forward(ctx, q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, options, deterministic):
+        out, lse = _varlen.attention_varlen_into(
+            q, k, v, cu_q, cu_k, max_seqlen_q, out=None, return_lse=True, **options
         )
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-        ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
-        ctx.kwargs = kwargs
-        ctx.deterministic = det
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.args = (max_seqlen_q, max_seqlen_k, options, deterministic)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        max_seqlen_q, max_seqlen_k, options, deterministic = ctx.args
         dq, dk, dv = _backward.attention_varlen_backward(
-            grad_out.to(q.dtype),
-            q,
-            k,
-            v,
-            out,
-            lse,
-            cu_seqlens_q,
-            cu_seqlens_k,
-            *ctx.max_seqlens,
-            deterministic=ctx.deterministic,
-            **ctx.kwargs,
-        )
+            grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, max_seqlen_q, max_seqlen_k,
+            deterministic=deterministic, **options,
+        )  # fmt: skip
         return dq, dk, dv, None, None, None, None, None, None
-
-
-def _differentiable_varlen(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    *,
-    deterministic: bool = True,
-    **options,
-):
-    """``attention_varlen`` for inputs that require grad (offsets already checked):
-    ``_VarlenFunction``; ``deterministic=False`` selects the atomic dQ."""
-    return _VarlenFunction.apply(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options, deterministic
-    )
 
 
 # ----------------------------------------------------------------------- KV cache

@@ -1,6 +1,6 @@
 """Softcap and varlen gradients of the Triton backward against float64 autograd of the
-reference, under the gradient rule (flashcore.validate_backward), on fresh inputs with
-NaN-poisoned gradient buffers; planted bugs show the same checker fails."""
+reference, under the gradient rule (flashcore.validate_backward_softcap_varlen), on fresh
+inputs with NaN-poisoned gradient buffers; planted bugs show the same checker fails."""
 
 import zlib
 
@@ -9,18 +9,17 @@ import torch
 from conftest import DEVICE, HAS_CUDA
 
 from flashcore import attention, attention_varlen
-from flashcore.interface import _differentiable_varlen, _varlen_forward
+from flashcore.interface import _VarlenFunction
 from flashcore.kernels.backward import attention_backward, attention_varlen_backward
+from flashcore.kernels.varlen import attention_varlen_into
 from flashcore.validate import AttentionCase
-from flashcore.validate_backward import (
-    GRADIENTS,
+from flashcore.validate_backward import GRADIENTS, make_grad_inputs, reference_gradients
+from flashcore.validate_backward_softcap_varlen import (
     VarlenGradCase,
     check_softcap_grad_case,
     check_varlen_grad_case,
-    make_grad_inputs,
     make_varlen_grad_inputs,
     planted_softcap_bugs,
-    reference_gradients,
     softcap_backward_cases,
     softcap_rule,
     varlen_backward_cases,
@@ -177,7 +176,7 @@ def test_varlen_autograd_is_the_explicit_backward_bitwise():
     out.backward(do)
     with torch.no_grad():
         opts = dict(causal=True, causal_alignment="bottom_right", window=6, softcap=3.0, scale=None)
-        out2, lse = _varlen_forward(q, k, v, cu_q, cu_k, 40, out=None, return_lse=True, **opts)
+        out2, lse = attention_varlen_into(q, k, v, cu_q, cu_k, 40, return_lse=True, **opts)
         expected = attention_varlen_backward(do, q, k, v, out2, lse, cu_q, cu_k, 40, 33, **opts)
         # the forward under autograd is the forward without it
         assert torch.equal(out.detach(), attention_varlen(q, k, v, cu_q, cu_k, 40, 33, **opts))
@@ -192,7 +191,7 @@ def test_varlen_atomic_dq_through_autograd():
     q, k, v, do, cu_q, cu_k = make_varlen_grad_inputs(case, DEVICE, 6)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     opts = dict(causal=True, causal_alignment="top_left", window=None, softcap=None, scale=None)
-    _differentiable_varlen(*leaves, cu_q, cu_k, 33, 33, deterministic=False, **opts).backward(do)
+    _VarlenFunction.apply(*leaves, cu_q, cu_k, 33, 33, opts, False).backward(do)  # atomic dQ
     grads = tuple(t.grad for t in leaves)
     assert all(r.passed for r in varlen_rule(grads, q, k, v, do, cu_q, cu_k, **opts).values())
 
@@ -207,7 +206,7 @@ def test_varlen_lse_matches_the_reference():
     q, k, v, _, cu_q, cu_k = make_varlen_grad_inputs(case, DEVICE, 9)
     opts = dict(causal=True, causal_alignment="top_left", window=9, softcap=2.0, scale=0.5)
     with torch.no_grad():
-        _, lse = _varlen_forward(q, k, v, cu_q, cu_k, 40, out=None, return_lse=True, **opts)
+        _, lse = attention_varlen_into(q, k, v, cu_q, cu_k, 40, return_lse=True, **opts)
     assert lse.shape == (4, q.shape[0]) and lse.dtype == torch.float32
     refs = {}
     for dtype in (torch.float64, q.dtype):
@@ -264,7 +263,7 @@ def test_gpu_varlen_deterministic_mode_is_bitwise_reproducible():
     q, k, v, do, cu_q, cu_k = make_varlen_grad_inputs(case, DEVICE, 3)
     opts = dict(case.options(), causal=True)
     with torch.no_grad():
-        out, lse = _varlen_forward(q, k, v, cu_q, cu_k, 999, out=None, return_lse=True, **opts)
+        out, lse = attention_varlen_into(q, k, v, cu_q, cu_k, 999, return_lse=True, **opts)
         runs = [
             attention_varlen_backward(do, q, k, v, out, lse, cu_q, cu_k, 999, 999, **opts)
             for _ in range(3)

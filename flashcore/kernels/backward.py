@@ -34,13 +34,25 @@ t = tanh(q.k * scale / c) the score is z = c t, P is rebuilt from z, and dS is t
 through the cap: dS_s = P o (dP - delta) o (1 - t^2), then scaled as above (dz/d(q.k) =
 scale (1 - t^2)). Only the SOFTCAP constexpr and one runtime scale differ.
 
+Varlen (``attention_varlen_backward``, packed sequences as ``flashcore.attention_varlen``
+takes them): the kernels' VARLEN mode mirrors the forward's. The packed tensors are viewed
+as (B, H, total, D) with batch stride 0; each program loads its sequence's query and key
+starts and ends, offsets its base pointers, and runs the same loops with that sequence's
+lengths and (bottom-right) causal offset; the grids are sized by the longest lengths and a
+program whose tile starts past its sequence's end does nothing. lse and delta are packed
+(Hq, total_q). dK/dV rows are written by the program that owns their key tile of their
+sequence, dQ rows by the one that owns their query tile: every row of a sequence is
+written, no row twice. No descriptor loads (a zero-filled tail would be the next
+sequence's rows).
+
 Not supported (raises): gradients through ``out=``, dropout, masks; head dims above 256.
 bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong).
 
-This file holds the three kernels, their launch table and ``attention_backward``, the
-launcher; the autograd Function that calls it is in flashcore/interface.py. It is long
-because the kernels are (about 800 of its lines): each reads top to bottom, with the
-visibility rule and the key phases shared with the forward (kernels/_mask.py).
+This file holds the three kernels, their launch table and the launchers
+``attention_backward`` and ``attention_varlen_backward``; the autograd Functions that call
+them are in flashcore/interface.py. It is long because the kernels are (about 900 of its
+lines): each reads top to bottom, with the visibility rule and the key phases shared with
+the forward (kernels/_mask.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ computed and no dense mask.
 
     flashcore.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
-(in flashcore/interface.py, which checks its arguments and calls this file) takes FlashAttention's ``flash_attn_varlen_func`` layout: the sequences are packed along
+(in flashcore/interface.py, which checks its arguments and calls ``attention_varlen_into``
+here) takes FlashAttention's ``flash_attn_varlen_func`` layout: the sequences are packed along
 one token dimension, q ``(total_q, Hq, D)``, k/v ``(total_k, Hkv, D)``, and sequence b is
 rows ``cu_seqlens[b]:cu_seqlens[b + 1]``. ``attention_ranges`` does the same for a padded
 ``(B, H, S, D)`` batch whose valid tokens form one contiguous range per sequence (left or
@@ -71,6 +72,37 @@ def check_cu_seqlens(name, cu, device, total, max_seqlen, check_lengths):
                 f"max_seqlen={max_seqlen}, got {cu.tolist() if cu.numel() <= 16 else 'first ' + str(first) + ', last ' + str(last)}"
                 f" (longest sequence {longest})"
             )
+
+
+def attention_varlen_into(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, *, out=None, return_lse=False, **options
+):
+    """``flashcore.attention_varlen`` without autograd, its offsets already checked
+    (``check_cu_seqlens``): packed q ``(total_q, Hq, D)``, k/v ``(total_k, Hkv, D)``, options
+    causal, causal_alignment, window, softcap, scale. Returns out (allocated if None), or
+    ``(out, lse)`` with return_lse, lse packed ``(Hq, total_q)`` (``attention_varlen_lse``)."""
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    elif (
+        not isinstance(out, torch.Tensor)
+        or out.shape != q.shape
+        or out.dtype != q.dtype
+        or out.device != q.device
+    ):
+        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
+    batch = cu_seqlens_q.shape[0] - 1
+    if batch > 0 and q.shape[0] > 0:
+        # (total, H, D) -> (B, H, total, D) with batch stride 0: sequence b is addressed by
+        # its offsets alone.
+        qv, kv, vv, ov = (
+            t.permute(1, 0, 2).unsqueeze(0).expand(batch, -1, -1, -1) for t in (q, k, v, out)
+        )
+        seqs = (cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
+        attention_ranges_into(qv, kv, vv, ov, seqs, max_seqlen_q, **options)
+    if not return_lse:
+        return out
+    # After attention_ranges_into's checks, which the lse pass trusts.
+    return out, attention_varlen_lse(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, **options)
 
 
 def attention_ranges(
