@@ -71,8 +71,9 @@ from ._softmax import kernel_scales, lse_dtype, tanh
 
 # Lengths, offsets, windows and head counts change from call to call: Triton would otherwise
 # specialize (and recompile) on each value's divisibility by 16 (do_not_specialize below).
-# Strides stay specialized: a unit inner stride is what lets the loads vectorize.
-@triton.jit(do_not_specialize=["num_heads", "seqlen_q"])
+# Strides stay specialized: a unit inner stride is what lets the loads vectorize (lse's and
+# delta's strides are lengths: not specialized).
+@triton.jit(do_not_specialize=["num_heads", "seqlen_q", "stride_lz", "stride_lh"])
 def _bwd_preprocess(
     Out,
     dOut,
@@ -339,6 +340,8 @@ def _dkdv_query_tiles(
         "seqlen_k",
         "causal_offset",
         "window",
+        "stride_lz",
+        "stride_lh",
     ]
 )
 def _bwd_dkdv_kernel(
@@ -738,6 +741,8 @@ def _dq_key_tiles(
         "seqlen_k",
         "causal_offset",
         "window",
+        "stride_lz",
+        "stride_lh",
     ]
 )
 def _bwd_dq_kernel(
