@@ -26,6 +26,9 @@ from flashcore.validate_backward import (
     reference_gradients,
 )
 
+# KV-cache attention on CUDA takes fp16/bf16 only (flashcore raises for float32 there).
+CACHE_FP32 = torch.float32 if DEVICE == "cpu" else torch.bfloat16
+
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
@@ -395,9 +398,9 @@ def _cache_inputs(seqlen_new, dtype=torch.float16, capacity=80, lengths=(17, 64)
     "seqlen_new, dtype, window_size, softcap",
     [
         (1, torch.float16, (-1, -1), 0.0),
-        (3, torch.float32, (-1, -1), 0.0),
+        (3, CACHE_FP32, (-1, -1), 0.0),
         (3, torch.float16, (6, 0), 0.0),
-        (1, torch.float32, (-1, -1), 10.0),
+        (1, CACHE_FP32, (-1, -1), 10.0),
     ],
 )
 def test_flash_attn_with_kvcache_appends_in_place_and_matches_reference(
@@ -437,7 +440,7 @@ def test_flash_attn_with_kvcache_appends_in_place_and_matches_reference(
 def test_flash_attn_with_kvcache_without_new_tokens(form):
     """No k/v: the queries are the last Sq cached positions; an int cache_seqlens is every
     sequence's length, None the whole cache (as FA)."""
-    q, k_cache, v_cache, _, _, _ = _cache_inputs(2, torch.float32, capacity=40, seed=8)
+    q, k_cache, v_cache, _, _, _ = _cache_inputs(2, CACHE_FP32, capacity=40, seed=8)
     length = 33 if form == "int" else 40
     out = flashcore.flash_attn_with_kvcache(
         q, k_cache, v_cache, cache_seqlens=length if form == "int" else None, causal=True
@@ -516,7 +519,7 @@ def test_flash_attn_with_kvcache_hands_over_views(monkeypatch, num_splits, expec
 
 def test_one_query_needs_no_causal_flag():
     """With one query per sequence causal=False sees the same keys as causal: it runs."""
-    q, k_cache, v_cache, k_new, v_new, seqlens = _cache_inputs(1, torch.float32, seed=12)
+    q, k_cache, v_cache, k_new, v_new, seqlens = _cache_inputs(1, CACHE_FP32, seed=12)
     out = flashcore.flash_attn_with_kvcache(
         q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens, causal=False
     )

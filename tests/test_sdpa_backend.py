@@ -90,7 +90,11 @@ def _check_forward(out, lse, q, k, v, **kwargs):
     report = error_rule(out.detach(), ref, same)
     assert report.passed, report
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
-    assert error_rule(lse, ref_lse, same_lse).passed
+    # The kernel forms lse as (m + log2 l) / log2 e from scores scaled into log2 units: up to
+    # four roundings of |lse|, so the floor is four unit roundoffs at its magnitude (a float32
+    # baseline can round exactly by chance, as at S = 1).
+    magnitude = 4 * float(ref_lse.abs().max()) if ref_lse.numel() else 0.0
+    assert error_rule(lse, ref_lse, same_lse, floor_magnitude=magnitude).passed
 
 
 def _check_gradients(grads, q, k, v, do, **kwargs):
