@@ -1159,7 +1159,7 @@ def attention_varlen_backward(
             forward's output, ``grad_out`` of q's shape and dtype).
         lse: the forward's natural-log log-sum-exp in the packed layout ``(Hq, total_q)``:
             row i of sequence b, head h at ``lse[h, cu_seqlens_q[b] + i]``
-            (``varlen.attention_varlen_lse``); float32, float64 for float32 inputs; -inf
+            (``varlen.attention_varlen_into``, from the forward kernel); float32, float64 for float32 inputs; -inf
             for rows that see no key.
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, causal_alignment,
             window, softcap, scale: exactly as given to the forward (checked there: this

@@ -238,6 +238,8 @@ def _attn_fwd_kernel(
     VARLEN: tl.constexpr = 0,
     Sinks=None,
     HAS_SINKS: tl.constexpr = False,
+    stride_lse_z=0,
+    stride_lse_h=0,
 ):
     # 1-D grid: the query-tile index varies fastest, so programs running together share
     # one head's K/V in L2; a 1-D grid also has no 65535 limit on batch * heads.
@@ -446,7 +448,13 @@ def _attn_fwd_kernel(
         else:
             lse = (m_i + log2_l) / 1.4426950408889634
         lse = tl.where(sees_nothing, float("-inf"), lse)
-        tl.store(Lse + batch_head.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_in)
+        # Row r of (batch, head) at Lse + batch * stride_lse_z + head * stride_lse_h + r: the
+        # dense (B, Hq, Sq) layout, or varlen's packed (Hq, total_q) one (rows counted from
+        # the sequence's first, batch stride 0).
+        lse_ptrs = Lse + batch.to(tl.int64) * stride_lse_z + q_head.to(tl.int64) * stride_lse_h
+        if VARLEN:
+            lse_ptrs += q_first.to(tl.int64)
+        tl.store(lse_ptrs + offs_m, lse, mask=row_in)
 
 
 # Launch configs for half precision on Hopper, from the tuning sweep recorded in
@@ -656,6 +664,7 @@ def launch_forward(
     key,
     causal_offset=None,
     sinks=None,
+    lse_strides=None,
 ):
     """The checked path: pick the config, launch through the JIT, and remember the
     compiled kernel under ``key`` (None: do not cache). q, k, v are (B, H, S, D) views; with
@@ -664,9 +673,13 @@ def launch_forward(
     j iff j <= i + offset) overrides the one the alignment implies: context parallelism
     runs blocks at arbitrary offsets. ``out`` may be of another dtype than q (the kernel
     stores in out's dtype: a float32 partial for a merge). ``sinks``: (Hq,) float32
-    contiguous learnable sink logits, or None."""
+    contiguous learnable sink logits, or None. ``lse_strides``: (batch, head) strides of
+    the lse in elements, rows contiguous; default the dense (B, Hq, Sq) layout; varlen's
+    packed (Hq, total_q) lse is (0, total_q), its rows counted from each sequence's start."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    if lse_strides is None:
+        lse_strides = (num_q_heads * seqlen_q, seqlen_q)
     if seqs is not None:
         seqlen_q = max_seqlen_q
     if causal_offset is None:
@@ -731,6 +744,8 @@ def launch_forward(
         VARLEN=varlen,
         Sinks=sinks,
         HAS_SINKS=sinks is not None,
+        stride_lse_z=lse_strides[0],
+        stride_lse_h=lse_strides[1],
     )
     compiled = _attn_fwd_kernel[grid](**params, **cfg)
     if key is not None:
