@@ -8,7 +8,10 @@ shape with ``triton.testing.do_bench`` (median) after a warm-up. The JSON writte
 round's times and, per shape, the median over rounds of B's time / A's time.
 
     git archive <commit> flashcore | tar -x -C .ab/other     # the B tree (ignored folder)
-    python tools/ab_timing.py OUT.json --other .ab/other [--rounds 5]
+    python tools/ab_timing.py TOPIC --other .ab/other [--rounds 5]
+
+writes results/<gpu>/TOPIC.json (``write_result``: provenance and the kernel fingerprint
+of this checkout's kernel files).
 
 A is the checkout this script lives in. bf16, B*S = 16K tokens, H*D = 2048 (the perf.json
 harness's shapes); shapes chosen to reach both forward kernels (Triton at D64, Gluon at
@@ -81,13 +84,13 @@ def run_tree(tree: Path, shapes) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
+    parser.add_argument("topic", help="record name, e.g. refactor_ab_timing")
     parser.add_argument("--other", type=Path, required=True, help="the B source tree")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     here = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(here))
-    from flashcore.results import provenance
+    from flashcore.results import write_result
 
     rounds = {"A": [], "B": []}
     for r in range(args.rounds):
@@ -111,8 +114,9 @@ def main() -> int:
             f"fwd+bwd B/A {row['forward_backward_ms_B_over_A']:.3f} "
             f"(A {row['kernel_A']}, B {row['kernel_B']})"
         )
-    payload = dict(provenance=provenance(), rounds=rounds, summary=summary, shapes=SHAPES)
-    args.out.write_text(json.dumps(payload, indent=1))
+    other = str(args.other)
+    payload = dict(other_tree=other, rounds=rounds, summary=summary, shapes=SHAPES)
+    print("recorded", write_result(args.topic, payload))
     return 0
 
 
