@@ -1,8 +1,10 @@
-"""Helpers shared by the notebooks: profile selection and printing tables."""
+"""Helpers shared by the notebooks: profile selection, printing tables, and the step that
+makes an executed notebook's outputs the same on every run (``python -m flashcore.notebook``)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 
 def setup(profile: str = "auto") -> tuple[str, str]:
@@ -10,7 +12,8 @@ def setup(profile: str = "auto") -> tuple[str, str]:
 
     Resolves PROFILE ("auto" -> "gpu" with CUDA, else "cpu"); for the CPU profile, switches
     Triton to its interpreter before any kernel module is imported (the interpreter flag is
-    read when ``@triton.jit`` decorates); sets the figure style; prints the profile and device.
+    read when ``@triton.jit`` decorates); sets the figure style; sends progress bars to the
+    terminal (see ``progress_to_terminal``); prints the profile and device.
     Returns (profile, device)."""
     import torch
 
@@ -25,9 +28,38 @@ def setup(profile: str = "auto") -> tuple[str, str]:
     from . import plots
 
     plots.use_style()
+    progress_to_terminal()
     where = torch.cuda.get_device_name(0) if profile == "gpu" else "CPU (Triton interpreter)"
     print(f"profile {profile!r} on {where}")
     return profile, ("cuda" if profile == "gpu" else "cpu")
+
+
+def progress_to_terminal() -> None:
+    """Make tqdm's bars write to the terminal that started the kernel, not into cell outputs.
+
+    A bar's text holds its timings (``54.66s/it``) and is split into a stream output per
+    refresh, so a notebook that kept it would differ on every run. In a Jupyter kernel,
+    ``sys.stderr`` is the cell's output stream and its ``fileno()`` is a copy of the kernel
+    process's own stderr: the terminal running ``jupyter lab`` or ``make reproduce``, where the
+    bars still show. Where there is no such descriptor the bars are turned off. Also silences
+    tqdm.auto's "IProgress not found" warning (it asks for ipywidgets; the text bar is the
+    one wanted). Safe to call more than once."""
+    import warnings
+    from functools import partialmethod
+
+    import tqdm.std
+
+    warnings.filterwarnings("ignore", message="IProgress not found", category=tqdm.std.TqdmWarning)
+    cls = tqdm.std.tqdm
+    init = getattr(cls.__dict__["__init__"], "_flashcore_original", cls.__dict__["__init__"])
+    try:
+        terminal = open(sys.stderr.fileno(), "w", buffering=1, closefd=False)  # noqa: SIM115 (lives as long as the kernel)
+        defaults = {"file": terminal}
+    except (AttributeError, OSError, ValueError):
+        defaults = {"disable": True}
+    patched = partialmethod(init, **defaults)
+    patched._flashcore_original = init
+    cls.__init__ = patched
 
 
 def table(rows: list[dict], columns: list[str], formats: dict | None = None) -> str:
@@ -42,3 +74,53 @@ def table(rows: list[dict], columns: list[str], formats: dict | None = None) -> 
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(out)
+
+
+def merge_streams(path: str | os.PathLike) -> bool:
+    """Join consecutive stream outputs of one cell that go to the same stream, in place.
+
+    The kernel sends what a cell prints in pieces, one per flush (every 0.2 s), so the same
+    text lands in one output on a fast machine and in several on a slow one. Joined, the
+    committed notebook depends only on the text. Returns whether the file changed."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=nbformat.NO_CONVERT)
+    changed = False
+    for cell in nb.cells:
+        outputs = cell.get("outputs") or []
+        merged = []
+        for out in outputs:
+            last = merged[-1] if merged else None
+            if (
+                out.get("output_type") == "stream"
+                and last is not None
+                and last.get("output_type") == "stream"
+                and last.get("name") == out.get("name")
+            ):
+                last["text"] = "".join(last["text"]) + "".join(out["text"])
+            else:
+                merged.append(out)
+        if len(merged) < len(outputs):
+            cell["outputs"] = merged
+            changed = True
+    if changed:
+        nbformat.write(nb, path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m flashcore.notebook merge-streams NB.ipynb ...`` (run by ``make reproduce``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m flashcore.notebook")
+    sub = parser.add_subparsers(dest="command", required=True)
+    merge = sub.add_parser("merge-streams", help=merge_streams.__doc__.splitlines()[0])
+    merge.add_argument("notebooks", nargs="+")
+    args = parser.parse_args(argv)
+    for path in args.notebooks:
+        merge_streams(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,6 +3,7 @@ on any machine writes the same bytes (no timestamps or software tags in the file
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .results import REPO_ROOT
@@ -31,9 +32,16 @@ def use_style() -> None:
 
 
 def save_figure(fig, name: str, directory: Path | str | None = None) -> Path:
-    """Save ``fig`` as figures/<name>.png with fixed metadata; returns the path."""
+    """Save ``fig`` as figures/<name>.png with fixed metadata; returns the path.
+
+    The path is relative to the working directory (``../figures/<name>.png`` from
+    notebooks/), so a notebook cell that shows it shows the same text on every machine;
+    absolute where no relative path exists (another drive on Windows)."""
     directory = Path(directory) if directory is not None else FIGURES_DIR
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
     fig.savefig(path, metadata={"Software": None}, bbox_inches="tight")
-    return path
+    try:
+        return Path(os.path.relpath(path))
+    except ValueError:
+        return path.absolute()

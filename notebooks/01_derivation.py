@@ -13,6 +13,7 @@
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
+SWEEP = "quick"  # every notebook takes it (make reproduce passes it); 01 has no sweep to narrow
 SEED = 0
 SAVE_FIGURES = True
 

@@ -55,7 +55,7 @@ if PROFILE == "gpu" and SWEEP == "full":
     MEASURE_HEAD_DIMS, MEASURE_SEQLENS = [64, 128, 256], [1024, 2048, 4096, 8192, 16384]
     MEASURE_DTYPES = ["bfloat16", "float16"]
 if PROFILE == "gpu":
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # a text bar: setup() sends it to the terminal, not the outputs
 
     payload = bench.run_perf_record(
         bench.forward_shapes(MEASURE_HEAD_DIMS, MEASURE_SEQLENS, MEASURE_DTYPES),

@@ -139,7 +139,7 @@ print(
 # converts in hardware).
 
 # %%
-from tqdm.auto import tqdm
+from tqdm import tqdm  # a text bar: setup() sends it to the terminal, not the outputs
 
 live_rows = []
 for dist in tqdm(F.DISTRIBUTIONS, desc="live error study"):

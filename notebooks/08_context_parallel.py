@@ -23,7 +23,7 @@
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
-SWEEP = "quick"  # GPU profile with >= 2 GPUs: "quick" (S 128K-256K, about 2 minutes)
+SWEEP = "quick"  # GPU profile with 2 or more GPUs: "quick" (S 128K-256K, about 2 minutes)
 # or "full" (S 128K-2M: the recorded run, tools/gpu_cp.sh), -p SWEEP full
 CPU_RANKS = 2  # processes of the live CPU check (gloo, Triton interpreter)
 RECORDED_GPU = "nvidia-h200-x2"  # which recorded run sections 3-4 render
