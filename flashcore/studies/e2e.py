@@ -265,6 +265,7 @@ def compare_training_step(
     loss_64 = terms_64.mean()
     loss_64.backward()
     grads_64 = grads()
+    terms_64, loss_64 = terms_64.detach(), loss_64.detach()
     model.to(dtype)
     rows = []
     for n, g64 in grads_64.items():
@@ -278,7 +279,7 @@ def compare_training_step(
                 "passed": r.passed,
             }
         )
-    loss_rule = reduction_rule(loss_fc, loss_64.detach(), loss_sdpa, terms_64.detach())
+    loss_rule = reduction_rule(loss_fc, loss_64, loss_sdpa, terms_64)
     worst = max(rows, key=lambda r: r["ratio"])
     return {
         "dtype": str(dtype).replace("torch.", ""),
