@@ -13,6 +13,26 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
+
+def _inductor_cache_per_cpu_path() -> str:
+    """torch.compile's on-disk cache, one directory per CPU code path.
+
+    Inductor's FX graph cache (torch 2.13) does not key its entries on the vector ISA that
+    ATEN_CPU_CAPABILITY selects, while the C++ it generates is compiled for that ISA. A graph
+    generated under AVX-512 (loops that step 16 floats) and served from the cache to a run
+    under ATEN_CPU_CAPABILITY=avx2 is compiled with AVX2's 8-float vectors: each step stores
+    half of what it should, and the rest of the output buffer (from empty_strided) is left
+    as it was, which test_torch_op_gradients_opcheck_and_compile saw as NaN and 1e33
+    gradients. `make test` runs the suite under two code paths, so each gets its own cache.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    return os.path.join(base, f"cpu-{torch.backends.cpu.get_cpu_capability().lower()}")
+
+
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_cache_per_cpu_path()
+
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
