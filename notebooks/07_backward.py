@@ -513,6 +513,9 @@ if record is not None and "speed" in record:
 # (`tools/backward_fp32_seeds.py`, `results/cpu-interpreter/logs/backward_fp32_seeds.log`),
 # failing seeds before → after: D16 causal 9 → 2, D32 window 8 → 0, D16 full $S_k$ 70 20 → 2,
 # D40 and GQA 4:1 0 → 0. After it the max error is a median 1.02–1.13× PyTorch fp32's own
-# (before 1.3–1.5×); the 4 seeds left (dV up to 1.41× the bound) are that parity's tail and
-# stay open as a strict xfail, not a looser rule. On the H100 the grid ran after this change
+# (before 1.3–1.5×); the 4 seeds left (dV up to 1.41× the bound) are that parity's tail.
+# Which seeds fail depends on the CPU's code path (numpy's fp32 `exp2` under the interpreter
+# rounds differently with AVX-512: there the D16 causal case fails at 0 of 400 seeds), so the
+# test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
+# where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
 # (commit `3a1d646`, the record above): 438 cases, 0 failed.

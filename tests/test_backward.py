@@ -254,34 +254,47 @@ def test_gpu_memory_is_linear_in_sequence_length():
     assert large["extra_bytes"] <= 4.5 * small["extra_bytes"], rows
 
 
-def _fp32_d16_case_passes(seed: int) -> bool:
-    """The grid's fp32 case whose failing seeds were found under the CPU interpreter."""
+FP32_RATE_SEEDS = 300
+FP32_RATE_MAX_FAILED = 8  # 2.7%
+
+
+def test_fp32_gradient_failure_rate_is_below_an_fp32_lse_regression(record_property):
+    """The grid's D16 fp32 case at seeds 0-299: at most 8 may fail the gradient rule.
+
+    fp32 gradients pass the rule at most seeds, not all: at some, PyTorch's own fp32 max error
+    is small by chance and the 2x bound with it. Which seeds fail depends on the CPU's code
+    path (numpy's exp2 under the interpreter rounds differently with AVX-512), so the test
+    bounds the rate, not chosen seeds. Measured with tools/backward_fp32_seeds.py
+    (results/cpu-interpreter/logs/backward_fp32_seeds.log) and again for this bound:
+
+    * the code as it is (fp64 lse): 2 of 150 on the log's machine (1.3%, seeds 45 and 53,
+      reproduced at the same ratios under the Makefile's CPU_PATH2=avx2: 3 of 400), 0 of 400
+      on this AVX-512 CPU's own paths, 1 of 400 under CPU_PATH2=default;
+    * the regression it guards against, the forward's lse in fp32 (before bb1ecaf): 9 of 150
+      on the log's machine (6%; 16 of 300 under CPU_PATH2=avx2, the same nine in the first
+      150), 14 of 300 on AVX-512 (4.7%).
+
+    Were seeds independent trials, more than 8 of 300 would fail at the highest rate measured
+    for the code, 1.3%, with probability 2%, and 8 or fewer at the lowest rate measured for the
+    regression, 4.7%, with probability 5.5%. The seeds an fp32 lse failed on the log's machine
+    (3201, 4656, 9021) passed with it on AVX-512: one CPU's luck, so no longer tested alone.
+    """
     if DEVICE != "cpu":
-        pytest.skip("the seeds were found under the CPU interpreter")
+        pytest.skip("the rate was measured under the CPU interpreter")
     (case,) = [
         c
         for c in backward_grid("cpu")
         if c.name == "B1 Hq2 Hkv1 Sq33 Sk47 D16 float32 causal-bottom_right bhsd"
     ]
-    return check_grad_case(case, DEVICE, seed=seed)["passed"]
-
-
-@pytest.mark.parametrize("seed", [3201, 4656, 9021])
-def test_fp32_seeds_that_failed_with_an_fp32_lse(seed):
-    """Found 2026-11-23: with the forward's lse in fp32, this case failed the rule at 3 of 104
-    seeds under the interpreter (dV 1.28x / dQ 1.15x / dV 1.04x the bound): an fp32 lse
-    carries u * |lse| of rounding, which exp2(s - lse) turns into an error of every P of the
-    row several times PyTorch's softmax's. float32 inputs now get an fp64 lse
-    (_softmax.lse_dtype) and these seeds pass (tools/backward_fp32_seeds.py sweeps more)."""
-    assert _fp32_d16_case_passes(seed)
-
-
-@pytest.mark.xfail(strict=True, reason="known open failure: fp32 dV at 2 of 150 seeds")
-@pytest.mark.parametrize("seed", [45, 53])
-def test_fp32_seeds_that_still_fail(seed):
-    """With the fp64 lse, the same case still fails at 2 of 150 seeds (dV 1.16x and 1.02x the
-    bound; tools/backward_fp32_seeds.py, log in results/cpu-interpreter/logs). Over the 150
-    seeds the max error is a median 1.02-1.13x PyTorch fp32's own (up to 2.7x): the same
-    accuracy, with a tail where PyTorch's max error is small by chance. Open, not loosened.
-    Strict: a fix that makes these pass must remove this test."""
-    assert _fp32_d16_case_passes(seed)
+    failed = []
+    for seed in range(FP32_RATE_SEEDS):
+        row = check_grad_case(case, DEVICE, seed=seed)
+        if not row["passed"]:
+            failed.append((seed, round(row["ratio"], 3)))
+    rate = (
+        f"fp32 gradients, {case.name}: {len(failed)} of {FP32_RATE_SEEDS} seeds fail the rule "
+        f"({len(failed) / FP32_RATE_SEEDS:.1%}; bound {FP32_RATE_MAX_FAILED}); (seed, ratio): "
+        f"{failed}"
+    )
+    record_property("measured", rate)
+    assert len(failed) <= FP32_RATE_MAX_FAILED, rate
