@@ -3,6 +3,7 @@ makes an executed notebook's outputs the same on every run (``python -m flashcor
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -62,10 +63,53 @@ def progress_to_terminal() -> None:
     cls.__init__ = patched
 
 
+def _power_of_ten(k: int) -> str:
+    return str(10**k) if 0 <= k <= 3 else f"1e{k:+03d}"
+
+
+def order_of(x: float) -> str:
+    """``x`` as the power of ten just above it: ``order_of(3.0e-7) == "< 1e-06"``.
+
+    For an error measured live on a CPU whose digits move with the CPU's code paths (numpy's
+    and ATen's SIMD exp, OpenBLAS's summation order: 3.03e-07 on an AVX-512 EPYC, 4.35e-07
+    under its AVX2 path) while its size does not, so the committed notebook shows what holds
+    on any machine. 0 prints as "0"."""
+    x = abs(float(x))
+    if x == 0 or not math.isfinite(x):
+        return str(x)
+    return "< " + _power_of_ten(math.floor(math.log10(x)) + 1)
+
+
+def live_error(err: float, profile: str) -> str:
+    """An error measured live, as a notebook prints it: ``"{:.2e}"`` in the GPU profile,
+    ``order_of(err)`` in the CPU profile (see there)."""
+    return f"{float(err):.2e}" if profile == "gpu" else order_of(err)
+
+
+def live_ratio(ratio: float, profile: str) -> str:
+    """An error-rule ratio (error / the rule's bound) measured live, as a notebook prints it.
+
+    GPU profile: three decimals. CPU profile: the side of the rule's 1 it falls on ("<= 1",
+    "> 1"), and "> 100" for a failure by more than a hundredfold (a planted bug's 958 on one
+    machine, its 4e5 and 9e5 that differ by the machine too). On a CPU the ratio compares two
+    errors of a few float32 or float16 roundings, and the same call gives 0.30 on one machine
+    and 0.87 on another (AVX-512 and AVX2 code paths), so its digits describe the CPU rather
+    than the kernel; which side of 1 it is on does not."""
+    ratio = float(ratio)
+    if profile == "gpu" or not math.isfinite(ratio):
+        return f"{ratio:.3f}"
+    return "<= 1" if ratio <= 1 else "> 1" if ratio <= 100 else "> 100"
+
+
 def table(rows: list[dict], columns: list[str], formats: dict | None = None) -> str:
-    """A plain-text table (no pandas dependency)."""
+    """A plain-text table (no pandas dependency). ``formats`` maps a column to a format
+    string (``"{:.2e}"``) or to a function of the value that returns its text."""
     formats = formats or {}
-    cells = [[(formats.get(c, "{}")).format(r[c]) for c in columns] for r in rows]
+
+    def cell(value, fmt):
+        return fmt(value) if callable(fmt) else fmt.format(value)
+
+    cells = [[cell(r[c], formats.get(c, "{}")) for c in columns] for r in rows]
     widths = [
         max(len(c), *(len(row[i]) for row in cells)) if cells else len(c)
         for i, c in enumerate(columns)

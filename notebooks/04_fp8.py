@@ -168,7 +168,9 @@ print(
             "max_err",
             "own_bound_ratio",
         ],
-        {k: "{:.2e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")}
+        # two digits: the third moves with the CPU's code paths (the fp16 baseline's rmse_max
+        # is 2.52e-03 on an AVX-512 EPYC, 2.51e-03 under its AVX2 path)
+        {k: "{:.1e}" for k in ("rmse_median", "rmse_min", "rmse_max", "max_err")}
         | {"own_bound_ratio": "{:.2f}"},
     )
 )

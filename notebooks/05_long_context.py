@@ -23,7 +23,7 @@ MEASURE_SEQLENS = []  # GPU profile: lengths to use instead of the sweep's, e.g.
 MEASURE_HEADS = 8
 
 # %%
-from flashcore.notebook import setup, table
+from flashcore.notebook import live_ratio, setup, table
 
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
 
@@ -260,7 +260,8 @@ from flashcore.validate import correctness_grid, run_grid, summarize
 cases = correctness_grid("window" if PROFILE == "gpu" else "window-cpu")
 live = summarize(run_grid(cases, DEVICE, progress=False))
 print(
-    f"live on {DEVICE}: {live['cases']} window cases, {live['failed']} failed, worst ratio {live['worst_ratio']:.3f}"
+    f"live on {DEVICE}: {live['cases']} window cases, {live['failed']} failed, "
+    f"worst ratio {live_ratio(live['worst_ratio'], PROFILE)}"
 )
 rec = record["window_correctness"]["summary"]
 print(
