@@ -52,8 +52,8 @@ NotImplementedError naming the argument for what flashcore does not have: ``drop
 ``rotary_cos``/``rotary_sin``, ``cache_batch_idx``, ``cache_leftpad``, ``return_lse`` /
 ``return_attn_probs`` on the varlen path and ``return_softmax_lse`` on the KV-cache path
 (those kernels do not return the lse), ``causal=False`` with several queries per sequence
-on the KV-cache path (flashcore's KV-cache attention is causal), and gradients through
-``flash_attn_varlen_func`` (the varlen path has no backward yet). ValueError/TypeError for
+on the KV-cache path (flashcore's KV-cache attention is causal). ``flash_attn_varlen_func``
+takes gradients through ``attention_varlen``'s autograd. ValueError/TypeError for
 malformed values (negative softcap, a window_size that is not a pair, ...). flashcore's own
 checks (dtypes, devices, GQA head counts, head dims up to 256, lengths) run after these.
 
@@ -346,11 +346,10 @@ def flash_attn_varlen_func(
         if value:
             _refuse(fn, name, value, "the varlen kernel does not return the log-sum-exp yet")
     _check_rank(fn, 3, "(total_tokens, nheads, headdim)", q=q, k=k, v=v)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise RuntimeError(
-            f"{fn}: flashcore's varlen attention has no backward yet (attention_varlen is "
-            "forward-only); call it under torch.no_grad() or detach q, k, v"
-        )
+    # Inputs that require grad: attention_varlen's autograd path, which takes no out=.
+    differentiable = torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad
+    )
     if max_seqlen_q is None:
         max_seqlen_q = _max_seqlen(cu_seqlens_q)
     if max_seqlen_k is None:
@@ -369,7 +368,7 @@ def flash_attn_varlen_func(
         window=window,
         softcap=_softcap(fn, softcap),
         scale=softmax_scale,
-        out=_new_output(q),
+        out=None if differentiable else _new_output(q),
     )
 
 

@@ -178,7 +178,7 @@ def attention(
 
     Differentiable: inputs that require grad (with grad mode on) go through the autograd
     Function below (``_AttentionFunction``; kernels in kernels/backward.py; deterministic
-    dQ; gradients of ``softcap`` and of ``out=`` raise). Not supported (raises): head
+    dQ; softcap and sinks included; gradients through ``out=`` raise). Not supported: head
     dims > 256, q/k and v head dims that differ, dropout, attention masks.
     Sq == 0 returns an empty tensor; Sk == 0 returns zeros (no key to attend to).
 

@@ -355,10 +355,21 @@ def _packed(dtype=torch.float16, requires_grad=False):
     return q, k, v, cu
 
 
-def test_flash_attn_varlen_func_has_no_backward_yet():
-    q, k, v, cu = _packed(requires_grad=True)
-    with pytest.raises(RuntimeError, match="no backward"):
-        flashcore.flash_attn_varlen_func(q, k, v, cu, cu, 17, 17, causal=True)
+def test_flash_attn_varlen_func_gradients_are_attention_varlens():
+    """The door maps onto attention_varlen's autograd (whose gradients the varlen backward
+    tests check against float64): the same gradients, bit for bit."""
+    q, k, v, cu = _packed(dtype=torch.float32 if DEVICE == "cpu" else torch.float16)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(5)).to(q)
+    grads = []
+    for call in (
+        lambda *t: flashcore.flash_attn_varlen_func(*t, cu, cu, 17, 17, causal=True),
+        lambda *t: flashcore.attention_varlen(*t, cu, cu, 17, 17, causal=True),
+    ):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        call(*leaves).backward(do)
+        grads.append([t.grad for t in leaves])
+    assert all(torch.isfinite(g).all() and g.abs().max() > 0 for g in grads[0])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
 @pytest.mark.parametrize(
