@@ -53,11 +53,13 @@ def online_softmax_tile(s, m_i, l_i, qk_scale, PRESCALED: tl.constexpr):
 
 @triton.jit
 def tanh(x):
-    """tanh from exp2 alone (the interpreter has no libdevice). (1 - e) / (1 + e) with
-    e = exp(-2|x|) loses relative accuracy near 0, where the odd Taylor series up to x^9 is
-    exact to fp32 rounding (|x| < 0.2: the next term is below 2^-26 relative)."""
+    """tanh from exp2 alone (the interpreter has no libdevice), in x's dtype. (1 - e) / (1 + e)
+    with e = exp(-2|x|) loses relative accuracy near 0, where the odd Taylor series up to x^9
+    is exact to fp32 rounding (|x| < 0.2: the next term is below 2^-26 relative). The
+    exponent's constant is a tensor of x's dtype: a Python float literal is typed fp32."""
     ax = tl.abs(x)
-    e = tl.math.exp2(ax * -2.885390081777927)  # exp(-2|x|) = 2^(-2|x| log2 e)
+    two_log2e = tl.full(x.shape, 2.885390081777927, x.dtype)
+    e = tl.math.exp2(-ax * two_log2e)  # exp(-2|x|) = 2^(-2|x| log2 e)
     far = (1.0 - e) / (1.0 + e)
     x2 = ax * ax
     near = ax * (
@@ -70,6 +72,18 @@ def tanh(x):
     )
     t = tl.where(ax < 0.2, near, far)
     return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def softcap_tanh(x, PRECISE: tl.constexpr):
+    """tanh of fp32 scores for the softcap. PRECISE (float32 inputs): computed in fp64 and
+    rounded once, so the capped score carries one fp32 rounding, as PyTorch's fp32 tanh
+    does; the fp32 formula's few ulps made fp32 softcap calls fail the error rule at a few
+    percent of seeds. Half-precision inputs keep the fp32 formula (their rounding dwarfs it)."""
+    if PRECISE:
+        return tanh(x.to(tl.float64)).to(tl.float32)
+    else:
+        return tanh(x)
 
 
 def kernel_scales(scale: float, softcap) -> tuple[float, float]:

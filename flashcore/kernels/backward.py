@@ -66,7 +66,7 @@ import triton.language as tl
 from .._checks import check_softcap, on_interpreter
 from ._launch import tma_compatible
 from ._mask import key_phases, visible
-from ._softmax import kernel_scales, lse_dtype, tanh
+from ._softmax import kernel_scales, lse_dtype, softcap_tanh
 
 
 # Lengths, offsets, windows and head counts change from call to call: Triton would otherwise
@@ -279,7 +279,8 @@ def _dkdv_query_tiles(
         else:
             s_t = tl.dot(k, tl.trans(q))
         if SOFTCAP:
-            s_t = tanh(s_t * softcap_scale)  # the capped score / c, exactly as the forward's
+            # the capped score / c, exactly as the forward's
+            s_t = softcap_tanh(s_t * softcap_scale, PRECISE=FP32_IEEE)
         p_t = _probabilities(s_t * qk_scale, lse2[None, :])
         if APPLY_MASK:
             # Invisible pairs, including every pair of a row that sees no key (lse = -inf,
@@ -709,7 +710,7 @@ def _dq_key_tiles(
             s = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))
         if SOFTCAP:
-            s = tanh(s * softcap_scale)
+            s = softcap_tanh(s * softcap_scale, PRECISE=FP32_IEEE)
         p = _probabilities(s * qk_scale, lse2[:, None])
         if APPLY_MASK:
             mask = visible(

@@ -36,7 +36,7 @@ import triton.language as tl
 from .._checks import check_attention_inputs, check_sinks, check_softcap, check_window
 from . import _launch as launch
 from ._launch import LaunchCache
-from ._softmax import kernel_scales, online_softmax_tile, tanh
+from ._softmax import kernel_scales, online_softmax_tile, softcap_tanh
 
 
 @triton.jit(do_not_specialize=["uniform_len"])
@@ -168,7 +168,7 @@ def _decode_split_kernel(
         k = tl.load(k_ptrs + start_n.to(tl.int64) * stride_kn, mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k))
         if SOFTCAP:
-            s = tanh(s * softcap_scale)
+            s = softcap_tanh(s * softcap_scale, PRECISE=Q.dtype.element_ty == tl.float32)
         visible = (cols[None, :] < key_hi) & (cols[None, :] <= last_visible[:, None])
         if HAS_WINDOW:
             visible = visible & (cols[None, :] > last_visible[:, None] - window)

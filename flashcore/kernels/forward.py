@@ -44,7 +44,7 @@ from .._checks import on_interpreter
 from . import _launch as launch
 from ._launch import LaunchCache
 from ._mask import key_phases, visible
-from ._softmax import LOG2E, kernel_scales, lse_dtype, online_softmax_tile, tanh
+from ._softmax import LOG2E, kernel_scales, lse_dtype, online_softmax_tile, softcap_tanh
 
 
 @triton.jit
@@ -148,7 +148,7 @@ def _attend_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
         if SOFTCAP:
-            s = tanh(s * softcap_scale)
+            s = softcap_tanh(s * softcap_scale, PRECISE=FP32_IEEE)
 
         if APPLY_MASK:
             # Rows past the end see nothing either: they are never stored.
