@@ -45,6 +45,7 @@ from .cp_check import (
     run_check,
     spawn_check,
     summarize_cases,
+    ulysses_cpu_grid,
 )
 from .cp_planted import PLANTED_BUGS, planted
 from .cp_torch import (
@@ -78,6 +79,7 @@ __all__ = [
     "summarize_cases",
     "torch_check_main",
     "torch_cp_cpu_check",
+    "ulysses_cpu_grid",
     "torch_cp_output_check",
     "torch_cp_sdpa",
 ]

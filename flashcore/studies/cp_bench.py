@@ -26,7 +26,15 @@ import torch
 import torch.distributed as dist
 
 from .. import parallel as P
-from .cp_check import cpu_grid, current_device, gpu_grid, run_check, summarize_cases
+from .cp_check import (
+    cpu_grid,
+    current_device,
+    gpu_grid,
+    run_check,
+    summarize_cases,
+    ulysses_cpu_grid,
+    ulysses_gpu_grid,
+)
 from .cp_timing import peak_gib, reset_peak, timed
 
 IMPLS = (
@@ -37,6 +45,7 @@ IMPLS = (
     "torch_cp_cudnn",
     "torch_cp_flash",
     "flashcore_cp_fwd_bwd",
+    "flashcore_ulysses",
 )
 TIMING = "wall clock per call, barrier before, slowest rank, median of 3 calls (1 call from S = 1M)"
 # NVLink multicast stays off: the ring uses point-to-point sends only.
@@ -67,7 +76,8 @@ def run_study(args, *, device, world_size: int, log=print, on_stage=None) -> dic
     results/<gpu>-x<N>/<topic>.json (``check``: the grid's rows and summary only).
 
     ``args`` has the command's options (``flashcore/studies/commands/cp.py``): ``action``
-    ("check" or "bench"), ``grid``, ``filter``, ``seed``, ``no_check``, ``seqlens``, ``wide``,
+    ("check" or "bench"), ``grid``, ``strategy`` (whose grids: "ring", "ulysses", "both"),
+    ``filter``, ``seed``, ``no_check``, ``seqlens``, ``wide``,
     ``cp_only_from``, ``causal`` ("both", "yes", "no"), ``heads`` (Hq, Hkv), ``head_dim``,
     ``dtype`` (a name). ``bench`` checks the forward cases first and the gradient cases after
     the timings; ``on_stage(payload)`` is called after each stage and each S, so a run cut
@@ -75,7 +85,11 @@ def run_study(args, *, device, world_size: int, log=print, on_stage=None) -> dic
     grid = args.grid or ("gpu" if device.type == "cuda" else "cpu")
     cases = []
     if args.action == "check" or not args.no_check:
-        cases = gpu_grid() if grid == "gpu" else cpu_grid()
+        strategy = getattr(args, "strategy", "ring")
+        if strategy in ("ring", "both"):
+            cases += gpu_grid() if grid == "gpu" else cpu_grid()
+        if strategy in ("ulysses", "both"):
+            cases += ulysses_gpu_grid() if grid == "gpu" else ulysses_cpu_grid()
         if args.filter:
             cases = [c for c in cases if args.filter in c.name]
     later = [c for c in cases if c.grad] if args.action == "bench" else []
@@ -261,6 +275,23 @@ def _time_ring(point: _Point, shards, *, skip_comm: bool, warmup: int) -> None:
     point.add("flashcore_cp_nocomm" if skip_comm else "flashcore_cp", ms, peak_gib(point.group))
 
 
+def _time_ulysses(point: _Point, shards, *, warmup: int) -> None:
+    """flashcore_ulysses: the head all-to-all strategy on the same shards (heads must divide
+    across the ranks; ``flashcore.parallel_ulysses``)."""
+    from ..parallel_ulysses import ulysses_attention
+
+    q_l, k_l, v_l = shards
+    kw = _ring_kwargs(point)
+    reset_peak()
+    ms = timed(
+        lambda: ulysses_attention(q_l, k_l, v_l, **kw),
+        reps=point.reps,
+        warmup=warmup,
+        group=point.group,
+    )
+    point.add("flashcore_ulysses", ms, peak_gib(point.group), sharding=point.sharding)
+
+
 def _time_transfers(point: _Point, shards) -> None:
     """comm_only: the N - 1 ring transfers of a K/V shard alone."""
     k_l, group = shards[1], point.group
@@ -370,10 +401,13 @@ def _time_torch_cp(point: _Point, mesh, backend: str, checks: list) -> None:
 
 def _derive_columns(rows: dict, world_size: int) -> None:
     """flashcore_cp's scaling efficiency against one GPU, and what the transfers add."""
+    one = rows.get("flashcore_1gpu")
+    if one and rows.get("flashcore_ulysses"):
+        ulysses = rows["flashcore_ulysses"]
+        ulysses["scaling_efficiency"] = one["time_ms"] / (world_size * ulysses["time_ms"])
     cp = rows.get("flashcore_cp")
     if not cp:
         return
-    one = rows.get("flashcore_1gpu")
     if one:
         cp["scaling_efficiency"] = one["time_ms"] / (world_size * cp["time_ms"])
     nocomm, comm = rows.get("flashcore_cp_nocomm"), rows.get("comm_only")
@@ -508,6 +542,13 @@ def bench(
                     _time_ring(point, shards, skip_comm=True, warmup=0)
                 if "comm_only" in impls and world_size > 1:
                     _time_transfers(point, shards)
+                heads_divide = (num_q_heads % world_size, num_kv_heads % world_size) == (0, 0)
+                if "flashcore_ulysses" in impls and heads_divide:
+                    try:
+                        warm = _warmup_calls(compiled, "ulysses", causal)
+                        _time_ulysses(point, shards, warmup=warm)
+                    except Exception as exc:
+                        point.failed("flashcore_ulysses", exc, result["skipped"])
             if not cp_only and "flashcore_1gpu" in impls:
                 _time_one_gpu(point, _warmup_calls(compiled, "1gpu", causal))
             for backend in ("cudnn", "flash"):

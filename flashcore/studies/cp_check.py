@@ -41,6 +41,7 @@ class CPCase:
     sample_rows: int | None = None  # None: check every row; else this many rows per rank
     planted_bug: str | None = None
     grad: bool = False  # also the ring backward: dq, dk, dv under the gradient rule
+    strategy: str = "ring"  # "ring" (flashcore.parallel) or "ulysses" (flashcore.parallel_ulysses)
 
     @property
     def name(self) -> str:
@@ -50,9 +51,10 @@ class CPCase:
         bug = f" PLANTED:{self.planted_bug}" if self.planted_bug else ""
         rows = f" sampled{self.sample_rows}" if self.sample_rows else ""
         grad = " +grad" if self.grad else ""
+        strategy = "" if self.strategy == "ring" else f" {self.strategy}"
         return (
             f"B{self.batch} Hq{self.num_q_heads} Hkv{self.num_kv_heads} S{self.seqlen} "
-            f"D{self.head_dim} {self.dtype} {mask} {self.sharding}{rows}{grad}{bug}"
+            f"D{self.head_dim} {self.dtype} {mask} {self.sharding}{rows}{grad}{strategy}{bug}"
         )
 
 
@@ -77,6 +79,41 @@ def cpu_grid() -> list[CPCase]:
         CPCase(96, causal=True, sharding="zigzag", planted_bug="merge_without_rescale"),
         CPCase(96, causal=True, sharding="zigzag", planted_bug="zigzag_off_by_one"),
         CPCase(96, causal=True, sharding="zigzag", grad=True, planted_bug="dkv_not_accumulated"),
+    ]
+
+
+def ulysses_cpu_grid() -> list[CPCase]:
+    """The all-to-all strategy on 2 gloo processes: heads divisible by the ranks."""
+    u = dict(strategy="ulysses")
+    return [
+        CPCase(96, 2, 2, causal=True, sharding="zigzag", **u),
+        CPCase(80, 2, 2, causal=False, sharding="contiguous", dtype="float32", **u),
+        CPCase(96, 4, 2, causal=True, sharding="contiguous", head_dim=32, **u),  # GQA 2
+        CPCase(100, 4, 2, causal=True, sharding="zigzag", window=20, **u),
+        CPCase(67, 2, 2, causal=True, sharding="zigzag", batch=2, **u),  # uneven
+        CPCase(3, 2, 2, causal=True, sharding="zigzag", **u),  # empty chunks
+        CPCase(96, 4, 2, causal=True, sharding="zigzag", grad=True, **u),
+        CPCase(67, 2, 2, causal=False, sharding="contiguous", dtype="float32", grad=True, **u),
+        CPCase(100, 4, 2, causal=True, sharding="zigzag", window=20, grad=True, **u),
+        CPCase(96, 2, 2, causal=True, sharding="zigzag", planted_bug="ulysses_rank_order", **u),
+    ]
+
+
+def ulysses_gpu_grid() -> list[CPCase]:
+    """The all-to-all strategy on GPUs: 8 KV heads, so any N in 1, 2, 4, 8 divides them."""
+    u = dict(strategy="ulysses")
+    cases = []
+    for dtype in ("bfloat16", "float16"):
+        cases += [
+            CPCase(4099, 16, 8, 128, dtype, True, "zigzag", **u),
+            CPCase(4099, 8, 8, 128, dtype, False, "contiguous", **u),
+            CPCase(4099, 8, 8, 64, dtype, True, "zigzag", window=300, batch=2, **u),
+        ]
+    return cases + [
+        CPCase(4099, 16, 8, 128, "bfloat16", True, "zigzag", grad=True, **u),
+        CPCase(4099, 8, 8, 128, "bfloat16", False, "contiguous", grad=True, **u),
+        CPCase(131072 + 3, 16, 8, 128, "bfloat16", True, "zigzag", sample_rows=256, **u),
+        CPCase(4096, 8, 8, 128, "bfloat16", True, "zigzag", planted_bug="ulysses_rank_order", **u),
     ]
 
 
@@ -135,8 +172,13 @@ def _sample_local_rows(num_rows: int, spans, count: int, seed: int) -> torch.Ten
 def check_case(case: CPCase, device, seed: int, group=None) -> dict:
     """Run one case on every rank; returns the global verdict (same dict on every rank)."""
     from .. import parallel as P
+    from ..parallel_ulysses import ulysses_attention
     from ..reference import attention_reference
     from ..validate import UNIT_ROUNDOFF
+
+    if case.strategy not in ("ring", "ulysses"):
+        raise ValueError(f"unknown strategy {case.strategy!r}")
+    attend = P.ring_attention if case.strategy == "ring" else ulysses_attention
 
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     dtype = getattr(torch, case.dtype)
@@ -161,13 +203,13 @@ def check_case(case: CPCase, device, seed: int, group=None) -> dict:
         do = torch.randn(shape_q, generator=gen, device=device).to(dtype)
         leaves = [t.clone().requires_grad_() for t in (q_l, k_l, v_l)]
         with planted(case.planted_bug):  # in this rank's process, forward and backward
-            out = P.ring_attention(*leaves, **ring_kw)
+            out = attend(*leaves, **ring_kw)
             out.backward(P.shard(do, *args))
         out = out.detach()
         grad_row = _check_ring_grads([t.grad for t in leaves], q, k, v, do, case, group)
     else:
         with torch.no_grad(), planted(case.planted_bug):
-            out = P.ring_attention(q_l, k_l, v_l, **ring_kw)
+            out = attend(q_l, k_l, v_l, **ring_kw)
     spans = P.shard_spans(case.seqlen, world_size, rank, case.sharding)
     positions = P.shard_positions(case.seqlen, world_size, rank, case.sharding).to(device)
     if case.sample_rows:

@@ -13,6 +13,11 @@ their own). Each step is a module-level function the ring looks up when it calls
                             out as before and only the positions the masks see move
     dkv_not_accumulated     ``_add_received_dkv``: in the ring backward a rank passes on the
                             block's dK/dV without what the ranks before it added
+    ulysses_rank_order      ``flashcore.parallel_ulysses``'s ``shard_positions``: the
+                            all-to-all puts each rank's rows back in rank order (the
+                            contiguous layout) whatever the sharding, so under zigzag the
+                            gathered sequence is permuted and the causal mask sees the wrong
+                            positions (the exchange and its inverse still agree)
 
 The replacement is made in the process that runs the ring. Under torchrun or the local gloo
 spawner every rank is its own process, and every rank enters the block itself
@@ -27,6 +32,7 @@ import contextlib
 import torch
 
 from .. import parallel as P
+from .. import parallel_ulysses as U
 
 _merge_partials = P.merge_partials  # the shipped merge, whatever is patched later
 
@@ -50,11 +56,19 @@ def drop_received_dkv(dkv, received) -> None:
     contributions of the ranks before this one."""
 
 
-# bug -> (the step of flashcore.parallel it replaces, the replacement)
+def positions_in_rank_order(seqlen: int, world_size: int, rank: int, sharding: str):
+    """``shard_positions`` as if every shard were contiguous."""
+    return _shard_positions(seqlen, world_size, rank, "contiguous")
+
+
+_shard_positions = P.shard_positions
+
+# bug -> (the module it patches, the step it replaces, the replacement)
 PLANTED_BUGS = {
-    "merge_without_rescale": ("merge_partials", merge_without_rescale),
-    "zigzag_off_by_one": ("zigzag_chunks", zigzag_off_by_one),
-    "dkv_not_accumulated": ("_add_received_dkv", drop_received_dkv),
+    "merge_without_rescale": (P, "merge_partials", merge_without_rescale),
+    "zigzag_off_by_one": (P, "zigzag_chunks", zigzag_off_by_one),
+    "dkv_not_accumulated": (P, "_add_received_dkv", drop_received_dkv),
+    "ulysses_rank_order": (U, "shard_positions", positions_in_rank_order),
 }
 
 
@@ -67,10 +81,10 @@ def planted(bug: str | None):
         return
     if bug not in PLANTED_BUGS:
         raise ValueError(f"unknown planted bug {bug!r}; known: {tuple(PLANTED_BUGS)}")
-    step, mutant = PLANTED_BUGS[bug]
-    shipped = getattr(P, step)
-    setattr(P, step, mutant)
+    module, step, mutant = PLANTED_BUGS[bug]
+    shipped = getattr(module, step)
+    setattr(module, step, mutant)
     try:
         yield
     finally:
-        setattr(P, step, shipped)
+        setattr(module, step, shipped)

@@ -10,6 +10,12 @@ import sys
 def add_cp_arguments(p) -> None:
     p.add_argument("action", choices=["check", "bench"])
     p.add_argument("--grid", choices=["cpu", "gpu"], help="correctness grid (default: by device)")
+    p.add_argument(
+        "--strategy",
+        default="both",
+        choices=["ring", "ulysses", "both"],
+        help="which strategies' correctness grids to run: the ring, the head all-to-all, or both",
+    )
     p.add_argument("--filter", help="only check cases whose name contains this text")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-check", action="store_true", help="bench without the correctness grid")
