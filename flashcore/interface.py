@@ -58,8 +58,8 @@ MAX_HEAD_DIM = 256
 # (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
 # the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
 # Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
-# float32, other head dims, non-TMA strides, not Hopper) and calls with an explicit
-# ``config`` always run the Triton kernel.
+# float32, other head dims, a v head dim different from q/k's, non-TMA strides, not
+# Hopper) and calls with an explicit ``config`` always run the Triton kernel.
 FORWARD_GLUON_FROM = {
     (64, False): None,
     (64, True): None,
@@ -110,7 +110,10 @@ def describe_dispatch() -> str:
         f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
         for (d, c), t in FORWARD_GLUON_FROM.items()
     )
-    return f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}"
+    return (
+        f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}; "
+        "v head dim != q/k's: Triton"
+    )
 
 
 # -------------------------------------------------------------------------- attention
@@ -247,7 +250,7 @@ def _attention_forward(
             out, lse = hit
             return (out, lse) if return_lse else out
 
-    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
+    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM, value_head_dim=True)
     sinks = check_sinks(sinks, q)
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError(
@@ -257,13 +260,15 @@ def _attention_forward(
     check_softcap(softcap)
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     seqlen_k = k.shape[2]
+    out_shape = (batch, num_q_heads, seqlen_q, v.shape[3])  # v's head dim
 
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    elif out.shape != out_shape or out.dtype != q.dtype or out.device != q.device:
         raise ValueError(
-            f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
-            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
+            f"expected out to match q (shape (B, Hq, Sq, D_v) = {out_shape}, {q.dtype}, "
+            f"{q.device}), "
+            f"got shape {tuple(out.shape)}, {out.dtype}, {out.device}"
         )
     # The kernel writes lse only when asked (STORE_LSE); otherwise `out` stands in for the
     # pointer and is never touched through it.
