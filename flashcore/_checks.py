@@ -44,9 +44,11 @@ def _dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
+def check_attention_inputs(q, k, v, *, max_head_dim: int, value_head_dim: bool = False) -> None:
     """Validate (B, Hq, Sq, D) / (B, Hkv, Sk, D) attention inputs; raise on anything the
-    kernels do not compute correctly."""
+    kernels do not compute correctly. ``value_head_dim``: v may have a head dim of its own,
+    ``(B, Hkv, Sk, D_v)`` with D_v in [1, max_head_dim] (the Triton forward and backward);
+    False: v must have k's shape (the paths that do not support it say so)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
@@ -83,9 +85,17 @@ def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
                 "bfloat16 is not supported on CPU: the Triton interpreter's bfloat16 dot "
                 "returns wrong results; use float16 or float32, or a CUDA device"
             )
-    if k.shape != v.shape:
+    if k.shape[:3] != v.shape[:3]:
         raise ValueError(
-            f"expected k and v to have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+            "expected k and v to have the same shape"
+            + (" but the head_dim" if value_head_dim else "")
+            + f", got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    if k.shape[3] != v.shape[3] and not value_head_dim:
+        raise ValueError(
+            f"expected k and v to have the same shape, got {tuple(k.shape)} and "
+            f"{tuple(v.shape)}: this function does not support a v head_dim ({v.shape[3]}) "
+            f"different from q/k's ({k.shape[3]}); flashcore.attention and attention_varlen do"
         )
     if q.shape[0] != k.shape[0]:
         raise ValueError(
@@ -98,6 +108,8 @@ def check_attention_inputs(q, k, v, *, max_head_dim: int) -> None:
     head_dim = q.shape[3]
     if not 1 <= head_dim <= max_head_dim:
         raise ValueError(f"head_dim must be in [1, {max_head_dim}], got {head_dim}")
+    if not 1 <= v.shape[3] <= max_head_dim:
+        raise ValueError(f"v's head_dim (D_v) must be in [1, {max_head_dim}], got {v.shape[3]}")
     num_q_heads, num_kv_heads = q.shape[1], k.shape[1]
     if num_kv_heads == 0 and num_q_heads != 0:
         raise ValueError(f"expected at least one key/value head for {num_q_heads} query heads")

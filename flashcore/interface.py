@@ -58,8 +58,8 @@ MAX_HEAD_DIM = 256
 # (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
 # the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
 # Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
-# float32, other head dims, non-TMA strides, not Hopper) and calls with an explicit
-# ``config`` always run the Triton kernel.
+# float32, other head dims, a v head dim different from q/k's, non-TMA strides, not
+# Hopper) and calls with an explicit ``config`` always run the Triton kernel.
 FORWARD_GLUON_FROM = {
     (64, False): None,
     (64, True): None,
@@ -110,7 +110,10 @@ def describe_dispatch() -> str:
         f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
         for (d, c), t in FORWARD_GLUON_FROM.items()
     )
-    return f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}"
+    return (
+        f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}; "
+        "v head dim != q/k's: Triton"
+    )
 
 
 # -------------------------------------------------------------------------- attention
@@ -134,8 +137,10 @@ def attention(
     """Exact softmax attention: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
 
     Args:
-        q: ``(B, Hq, Sq, D)``; k, v: ``(B, Hkv, Sk, D)``. Any strides (e.g. a
-            ``(B, S, H, D)`` tensor transposed to ``(B, H, S, D)``).
+        q: ``(B, Hq, Sq, D)``; k: ``(B, Hkv, Sk, D)``; v: ``(B, Hkv, Sk, D_v)``, where v's
+            head dim D_v may differ from q/k's D (DeepSeek-V3's MLA: D = 192, D_v = 128;
+            either smaller or larger). Any strides (e.g. a ``(B, S, H, D)`` tensor
+            transposed to ``(B, H, S, D)``).
         causal: apply a causal mask.
         causal_alignment: ``"top_left"`` (query i sees keys j <= i; SDPA's ``is_causal``)
             or ``"bottom_right"`` (query i sees keys j <= i + Sk - Sq; the KV-cache
@@ -156,8 +161,8 @@ def attention(
         return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
             ``(B, Hq, Sq)``, -inf for rows that see no key: float32 for float16/bfloat16
             inputs, float64 for float32 inputs (``lse_dtype``; the backward needs it).
-        out: optional preallocated output of q's shape, dtype and device (any strides);
-            the validation poisons it with NaN so an element the kernel never writes fails.
+        out: optional preallocated ``(B, Hq, Sq, D_v)`` output, q's dtype and device (any
+            strides); the validation poisons it with NaN so an element never written fails.
         config: override the launch configuration (BLOCK_M, BLOCK_N, num_warps,
             num_stages, and optionally USE_TMA / WARP_SPECIALIZE); for tuning sweeps.
 
@@ -166,8 +171,11 @@ def attention(
     interpreter (``TRITON_INTERPRET=1`` set before importing flashcore), float16/float32
     only: the interpreter's bfloat16 dot is wrong.
 
-    Head dims 1..256; powers of two run unpadded, others are padded in registers to the
-    next power of two (at least 16) with masked loads.
+    Head dims 1..256 (D and D_v each; ValueError naming v's head dim for D_v > 256); powers
+    of two run unpadded, others are padded in registers to the next power of two (at least
+    16) with masked loads. The default scale is ``1 / sqrt(D)`` (q/k's head dim). A call
+    with D_v != D always runs the Triton kernel (the Gluon one has one head dim), with the
+    launch config of the wider head dim.
 
     GQA/MQA: ``Hq`` must be a multiple of ``Hkv``; query head h reads KV head
     ``h // (Hq // Hkv)``.
@@ -179,11 +187,12 @@ def attention(
     Differentiable: inputs that require grad (with grad mode on) go through the autograd
     Function below (``_AttentionFunction``; kernels in kernels/backward.py; deterministic
     dQ; softcap and sinks included; gradients through ``out=`` raise). Not supported: head
-    dims > 256, q/k and v head dims that differ, dropout, attention masks.
+    dims > 256, dropout, attention masks. D_v != D is differentiable (dv has v's shape); the
+    KV-cache, fp8 and context-parallel paths do not take it (they raise ValueError).
     Sq == 0 returns an empty tensor; Sk == 0 returns zeros (no key to attend to).
 
     Returns:
-        ``out`` of q's shape and dtype (contiguous unless ``out`` was given), or
+        ``out`` ``(B, Hq, Sq, D_v)`` in q's dtype (contiguous unless ``out`` was given), or
         ``(out, lse)`` if return_lse.
     """
     if torch.is_grad_enabled() and any(
@@ -247,7 +256,7 @@ def _attention_forward(
             out, lse = hit
             return (out, lse) if return_lse else out
 
-    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM)
+    check_attention_inputs(q, k, v, max_head_dim=MAX_HEAD_DIM, value_head_dim=True)
     sinks = check_sinks(sinks, q)
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError(
@@ -257,13 +266,15 @@ def _attention_forward(
     check_softcap(softcap)
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     seqlen_k = k.shape[2]
+    out_shape = (batch, num_q_heads, seqlen_q, v.shape[3])  # v's head dim
 
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    elif out.shape != out_shape or out.dtype != q.dtype or out.device != q.device:
         raise ValueError(
-            f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
-            f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
+            f"expected out to match q (shape (B, Hq, Sq, D_v) = {out_shape}, {q.dtype}, "
+            f"{q.device}), "
+            f"got shape {tuple(out.shape)}, {out.dtype}, {out.device}"
         )
     # The kernel writes lse only when asked (STORE_LSE); otherwise `out` stands in for the
     # pointer and is never touched through it.
@@ -447,7 +458,9 @@ def attention_varlen(
     """Attention over packed variable-length sequences (``flash_attn_varlen_func``'s layout).
 
     Args:
-        q: ``(total_q, Hq, D)``; k, v: ``(total_k, Hkv, D)``; any strides.
+        q: ``(total_q, Hq, D)``; k: ``(total_k, Hkv, D)``; v: ``(total_k, Hkv, D_v)``, its
+            head dim D_v in 1..256, possibly different from D (as ``flashcore.attention``);
+            any strides.
         cu_seqlens_q, cu_seqlens_k: ``(B + 1,)`` int32/int64 on q's device, cumulative
             lengths from 0: sequence b is rows ``[cu[b], cu[b + 1])``. Lengths 0 are allowed
             (a sequence with no keys returns zeros).
@@ -456,7 +469,7 @@ def attention_varlen(
             FlashAttention's convention: query i sees keys j <= i + len_k - len_q) or
             ``"top_left"``.
         window, softcap, scale: as ``flashcore.attention``.
-        out: optional preallocated ``(total_q, Hq, D)``.
+        out: optional preallocated ``(total_q, Hq, D_v)``.
         check_lengths: check that the offsets start at 0, rise to the packed lengths and
             respect max_seqlen (one small device-to-host copy); pass False inside CUDA graph
             capture, where the caller guarantees them.
@@ -472,7 +485,8 @@ def attention_varlen(
     windows, softcap, GQA, lengths 0 and 1); ``out=`` with such inputs raises.
 
     Raises ValueError/TypeError for shapes, dtypes, devices, offsets; RuntimeError for
-    ``out=`` on inputs that require grad. Returns ``(total_q, Hq, D)`` in q's dtype.
+    ``out=`` on inputs that require grad. Returns ``(total_q, Hq, D_v)`` in q's dtype (dv of
+    v's shape under autograd).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:

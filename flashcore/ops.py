@@ -47,6 +47,7 @@ def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=N
         and (seqlen_q == 1 or (is_causal and bottom_right))
         and q.dtype != torch.float32
         and (window is None or is_causal)
+        and v.shape[3] == q.shape[3]  # the decode kernel has one head dim (MLA's: prefill)
     ):
         # A window needs the causal position of each query: the decode kernel's
         # bottom-right alignment (Sq == 1 is bottom-right either way).
@@ -75,7 +76,8 @@ def attention_op(
     window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
-    """Forward attention as a torch op. Returns a contiguous tensor of q's shape/dtype.
+    """Forward attention as a torch op. Returns a contiguous ``(B, Hq, Sq, D_v)`` tensor
+    (v's head dim, which may differ from q/k's) in q's dtype.
     ``window`` (causal sliding window, keys each query sees, itself included) and
     ``softcap`` as ``flashcore.attention``."""
     with torch.no_grad():
@@ -125,9 +127,9 @@ def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap
 def _attention_fake(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
     from ._checks import check_attention_inputs, check_window
 
-    check_attention_inputs(q, k, v, max_head_dim=256)
+    check_attention_inputs(q, k, v, max_head_dim=256, value_head_dim=True)
     check_window(window, is_causal)
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
 
 
 # --- autograd for flashcore::attention (kernels/backward.py). Arguments are read by name

@@ -75,7 +75,9 @@ def attention_reference(
 
     ``compute_dtype=torch.float64`` gives the reference the error rule measures against;
     ``compute_dtype=q.dtype`` gives the same-precision baseline. Rows that see no key are
-    zeros (lse -inf). Shapes as ``flashcore.attention``; returns ``compute_dtype`` tensors.
+    zeros (lse -inf). Shapes as ``flashcore.attention`` (v may have its own head dim D_v:
+    the output is ``(B, Hq, Sq, D_v)``, the default scale ``1 / sqrt(q's D)``); returns
+    ``compute_dtype`` tensors.
 
     ``window``: causal sliding window, as ``flashcore.attention`` (masked, not truncated:
     the reference builds the full (rows, Sk) mask).
@@ -106,7 +108,7 @@ def attention_reference(
     k_c = expand_kv_heads(k, num_q_heads).to(compute_dtype)
     v_c = expand_kv_heads(v, num_q_heads).to(compute_dtype)
 
-    out_shape = (batch, num_q_heads, all_rows.numel(), head_dim)
+    out_shape = (batch, num_q_heads, all_rows.numel(), v.shape[3])  # v's head dim
     out = torch.zeros(out_shape, dtype=compute_dtype, device=q.device)
     lse = torch.full(out_shape[:3], float("-inf"), dtype=compute_dtype, device=q.device)
     if seqlen_k == 0 or out.numel() == 0:
@@ -205,8 +207,8 @@ def varlen_reference(
 ):
     """Reference for packed variable-length attention: q ``(total_q, Hq, D)``, k/v
     ``(total_k, Hkv, D)``; sequence b is rows ``cu_seqlens[b]:cu_seqlens[b+1]``, attended on
-    its own. Returns ``(total_q, Hq, D)`` in ``compute_dtype``."""
-    out = torch.zeros(q.shape, dtype=compute_dtype, device=q.device)
+    its own. Returns ``(total_q, Hq, D_v)`` (v's head dim) in ``compute_dtype``."""
+    out = torch.zeros((*q.shape[:2], v.shape[2]), dtype=compute_dtype, device=q.device)
     cq, ck = torch.as_tensor(cu_seqlens_q).tolist(), torch.as_tensor(cu_seqlens_k).tolist()
     for b in range(len(cq) - 1):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])

@@ -46,7 +46,8 @@ written, no row twice. No descriptor loads (a zero-filled tail would be the next
 sequence's rows).
 
 Not supported (raises): gradients through ``out=``, dropout, masks; head dims above 256.
-bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong).
+bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong). v may have a head dim of
+its own (HEAD_DIM_V, as the forward's): dO, O, V, dV use it, Q, K, dQ, dK q/k's.
 
 This file holds the three kernels, their launch table and the launchers
 ``attention_backward`` and ``attention_varlen_backward``; the autograd Functions that call
@@ -220,6 +221,9 @@ def _dkdv_query_tiles(
     USE_TMA: tl.constexpr,
     softcap_scale,
     SOFTCAP: tl.constexpr,
+    offs_dv,
+    HEAD_DIM_V: tl.constexpr,
+    HEAD_DIM_V_PADDED: tl.constexpr,
 ):
     """Fold query tiles [m_lo, m_hi) of one query head into the key tile's dK, dV.
 
@@ -248,19 +252,19 @@ def _dkdv_query_tiles(
             USE_TMA=USE_TMA,
             MASKED=APPLY_MASK,
         )
-        do = _load_rows(
+        do = _load_rows(  # v's head dim (HEAD_DIM_V: the caller's resolved value)
             base=do_base,
             desc=do_desc,
             batch=batch,
             head=q_head,
             start=start_m,
             offs_rows=offs_m,
-            offs_d=offs_d,
+            offs_d=offs_dv,
             stride_row=stride_dom,
             limit=seqlen_q,
             BLOCK=BLOCK_M,
-            HEAD_DIM=HEAD_DIM,
-            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            HEAD_DIM=HEAD_DIM_V,
+            HEAD_DIM_PADDED=HEAD_DIM_V_PADDED,
             USE_TMA=USE_TMA,
             MASKED=APPLY_MASK,
         )
@@ -412,7 +416,15 @@ def _bwd_dkdv_kernel(
     SeqStartsK=None,
     SeqEndsK=None,
     VARLEN: tl.constexpr = 0,
+    HEAD_DIM_V: tl.constexpr = 0,
+    HEAD_DIM_V_PADDED: tl.constexpr = 0,
 ):
+    # HEAD_DIM_V (> 0): v's (and so O's and dO's) head dim where it differs from q/k's,
+    # padded to HEAD_DIM_V_PADDED; 0 (default): v has q/k's and the kernel is the one
+    # without this option.
+    OWN_V: tl.constexpr = HEAD_DIM_V != 0
+    DV: tl.constexpr = HEAD_DIM_V if OWN_V else HEAD_DIM
+    DV_PADDED: tl.constexpr = HEAD_DIM_V_PADDED if OWN_V else HEAD_DIM_PADDED
     # VARLEN (1: top-left, 2: bottom-right causal alignment per sequence), as the forward:
     # batch entry b is sequence b, queries rows [SeqStartsQ[b], SeqEndsQ[b]) and keys rows
     # [SeqStartsK[b], SeqEndsK[b]) of the packed tensors (batch stride 0); seqlen_q and
@@ -447,11 +459,13 @@ def _bwd_dkdv_kernel(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    offs_dv = tl.arange(0, DV_PADDED) if OWN_V else offs_d
+    v_mask = ((offs_n[:, None] < seqlen_k) & (offs_dv[None, :] < DV)) if OWN_V else kv_mask
     cols = offs_n[:, None].to(tl.int64)
     k = tl.load(k_base + cols * stride_kn + offs_d[None, :] * stride_kk, mask=kv_mask, other=0.0)
-    v = tl.load(v_base + cols * stride_vn + offs_d[None, :] * stride_vk, mask=kv_mask, other=0.0)
+    v = tl.load(v_base + cols * stride_vn + offs_dv[None, :] * stride_vk, mask=v_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, DV_PADDED], dtype=tl.float32)
 
     # Query range of this key tile in up to three phases: [m_lo, m_full) masked (rows at
     # the causal diagonal), [m_full, m_full_end) unmasked (every row exists and sees the
@@ -542,6 +556,9 @@ def _bwd_dkdv_kernel(
             USE_TMA=USE_TMA,
             softcap_scale=softcap_scale,
             SOFTCAP=SOFTCAP,
+            offs_dv=offs_dv,
+            HEAD_DIM_V=DV,
+            HEAD_DIM_V_PADDED=DV_PADDED,
         )
         dk, dv = _dkdv_query_tiles(
             dk=dk,
@@ -581,6 +598,9 @@ def _bwd_dkdv_kernel(
             USE_TMA=USE_TMA,
             softcap_scale=softcap_scale,
             SOFTCAP=SOFTCAP,
+            offs_dv=offs_dv,
+            HEAD_DIM_V=DV,
+            HEAD_DIM_V_PADDED=DV_PADDED,
         )
         dk, dv = _dkdv_query_tiles(
             dk=dk,
@@ -620,15 +640,18 @@ def _bwd_dkdv_kernel(
             USE_TMA=USE_TMA,
             softcap_scale=softcap_scale,
             SOFTCAP=SOFTCAP,
+            offs_dv=offs_dv,
+            HEAD_DIM_V=DV,
+            HEAD_DIM_V_PADDED=DV_PADDED,
         )
 
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
     # gives dK = scale * dS^T Q. dV needs no scale.
     dk = dk * sm_scale
     dk_ptrs = dk_base + cols * stride_dkn + offs_d[None, :] * stride_dkk
-    dv_ptrs = dv_base + cols * stride_dvn + offs_d[None, :] * stride_dvk
+    dv_ptrs = dv_base + cols * stride_dvn + offs_dv[None, :] * stride_dvk
     tl.store(dk_ptrs, dk.to(dK.dtype.element_ty), mask=kv_mask)
-    tl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=v_mask)
 
 
 @triton.jit
@@ -665,6 +688,9 @@ def _dq_key_tiles(
     USE_TMA: tl.constexpr,
     softcap_scale,
     SOFTCAP: tl.constexpr,
+    offs_dv,
+    HEAD_DIM_V: tl.constexpr,
+    HEAD_DIM_V_PADDED: tl.constexpr,
 ):
     """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -687,19 +713,19 @@ def _dq_key_tiles(
             USE_TMA=USE_TMA,
             MASKED=APPLY_MASK,
         )
-        v = _load_rows(
+        v = _load_rows(  # v's head dim (HEAD_DIM_V: the caller's resolved value)
             base=v_base,
             desc=v_desc,
             batch=batch,
             head=kv_head,
             start=start_n,
             offs_rows=offs_n,
-            offs_d=offs_d,
+            offs_d=offs_dv,
             stride_row=stride_vn,
             limit=seqlen_k,
             BLOCK=BLOCK_N,
-            HEAD_DIM=HEAD_DIM,
-            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            HEAD_DIM=HEAD_DIM_V,
+            HEAD_DIM_PADDED=HEAD_DIM_V_PADDED,
             USE_TMA=USE_TMA,
             MASKED=APPLY_MASK,
         )
@@ -801,7 +827,15 @@ def _bwd_dq_kernel(
     SeqStartsK=None,
     SeqEndsK=None,
     VARLEN: tl.constexpr = 0,
+    HEAD_DIM_V: tl.constexpr = 0,
+    HEAD_DIM_V_PADDED: tl.constexpr = 0,
 ):
+    # HEAD_DIM_V (> 0): v's (and so O's and dO's) head dim where it differs from q/k's,
+    # padded to HEAD_DIM_V_PADDED; 0 (default): v has q/k's and the kernel is the one
+    # without this option.
+    OWN_V: tl.constexpr = HEAD_DIM_V != 0
+    DV: tl.constexpr = HEAD_DIM_V if OWN_V else HEAD_DIM
+    DV_PADDED: tl.constexpr = HEAD_DIM_V_PADDED if OWN_V else HEAD_DIM_PADDED
     # VARLEN as in _bwd_dkdv_kernel: a query tile past its sequence's end does nothing.
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -842,9 +876,13 @@ def _bwd_dq_kernel(
     offs_d = tl.arange(0, HEAD_DIM_PADDED)
     row_in = offs_m < seqlen_q
     mask = row_in[:, None] & (offs_d[None, :] < HEAD_DIM)
+    offs_dv = tl.arange(0, DV_PADDED) if OWN_V else offs_d
+    do_mask = (row_in[:, None] & (offs_dv[None, :] < DV)) if OWN_V else mask
     rows = offs_m[:, None].to(tl.int64)
     q = tl.load(q_base + rows * stride_qm + offs_d[None, :] * stride_qk, mask=mask, other=0.0)
-    do = tl.load(do_base + rows * stride_dom + offs_d[None, :] * stride_dok, mask=mask, other=0.0)
+    do = tl.load(
+        do_base + rows * stride_dom + offs_dv[None, :] * stride_dok, mask=do_mask, other=0.0
+    )
     lse = tl.load(lse_base + offs_m, mask=row_in, other=0.0)
     delta = tl.load(delta_base + offs_m, mask=row_in, other=0.0)
     lse2 = _lse_to_log2(lse, BLOCK_M)
@@ -906,6 +944,9 @@ def _bwd_dq_kernel(
         USE_TMA=USE_TMA,
         softcap_scale=softcap_scale,
         SOFTCAP=SOFTCAP,
+        offs_dv=offs_dv,
+        HEAD_DIM_V=DV,
+        HEAD_DIM_V_PADDED=DV_PADDED,
     )
     dq = _dq_key_tiles(
         dq=dq,
@@ -940,6 +981,9 @@ def _bwd_dq_kernel(
         USE_TMA=USE_TMA,
         softcap_scale=softcap_scale,
         SOFTCAP=SOFTCAP,
+        offs_dv=offs_dv,
+        HEAD_DIM_V=DV,
+        HEAD_DIM_V_PADDED=DV_PADDED,
     )
     dq = _dq_key_tiles(
         dq=dq,
@@ -974,6 +1018,9 @@ def _bwd_dq_kernel(
         USE_TMA=USE_TMA,
         softcap_scale=softcap_scale,
         SOFTCAP=SOFTCAP,
+        offs_dv=offs_dv,
+        HEAD_DIM_V=DV,
+        HEAD_DIM_V_PADDED=DV_PADDED,
     )
     dq = dq * sm_scale
     dq_ptrs = dq_base + rows * stride_dqm + offs_d[None, :] * stride_dqk
@@ -1033,6 +1080,19 @@ def _gradient_buffer(name, buf, like):
     return buf
 
 
+def _check_grad_out(grad_out, out, q, v, shape):
+    """dO: the output's ``shape`` (q's rows and heads, v's head dim), q's dtype and device;
+    O: that shape."""
+    if grad_out.shape != shape or grad_out.dtype != q.dtype or grad_out.device != q.device:
+        raise ValueError(
+            f"expected grad_out to match q (shape {shape}: q's rows and heads, v's head dim), "
+            f"{q.dtype}, {q.device}, got shape {tuple(grad_out.shape)}, {grad_out.dtype}, "
+            f"{grad_out.device}"
+        )
+    if out.shape != shape:
+        raise ValueError(f"expected out of shape {shape}, got {tuple(out.shape)}")
+
+
 def attention_backward(
     grad_out: torch.Tensor,
     q: torch.Tensor,
@@ -1055,7 +1115,8 @@ def attention_backward(
     """Gradients of ``flashcore.attention``: returns ``(dq, dk, dv)``.
 
     Args:
-        grad_out: dO, q's shape and dtype (any strides).
+        grad_out: dO, the output's shape ``(B, Hq, Sq, D_v)`` (v's head dim, q's otherwise
+            the same) and q's dtype (any strides).
         q, k, v, out: as in / returned by the forward; ``out`` is the forward's output.
         lse: the forward's ``(B, Hq, Sq)`` natural-log log-sum-exp
             (``attention(..., return_lse=True)``), float32, or float64 for float32 inputs
@@ -1072,17 +1133,15 @@ def attention_backward(
         dq, dk, dv: optional preallocated gradients (q's / k's shape, dtype and device, any
             strides); the validation poisons them with NaN so an unwritten element fails.
 
-    dq has q's shape, dk/dv have k's shape (contiguous unless given), in the inputs' dtype. Work is
+    v may have a head dim D_v of its own (``flashcore.attention`` says so): dP = dO V^T and
+    dV = P^T dO run over D_v, S and dQ/dK over q/k's.
+    dq has q's shape, dk k's, dv v's (contiguous unless given), in the inputs' dtype. Work is
     O(Sq * Sk), memory O(S): dQ's fp32 buffer (atomic mode) and delta are the only
     temporaries.
     """
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     seqlen_k = k.shape[2]
-    if grad_out.shape != q.shape or grad_out.dtype != q.dtype or grad_out.device != q.device:
-        raise ValueError(
-            f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
-            f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}"
-        )
+    _check_grad_out(grad_out, out, q, v, (batch, num_q_heads, seqlen_q, v.shape[3]))
     expected_lse_dtype = lse_dtype(q.dtype)
     if tuple(lse.shape) != (batch, num_q_heads, seqlen_q) or lse.dtype != expected_lse_dtype:
         raise ValueError(
@@ -1153,7 +1212,7 @@ def attention_varlen_backward(
     dv: torch.Tensor | None = None,
 ):
     """Gradients of ``flashcore.attention_varlen``: returns ``(dq, dk, dv)`` in the packed
-    layout, ``(total_q, Hq, D)`` and ``(total_k, Hkv, D)``.
+    layout, ``(total_q, Hq, D)``, ``(total_k, Hkv, D)`` and ``(total_k, Hkv, D_v)``.
 
     Args:
         grad_out, q, k, v, out: packed as the forward takes them (any strides; ``out`` the
@@ -1173,11 +1232,7 @@ def attention_varlen_backward(
     """
     total_q, num_q_heads, head_dim = q.shape
     batch = cu_seqlens_q.shape[0] - 1
-    if grad_out.shape != q.shape or grad_out.dtype != q.dtype or grad_out.device != q.device:
-        raise ValueError(
-            f"expected grad_out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), "
-            f"got shape {tuple(grad_out.shape)}, {grad_out.dtype}, {grad_out.device}"
-        )
+    _check_grad_out(grad_out, out, q, v, (total_q, num_q_heads, v.shape[2]))
     expected_lse_dtype = lse_dtype(q.dtype)
     if tuple(lse.shape) != (num_q_heads, total_q) or lse.dtype != expected_lse_dtype:
         raise ValueError(
@@ -1264,21 +1319,27 @@ def _launch_backward(
     bottom-right) the kernels run in varlen mode and seqlen_q / seqlen_k are the longest
     lengths, which size the grids."""
     batch, num_q_heads, _, head_dim = q.shape
-    num_kv_heads = k.shape[1]
+    num_kv_heads, head_dim_v = k.shape[1], v.shape[3]
     seqlen_q = q.shape[2] if seqlen_q is None else seqlen_q
     seqlen_k = k.shape[2] if seqlen_k is None else seqlen_k
     scale = _default_scale(scale, q)
     # Scores in log2 units: q.k * qk_scale, or tanh(q.k * softcap_scale) * qk_scale (softcap).
     qk_scale, softcap_scale = kernel_scales(scale, softcap)
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
-    cfg = (
-        config if config is not None else _pick_config(head_dim_padded, q.dtype, on_interpreter(q))
-    )
+    # v's own head dim (as forward.py): HEAD_DIM_V 0 where it equals q/k's, and the config
+    # of the wider head dim where it does not.
+    own_v = head_dim_v != head_dim
+    head_dim_v_padded = max(16, triton.next_power_of_2(head_dim_v))
+    widest_padded = max(head_dim_padded, head_dim_v_padded)
+    cfg = config if config is not None else _pick_config(widest_padded, q.dtype, on_interpreter(q))
     deterministic = dq_acc is None
     # Varlen reads rows through per-sequence offsets (a descriptor's zero-filled tail would
-    # be the next sequence's rows): the pointer path.
+    # be the next sequence's rows): the pointer path; so does a v of its own head dim.
     use_tma = (
-        seqs is None and cfg.get("USE_TMA", True) and tma_compatible((q, k, v, grad_out), head_dim)
+        seqs is None
+        and not own_v
+        and cfg.get("USE_TMA", True)
+        and tma_compatible((q, k, v, grad_out), head_dim)
     )
     starts_q, ends_q, starts_k, ends_k = seqs if seqs is not None else (None,) * 4
     # lse and delta share one layout: both contiguous (or batch-stride-0 views of contiguous
@@ -1286,7 +1347,7 @@ def _launch_backward(
     # only one contiguity leaves free, is never multiplied by a nonzero index).
     stride_lz, stride_lh = delta.stride(0), delta.stride(1)
 
-    pre_m = 64 if head_dim_padded <= 128 else 32
+    pre_m = 64 if head_dim_v_padded <= 128 else 32  # delta = rowsum(dO o O): v's head dim
     _bwd_preprocess[(triton.cdiv(seqlen_q, pre_m) * batch * num_q_heads,)](
         out,
         grad_out,
@@ -1297,8 +1358,8 @@ def _launch_backward(
         stride_lh,
         num_q_heads,
         seqlen_q,
-        HEAD_DIM=head_dim,
-        HEAD_DIM_PADDED=head_dim_padded,
+        HEAD_DIM=head_dim_v,
+        HEAD_DIM_PADDED=head_dim_v_padded,
         BLOCK_M=pre_m,
         SeqStartsQ=starts_q,
         SeqEndsQ=ends_q,
@@ -1318,6 +1379,8 @@ def _launch_backward(
         SeqStartsK=starts_k,
         SeqEndsK=ends_k,
         VARLEN=varlen,
+        HEAD_DIM_V=head_dim_v if own_v else 0,
+        HEAD_DIM_V_PADDED=head_dim_v_padded if own_v else 0,
     )
     dq_target = dq if deterministic else dq_acc
     bm, bn, warps, stages = cfg["dkdv"] if deterministic else cfg.get("dkdv_atomic", cfg["dkdv"])

@@ -28,8 +28,10 @@ picks between this kernel and the Gluon one is ``flashcore.interface.attention``
 is long because it holds the kernel (about 400 lines: the key-tile loop and the program,
 each read top to bottom) with its tuned launch table and its launcher, which caches a
 launch per argument signature.
-Not supported: dropout, arbitrary masks/bias, head dims above 256, different head dims for
-q/k and v. ``attention`` raises a ValueError / TypeError for each.
+v may have a head dim of its own (HEAD_DIM_V: DeepSeek-V3's MLA, 192 for q.k and 128 for
+v): q.k^T runs over q/k's head dim, P.V and the output over v's.
+Not supported: dropout, arbitrary masks/bias, head dims above 256 (either). ``attention``
+raises a ValueError / TypeError for each.
 """
 
 from __future__ import annotations
@@ -112,8 +114,14 @@ def _attend_key_tiles(
     WARP_SPECIALIZE: tl.constexpr,
     softcap_scale=0.0,
     SOFTCAP: tl.constexpr = False,
+    offs_dv=None,
+    HEAD_DIM_V: tl.constexpr = 0,
+    HEAD_DIM_V_PADDED: tl.constexpr = 0,
 ):
     """Fold key tiles [key_lo, key_hi) into the running (acc, l_i, m_i) of one query tile.
+
+    HEAD_DIM_V (> 0: v's head dim differs from q/k's, padded to HEAD_DIM_V_PADDED, its
+    columns offs_dv): the V tile and acc are that wide. 0: v has q/k's head dim.
 
     key_lo is a multiple of BLOCK_N. With APPLY_MASK=False every key in the range is
     in bounds and visible to every row (the caller guarantees it), so no mask is built.
@@ -126,6 +134,8 @@ def _attend_key_tiles(
     # past the end. All-true columns unless the head dim is padded.
     PADDED: tl.constexpr = HEAD_DIM != HEAD_DIM_PADDED
     d_mask = offs_d[None, :] < HEAD_DIM
+    OWN_V: tl.constexpr = HEAD_DIM_V != 0
+    PADDED_V: tl.constexpr = (HEAD_DIM_V != HEAD_DIM_V_PADDED) if OWN_V else PADDED
     for start_n in tl.range(key_lo, key_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
@@ -173,11 +183,13 @@ def _attend_key_tiles(
             kv_head=kv_head,
             start_n=start_n,
             stride_n=stride_vn,
-            kv_mask=kv_mask,
+            kv_mask=((cols[:, None] < seqlen_k) & (offs_dv[None, :] < HEAD_DIM_V))
+            if OWN_V
+            else kv_mask,
             BLOCK_N=BLOCK_N,
-            HEAD_DIM=HEAD_DIM_PADDED,
+            HEAD_DIM=HEAD_DIM_V_PADDED if OWN_V else HEAD_DIM_PADDED,
             USE_TMA=USE_TMA,
-            MASKED=APPLY_MASK or PADDED,
+            MASKED=APPLY_MASK or PADDED_V,
         )
         if FP32_IEEE:
             acc = tl.dot(p, v, acc, input_precision="ieee")
@@ -240,7 +252,15 @@ def _attn_fwd_kernel(
     HAS_SINKS: tl.constexpr = False,
     stride_lse_z=0,
     stride_lse_h=0,
+    HEAD_DIM_V: tl.constexpr = 0,
+    HEAD_DIM_V_PADDED: tl.constexpr = 0,
 ):
+    # HEAD_DIM_V (> 0): v's head dim where it differs from q/k's (DeepSeek's MLA: 192 for
+    # q.k, 128 for v), padded to HEAD_DIM_V_PADDED; the output is that wide. 0 (default):
+    # v has q/k's head dim and the kernel is exactly the one without this option.
+    OWN_V: tl.constexpr = HEAD_DIM_V != 0
+    DV: tl.constexpr = HEAD_DIM_V if OWN_V else HEAD_DIM
+    DV_PADDED: tl.constexpr = HEAD_DIM_V_PADDED if OWN_V else HEAD_DIM_PADDED
     # 1-D grid: the query-tile index varies fastest, so programs running together share
     # one head's K/V in L2; a 1-D grid also has no 65535 limit on batch * heads.
     # VARLEN (1: top-left, 2: bottom-right causal alignment per sequence): sequence b's
@@ -286,7 +306,9 @@ def _attn_fwd_kernel(
     q_ptrs = q_base + offs_m[:, None].to(tl.int64) * stride_qm + offs_d[None, :] * stride_qk
     q = tl.load(q_ptrs, mask=row_in[:, None] & d_in[None, :], other=0.0)
     k_ptrs = k_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kk
-    v_ptrs = v_base + offs_n[:, None].to(tl.int64) * stride_vn + offs_d[None, :] * stride_vk
+    offs_dv = tl.arange(0, DV_PADDED) if OWN_V else offs_d
+    dv_in = (offs_dv < DV) if OWN_V else d_in
+    v_ptrs = v_base + offs_n[:, None].to(tl.int64) * stride_vn + offs_dv[None, :] * stride_vk
 
     if HAS_SINKS:
         # A learnable sink (gpt-oss): one more logit per head in every row's softmax, with
@@ -299,7 +321,7 @@ def _attn_fwd_kernel(
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, DV_PADDED], dtype=tl.float32)
 
     # Key range of this tile in up to three phases (kernels/_mask.py): the lower edge of a
     # sliding window (masked), the tiles every row sees whole (unmasked), the causal
@@ -356,6 +378,9 @@ def _attn_fwd_kernel(
             WARP_SPECIALIZE=WARP_SPECIALIZE,
             softcap_scale=softcap_scale,
             SOFTCAP=SOFTCAP,
+            offs_dv=offs_dv,
+            HEAD_DIM_V=HEAD_DIM_V,
+            HEAD_DIM_V_PADDED=HEAD_DIM_V_PADDED,
         )
     acc, l_i, m_i = _attend_key_tiles(
         acc=acc,
@@ -391,6 +416,9 @@ def _attn_fwd_kernel(
         WARP_SPECIALIZE=WARP_SPECIALIZE,
         softcap_scale=softcap_scale,
         SOFTCAP=SOFTCAP,
+        offs_dv=offs_dv,
+        HEAD_DIM_V=HEAD_DIM_V,
+        HEAD_DIM_V_PADDED=HEAD_DIM_V_PADDED,
     )
     acc, l_i, m_i = _attend_key_tiles(
         acc=acc,
@@ -426,13 +454,16 @@ def _attn_fwd_kernel(
         WARP_SPECIALIZE=WARP_SPECIALIZE,
         softcap_scale=softcap_scale,
         SOFTCAP=SOFTCAP,
+        offs_dv=offs_dv,
+        HEAD_DIM_V=HEAD_DIM_V,
+        HEAD_DIM_V_PADDED=HEAD_DIM_V_PADDED,
     )
 
     # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
     sees_nothing = l_i == 0.0
     out = acc / tl.where(sees_nothing, 1.0, l_i)[:, None]
-    o_ptrs = o_base + offs_m[:, None].to(tl.int64) * stride_om + offs_d[None, :] * stride_ok
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_in[:, None] & d_in[None, :])
+    o_ptrs = o_base + offs_m[:, None].to(tl.int64) * stride_om + offs_dv[None, :] * stride_ok
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_in[:, None] & dv_in[None, :])
 
     if STORE_LSE:
         # Natural-log log-sum-exp of the scaled scores, (B, Hq, Sq) contiguous; -inf for
@@ -619,7 +650,7 @@ _SINKS = _SLOTS["Sinks"]
 def _launch_cached(entry, q, k, v, out, seqs, scale, softcap, sinks=None):
     """The lean path: fill the call's tensors and scales into the cached argument list."""
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
     lse = (
         torch.empty(entry.lse_shape, dtype=lse_dtype(q.dtype), device=q.device)
         if entry.return_lse
@@ -677,7 +708,7 @@ def launch_forward(
     the lse in elements, rows contiguous; default the dense (B, Hq, Sq) layout; varlen's
     packed (Hq, total_q) lse is (0, total_q), its rows counted from each sequence's start."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
-    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    num_kv_heads, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
     if lse_strides is None:
         lse_strides = (num_q_heads * seqlen_q, seqlen_q)
     if seqs is not None:
@@ -685,17 +716,30 @@ def launch_forward(
     if causal_offset is None:
         causal_offset = seqlen_k - seqlen_q if (causal and bottom_right and seqs is None) else 0
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    # v's own head dim (DeepSeek's MLA: q.k 192, v 128): the kernel's HEAD_DIM_V, 0 where it
+    # equals q/k's, so such calls compile and launch exactly as without the option.
+    own_v = head_dim_v != head_dim
+    head_dim_v_padded = max(16, triton.next_power_of_2(head_dim_v))
+    # The launch table is tuned for one head dim: a call with two takes the config of the
+    # wider (so the tiles fit shared memory as at that head dim).
+    widest_padded = max(head_dim_padded, head_dim_v_padded)
     cfg = (
         dict(config)
         if config is not None
         else _pick_config(
-            head_dim_padded, q.dtype, seqlen_q, seqlen_k, bool(causal), on_interpreter(q)
+            widest_padded, q.dtype, seqlen_q, seqlen_k, bool(causal), on_interpreter(q)
         )
     )
-    # Varlen reads keys through per-sequence offsets: the pointer path.
-    use_tma = cfg.pop("USE_TMA", True) and seqs is None and launch.tma_compatible((k, v), head_dim)
+    # Varlen reads keys through per-sequence offsets: the pointer path; so does a v of
+    # another head dim than k's (its descriptor would need a block of its own).
+    use_tma = (
+        cfg.pop("USE_TMA", True)
+        and seqs is None
+        and not own_v
+        and launch.tma_compatible((k, v), head_dim)
+    )
     warp_specialize = cfg.pop("WARP_SPECIALIZE", False) and use_tma
-    if not use_tma and cfg["BLOCK_N"] * head_dim_padded >= 128 * 128:
+    if not use_tma and cfg["BLOCK_N"] * widest_padded >= 128 * 128:
         # The pointer path stages K/V through shared memory itself: keep it within 227 KB.
         cfg["num_stages"] = min(cfg["num_stages"], 2)
     k_desc = v_desc = None
@@ -746,6 +790,8 @@ def launch_forward(
         HAS_SINKS=sinks is not None,
         stride_lse_z=lse_strides[0],
         stride_lse_h=lse_strides[1],
+        HEAD_DIM_V=head_dim_v if own_v else 0,
+        HEAD_DIM_V_PADDED=head_dim_v_padded if own_v else 0,
     )
     compiled = _attn_fwd_kernel[grid](**params, **cfg)
     if key is not None:

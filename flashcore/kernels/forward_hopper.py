@@ -514,6 +514,8 @@ def supports(q, k, v, *, window=None) -> bool:
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in HEAD_DIMS:
         return False
+    if v.shape[3] != q.shape[3]:  # one head dim for q.k and P.V (MLA's 192/128: Triton)
+        return False
     if not _is_hopper(q.device.index):
         return False
     return all(tma_strides_ok(t) for t in (q, k, v))

@@ -72,16 +72,21 @@ def attention_varlen_into(
     (``check_cu_seqlens``): packed q ``(total_q, Hq, D)``, k/v ``(total_k, Hkv, D)``, options
     causal, causal_alignment, window, softcap, scale. Returns out (allocated if None), or
     ``(out, lse)`` with return_lse, lse packed ``(Hq, total_q)``, -inf for rows that see no
-    key, float32 (float64 for float32 inputs)."""
+    key, float32 (float64 for float32 inputs). v may have its own head dim D_v: out is then
+    ``(total_q, Hq, D_v)``."""
+    out_shape = (*q.shape[:2], v.shape[2])
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
     elif (
         not isinstance(out, torch.Tensor)
-        or out.shape != q.shape
+        or out.shape != out_shape
         or out.dtype != q.dtype
         or out.device != q.device
     ):
-        raise ValueError(f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device})")
+        raise ValueError(
+            f"expected out to match q (shape (total_q, Hq, D_v) = {out_shape}, {q.dtype}, "
+            f"{q.device}), got {tuple(out.shape) if isinstance(out, torch.Tensor) else out!r}"
+        )
     batch = cu_seqlens_q.shape[0] - 1
     total_q, num_q_heads = q.shape[0], q.shape[1]
     lse = None
@@ -122,7 +127,7 @@ def attention_ranges(
     ``attention_varlen``. Rows outside a sequence's query range are zeros. ``(B,)`` int32
     or int64 offsets on q's device; max_seqlen_q >= every q_ends - q_starts (not checked)."""
     _check_ranges(q, q_starts, q_ends, k_starts, k_ends)
-    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.zeros((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
     if q.shape[0] and max_seqlen_q:
         attention_ranges_into(
             q,
@@ -195,7 +200,7 @@ def attention_ranges_into(
     )
     if hit is not None:
         return
-    check_attention_inputs(q, k, v, max_head_dim=256)
+    check_attention_inputs(q, k, v, max_head_dim=256, value_head_dim=True)
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError(
             f"causal_alignment must be 'top_left' or 'bottom_right', got {causal_alignment!r}"

@@ -40,10 +40,15 @@ def small_llama_config(**overrides):
 
 
 def build_model(config, device, dtype, seed=0):
-    from transformers import LlamaForCausalLM
+    """A random-init causal LM of ``config``'s model type (Llama for the Llama configs here;
+    any other, e.g. DeepseekV3, through transformers' auto class)."""
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
+    if config.model_type == "llama":
+        model = LlamaForCausalLM(config).eval()
+    else:
+        model = AutoModelForCausalLM.from_config(config).eval()
     return model.to(device=device, dtype=dtype)
 
 
