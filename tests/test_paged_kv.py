@@ -459,3 +459,23 @@ def test_gpu_trusted_paged_decode_reuses_one_launch():
         assert error_rule(out, ref, same).passed
     assert len(decode._DECODE_LAUNCHES) == 1 and decode._DECODE_LAUNCHES.hits >= 2
     assert math.isfinite(float(out.float().abs().max()))
+
+
+def test_lean_path_shape_relations():
+    """The relations the lean (check_lengths=False) path checks before a cached launch hold
+    for a valid paged call and fail for a table of another batch, dtype or rank, and for a
+    key_padding_mask beside a table (those calls go through the full checks, which raise)."""
+    from flashcore.kernels.decode import consistent
+
+    q, k_pool, v_pool, lens, _, _, table = _bad_call_args()
+    assert consistent(q, k_pool, v_pool, lens, None, None, table)
+    mask = torch.ones(2, k_pool.shape[2], dtype=torch.bool, device=DEVICE)
+    for bad, key_mask in (
+        (table[:1], None),
+        (table.long(), None),
+        (table[0], None),
+        (table[:, :0], None),
+        (table, mask),
+    ):
+        assert not consistent(q, k_pool, v_pool, lens, None, key_mask, bad)
+    assert not consistent(q, k_pool, v_pool[:, :, :8], lens, None, None, table)

@@ -575,26 +575,10 @@ def consistent(q, k_cache, v_cache, seqlens, out, key_mask, block_table=None) ->
     """The shape relations a validated call established that a cache hit does not prove
     (the key holds classes, not sizes): a cheap check before a launch without the full
     validation. Anything else goes through the full checks, which raise."""
-    qs, ks = q.shape, k_cache.shape
-    if block_table is None:
-        batch_ok = len(ks) == 4 and qs[0] == ks[0]
-    else:  # page pools (num_pages, Hkv, page_size, D), a (B, max_pages) int32 table
-        batch_ok = (
-            type(block_table) is torch.Tensor
-            and key_mask is None
-            and block_table.dtype == torch.int32
-            and block_table.device == q.device
-            and block_table.dim() == 2
-            and len(qs) == 4
-            and block_table.shape[0] == qs[0]
-            and block_table.shape[1] > 0
-            and len(ks) == 4
-            and ks[0] > 0
-        )
+    qs, ks, bt = q.shape, k_cache.shape, block_table
     return (
         len(qs) == 4
         and len(ks) == 4
-        and batch_ok
         and v_cache.shape == ks
         and qs[3] == ks[3]
         and ks[1] > 0
@@ -604,7 +588,16 @@ def consistent(q, k_cache, v_cache, seqlens, out, key_mask, block_table=None) ->
         and qs[2] > 0
         and (seqlens is None or seqlens.shape == (qs[0],))
         and (out is None or out.shape == qs)
-        and (key_mask is None or key_mask.shape == (qs[0], ks[2]))
+        and (key_mask is None or (bt is None and key_mask.shape == (qs[0], ks[2])))
+        and (
+            qs[0] == ks[0]
+            if bt is None  # else page pools (num_pages, Hkv, page_size, D), a (B, pages) table
+            else type(bt) is torch.Tensor
+            and (bt.dtype, bt.device, bt.dim()) == (torch.int32, q.device, 2)
+            and bt.shape[0] == qs[0]
+            and bt.shape[1] > 0
+            and ks[0] > 0
+        )
     )
 
 
