@@ -11,7 +11,7 @@ calls what::
                      ├── "gluon":  kernels/forward_hopper.py (FA3 structure, Hopper)
                      └── "triton": kernels/forward.py (any GPU, fp32, the interpreter)
     flashcore.attention_varlen ──> kernels/varlen.py (the forward kernel's VARLEN mode)
-    flashcore.attention_with_kvcache ──> kernels/decode.py (in-place append, split-KV)
+    flashcore.attention_with_kvcache ──> kernels/decode.py (in-place append, split-KV, paged KV)
     flashcore.quantize_fp8, fp8_attention ──> kernels/fp8.py
 
 ``kernels/`` holds kernels and their launchers only and never imports this module.
