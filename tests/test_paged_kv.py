@@ -264,6 +264,12 @@ BAD_INPUTS = [
         "head_dim",
     ),
     (
+        "pool-empty-pages",
+        lambda a: dict(k_cache=a["k_pool"][:, :, :0], v_cache=a["v_pool"][:, :, :0]),
+        ValueError,
+        "at least one row",
+    ),
+    (
         "pool-no-pages",
         lambda a: dict(k_cache=a["k_pool"][:0], v_cache=a["v_pool"][:0]),
         ValueError,
@@ -297,6 +303,24 @@ def test_bad_paged_input_raises_and_leaves_the_pools_untouched(change, error, ma
     with pytest.raises(error, match=match):
         attention_with_kvcache(**args)
     assert torch.equal(k_pool, before[0]) and torch.equal(v_pool, before[1])
+
+
+@pytest.mark.parametrize("layout", ["transposed", "column-slice"])
+def test_table_of_any_strides(layout):
+    """A block table that is a view (rows not contiguous, or a slice of a wider table) is
+    read through its strides, by the kernel and by the append."""
+    case = _case(torch.float16, 16, (4, 2), 32, 2, True, [0, 37, 15, 48], splits=2)
+
+    def view(table):
+        if layout == "transposed":
+            return table.t().contiguous().t()
+        wide = torch.full((table.shape[0], table.shape[1] + 5), -7, dtype=table.dtype)
+        wide = wide.to(table.device)
+        wide[:, : table.shape[1]] = table
+        return wide[:, : table.shape[1]]
+
+    report, pools_ok = run_case(case, table_override=view)
+    assert pools_ok and report.passed, report
 
 
 def test_unused_table_entries_are_neither_checked_nor_read():

@@ -430,6 +430,8 @@ def launch_decode(
     strides = (*q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride())
     uniform = seqlens is None
     paged = block_table is not None
+    if paged and block_table.stride(1) != 1 and block_table.shape[1] > 1:
+        block_table = block_table.contiguous()  # the kernel steps through a row by 1
     page_size = k_cache.shape[2] if paged else 1
     stride_bz = block_table.stride(0) if paged else 0
     # The split partials, one float32 allocation: un-normalised outputs, layout
