@@ -44,11 +44,14 @@ def _dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def check_attention_inputs(q, k, v, *, max_head_dim: int, value_head_dim: bool = False) -> None:
+def check_attention_inputs(
+    q, k, v, *, max_head_dim: int, value_head_dim: bool = False, paged: bool = False
+) -> None:
     """Validate (B, Hq, Sq, D) / (B, Hkv, Sk, D) attention inputs; raise on anything the
     kernels do not compute correctly. ``value_head_dim``: v may have a head dim of its own,
     ``(B, Hkv, Sk, D_v)`` with D_v in [1, max_head_dim] (the Triton forward and backward);
-    False: v must have k's shape (the paths that do not support it say so)."""
+    False: v must have k's shape (the paths that do not support it say so). ``paged``: k, v
+    are page pools (num_pages, Hkv, page_size, D), whose first dim is not the batch."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"expected {name} to be a torch.Tensor, got {type(t).__name__}")
@@ -97,7 +100,7 @@ def check_attention_inputs(q, k, v, *, max_head_dim: int, value_head_dim: bool =
             f"{tuple(v.shape)}: this function does not support a v head_dim ({v.shape[3]}) "
             f"different from q/k's ({k.shape[3]}); flashcore.attention and attention_varlen do"
         )
-    if q.shape[0] != k.shape[0]:
+    if q.shape[0] != k.shape[0] and not paged:
         raise ValueError(
             f"expected q, k, v to have the same batch size, got {q.shape[0]} and {k.shape[0]}"
         )
@@ -141,10 +144,16 @@ def check_window(window, causal: bool) -> None:
         )
 
 
-def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) -> bool:
+def check_kvcache_inputs(
+    q, k_cache, v_cache, cache_seqlens, k_new, v_new, out, block_table=None
+) -> bool:
     """Validate KV-cache attention inputs; returns whether new tokens are to be appended.
-    Everything here runs before the cache is written, so a bad call leaves it untouched."""
-    check_attention_inputs(q, k_cache, v_cache, max_head_dim=256)
+    Everything here runs before the cache is written, so a bad call leaves it untouched.
+    With a ``block_table`` the caches are page pools (check_block_table)."""
+    paged = block_table is not None
+    check_attention_inputs(q, k_cache, v_cache, max_head_dim=256, paged=paged)
+    if paged:
+        check_block_table(block_table, q, k_cache)
     if q.dtype == torch.float32 and q.device.type == "cuda":
         raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
     batch, _, seqlen_new, head_dim = q.shape
@@ -182,16 +191,84 @@ def check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out) 
                     f"expected {name} to be {_dtype_name(q)} on {q.device}, got "
                     f"{_dtype_name(t)} on {t.device}"
                 )
-        if seqlen_new > k_cache.shape[2]:
-            raise ValueError(
-                f"cache too small: {seqlen_new} new tokens, capacity {k_cache.shape[2]}"
-            )
+        capacity = kvcache_capacity(k_cache, block_table)
+        if seqlen_new > capacity:
+            raise ValueError(f"cache too small: {seqlen_new} new tokens, capacity {capacity}")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device):
         raise ValueError(
             f"expected out to match q (shape {tuple(q.shape)}, {q.dtype}, {q.device}), got "
             f"shape {tuple(out.shape)}, {out.dtype}, {out.device}"
         )
     return k_new is not None
+
+
+def kvcache_capacity(k_cache, block_table) -> int:
+    """Positions a sequence's cache can hold: S_max, or max_pages_per_seq * page_size."""
+    if block_table is None:
+        return k_cache.shape[2]
+    return block_table.shape[1] * k_cache.shape[2]
+
+
+def check_block_table(block_table, q, k_pool) -> None:
+    """A block table ``(B, max_pages_per_seq)`` int32 on q's device for page pools
+    ``(num_pages, Hkv, page_size, D)`` (k and v pools of one shape: check_attention_inputs)."""
+    batch = q.shape[0]
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(
+            f"expected block_table to be a torch.Tensor or None, got {type(block_table).__name__}"
+        )
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"expected block_table to be int32, got {_dtype_name(block_table)}")
+    if block_table.device != q.device:
+        raise ValueError(
+            f"expected block_table on {q.device} (q's device), got {block_table.device}"
+        )
+    if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] < 1:
+        raise ValueError(
+            f"expected block_table of shape (B, max_pages_per_seq) = ({batch}, >= 1), got "
+            f"{tuple(block_table.shape)}"
+        )
+    num_pages, _, page_size, _ = k_pool.shape
+    if num_pages < 1 or page_size < 1:
+        raise ValueError(
+            "expected k_cache/v_cache page pools (num_pages, Hkv, page_size, D) with at least "
+            f"one page of at least one row, got {tuple(k_pool.shape)}"
+        )
+
+
+def check_cache_lengths(cache_seqlens, appended: int, k_cache, block_table) -> int:
+    """The device checks of a KV-cache call (one small device-to-host copy each; a bad call
+    raises before anything is written): ``0 <= cache_seqlens`` and ``cache_seqlens +
+    appended`` within each sequence's capacity; with a block table, every page id that
+    positions [0, cache_seqlens[b] + appended) of sequence b use is in [0, num_pages).
+    Returns the longest sequence after the append."""
+    capacity = kvcache_capacity(k_cache, block_table)
+    lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))
+    if lo < 0 or hi + appended > capacity:
+        need = (
+            "0 <= cache_seqlens and cache_seqlens + Sn <= S_max"
+            if appended
+            else "0 <= cache_seqlens <= S_max"
+        )
+        pages = "" if block_table is None else " (max_pages_per_seq * page_size)"
+        raise ValueError(
+            f"expected {need} for every sequence (Sn={appended}, S_max={capacity}{pages}), "
+            f"got cache_seqlens in [{lo}, {hi}]; the cache was not modified"
+        )
+    if block_table is None:
+        return hi + appended
+    num_pages, page_size = k_cache.shape[0], k_cache.shape[2]
+    used = (cache_seqlens.to(torch.long) + appended + page_size - 1) // page_size
+    slots = torch.arange(block_table.shape[1], device=block_table.device)
+    bad = (slots[None, :] < used[:, None]) & ((block_table < 0) | (block_table >= num_pages))
+    if bool(bad.any()):
+        b, j = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(
+            f"expected block_table entries in [0, {num_pages}) (num_pages of the pool) for the "
+            f"pages the call uses, got block_table[{b}, {j}] = {int(block_table[b, j])} "
+            f"(sequence {b} uses its first {int(used[b])} pages); the cache was not modified"
+        )
+    return hi + appended
 
 
 def check_softcap(softcap) -> None:

@@ -171,6 +171,14 @@ def _check_rank(fn: str, rank: int, layout: str, **tensors) -> None:
             raise ValueError(f"{fn}: expected {name} to be {rank}-D {layout}, got {t.dim()}-D")
 
 
+def _table_width(fn: str, table) -> int:
+    """max_pages_per_seq of a block table (flashcore's checks say what else is wrong)."""
+    if not isinstance(table, torch.Tensor) or table.dim() != 2:
+        got = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__
+        raise ValueError(f"{fn}: expected block_table of shape (B, max_pages_per_seq), got {got}")
+    return table.shape[1]
+
+
 def _new_output(q: torch.Tensor) -> torch.Tensor:
     """The output buffer, in q's (FA's) layout; one place, so tests can poison it."""
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -337,8 +345,8 @@ def flash_attn_varlen_func(
     )
     _refuse_set(
         fn,
-        block_table=(block_table, "paged KV is not built yet"),
-        page_table=(page_table, "paged KV is not built yet"),
+        block_table=(block_table, "paged KV is built for flash_attn_with_kvcache only"),
+        page_table=(page_table, "paged KV is built for flash_attn_with_kvcache only"),
         seqused_q=(seqused_q, "no per-sequence used lengths; pass exact cu_seqlens"),
         seqused_k=(seqused_k, "no per-sequence used lengths; pass exact cu_seqlens"),
     )
@@ -413,7 +421,9 @@ def flash_attn_with_kvcache(
     Args (FA2's positional order; FA3-only options are keyword-only):
         q: ``(B, Sq, Hq, D)``: the newest Sq positions' queries.
         k_cache, v_cache: ``(B, S_cache, Hkv, D)``; when k, v are given they are written in
-            place at positions ``cache_seqlens[b] + [0, Sq)`` of each sequence.
+            place at positions ``cache_seqlens[b] + [0, Sq)`` of each sequence. With a block
+            table: FA's page pools ``(num_pages, page_size, Hkv, D)``, handed to flashcore
+            as ``.transpose(1, 2)`` views (no copy; the appends land in the caller's pages).
         k, v: ``(B, Sq, Hkv, D)`` new keys/values, or both None (then the queries are the
             last Sq of the ``cache_seqlens[b]`` cached positions).
         cache_seqlens: int or ``(B,)`` int32/int64 on q's device: tokens in each cache before
@@ -422,9 +432,14 @@ def flash_attn_with_kvcache(
         causal: with more than one query per sequence it must be True (flashcore's KV-cache
             attention is causal, bottom-right); with one query causal changes nothing.
         num_splits: split-KV factor, 0 (FA's default) chooses.
+        block_table / page_table (FA2-3's name / FA4's; one of them): ``(B,
+            max_pages_per_seq)`` int32, the pages of each sequence in order, as
+            ``flashcore.attention_with_kvcache``'s block_table (any page size, any order,
+            shared pages; page ids checked before anything is written). cache_seqlens None
+            then means every sequence holds ``max_pages_per_seq * page_size`` tokens.
         rotary_interleaved, scheduler_metadata, pack_gqa, sm_margin: ignored.
-        rotary_cos/rotary_sin, cache_batch_idx, cache_leftpad, block_table/page_table,
-        alibi_slopes, qv, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
+        rotary_cos/rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes, qv,
+        cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
         descales, attention_chunk, learnable_sink, return_softmax_lse: must be unset.
 
     Returns ``out`` ``(B, Sq, Hq, D)`` in q's dtype. Everything is checked before the cache
@@ -447,12 +462,15 @@ def flash_attn_with_kvcache(
         rotary_seqlens=(rotary_seqlens, "no fused rotary embedding"),
         cache_batch_idx=(cache_batch_idx, "no cache batch indirection"),
         cache_leftpad=(cache_leftpad, "no left-padded caches on this path"),
-        block_table=(block_table, "paged KV is not built yet"),
-        page_table=(page_table, "paged KV is not built yet"),
         cu_seqlens_q=(cu_seqlens_q, "no varlen queries on the KV-cache path"),
         cu_seqlens_k_new=(cu_seqlens_k_new, "no varlen appends on the KV-cache path"),
         max_seqlen_q=(max_seqlen_q, "no varlen queries on the KV-cache path"),
     )
+    if block_table is not None and page_table is not None:
+        raise ValueError(
+            f"{fn}: expected one of block_table (FA2/FA3's name) and page_table (FA4's), got both"
+        )
+    pages = block_table if block_table is not None else page_table
     if return_softmax_lse:
         _refuse(
             fn,
@@ -467,7 +485,9 @@ def flash_attn_with_kvcache(
         fn, 4, "(batch, seqlen, nheads, headdim)", q=q, k_cache=k_cache, v_cache=v_cache, **news
     )
     batch, seqlen_q = q.shape[0], q.shape[1]
-    is_causal, window = _mask(fn, causal, window_size, seqlen_q, k_cache.shape[1])
+    # Paged: (num_pages, page_size, Hkv, D) pools, max_pages_per_seq * page_size positions.
+    capacity = k_cache.shape[1] * (1 if pages is None else _table_width(fn, pages))
+    is_causal, window = _mask(fn, causal, window_size, seqlen_q, capacity)
     if not is_causal and seqlen_q > 1:
         _refuse(
             fn,
@@ -488,7 +508,7 @@ def flash_attn_with_kvcache(
     if cache_seqlens is None:
         if k is not None:
             raise ValueError(f"{fn}: cache_seqlens is required when k and v are given")
-        cache_seqlens = torch.full((batch,), k_cache.shape[1], dtype=torch.int32, device=q.device)
+        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
     elif isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
     out = _new_output(q)
@@ -499,6 +519,7 @@ def flash_attn_with_kvcache(
         cache_seqlens,
         None if k is None else k.transpose(1, 2),
         None if v is None else v.transpose(1, 2),
+        block_table=pages,
         scale=softmax_scale,
         window=window,
         softcap=cap,

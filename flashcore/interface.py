@@ -11,7 +11,7 @@ calls what::
                      ├── "gluon":  kernels/forward_hopper.py (FA3 structure, Hopper)
                      └── "triton": kernels/forward.py (any GPU, fp32, the interpreter)
     flashcore.attention_varlen ──> kernels/varlen.py (the forward kernel's VARLEN mode)
-    flashcore.attention_with_kvcache ──> kernels/decode.py (in-place append, split-KV)
+    flashcore.attention_with_kvcache ──> kernels/decode.py (in-place append, split-KV, paged KV)
     flashcore.quantize_fp8, fp8_attention ──> kernels/fp8.py
 
 ``kernels/`` holds kernels and their launchers only and never imports this module.
@@ -29,10 +29,12 @@ import torch
 
 from ._checks import (
     check_attention_inputs,
+    check_cache_lengths,
     check_kvcache_inputs,
     check_sinks,
     check_softcap,
     check_window,
+    kvcache_capacity,
 )
 from .kernels import backward as _backward
 from .kernels import decode as _decode
@@ -561,6 +563,7 @@ def attention_with_kvcache(
     k_new: torch.Tensor | None = None,
     v_new: torch.Tensor | None = None,
     *,
+    block_table: torch.Tensor | None = None,
     scale: float | None = None,
     window: int | None = None,
     softcap: float | None = None,
@@ -576,12 +579,20 @@ def attention_with_kvcache(
         q: ``(B, Hq, Sn, D)``: the Sn newest positions' queries (Sn = 1 for decode, more
             for chunked prefill / speculative verification).
         k_cache, v_cache: ``(B, Hkv, S_max, D)``, any strides; modified in place when
-            k_new/v_new are given.
+            k_new/v_new are given. With a ``block_table``: page pools ``(num_pages, Hkv,
+            page_size, D)`` (any strides, so FA's ``(num_pages, page_size, Hkv, D)`` pool
+            passes as its ``.transpose(1, 2)`` view, no copy).
         cache_seqlens: ``(B,)`` int32/int64 on q's device: tokens already in each
             sequence's cache, before this call's append.
         k_new, v_new: ``(B, Hkv, Sn, D)``, or both None: then nothing is appended,
             cache_seqlens counts the Sn query positions too, and the queries are the last
             Sn cached positions (query r sees keys j <= cache_seqlens[b] - Sn + r).
+        block_table: paged KV (FA's ``page_table``): ``(B, max_pages_per_seq)`` int32 on
+            q's device; position p of sequence b is row ``p % page_size`` of page
+            ``block_table[b, p // page_size]`` (S_max = max_pages_per_seq * page_size). Any
+            page size >= 1, pages in any order, pages shared between sequences (appending
+            into a shared page changes what the others read: copy-on-write is the caller's
+            business); appends land in their pages in place. Not with key_padding_mask.
         scale: softmax scale; default ``1 / sqrt(D)``.
         window: causal sliding window: query at cache position p sees keys
             ``p - window < j <= p`` (transformers' ``sliding_window``); None: all.
@@ -591,8 +602,10 @@ def attention_with_kvcache(
         num_splits: split-KV factor; default chosen from the grid size and the lengths.
         check_lengths: check ``0 <= cache_seqlens`` and ``cache_seqlens + Sn <= S_max``
             (``cache_seqlens <= S_max`` without new tokens) before writing anything (one
-            small device-to-host copy). Pass False inside CUDA graph capture, where the
-            caller must guarantee the lengths.
+            small device-to-host copy), and with a block_table that every page id the call
+            uses (positions below ``cache_seqlens + Sn``) is in ``[0, num_pages)`` (a
+            second). Pass False inside CUDA graph capture, where the caller must guarantee
+            the lengths and page ids.
         out: optional preallocated ``(B, Hq, Sn, D)`` output.
         sinks: learnable attention sinks (gpt-oss), ``(Hq,)``, as :func:`attention`.
 
@@ -606,7 +619,9 @@ def attention_with_kvcache(
     themselves may differ, e.g. a cache one token longer than the last call's.
 
     Raises (before touching the cache): ValueError/TypeError for shapes, dtypes, devices,
-    heads, lengths out of range or a cache too small for the new tokens.
+    heads, lengths out of range or a cache too small for the new tokens; for a block table
+    that is not ``(B, >= 1)`` int32 on q's device, k/v pools of different shapes (pages of
+    different sizes), a page id outside the pool, or a ``key_padding_mask`` with it.
 
     Returns: ``(B, Hq, Sn, D)`` in q's dtype.
     """
@@ -624,13 +639,15 @@ def attention_with_kvcache(
         and _decode.plain_options(
             window, softcap, num_splits, sinks, q.shape[1] if q.dim() == 4 else 0
         )
-        and _decode.consistent(q, k_cache, v_cache, cache_seqlens, out, key_padding_mask)
+        and _decode.consistent(
+            q, k_cache, v_cache, cache_seqlens, out, key_padding_mask, block_table
+        )
         and (sinks is None or sinks.device == q.device)
     ):
         # Trusted lengths, nothing appended: a call of a signature launched before (same
         # dtypes, devices, alignment, int classes, options) skips the checks.
         dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
-        capacity = k_cache.shape[2]
+        capacity = kvcache_capacity(k_cache, block_table)
         done = _decode.launch_decode(
             q,
             k_cache,
@@ -647,33 +664,27 @@ def attention_with_kvcache(
             capacity,
             False,
             sinks=sinks,
+            block_table=block_table,
         )
         if done is not None:
             return done
 
-    new_tokens = check_kvcache_inputs(q, k_cache, v_cache, cache_seqlens, k_new, v_new, out)
+    new_tokens = check_kvcache_inputs(
+        q, k_cache, v_cache, cache_seqlens, k_new, v_new, out, block_table
+    )
     check_window(window, True)
     check_softcap(softcap)
     sinks = check_sinks(sinks, q)
     batch, num_q_heads, seqlen_new, head_dim = q.shape
-    capacity = k_cache.shape[2]
-    _decode.check_key_mask(key_padding_mask, q, capacity)
+    capacity = kvcache_capacity(k_cache, block_table)
+    _decode.check_key_mask(key_padding_mask, q, capacity, paged=block_table is not None)
     max_keys = capacity
     if check_lengths and batch > 0:
-        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))
-        if lo < 0 or hi + (seqlen_new if new_tokens else 0) > capacity:
-            need = (
-                "0 <= cache_seqlens and cache_seqlens + Sn <= S_max"
-                if new_tokens
-                else "0 <= cache_seqlens <= S_max"
-            )
-            raise ValueError(
-                f"expected {need} for every sequence (Sn={seqlen_new}, S_max={capacity}), got "
-                f"cache_seqlens in [{lo}, {hi}]; the cache was not modified"
-            )
-        max_keys = hi + (seqlen_new if new_tokens else 0)
+        max_keys = check_cache_lengths(
+            cache_seqlens, seqlen_new if new_tokens else 0, k_cache, block_table
+        )
     if new_tokens:
-        _decode.append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new)
+        _decode.append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new, block_table)
 
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -696,6 +707,7 @@ def attention_with_kvcache(
         max_keys,
         True,
         sinks=sinks,
+        block_table=block_table,
     )
 
 

@@ -164,11 +164,12 @@ def kvcache_reference(
     window=None,
     softcap=None,
     key_padding_mask=None,
+    sinks=None,
 ):
     """Reference for KV-cache attention: sequence b's Sn queries are the last Sn of its
     ``total_lengths[b]`` cached positions (bottom-right causal). ``k_cache``/``v_cache`` must
     already hold the appended tokens. ``window``, ``softcap``, ``key_padding_mask``
-    ``(B, S_max)``: as ``attention_reference``. Returns ``(B, Hq, Sn, D)`` in
+    ``(B, S_max)``, ``sinks`` ``(Hq,)``: as ``attention_reference``. Returns ``(B, Hq, Sn, D)`` in
     ``compute_dtype``."""
     outs = []
     for b, length in enumerate(torch.as_tensor(total_lengths).tolist()):
@@ -186,6 +187,7 @@ def kvcache_reference(
                 key_padding_mask=None
                 if key_padding_mask is None
                 else key_padding_mask[b : b + 1, :length],
+                sinks=sinks,
             )
         )
     return torch.cat(outs, 0)

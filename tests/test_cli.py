@@ -244,3 +244,43 @@ def test_backward_options_reach_the_record_builder(monkeypatch, capsys):
     assert seen["grid"] == "none" and seen["flex_head_dims"] == [128]
     assert seen["tune_seqlens"] == [8192] and seen["head_dims"] == [64, 128, 256]
     assert seen["seqlens"] == [2048, 4096, 8192, 16384] and seen["dtypes"] == ["bfloat16"]
+
+
+def test_paged_decode_record(monkeypatch):
+    """bench --suite paged: each row's K+V bandwidth over the copy ceiling and over the dense
+    row's; the pools the study builds read back as the dense caches through their table."""
+    import torch
+
+    from flashcore.studies import bench
+    from flashcore.studies import paged_decode as P
+
+    def fake_rows(shape, reps):
+        times = {"dense": 1.0, "paged_16": 2.0, "paged_64": 1.0}
+        kv = 2 * shape["B"] * shape["Hkv"] * shape["Sk"] * shape["D"] * 2
+        rows = [
+            dict(shape, impl=i, graph_timing={"median_ms": t}, tbps=kv / t / 1e9)
+            for i, t in times.items()
+        ]
+        return rows + [dict(shape, impl="fa4_paged_16", error="ImportError: none")]
+
+    monkeypatch.setattr(bench, "copy_ceiling", lambda: {"tbps": 2 * 8192 * 8 * 128 * 2 / 1e9})
+    monkeypatch.setattr(P, "bench_paged_shape", fake_rows)
+    lines = []
+    record = P.run_paged_decode_record(P.paged_decode_shapes(quick=True)[:1], log=lines.append)
+    rows = {r["impl"]: r for r in record["rows"]}
+    assert rows["dense"]["of_copy"] == pytest.approx(1.0)
+    assert rows["paged_16"]["vs_dense"] == pytest.approx(0.5)
+    assert rows["paged_64"]["vs_dense"] == pytest.approx(1.0)
+    assert "of_copy" not in rows["fa4_paged_16"] and lines[-1].endswith("ImportError: none")
+    assert len(lines) == 1 + len(rows)
+
+    gen = torch.Generator().manual_seed(0)
+    k, v = torch.randn(2, 3, 64, 4, generator=gen), torch.randn(2, 3, 64, 4, generator=gen)
+    kp, vp, table = P._pools(k, v, 16, gen)
+    for pool, dense in ((kp, k), (vp, v)):
+        back = pool[table.long()].permute(0, 2, 1, 3, 4).reshape(k.shape)
+        assert torch.equal(back, dense)
+    assert sorted(table.flatten().tolist()) == list(range(8)) and table.tolist() != [
+        list(range(4)),
+        list(range(4, 8)),
+    ]

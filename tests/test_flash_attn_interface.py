@@ -467,8 +467,14 @@ UNSUPPORTED_KVCACHE = [
     (dict(rotary_cos=torch.ones(80, 8), rotary_sin=torch.ones(80, 8)), "rotary_cos"),
     (dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)), "cache_batch_idx"),
     (dict(cache_leftpad=torch.tensor([0, 3], dtype=torch.int32)), "cache_leftpad"),
-    (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), "block_table"),
-    (dict(page_table=torch.zeros(2, 1, dtype=torch.int32)), "page_table"),
+    # The caches read as two pages of 80 rows: page id 2 lies past the pool.
+    (dict(block_table=torch.tensor([[0], [2]], dtype=torch.int32)), "block_table\\[1, 0\\] = 2"),
+    (dict(page_table=torch.tensor([[-1], [1]], dtype=torch.int32)), "block_table\\[0, 0\\] = -1"),
+    (dict(page_table=torch.zeros(2, 1, dtype=torch.int64)), "block_table to be int32"),
+    (
+        dict(block_table=torch.zeros(2, 1, dtype=torch.int32), page_table=torch.zeros(2, 1)),
+        "got both",
+    ),
     (dict(alibi_slopes=torch.ones(4)), "alibi_slopes"),
     (dict(return_softmax_lse=True), "return_softmax_lse"),
     (dict(causal=False), "causal"),  # 3 queries per sequence, non-causal

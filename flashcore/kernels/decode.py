@@ -22,6 +22,19 @@ bitwise identical run to run (no atomics anywhere).
 GQA: one program serves all Hq/Hkv query heads of a KV head, so each K/V tile is read
 from memory once per group, not once per query head. Rows of the program's query tile
 are (position r, head g) pairs, r-major.
+
+Paged KV (PAGED, a constexpr mode of the same split kernel, so dense launches compile to
+the code they compiled to before): K/V are page pools ``(num_pages, Hkv, page_size, D)``
+and a block table ``(B, max_pages)`` says which page holds positions [j * page_size,
+(j + 1) * page_size) of each sequence, as in vLLM and FA's ``page_table``. The pool is
+flashcore's (B, H, S, D) with the batch replaced by the page: one page of one head is a
+contiguous ``page_size x D`` block, so a key tile inside one page is one contiguous read,
+as in the dense cache; FA's ``(num_pages, page_size, Hkv, D)`` pool is the same thing
+with other strides (``.transpose(1, 2)``) and runs unchanged. Only the address of a
+tile's rows changes (_page_rows): when page_size is a multiple of BLOCK_N a tile never
+crosses a page (tiles start at multiples of BLOCK_N), so one block-table entry per tile
+is read; smaller pages look up a page per key row. Splits, windows, softcap, sinks and
+the combine are unchanged; the append writes through the same table.
 """
 
 from __future__ import annotations
@@ -37,6 +50,21 @@ from .._checks import check_attention_inputs, check_sinks, check_softcap, check_
 from . import _launch as launch
 from ._launch import LaunchCache
 from ._softmax import kernel_scales, online_softmax_tile, softcap_tanh
+
+
+@triton.jit
+def _page_rows(BlockTable, start_n, cols, key_hi, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Where logical key positions ``cols`` (one tile, ``start_n`` its first) live in a page
+    pool: (page id, row in the page), int64, for ``BlockTable`` the sequence's row of the
+    block table. A tile lies in one page when PAGE_SIZE is a multiple of BLOCK_N (tiles
+    start at multiples of BLOCK_N): one id is loaded and the tile's rows are contiguous in
+    the page; with smaller pages each row looks up its own page (rows past the sequence's
+    end read entry 0, whose value the caller's mask never uses)."""
+    if PAGE_SIZE % BLOCK_N == 0:
+        page = tl.load(BlockTable + start_n // PAGE_SIZE).to(tl.int64)
+    else:
+        page = tl.load(BlockTable + cols // PAGE_SIZE, mask=cols < key_hi, other=0).to(tl.int64)
+    return page, (cols % PAGE_SIZE).to(tl.int64)
 
 
 @triton.jit(do_not_specialize=["uniform_len"])
@@ -88,13 +116,19 @@ def _decode_split_kernel(
     UNIFORM: tl.constexpr = False,
     Sinks=None,
     HAS_SINKS: tl.constexpr = False,
+    BlockTable=None,
+    stride_bz=0,
+    PAGED: tl.constexpr = False,
+    PAGE_SIZE: tl.constexpr = 1,
 ):
     # Options (defaults off): HAS_WINDOW, a causal sliding window of `window` keys ending at
     # each query's position; SOFTCAP, logits c * tanh(s / c) (scales as in the forward
     # kernel); HAS_KEY_MASK, a (B, S_max) bool row per sequence, False at keys no query may
     # see (padding: left, right, or holes); UNIFORM, every sequence holds `uniform_len`
     # tokens (SeqLens unused: no lengths tensor to build or read; the value is not
-    # specialized on, so a cache growing by one token per step reuses one binary).
+    # specialized on, so a cache growing by one token per step reuses one binary); PAGED,
+    # K/V are page pools (num_pages, Hkv, PAGE_SIZE, D) read through BlockTable (see
+    # _page_rows; the batch strides of K/V are then the page strides).
     # grid: (num_splits, row tiles, batch * kv heads); splits vary fastest so the programs
     # of one head stream neighbouring chunks of its cache together.
     split = tl.program_id(0)
@@ -130,20 +164,26 @@ def _decode_split_kernel(
         + offs_d[None, :] * stride_qk
     )
     q = tl.load(q_ptrs, mask=row_in[:, None] & d_in[None, :], other=0.0)
-    k_ptrs = (
-        K
-        + batch.to(tl.int64) * stride_kz
-        + kv_head.to(tl.int64) * stride_kh
-        + offs_n[:, None].to(tl.int64) * stride_kn
-        + offs_d[None, :] * stride_kk
-    )
-    v_ptrs = (
-        V
-        + batch.to(tl.int64) * stride_vz
-        + kv_head.to(tl.int64) * stride_vh
-        + offs_n[:, None].to(tl.int64) * stride_vn
-        + offs_d[None, :] * stride_vk
-    )
+    if PAGED:
+        # Rows are placed per tile through the block table (_page_rows).
+        k_ptrs = K + kv_head.to(tl.int64) * stride_kh + offs_d[None, :] * stride_kk
+        v_ptrs = V + kv_head.to(tl.int64) * stride_vh + offs_d[None, :] * stride_vk
+        BlockTable += batch.to(tl.int64) * stride_bz
+    else:
+        k_ptrs = (
+            K
+            + batch.to(tl.int64) * stride_kz
+            + kv_head.to(tl.int64) * stride_kh
+            + offs_n[:, None].to(tl.int64) * stride_kn
+            + offs_d[None, :] * stride_kk
+        )
+        v_ptrs = (
+            V
+            + batch.to(tl.int64) * stride_vz
+            + kv_head.to(tl.int64) * stride_vh
+            + offs_n[:, None].to(tl.int64) * stride_vn
+            + offs_d[None, :] * stride_vk
+        )
 
     if HAS_SINKS:
         # gpt-oss sinks (see forward.py): split 0 starts each row's softmax at its head's
@@ -165,7 +205,12 @@ def _decode_split_kernel(
         start_n = tl.multiple_of(start_n, BLOCK_N)  # split_len is a multiple of BLOCK_N
         cols = start_n + offs_n
         kv_mask = (cols[:, None] < key_hi) & d_in[None, :]
-        k = tl.load(k_ptrs + start_n.to(tl.int64) * stride_kn, mask=kv_mask, other=0.0)
+        if PAGED:
+            page, row = _page_rows(BlockTable, start_n, cols, key_hi, PAGE_SIZE, BLOCK_N)
+            k_rows = page * stride_kz + row * stride_kn
+            k = tl.load(k_ptrs + k_rows[:, None], mask=kv_mask, other=0.0)
+        else:
+            k = tl.load(k_ptrs + start_n.to(tl.int64) * stride_kn, mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k))
         if SOFTCAP:
             s = softcap_tanh(s * softcap_scale, PRECISE=Q.dtype.element_ty == tl.float32)
@@ -179,7 +224,11 @@ def _decode_split_kernel(
             visible = visible & (valid[None, :] != 0)
         s = tl.where(visible, s * qk_scale, float("-inf"))
         p, alpha, m_new, l_i = online_softmax_tile(s, m_i, l_i, qk_scale, PRESCALED=True)
-        v = tl.load(v_ptrs + start_n.to(tl.int64) * stride_vn, mask=kv_mask, other=0.0)
+        if PAGED:
+            v_rows = page * stride_vz + row * stride_vn
+            v = tl.load(v_ptrs + v_rows[:, None], mask=kv_mask, other=0.0)
+        else:
+            v = tl.load(v_ptrs + start_n.to(tl.int64) * stride_vn, mask=kv_mask, other=0.0)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
 
@@ -255,17 +304,24 @@ def _decode_combine_kernel(
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
 
 
-def append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new) -> None:
+def append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new, block_table=None) -> None:
     """Write k_new/v_new ``(B, Hkv, Sn, D)`` at positions cache_seqlens[b] + [0, Sn) of each
-    sequence's cache, in place, without a host sync (one indexed copy per tensor)."""
+    sequence's cache, in place, without a host sync (one indexed copy per tensor). With a
+    ``block_table`` the caches are page pools ``(num_pages, Hkv, page_size, D)``: position p
+    of sequence b is row p % page_size of page block_table[b, p // page_size]."""
     batch, _, seqlen_new, _ = k_new.shape
     positions = cache_seqlens.to(torch.long)[:, None] + torch.arange(
         seqlen_new, device=k_new.device
     )
-    batch_index = torch.arange(batch, device=k_new.device)[:, None].expand(batch, seqlen_new)
-    # Indexing (batch, :, position) puts the advanced dims first: (B, Sn, Hkv, D).
-    k_cache[batch_index, :, positions] = k_new.transpose(1, 2)
-    v_cache[batch_index, :, positions] = v_new.transpose(1, 2)
+    if block_table is None:
+        index = torch.arange(batch, device=k_new.device)[:, None].expand(batch, seqlen_new)
+    else:
+        page_size = k_cache.shape[2]
+        index = block_table.gather(1, positions // page_size).to(torch.long)
+        positions = positions % page_size
+    # Indexing (batch or page, :, position) puts the advanced dims first: (B, Sn, Hkv, D).
+    k_cache[index, :, positions] = k_new.transpose(1, 2)
+    v_cache[index, :, positions] = v_new.transpose(1, 2)
 
 
 # A cache this short (keys x head dim per (batch, KV head)) runs as one split: one launch,
@@ -335,6 +391,7 @@ def launch_decode(
     max_keys,
     validated,
     sinks=None,
+    block_table=None,
 ):
     """Plan and launch the split (+ combine) kernels on inputs of consistent shapes.
 
@@ -344,7 +401,9 @@ def launch_decode(
     token reuse one entry; the plan (splits, grid, partial sizes) is recomputed per call
     from the sizes, so no entry can hold another call's sizes. ``validated``: the inputs
     went through the full checks; if not, a call that misses the cache returns None
-    before doing anything (the caller validates and calls again)."""
+    before doing anything (the caller validates and calls again). ``block_table``: K/V are
+    page pools ``(num_pages, Hkv, page_size, D)`` read through it (``max_keys`` then counts
+    logical positions)."""
     batch, num_q_heads, seqlen_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
@@ -370,6 +429,11 @@ def launch_decode(
     stride_mz = 0 if key_mask is None else key_mask.stride(0)
     strides = (*q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride())
     uniform = seqlens is None
+    paged = block_table is not None
+    if paged and block_table.stride(1) != 1 and block_table.shape[1] > 1:
+        block_table = block_table.contiguous()  # the kernel steps through a row by 1
+    page_size = k_cache.shape[2] if paged else 1
+    stride_bz = block_table.stride(0) if paged else 0
     # The split partials, one float32 allocation: un-normalised outputs, layout
     # (B, Hq, Sn, splits, D_padded), then the log-sum-exps (B, Hq, Sn, splits) from
     # element lse_offset on (a multiple of 16 floats: aligned).
@@ -388,6 +452,7 @@ def launch_decode(
             stride_mz,
             lengths_include_new,
             num_q_heads,
+            stride_bz,
         )
         key = (
             q.get_device(),
@@ -415,6 +480,9 @@ def launch_decode(
             window is not None,
             softcap is not None,
             None if sinks is None else (sinks.get_device(), _aligned(sinks)),
+            None
+            if not paged
+            else (block_table.get_device(), block_table.dtype, _aligned(block_table), page_size),
         )
         entry = _DECODE_LAUNCHES.get(key)
     if entry is None and not validated:
@@ -463,6 +531,10 @@ def launch_decode(
         uniform,
         sinks,
         sinks is not None,
+        block_table,
+        stride_bz,
+        paged,
+        page_size,
     ]
     combine_grid = (batch * num_q_heads * seqlen_new, 1, 1)
     combine_args = None
@@ -501,16 +573,15 @@ def launch_decode(
     return out
 
 
-def consistent(q, k_cache, v_cache, seqlens, out, key_mask) -> bool:
+def consistent(q, k_cache, v_cache, seqlens, out, key_mask, block_table=None) -> bool:
     """The shape relations a validated call established that a cache hit does not prove
     (the key holds classes, not sizes): a cheap check before a launch without the full
     validation. Anything else goes through the full checks, which raise."""
-    qs, ks = q.shape, k_cache.shape
+    qs, ks, bt = q.shape, k_cache.shape, block_table
     return (
         len(qs) == 4
         and len(ks) == 4
         and v_cache.shape == ks
-        and qs[0] == ks[0]
         and qs[3] == ks[3]
         and ks[1] > 0
         and qs[1] % ks[1] == 0
@@ -519,7 +590,16 @@ def consistent(q, k_cache, v_cache, seqlens, out, key_mask) -> bool:
         and qs[2] > 0
         and (seqlens is None or seqlens.shape == (qs[0],))
         and (out is None or out.shape == qs)
-        and (key_mask is None or key_mask.shape == (qs[0], ks[2]))
+        and (key_mask is None or (bt is None and key_mask.shape == (qs[0], ks[2])))
+        and (
+            qs[0] == ks[0]
+            if bt is None  # else page pools (num_pages, Hkv, page_size, D), a (B, pages) table
+            else type(bt) is torch.Tensor
+            and (bt.dtype, bt.device, bt.dim()) == (torch.int32, q.device, 2)
+            and bt.shape[0] == qs[0]
+            and bt.shape[1] > 0
+            and ks[0] > 0
+        )
     )
 
 
@@ -623,8 +703,13 @@ def attend_full_cache(
     )
 
 
-def check_key_mask(key_padding_mask, q, capacity) -> None:
+def check_key_mask(key_padding_mask, q, capacity, paged=False) -> None:
     batch = q.shape[0]
+    if paged and key_padding_mask is not None:
+        raise ValueError(
+            "key_padding_mask is not supported with a block_table (paged KV): leave the "
+            "masked positions out of cache_seqlens, or use a dense cache"
+        )
     if key_padding_mask is not None and (
         not isinstance(key_padding_mask, torch.Tensor)
         or key_padding_mask.shape != (batch, capacity)

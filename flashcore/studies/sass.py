@@ -197,6 +197,7 @@ def _variants():
             SOFTCAP=False,
             HAS_KEY_MASK=False,
             KeyMask=None,
+            BlockTable=None,
         )
         ptrs = {
             "Q": "*bf16",

@@ -7,7 +7,12 @@ from . import causal_choice, device, progress, progress_iter
 
 
 def add_bench_arguments(p) -> None:
-    p.add_argument("--suite", default="all", choices=["forward", "prior", "decode", "all"])
+    p.add_argument(
+        "--suite",
+        default="all",
+        choices=["forward", "prior", "decode", "all", "paged"],
+        help="paged: paged vs dense decode against the copy ceiling (not part of all)",
+    )
     p.add_argument("--d", type=int, nargs="+", help="head dims (default 64 128 256)")
     p.add_argument("--s", type=int, nargs="+", help="sequence lengths (default 512 ... 16384)")
     p.add_argument("--dtype", nargs="+", choices=["bfloat16", "float16"])
@@ -32,6 +37,19 @@ def run_bench(args) -> int:
     from ...results import write_result
     from .. import bench as Bm
 
+    if args.suite == "paged":
+        from .. import paged_decode
+
+        payload = paged_decode.run_paged_decode_record(
+            paged_decode.paged_decode_shapes(),
+            reps=args.reps,
+            progress=progress_iter,
+            log=print,
+        )
+        if args.record:
+            topic = "paged_decode" if args.topic == "perf" else args.topic
+            print(f"recorded {write_result(topic, payload)}")
+        return 0
     forward = []
     if args.suite in ("forward", "all"):
         forward = Bm.forward_shapes(
