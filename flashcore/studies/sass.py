@@ -262,7 +262,45 @@ def _variants():
     }
 
 
+def gluon_backward_spec(d: int, causal: bool, dtype: str = "bf16") -> dict:
+    """The Gluon Hopper backward (kernels/backward_hopper.py) in the config it ships, as a
+    ``compile_kernel`` spec: tensor descriptors with the launcher's block shapes and layouts."""
+    from triton.experimental.gluon import language as gl
+
+    from ..kernels import backward_hopper as bh
+
+    gl_dtype = gl.bfloat16 if dtype == "bf16" else gl.float16
+
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl_dtype)
+        return f"tensordesc<{dtype}[1,1,{rows},{d}],{layout!r}>"
+
+    return dict(
+        fn=bh._bwd_hopper_kernel,
+        gluon=True,
+        pointers={"Lse": "*fp32", "Delta": "*fp32", "DQacc": "*fp32", "dK": f"*{dtype}",
+                  "dV": f"*{dtype}"},
+        floats={"qk_scale", "sm_scale"},
+        consts=dict(HEAD_DIM=d, BLOCK_M=bh.BLOCK_M, BLOCK_N=bh.BLOCK_N, STAGES=bh.STAGES,
+                    IS_CAUSAL=causal),
+        num_warps=bh.NUM_WARPS,
+        num_stages=1,
+        descs={
+            "q_desc": desc(bh.BLOCK_M),
+            "do_desc": desc(bh.BLOCK_M),
+            "k_desc": desc(bh.BLOCK_N),
+            "v_desc": desc(bh.BLOCK_N),
+        },
+    )  # fmt: skip
+
+
 def compile_sass(spec: dict, arch: int = 90) -> str:
+    return disassemble(compile_kernel(spec, arch).asm["cubin"])
+
+
+def compile_kernel(spec: dict, arch: int = 90):
+    """``triton.compile`` of a spec for sm_``arch`` (no GPU needed): the compiled kernel,
+    with ``asm`` (ttgir, ptx, cubin) and ``metadata`` (n_regs, n_spills, shared)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -311,7 +349,7 @@ def compile_sass(spec: dict, arch: int = 90) -> str:
         target=GPUTarget("cuda", arch, 32),
         options=dict(num_warps=spec["num_warps"], num_stages=spec["num_stages"]),
     )
-    return disassemble(compiled.asm["cubin"])
+    return compiled
 
 
 def disassemble(cubin: bytes) -> str:
