@@ -1,27 +1,31 @@
 """Hopper backward attention in Gluon: a first version with FlashAttention-3's structure.
 
 One program per (key block of BLOCK_N = 128 rows, batch, KV head), 8 warps = two
-warpgroups, each owning 64 of the key rows. K and V are TMA-loaded into shared memory once;
-dK and dV (fp32) stay in registers while the program walks every query block that sees the
-key block, for every query head of the GQA group (dK/dV summed in the program, as the
-Triton backward does). Per step (query block of BLOCK_M = 64 rows, one query head):
+warpgroups. K and V are TMA-loaded into shared memory once; dK and dV (fp32) stay in
+registers while the program walks every query block that sees the key block, for every query
+head of the GQA group (dK/dV summed in the program, as the Triton backward does). Per step
+(query block of BLOCK_M = 64 rows, one query head):
 
     Q, dO      TMA into a 2-stage shared-memory ring (mbarriers); the next step's pair is
-               issued before this step's matmuls, so its copy overlaps them
-    lse, delta pointer loads (fp32, 64 values each)
-    S^T  = K Q^T                 wgmma, keys along M (128 rows = both warpgroups)
-    dP^T = V dO^T                wgmma
-    P^T  = exp2(S^T * scale * log2 e - lse2)        registers (masked where a step needs it)
-    dV  += P^T dO                wgmma, P^T as the register A operand
-    dS^T = P^T o (dP^T - delta)  registers
-    dK  += dS^T Q                wgmma, dS^T as the register A operand
-    dQ_partial = dS K            dS^T staged in shared memory (fp16/bf16) and read
-                                 transposed as the A operand; added to an fp32 dQ buffer
-                                 with atomics (``gl.atomic_add``)
+               issued at the top of this step, so its copy overlaps this step's matmuls
+    lse, delta pointer loads (fp32; 2 rows a thread)
+    S  = Q K^T                   wgmma, async; the warpgroups split the 128 keys
+    dP = dO V^T                  wgmma, async (runs while P is computed)
+    P  = exp2(S * scale * log2 e - lse2)       registers (masked where the step needs it)
+    dS = P o (dP - delta)        registers
+    P, dS -> shared memory (fp16/bf16), then one barrier
+    dV += P^T dO                 wgmma, P read transposed; the warpgroups split the keys
+    dK += dS^T Q                 wgmma, dS read transposed
+    dQ_partial = dS K            wgmma; added to an fp32 dQ buffer with atomics
+                                 (``gl.atomic_add``, vectorized pairs)
 
-Keys along M (the transposed tiles, as the Triton backward's ``_dkdv_query_tiles``) make
-P^T and dS^T the accumulator layout of S^T, so both feed dV and dK as register operands
-with no shared-memory round trip; only dQ's operand goes through shared memory.
+This is FA3's orientation (queries along wgmma's M for S and dP, P and dS through shared
+memory for the transposed products): a row's lse and delta are 2 registers a thread, and
+the D128 kernel fits in 255 registers without spilling. (Keys along M, as the Triton
+backward's transposed tiles, would feed P^T and dS^T to dV and dK as register operands, but
+held lse and delta in 16 registers each and spilled at D128.) The K and V wgmma
+descriptors are rebuilt every step from an index the compiler cannot fold (``slot``): hoisted
+out of the loop they were 24 64-bit values that spilled at D128.
 
 Then delta = rowsum(dO o O) comes from the Triton backward's ``_bwd_preprocess`` (run
 first), and dQ = scale * dQ_acc is converted to the input dtype by PyTorch (as the Triton
@@ -41,6 +45,7 @@ Which calls take this path (``supports``):
   (``GLUON_AVAILABLE``, the forward's guard);
 - float16 or bfloat16, head dim 64 or 128; q, k, v (and dO, copied if not) with TMA strides;
 - any Sq, Sk >= 1, GQA/MQA, non-causal and both causal alignments (``causal_offset``);
+  batch * KV heads up to 65535 (the grid's second dimension);
 - not: sliding windows, softcap, sinks, varlen, float32, other head dims (D256: K, V and
   the Q/dO ring are 256 KB of shared memory at BLOCK_N = 128, and dK/dV alone would be
   256 fp32 registers a thread with BLOCK_N = 64 in one warpgroup: it needs FA3's smaller
@@ -62,6 +67,7 @@ under ``FLASHCORE_BACKWARD_HOPPER=always`` (default ``never`` until it is measur
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -87,6 +93,7 @@ BLOCK_M = 64  # query rows per step (the N of S^T = K Q^T)
 BLOCK_N = 128  # key rows per program: two warpgroups of 64
 NUM_WARPS = 8
 STAGES = 2  # Q/dO ring depth
+MAX_GRID_Y = 65535  # the grid's second dimension is batch * KV heads
 
 if GLUON_AVAILABLE:
 
@@ -125,7 +132,8 @@ if GLUON_AVAILABLE:
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     ):  # fmt: skip
-        """Grid (key blocks, batch * KV heads); 8 warps. Lse, Delta: (B, Hq, Sq) fp32
+        """Grid (key blocks, batch * KV heads); 8 warps: the key blocks of one head are
+        consecutive, so programs running together share its Q and dO in L2. Lse, Delta: (B, Hq, Sq) fp32
         contiguous; DQacc: (B, Hq, Sq, D) fp32 contiguous, zeroed (unscaled dQ is added);
         dK, dV: (B, Hkv, Sk, D) in the input dtype, any strides."""
         dtype: gl.constexpr = q_desc.dtype
@@ -162,8 +170,10 @@ if GLUON_AVAILABLE:
         p_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
             [BLOCK_M, BLOCK_N], dtype
         )
-        k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_smem_layout)
-        v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_smem_layout)
+        k_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
+        v_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
+        k_smem = k_buf.index(0)
+        v_smem = v_buf.index(0)
         q_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], p_smem_layout)
@@ -192,14 +202,22 @@ if GLUON_AVAILABLE:
         if total > 0:
             _load_step(q_desc, do_desc, ring, 0, n_m, m_first, batch, kv_head, group)
 
-        keys = n0 + gl.arange(0, BLOCK_N, layout=key_layout)
+        offs_n = gl.arange(0, BLOCK_N, layout=key_layout)
         offs_m = gl.arange(0, BLOCK_M, layout=row_layout)
         dq_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
         dq_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
         dq_offs = gl.expand_dims(dq_rows, 1) * HEAD_DIM + gl.expand_dims(dq_cols, 0)
         dk = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)
         dv = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)
-        key_tail = n0 + BLOCK_N > seqlen_k
+        # Steps whose first row m0 is in [full_lo, full_hi] need no mask: every row exists
+        # and sees every key of the block (row m0 sees the block's last key, n0 + BLOCK_N
+        # - 1, and the block has no keys past Sk). A block crossing Sk is masked throughout.
+        if IS_CAUSAL:
+            full_lo = n0 + BLOCK_N - 1 - causal_offset
+        else:
+            full_lo = n0 * 0
+        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
+        full_hi = seqlen_q - BLOCK_M
         mbarrier.wait(kv_bar, 0)
 
         for t in range(total):
@@ -207,6 +225,14 @@ if GLUON_AVAILABLE:
             q_head = kv_head * group + t // n_m
             m0 = (m_first + t % n_m) * BLOCK_M
             q_tile = q_ring.index(stage)
+            # K and V through an index the compiler cannot fold (always 0): otherwise their
+            # wgmma descriptors (24 64-bit values at D128) are hoisted out of the loop and
+            # spilled; computed here they are a few uniform adds per step.
+            slot = gl.inline_asm_elementwise(
+                "and.b32 $0, $1, 0;", "=r,r", [t], dtype=gl.int32, is_pure=True, pack=1
+            )
+            k_smem = k_buf.index(slot)
+            v_smem = v_buf.index(slot)
             do_tile = do_ring.index(stage)
             # Every warp has finished step t-1 (its matmuls waited on, so its reads of ring
             # stage (t+1) % STAGES, p_smem and ds_smem are done): they may be overwritten.
@@ -232,14 +258,14 @@ if GLUON_AVAILABLE:
 
             s = warpgroup_mma_wait(1, deps=(s_tok,))
             p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
-            # A step needs the mask where its block crosses the diagonal (some row does not
-            # see the block's last key), the end of the keys or the end of the queries.
-            masked = key_tail | (m0 + BLOCK_M > seqlen_q)
-            if IS_CAUSAL:
-                masked = masked | (m0 + causal_offset < n0 + BLOCK_N - 1)
+            # A step needs the mask where its block crosses the diagonal, the end of the
+            # keys or the end of the queries.
+            masked = (m0 < full_lo) | (m0 > full_hi)
             if masked:
                 # Invisible pairs, including every pair of a row that sees no key (lse =
                 # -inf, where exp2 gives inf), become exactly 0.
+                # (+ slot: keys computed per step, not hoisted into 16 live registers)
+                keys = n0 + slot + offs_n
                 p = _mask_tile(p, queries, keys, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL)
             p_smem.store(p.to(dtype))
 
@@ -297,6 +323,15 @@ if GLUON_AVAILABLE:
     _BWD_LAUNCH = CachedKernel(_bwd_hopper_kernel, "gluon_bwd")
 
 
+def requested() -> bool:
+    """``FLASHCORE_BACKWARD_HOPPER``: ``never`` (default: autograd runs the Triton backward
+    until this one is measured) or ``always`` (every call ``supports`` accepts)."""
+    mode = os.environ.get("FLASHCORE_BACKWARD_HOPPER", "never")
+    if mode not in ("always", "never"):
+        raise ValueError(f"FLASHCORE_BACKWARD_HOPPER must be 'always' or 'never', got {mode!r}")
+    return mode == "always"
+
+
 @functools.cache
 def _is_hopper(index) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
@@ -310,7 +345,7 @@ def supports(q, k, v, *, window=None, softcap=None, sinks=None) -> bool:
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in HEAD_DIMS:
         return False
-    if not _is_hopper(q.device.index):
+    if not _is_hopper(q.device.index) or k.shape[0] * k.shape[1] > MAX_GRID_Y:
         return False
     return all(tma_strides_ok(t) for t in (q, k, v))
 
@@ -346,6 +381,8 @@ def attention_backward_hopper(
     """
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
     if not tma_strides_ok(do):
         do = do.contiguous()
     lse = lse.contiguous()
