@@ -19,7 +19,7 @@ from conftest import DEVICE
 import flashcore
 from flashcore.interface import describe_backward_dispatch
 from flashcore.kernels import backward_hopper as bh
-from flashcore.validate import AttentionCase
+from flashcore.validate import AttentionCase, error_rule
 from flashcore.validate_backward import (
     GRADIENTS,
     backward_grid,
@@ -67,6 +67,45 @@ def test_always_falls_back_where_unsupported(monkeypatch):
     assert rule_rejects((q.grad, k.grad, v.grad), q, k, v, do, causal=True) == {
         g: True for g in GRADIENTS
     }
+
+
+def test_launcher_binds_every_kernel_argument(monkeypatch):
+    """The launcher's plumbing on a CPU: the preprocess kernel (interpreted) writes delta,
+    the Gluon kernel (recorded, not run) gets every parameter by position or name, with
+    descriptors of the launcher's block shapes, and dQ is the scaled fp32 buffer."""
+    if not bh.GLUON_AVAILABLE:
+        pytest.skip("this triton has no Gluon Hopper API")
+    calls = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append((grid, args, kwargs))
+
+    monkeypatch.setattr(bh, "_BWD_LAUNCH", Recorder())
+    case = AttentionCase(2, 4, 2, 70, 130, 64, "float16", True, "bottom_right", "bshd")
+    q, k, v, do = make_grad_inputs(case, DEVICE, 5)
+    out = torch.randn(q.shape, dtype=q.dtype, device=DEVICE)
+    lse = torch.randn(q.shape[:3], dtype=torch.float32, device=DEVICE)
+    grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    bh.attention_backward_hopper(
+        do, q, k, v, out, lse, *grads, causal_offset=60, is_causal=True, scale=0.125
+    )
+    ((grid, args, kwargs),) = calls
+    assert grid == (2, 4)  # (key blocks of 128, batch * KV heads)
+    params = bh._bwd_hopper_kernel.arg_names
+    named = kwargs.keys() - {"num_warps"}
+    assert len(args) + len(named) == len(params) and named == set(params[len(args) :])
+    bound = dict(zip(params, args))
+    assert [d.block_shape for d in (bound["q_desc"], bound["k_desc"], bound["do_desc"])] == [
+        [1, 1, 64, 64],
+        [1, 1, 128, 64],
+        [1, 1, 64, 64],
+    ]
+    delta64 = (out.double() * do.double()).sum(-1)  # rowsum(dO o O)
+    report = error_rule(bound["Delta"], delta64, (out.float() * do.float()).sum(-1))
+    assert report.passed, report
+    assert (bound["seqlen_q"], bound["seqlen_k"], bound["causal_offset"]) == (70, 130, 60)
+    assert torch.equal(grads[0], torch.zeros_like(q))  # the (unlaunched) kernel added nothing
 
 
 _REPORT = (

@@ -123,7 +123,13 @@ if GLUON_AVAILABLE:
             do_desc, [batch, q_head, row0, 0], bar, do_ring.index(stage)
         )
 
-    @gluon.jit
+    # Lengths, head counts and the offset change from call to call: specialized on their
+    # divisibility by 16 (or the value 1), each new class would be another compile.
+    @gluon.jit(
+        do_not_specialize=[
+            "num_q_heads", "num_kv_heads", "seqlen_q", "seqlen_k", "causal_offset",
+        ]
+    )  # fmt: skip
     def _bwd_hopper_kernel(
         q_desc, k_desc, v_desc, do_desc, Lse, Delta, DQacc, dK, dV,
         stride_dkz, stride_dkh, stride_dkn, stride_dkk,
