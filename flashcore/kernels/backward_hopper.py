@@ -322,6 +322,7 @@ if GLUON_AVAILABLE:
         )
         gl.store(dk_ptrs, dk.to(dtype), mask=kv_mask)
         gl.store(dv_ptrs, dv.to(dtype), mask=kv_mask)
+        gl.thread_barrier()  # no warp still waits on a barrier when it is invalidated
         mbarrier.invalidate(kv_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
