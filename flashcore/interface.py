@@ -37,6 +37,7 @@ from ._checks import (
     kvcache_capacity,
 )
 from .kernels import backward as _backward
+from .kernels import backward_hopper as _backward_hopper
 from .kernels import decode as _decode
 from .kernels import forward as _forward
 from .kernels import forward_hopper as _hopper
@@ -116,6 +117,15 @@ def describe_dispatch() -> str:
         f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}; "
         "v head dim != q/k's: Triton"
     )
+
+
+def describe_backward_dispatch() -> str:
+    """The backward autograd runs, for ``python -m flashcore info`` (FLASHCORE_BACKWARD_HOPPER:
+    ``never``, the default until it is measured, or ``always``)."""
+    gluon = "Gluon (kernels/backward_hopper.py: sm_90, fp16/bf16, D64/128, atomic dQ)"
+    if _backward_hopper.requested():
+        return f"{gluon} where it supports the call (FLASHCORE_BACKWARD_HOPPER=always), else Triton"
+    return f"Triton; {gluon} is not yet measured and runs under FLASHCORE_BACKWARD_HOPPER=always"
 
 
 # -------------------------------------------------------------------------- attention
@@ -364,6 +374,17 @@ class _AttentionFunction(torch.autograd.Function):
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
         kw = ctx.kwargs
+        gluon_kw = {name: kw.get(name) for name in ("window", "softcap", "sinks")}
+        if _backward_hopper.requested() and _backward_hopper.supports(q, k, v, **gluon_kw):
+            # The Gluon backward (opt-in; not deterministic: dQ is summed with atomics).
+            off = k.shape[2] - q.shape[2] if kw.get("causal_alignment") == "bottom_right" else 0
+            dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+            scale = _backward._default_scale(kw.get("scale"), q)
+            _backward_hopper.attention_backward_hopper(
+                grad_out.to(q.dtype), q, k, v, out, lse, dq, dk, dv, scale=scale,
+                causal_offset=off, is_causal=bool(kw.get("causal")),
+            )  # fmt: skip
+            return dq, dk, dv, None, None
         dq, dk, dv = _backward.attention_backward(
             grad_out.to(q.dtype),
             q,

@@ -117,8 +117,29 @@ def _poisoned_like(t):
     return torch.full(t.shape, float("nan"), dtype=t.dtype, device=t.device)
 
 
-def check_grad_case(case: AttentionCase, device, seed: int, *, deterministic: bool = True) -> dict:
-    """Forward (saving lse), backward into NaN-poisoned buffers, the rule on dq, dk, dv."""
+def _gluon_backward(case, do, q, k, v, out, lse, grads):
+    """The Gluon Hopper backward (kernels/backward_hopper.py) into ``grads``; raises where it
+    does not support the case."""
+    import math
+
+    from .kernels import backward_hopper
+
+    if not backward_hopper.supports(q, k, v, window=case.window):
+        raise ValueError(f"the Gluon backward does not support {case.name} on {q.device}")
+    bottom_right = case.causal and case.alignment == "bottom_right"
+    backward_hopper.attention_backward_hopper(
+        do, q, k, v, out, lse, *grads,
+        causal_offset=case.seqlen_k - case.seqlen_q if bottom_right else 0,
+        is_causal=case.causal, scale=1.0 / math.sqrt(case.head_dim),
+    )  # fmt: skip
+
+
+def check_grad_case(
+    case: AttentionCase, device, seed: int, *, deterministic: bool = True, kernel: str = "triton"
+) -> dict:
+    """Forward (saving lse), backward into NaN-poisoned buffers, the rule on dq, dk, dv.
+    ``kernel``: ``"triton"`` (kernels/backward.py) or ``"gluon"`` (kernels/backward_hopper.py,
+    Hopper only; atomic dQ whatever ``deterministic`` says)."""
     from .interface import attention
     from .kernels.backward import attention_backward
 
@@ -127,19 +148,13 @@ def check_grad_case(case: AttentionCase, device, seed: int, *, deterministic: bo
     with torch.no_grad():
         out, lse = attention(q, k, v, return_lse=True, **kwargs)
         grads = tuple(_poisoned_like(t) for t in (q, k, v))
-        attention_backward(
-            do,
-            q,
-            k,
-            v,
-            out,
-            lse,
-            deterministic=deterministic,
-            dq=grads[0],
-            dk=grads[1],
-            dv=grads[2],
-            **kwargs,
-        )
+        if kernel == "gluon":
+            _gluon_backward(case, do, q, k, v, out, lse, grads)
+        else:
+            attention_backward(
+                do, q, k, v, out, lse, deterministic=deterministic,
+                dq=grads[0], dk=grads[1], dv=grads[2], **kwargs,
+            )  # fmt: skip
     ref64 = reference_gradients(q, k, v, do, compute_dtype=torch.float64, **kwargs)
     same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, **kwargs)
     reports = gradient_rule(grads, ref64, same, cancellation_magnitudes(q, k, v, do, **kwargs))
@@ -147,7 +162,8 @@ def check_grad_case(case: AttentionCase, device, seed: int, *, deterministic: bo
         **dataclasses.asdict(case),
         "name": case.name,
         "seed": seed,
-        "deterministic": deterministic,
+        "deterministic": deterministic and kernel == "triton",
+        "kernel": kernel,
     }
     passed, ratio = True, 0.0
     for name, report in reports.items():
@@ -172,8 +188,10 @@ def backward_grid(name: str) -> list[AttentionCase]:
 
     ``full`` (GPU record, > 300 cases): awkward square lengths for every head dim, Sq != Sk
     pairs, every GQA ratio, both causal alignments and non-causal, windows, padded head
-    dims, fp32, a (B, S, H, D) strided layout; fp16 and bf16. ``cpu``: a subset for the
-    Triton interpreter (fp16/fp32, small shapes).
+    dims, fp32, a (B, S, H, D) strided layout; fp16 and bf16. ``hopper`` (240 cases): what
+    the Gluon backward supports (D64/D128, fp16/bf16, no windows), for
+    ``check_grad_case(..., kernel="gluon")``. ``cpu``: a subset for the Triton interpreter
+    (fp16/fp32, small shapes).
     """
     masks = [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
     cases = []
@@ -211,6 +229,25 @@ def backward_grid(name: str) -> list[AttentionCase]:
         ):
             cases.append(AttentionCase(1, 4, 2, sq, sk, 128, dtype, True, align, window=w))
         return _shuffled(cases)
+    if name == "hopper":
+        # The Gluon backward (kernels/backward_hopper.py: D64/D128, fp16/bf16, no windows):
+        # lengths around its 64-row query and 128-row key blocks, Sq != Sk both ways, GQA,
+        # a (B, S, H, D) layout.
+        half, dims = ("float16", "bfloat16"), (64, 128)
+        for dtype, (causal, align), s, d in itertools.product(
+            half, masks, (1, 17, 64, 65, 127, 128, 129, 300, 1000), dims
+        ):
+            cases.append(AttentionCase(1, 4, 2, s, s, d, dtype, causal, align))
+        pairs = ((17, 300), (300, 17), (65, 1000), (1000, 65), (1, 129), (129, 1), (128, 300))
+        for dtype, (causal, align), (sq, sk), d in itertools.product(half, masks, pairs, dims):
+            cases.append(AttentionCase(1, 2, 1, sq, sk, d, dtype, causal, align))
+        for dtype, (causal, align), (hq, hkv), d in itertools.product(
+            half, masks, ((2, 2), (4, 1), (8, 2)), dims
+        ):
+            cases.append(AttentionCase(2, hq, hkv, 129, 257, d, dtype, causal, align))
+        for dtype, (causal, align), d in itertools.product(half, masks, dims):
+            cases.append(AttentionCase(2, 4, 2, 300, 257, d, dtype, causal, align, "bshd"))
+        return _shuffled(cases)
     if name == "cpu":
         for (causal, align), s in itertools.product(masks, (1, 17, 64, 65)):
             cases.append(AttentionCase(1, 2, 1, s, s, 32, "float16", causal, align))
@@ -224,7 +261,7 @@ def backward_grid(name: str) -> list[AttentionCase]:
         cases.append(AttentionCase(1, 4, 2, 70, 70, 32, "float16", True, "top_left", window=17))
         cases.append(AttentionCase(1, 2, 1, 40, 70, 32, "float32", True, "bottom_right", window=33))
         return _shuffled(cases)
-    raise ValueError(f"unknown backward grid {name!r}; expected 'full' or 'cpu'")
+    raise ValueError(f"unknown backward grid {name!r}; expected 'full', 'hopper' or 'cpu'")
 
 
 def run_backward_grid(

@@ -263,7 +263,96 @@ def _variants():
     }
 
 
+def gluon_backward_spec(d: int, causal: bool, dtype: str = "bf16") -> dict:
+    """The Gluon Hopper backward (kernels/backward_hopper.py) in the config it ships, as a
+    ``compile_kernel`` spec: tensor descriptors with the launcher's block shapes and layouts."""
+    from triton.experimental.gluon import language as gl
+
+    from ..kernels import backward_hopper as bh
+
+    gl_dtype = gl.bfloat16 if dtype == "bf16" else gl.float16
+
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl_dtype)
+        return f"tensordesc<{dtype}[1,1,{rows},{d}],{layout!r}>"
+
+    return dict(
+        fn=bh._bwd_hopper_kernel,
+        gluon=True,
+        pointers={"Lse": "*fp32", "Delta": "*fp32", "DQacc": "*fp32", "dK": f"*{dtype}",
+                  "dV": f"*{dtype}"},
+        floats={"qk_scale", "sm_scale"},
+        consts=dict(HEAD_DIM=d, BLOCK_M=bh.BLOCK_M, BLOCK_N=bh.BLOCK_N, STAGES=bh.STAGES,
+                    IS_CAUSAL=causal),
+        num_warps=bh.NUM_WARPS,
+        num_stages=1,
+        descs={
+            "q_desc": desc(bh.BLOCK_M),
+            "do_desc": desc(bh.BLOCK_M),
+            "k_desc": desc(bh.BLOCK_N),
+            "v_desc": desc(bh.BLOCK_N),
+        },
+    )  # fmt: skip
+
+
+def resource_usage(compiled) -> dict:
+    """What ptxas allotted a compiled kernel, read offline (the driver fills
+    ``metadata.n_regs``/``n_spills`` only when it loads the kernel on a GPU): ``n_regs``
+    and ``stack`` bytes a thread (cuobjdump -res-usage), ``n_spills`` (local-memory stores,
+    STL, in the SASS), ``shared`` (dynamic shared memory, bytes, from the metadata), and the
+    counts of wgmma instructions (``hgmma``) and local loads (``ldl``)."""
+    import re
+    import tempfile
+
+    from triton import knobs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        usage = subprocess.run(
+            [knobs.nvidia.cuobjdump.path, "-res-usage", path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    sass = disassemble(compiled.asm["cubin"])
+    ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, re.M)
+    return {
+        "n_regs": int(re.search(r"REG:(\d+)", usage).group(1)),
+        "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
+        "n_spills": ops.count("STL"),
+        "ldl": ops.count("LDL"),
+        "hgmma": ops.count("HGMMA"),
+        "shared": int(compiled.metadata.shared),
+    }
+
+
+def backward_hopper_report(head_dims=(64, 128), dtypes=("fp16", "bf16")) -> dict:
+    """``resource_usage`` of the Gluon backward per (D, causal, dtype), compiled for sm_90;
+    {} where this triton has no Gluon. Needs TRITON_INTERPRET off (a subprocess does it
+    from a test)."""
+    from ..kernels.backward_hopper import GLUON_AVAILABLE
+
+    if not GLUON_AVAILABLE:
+        return {}
+    return {
+        f"D{d} {'causal' if causal else 'full'} {dtype}": resource_usage(
+            compile_kernel(gluon_backward_spec(d, causal, dtype))
+        )
+        for d in head_dims
+        for causal in (False, True)
+        for dtype in dtypes
+    }
+
+
 def compile_sass(spec: dict, arch: int = 90) -> str:
+    return disassemble(compile_kernel(spec, arch).asm["cubin"])
+
+
+def compile_kernel(spec: dict, arch: int = 90):
+    """``triton.compile`` of a spec for sm_``arch`` (no GPU needed): the compiled kernel,
+    with ``asm`` (ttgir, ptx, cubin) and ``metadata`` (n_regs, n_spills, shared)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -312,7 +401,7 @@ def compile_sass(spec: dict, arch: int = 90) -> str:
         target=GPUTarget("cuda", arch, 32),
         options=dict(num_warps=spec["num_warps"], num_stages=spec["num_stages"]),
     )
-    return disassemble(compiled.asm["cubin"])
+    return compiled
 
 
 def disassemble(cubin: bytes) -> str:

@@ -1,0 +1,157 @@
+"""On an H100: the Gluon backward's correctness grid, then its speed beside flashcore's Triton
+backward, in one process (about two minutes with compilation).
+
+    python3 tools/backward_hopper_check.py OUT.json [--grid-stride N] [--rounds R]
+
+1. ``backward_grid("hopper")`` (240 cases: D64/D128, fp16/bf16, S 1..1000, Sq != Sk, GQA,
+   both causal alignments, a (B, S, H, D) layout) through ``check_grad_case(kernel="gluon")``
+   under the gradient rule, NaN-poisoned gradient buffers (every N-th case with
+   ``--grid-stride N``).
+2. bf16, B*S = 16K tokens, H*D = 2048, D 64/128, S 2K/4K/8K, causal and not: the whole
+   backward (preprocess, kernel, dQ conversion) of the Gluon path
+   (``backward_hopper.attention_backward_hopper``) and of the Triton backward
+   (``backward.attention_backward``, its default deterministic mode), each timed with
+   ``triton.testing.do_bench`` (median), the two alternating in order over R rounds;
+   TFLOP/s with FLOPs = 2.5 x the forward's 4 B H S^2 D (halved for causal). Each shape
+   also prints how far the Gluon gradients are from the Triton ones (max |difference| over
+   max |Triton|, per gradient: a sanity check at sizes the grid does not reach, not the
+   rule).
+
+Prints one line per case failure and per shape, writes OUT.json (provenance, grid summary,
+speed rows), and exits 1 if any grid case fails.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's flashcore
+
+from flashcore.interface import attention  # noqa: E402
+from flashcore.kernels import backward_hopper as bh  # noqa: E402
+from flashcore.kernels.backward import attention_backward  # noqa: E402
+from flashcore.results import provenance  # noqa: E402
+from flashcore.validate_backward import GRADIENTS, backward_grid, check_grad_case  # noqa: E402
+
+TOKENS, HIDDEN = 16 * 1024, 2048
+SHAPES = [(d, s, c) for d in (64, 128) for s in (2048, 4096, 8192) for c in (False, True)]
+
+
+def run_grid(stride: int) -> dict:
+    cases = backward_grid("hopper")[::stride]
+    failures, worst = [], (0.0, None)
+    for case in cases:
+        seed = zlib.crc32(case.name.encode()) % 10_000  # as tests/test_backward_hopper.py
+        row = check_grad_case(case, "cuda", seed=seed, kernel="gluon")
+        if row["ratio"] > worst[0]:
+            worst = (row["ratio"], case.name)
+        if not row["passed"]:
+            failures.append(case.name)
+            detail = {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
+            print(f"FAIL {case.name}: {detail}", flush=True)
+    print(
+        f"grid: {len(cases)} cases, {len(failures)} failed, worst ratio {worst[0]:.3f} ({worst[1]})"
+    )
+    return {
+        "cases": len(cases),
+        "failed": len(failures),
+        "failures": failures,
+        "worst_ratio": worst[0],
+        "worst_case": worst[1],
+    }
+
+
+def time_shape(d: int, s: int, causal: bool, rounds: int) -> list[dict]:
+    b, h = TOKENS // s, HIDDEN // d
+    gen = torch.Generator(device="cuda").manual_seed(s + d + causal)
+
+    def rand():
+        return torch.randn(b, h, s, d, generator=gen, device="cuda", dtype=torch.bfloat16)
+
+    q, k, v, do = rand(), rand(), rand(), rand()
+    with torch.no_grad():
+        out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    assert bh.supports(q, k, v), "the Gluon backward does not support the timing shape"
+    bufs = {name: [torch.empty_like(t) for t in (q, k, v)] for name in ("gluon", "triton")}
+    scale = 1.0 / math.sqrt(d)
+
+    def gluon():
+        bh.attention_backward_hopper(
+            do, q, k, v, out, lse, *bufs["gluon"], causal_offset=0, is_causal=causal, scale=scale
+        )
+
+    def triton_bwd():
+        dq, dk, dv = bufs["triton"]
+        attention_backward(do, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
+
+    impls = {"gluon": gluon, "triton": triton_bwd}
+    for fn in impls.values():  # compile outside the timed region
+        fn()
+    torch.cuda.synchronize()
+    agreement = {
+        g: float((a.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30))
+        for g, a, r in zip(GRADIENTS, bufs["gluon"], bufs["triton"])
+    }
+    times = {name: [] for name in impls}
+    for r in range(rounds):
+        order = list(impls) if r % 2 == 0 else list(reversed(impls))
+        for name in order:
+            times[name].append(triton.testing.do_bench(impls[name], return_mode="median"))
+    flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+    rows = []
+    for name, ms in times.items():
+        med = statistics.median(ms)
+        rows.append(
+            dict(
+                impl=name, S=s, D=d, B=b, H=h, causal=causal, dtype="bfloat16",
+                ms=med, ms_rounds=ms, tflops=flops / med / 1e9,
+            )
+        )  # fmt: skip
+    g, t = rows[0], rows[1]
+    print(
+        f"D{d} S{s} {'causal' if causal else 'full  '}: gluon {g['tflops']:6.1f} TFLOP/s "
+        f"({g['ms']:.3f} ms), triton {t['tflops']:6.1f} ({t['ms']:.3f} ms), "
+        f"gluon/triton {t['ms'] / g['ms']:.3f}; |gluon - triton| / max|triton|: "
+        + ", ".join(f"{k} {v:.1e}" for k, v in agreement.items()),
+        flush=True,
+    )
+    for row in rows:
+        row["agreement_vs_triton"] = agreement if row["impl"] == "gluon" else None
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="JSON file to write")
+    parser.add_argument("--grid-stride", type=int, default=1, help="run every N-th grid case")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
+    args = parser.parse_args()
+    if not (torch.cuda.is_available() and bh.GLUON_AVAILABLE):
+        print("needs a Hopper GPU and triton with Gluon", file=sys.stderr)
+        return 2
+    record = {"provenance": provenance(), "tool": "tools/backward_hopper_check.py"}
+    start = time.perf_counter()
+    record["grid"] = run_grid(args.grid_stride)
+    record["grid_seconds"] = time.perf_counter() - start
+    speed = []
+    for d, s, causal in SHAPES:
+        speed += time_shape(d, s, causal, args.rounds)
+        torch.cuda.empty_cache()
+    record["speed"] = speed
+    record["seconds"] = time.perf_counter() - start
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"wrote {args.out} ({record['seconds']:.0f} s)")
+    return 1 if record["grid"]["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
