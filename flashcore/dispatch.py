@@ -1,0 +1,95 @@
+"""Which kernel serves a call: the forward's Triton/Gluon table and the backward's override.
+
+``flashcore/interface.py`` asks ``forward_kernel`` before each forward launch (and
+``parallel.py`` before each ring block); ``python -m flashcore info`` prints both tables
+(``describe_dispatch``, ``describe_backward_dispatch``). The table is data measured on the
+H100, with the measurement beside it; the environment overrides exist for tests and
+sanitizer runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .kernels import backward_hopper as _backward_hopper
+from .kernels import forward_hopper as _hopper
+
+# ------------------------------------------------------------------- dispatch table
+# Which forward kernel serves a call of flashcore.attention (and a context-parallel block).
+# (head dim, causal) -> the shortest sequence (min of Sq, Sk) from which the Gluon kernel
+# was measured faster than forward.py's Triton kernel; None: never. H100, bf16, B*S = 16K
+# tokens, H*D = 2048, interleaved timing (tools/gpu_forward_hopper.py, commit 2c03bb9, the
+# kernel as shipped: pairs of query tiles, persistent grid), TFLOP/s Gluon vs Triton:
+#   D=64  full   S=2K 409 vs 430, S=4K 429 vs 427, S=16K 438 vs 430 (within noise: Triton)
+#   D=64  causal S=4K 385 vs 387, S=8K 418 vs 413, S=16K 435 vs 426 (within noise: Triton)
+#   D=128 full   S=1K 502 vs 463 ... S=16K 623 vs 508
+#   D=128 causal S=1K 334 vs 266 (357 in an earlier run), S=2K 469 vs 433 ... S=16K 611 vs 499
+#   D=256 full   S=1K 504 vs 425 ... ;  causal S=1K 354 vs 317 ... S=16K 710 vs 490
+# (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
+# the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
+# Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
+# float32, other head dims, a v head dim different from q/k's, non-TMA strides, not
+# Hopper) and calls with an explicit ``config`` always run the Triton kernel.
+FORWARD_GLUON_FROM = {
+    (64, False): None,
+    (64, True): None,
+    (128, False): 1024,
+    (128, True): 2048,
+    (256, False): 1024,
+    (256, True): 1024,
+}
+
+
+def _forward_mode() -> str:
+    """``FLASHCORE_FORWARD_HOPPER``: ``auto`` (the table), ``always`` (every call the Gluon
+    kernel supports: tests and sanitizer runs) or ``never`` (the Triton kernel only)."""
+    mode = os.environ.get("FLASHCORE_FORWARD_HOPPER", "auto")
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(
+            f"FLASHCORE_FORWARD_HOPPER must be 'auto', 'always' or 'never', got {mode!r}"
+        )
+    return mode
+
+
+def forward_kernel(q, k, v, *, causal: bool, window=None, softcap=None, sinks=None) -> str:
+    """``"gluon"`` or ``"triton"``: the forward kernel ``flashcore.attention`` runs these
+    (validated) inputs on. Softcap and sinks run on the Triton kernel only."""
+    mode = _forward_mode()
+    if (
+        mode == "never"
+        or softcap is not None
+        or sinks is not None
+        or not _hopper.supports(q, k, v, window=window)
+    ):
+        return "triton"
+    if mode == "always":
+        return "gluon"
+    threshold = FORWARD_GLUON_FROM.get((q.shape[3], bool(causal)))
+    if threshold is not None and min(q.shape[2], k.shape[2]) >= threshold:
+        return "gluon"
+    return "triton"
+
+
+def describe_dispatch() -> str:
+    """The dispatch table in one line, for ``python -m flashcore info``."""
+    if not _hopper.GLUON_AVAILABLE:
+        return (
+            "unavailable (this triton has no Gluon Hopper API): every call runs the Triton kernel"
+        )
+    rules = ", ".join(
+        f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
+        for (d, c), t in FORWARD_GLUON_FROM.items()
+    )
+    return (
+        f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}; "
+        "v head dim != q/k's: Triton"
+    )
+
+
+def describe_backward_dispatch() -> str:
+    """The backward autograd runs, for ``python -m flashcore info`` (FLASHCORE_BACKWARD_HOPPER:
+    ``never``, the default until it is measured, or ``always``)."""
+    gluon = "Gluon (kernels/backward_hopper.py: sm_90, fp16/bf16, D64/128, atomic dQ)"
+    if _backward_hopper.requested():
+        return f"{gluon} where it supports the call (FLASHCORE_BACKWARD_HOPPER=always), else Triton"
+    return f"Triton; {gluon} is not yet measured and runs under FLASHCORE_BACKWARD_HOPPER=always"
