@@ -96,7 +96,8 @@ def git_commit() -> tuple[str, bool | None]:
 
 KERNELS_PACKAGE = "flashcore.kernels"
 KERNELS_DIR = "flashcore/kernels"
-INTERFACE_FILE = "flashcore/interface.py"  # the dispatch table: which kernel a call reaches
+# Beside the kernels: the files that decide which kernel a call reaches (the dispatch table).
+DISPATCH_FILES = ("flashcore/interface.py", "flashcore/dispatch.py")
 
 
 def blob_id(data: bytes) -> str:
@@ -108,16 +109,15 @@ def blob_id(data: bytes) -> str:
 
 
 def tree_kernel_files(root: Path = REPO_ROOT) -> list[str]:
-    """Every kernel source of the tree at ``root``: flashcore/kernels/*.py and the interface."""
+    """Every kernel source of the tree at ``root``: flashcore/kernels/*.py and the dispatch."""
     files = sorted(p.relative_to(root).as_posix() for p in (root / KERNELS_DIR).glob("*.py"))
-    if (root / INTERFACE_FILE).exists():
-        files.append(INTERFACE_FILE)
+    files += [f for f in DISPATCH_FILES if (root / f).exists()]
     return sorted(files)
 
 
 def imported_kernel_files(root: Path = REPO_ROOT) -> list[str]:
     """The kernel sources this process has imported (``flashcore.kernels`` and its modules in
-    ``sys.modules``), plus the interface, as paths relative to ``root``."""
+    ``sys.modules``), plus the dispatch files, as paths relative to ``root``."""
     found = set()
     base = Path(root).resolve()
     for name, module in list(sys.modules.items()):
@@ -130,8 +130,8 @@ def imported_kernel_files(root: Path = REPO_ROOT) -> list[str]:
             found.add(Path(file).resolve().relative_to(base).as_posix())
         except ValueError:  # a module from outside this tree is not this tree's source
             continue
-    if found and (base / INTERFACE_FILE).exists():
-        found.add(INTERFACE_FILE)
+    if found:
+        found.update(f for f in DISPATCH_FILES if (base / f).exists())
     return sorted(found)
 
 
@@ -155,14 +155,14 @@ def committed_blobs(commit: str, root: Path = REPO_ROOT) -> dict[str, str] | Non
     would list there), or None where git or the commit is not available."""
     if not has_git(root):
         return None
-    out = git_output(["ls-tree", "-r", commit, "--", KERNELS_DIR, INTERFACE_FILE], root)
+    out = git_output(["ls-tree", "-r", commit, "--", KERNELS_DIR, *DISPATCH_FILES], root)
     if out is None:
         return None
     blobs = {}
     for line in out.splitlines():
         meta, _, path = line.partition("\t")
         parts = meta.split()
-        top_level = path == INTERFACE_FILE or (
+        top_level = path in DISPATCH_FILES or (
             path.startswith(KERNELS_DIR + "/") and "/" not in path[len(KERNELS_DIR) + 1 :]
         )
         if len(parts) == 3 and parts[1] == "blob" and path.endswith(".py") and top_level:
