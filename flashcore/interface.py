@@ -75,7 +75,9 @@ def attention(
     Args:
         q: ``(B, Hq, Sq, D)``; k: ``(B, Hkv, Sk, D)``; v: ``(B, Hkv, Sk, D_v)``, where v's
             head dim D_v may differ from q/k's D (DeepSeek-V3's MLA: D = 192, D_v = 128;
-            either smaller or larger). Any strides (e.g. a ``(B, S, H, D)`` tensor
+            either smaller or larger; under the Triton interpreter only for now: CUDA
+            raises NotImplementedError, its GPU grid having failed). Any strides (e.g. a
+            ``(B, S, H, D)`` tensor
             transposed to ``(B, H, S, D)``).
         causal: apply a causal mask.
         causal_alignment: ``"top_left"`` (query i sees keys j <= i; SDPA's ``is_causal``)
