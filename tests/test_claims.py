@@ -84,3 +84,17 @@ def test_verdicts_follow_the_records():
     assert by_claim(rows, "constant-time")["verdict"] == "holds"
     assert by_claim(rows, "long context")["verdict"] == "holds"
     assert all(r["record"].endswith("(stale)") for r in rows if r["report"] != "004")
+
+
+def test_readme_table_is_the_generated_one():
+    from pathlib import Path
+
+    text = (Path(R.REPO_ROOT) / "README.md").read_text()
+    start = text.index("<!-- claims table: generated -->\n") + len(
+        "<!-- claims table: generated -->\n"
+    )
+    end = text.index("\n<!-- end of claims table -->")
+    assert text[start:end] == claims.markdown(claims.claims_table()), (
+        "README's claims table differs from the records: regenerate it with "
+        "claims.markdown(claims.claims_table())"
+    )
