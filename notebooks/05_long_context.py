@@ -32,6 +32,8 @@ import torch
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
 from flashcore.studies import long_context as L
+from flashcore.studies import report
+from flashcore.studies.records import status_line_for
 
 # %%
 if SWEEP not in ("quick", "full"):
@@ -52,9 +54,11 @@ if PROFILE == "gpu":
         payload,
         command=f"notebooks/05_long_context.ipynb (PROFILE=gpu, SWEEP={SWEEP}, RECORD_TOPIC={RECORD_TOPIC})",
     )
-record = read_result(topic, None) if PROFILE == "gpu" else read_result(RECORD_TOPIC, RECORDED_GPU)
+record_key = (topic, None) if PROFILE == "gpu" else (RECORD_TOPIC, RECORDED_GPU)
+record = read_result(*record_key)
 sweep = record["sweep"]
 print("recorded on", describe(record))
+print(status_line_for(*record_key))
 print("shape:", record["sweep_shape"])
 
 # %% [markdown]
@@ -76,13 +80,37 @@ print("(median ms / TFLOP/s)")
 # %%
 save_figure(L.plot_tflops_vs_seqlen(sweep, IMPLS[:3]), "05_tflops_vs_seqlen")
 
+# %%
+short = {
+    r["S"]: r["timing"]["median_ms"] * 1e3
+    for r in sweep
+    if r["impl"] == "flashcore" and not r["causal"] and "timing" in r and r["S"] <= 4096
+}
+print(
+    "flashcore non-causal in this record, µs per call:",
+    ", ".join(f"S={s_ // 1024}K {t:.0f}" for s_, t in sorted(short.items())),
+)
+launch = read_result("launch", RECORDED_GPU)
+print("host cost per call today: notebook 03's launch record,", describe(launch))
+print(status_line_for("launch", RECORDED_GPU))
+for row in report.launch_table(launch):
+    if row["shape"].startswith("B"):
+        print(
+            f"  {row['shape']}: eager wall time per call flashcore {row['flashcore eager']:.0f} µs, "
+            f"SDPA default {row['sdpa default eager']:.0f} µs; flashcore's GPU time "
+            f"(graph replay) {row['flashcore graph']:.0f} µs"
+        )
+
 # %% [markdown]
 # Every exact implementation has slope ≈ 2: the time *is* the FLOPs. What separates them
 # is the constant, and that the good ones keep it from 8K to 1M. The left end of the curves is
-# flat for another reason. At S ≤ 4K a call is shorter than the Python launch path (notebook 03
-# measures 75–128 µs of host time per flashcore call and 30–62 µs per SDPA call), and these are
-# back-to-back eager calls, so the times there are launch overhead, not kernel time. That is
-# the regime of notebook 03, not of this one. flashcore's non-causal 1M point was skipped: at
+# flat for another reason. These are back-to-back eager calls, and at S ≤ 4K a call's GPU work
+# is shorter than its launch path, so the times there are launch overhead, not kernel time: in
+# this record flashcore's S=1K call takes longer than its S=2K call (first line above). This
+# record predates flashcore's cached launch path (its status line says stale); what a call costs
+# on the host today is in notebook 03's launch record, whose rows are printed above (at the
+# smallest shape the eager wall time per call is several times the GPU time, for flashcore and
+# SDPA alike). That is the regime of notebook 03, not of this one. flashcore's non-causal 1M point was skipped: at
 # ≈ 10 s per call it exceeds the few seconds per point this sweep allows.
 #
 # ## 2. The targets

@@ -52,6 +52,19 @@ def test_compiled_controls_are_flagged():
     # Whole kernels: every one reaches its end (a disassembly cut at 4096 instructions
     # would lose the tail, EXIT included).
     assert all(r["opcode_histogram"].get("EXIT", 0) > 0 for r in report["kernels"].values())
+    # The verdict counts every shipped forward kernel's flagged branches, the Gluon kernels'
+    # included, and a compiled data branch entering it (a control relabelled shipped) fails it.
+    ok, why = sass.forward_branch_verdict(report)
+    flagged = [
+        n
+        for n, r in report["kernels"].items()
+        if r["role"] in sass.DISPATCHED_ROLES and "forward" in n and r["branches"]["data"]
+    ]
+    assert ok == (not flagged) and all(n in why for n in flagged)
+    nan = dict(report["kernels"]["control: early exit on NaN"], role="shipped")
+    ok, why = sass.forward_branch_verdict({"kernels": {"forward with NaN exit": nan}})
+    assert not ok and why.startswith("2 in forward with NaN exit")
+    assert sass.GLUON_DISPATCH_REASON not in why
 
 
 # A register that held a loaded value is reused as a mask of packed predicates (ptxas does
@@ -128,3 +141,40 @@ def test_jump_table_targets_are_successors():
     assert instrs[2].text == "BRX R4 -0x10010"
     r = sass.analyze_sass(JUMP)
     assert r["branches"]["data"] == 2  # the BRX on a loaded byte, and @P0 EXIT behind it
+
+
+def _kernel(role, data_branches):
+    return {"role": role, "branches": {"data": len(data_branches)}, "data_branches": data_branches}
+
+
+GLUON_ENTRY = [
+    {"index": 22, "text": "@P0 BRA `(.L_x_1)"},
+    {"index": 26, "text": "BRX R2 -0x1b0"},
+]
+
+
+def test_forward_verdict_covers_gluon_and_can_fail():
+    clean = {"forward D64 (TMA)": _kernel("shipped", []), "decode": _kernel("shipped", [])}
+    ok, why = sass.forward_branch_verdict({"kernels": clean})
+    assert ok and why == ""
+    # The Gluon kernel counts: its entry dispatch makes the verdict False, with the reason.
+    gluon = {**clean, "forward D128 (Gluon)": _kernel("shipped (Gluon)", GLUON_ENTRY)}
+    ok, why = sass.forward_branch_verdict({"kernels": gluon})
+    assert not ok
+    assert why == f"2 in forward D128 (Gluon): {sass.GLUON_DISPATCH_REASON}"
+    # A data branch deep in a Gluon kernel's body is not labelled as the dispatch.
+    body = GLUON_ENTRY + [{"index": 900, "text": "@P3 BRA `(.L_x_9)"}]
+    ok, why = sass.forward_branch_verdict(
+        {"kernels": {"forward D128 (Gluon)": _kernel("shipped (Gluon)", body)}}
+    )
+    assert not ok and why == "3 in forward D128 (Gluon)"
+    # A Triton kernel's data branch fails the verdict; controls and decode do not enter it.
+    leaky = {
+        **clean,
+        "forward D128 causal (TMA)": _kernel("shipped", [{"index": 7, "text": "BRX R1 0x0"}]),
+        "control": _kernel("leaky control", GLUON_ENTRY),
+    }
+    ok, why = sass.forward_branch_verdict({"kernels": leaky})
+    assert not ok and why == "1 in forward D128 causal (TMA)"
+    ok, why = sass.forward_branch_verdict({"kernels": {"control": _kernel("leaky control", [])}})
+    assert not ok and why == "no shipped forward kernel in the report"

@@ -1,6 +1,9 @@
 """The NVML power/clock study's bookkeeping (CPU): block windows, class shifts, the verdict flag."""
 
+import math
 import types
+
+import pytest
 
 from flashcore.studies import timing_leak as TL
 
@@ -161,3 +164,15 @@ def test_clock_hypothesis_by_kernel_separates_capped_and_flat_clock_kernels():
         "forward causal": False,
         "decode split-KV": False,
     }
+
+
+@pytest.mark.gpu
+def test_timing_test_times_the_gluon_kernel_shapes():
+    # The timing test covers the Gluon kernel's shapes (D128 S2048 bf16, causal and not); its
+    # first call raises if the dispatch table no longer sends them to the Gluon kernel.
+    rows = TL.run_suite(n_per_class=200, classes=("all_equal",), kernel_filter="(Gluon)")
+    assert [r["kernel"] for r in rows] == [
+        "forward D128 non-causal (Gluon)",
+        "forward D128 causal (Gluon)",
+    ]
+    assert all(math.isfinite(r["max_abs_t"]) for r in rows)

@@ -448,3 +448,48 @@ def analyze_variants(keep_sass: bool = False) -> dict:
             result["sass"] = sass
         out["kernels"][name] = result
     return out
+
+
+# The forward kernels flashcore's public forward functions can run: the Triton kernel's
+# variants ("shipped"), the Gluon kernel that flashcore.attention dispatches to at D128/D256
+# (interface.FORWARD_GLUON_FROM, "shipped (Gluon)") and the fp8 forward.
+DISPATCHED_ROLES = ("shipped", "shipped (Gluon)")
+GLUON_DISPATCH_REASON = "warp_specialize's partition dispatch, not proven public by this analysis"
+
+
+def _entry_dispatch(result: dict, within: int = 64) -> bool:
+    """Whether every flagged branch of a kernel sits in its first ``within`` instructions and
+    one of them is an indirect jump (``BRX``): the shape of warp_specialize's entry, where each
+    worker warp loads its partition id from shared memory and jumps through a table."""
+    flagged = result["data_branches"]
+    return (
+        bool(flagged)
+        and all(b["index"] < within for b in flagged)
+        and any("BRX" in b["text"].split() for b in flagged)
+    )
+
+
+def forward_branch_verdict(report: dict) -> tuple[bool, str]:
+    """(verdict, reason) for "no data-dependent branch" over every shipped forward kernel in an
+    ``analyze_variants`` report, the Gluon kernels included. The verdict is False when any of
+    them has a branch the analysis classes as data; the reason names each such kernel and its
+    count, and says where the flagged branches are warp_specialize's entry dispatch (which this
+    analysis does not prove public: it counts every shared-memory load as data). An empty set of
+    forward kernels is False too (nothing was checked)."""
+    forward = {
+        n: r
+        for n, r in report["kernels"].items()
+        if r["role"] in DISPATCHED_ROLES and "forward" in n
+    }
+    if not forward:
+        return False, "no shipped forward kernel in the report"
+    reasons = []
+    for name, r in forward.items():
+        count = r["branches"]["data"]
+        if count == 0:
+            continue
+        why = f"{count} in {name}"
+        if r["role"] == "shipped (Gluon)" and _entry_dispatch(r):
+            why += f": {GLUON_DISPATCH_REASON}"
+        reasons.append(why)
+    return not reasons, "; ".join(reasons)

@@ -117,8 +117,27 @@ def _kernels():
     from ..interface import attention, attention_with_kvcache
     from .leaky_controls import leaky_attention
 
-    def forward_inputs(hq, hkv):
-        return _class_inputs([(2, hq, 2048, 64), (2, hkv, 2048, 64), (2, hkv, 2048, 64)])
+    def forward_inputs(hq, hkv, d=64):
+        return _class_inputs([(2, hq, 2048, d), (2, hkv, 2048, d), (2, hkv, 2048, d)])
+
+    def gluon(causal):
+        # D128 S2048 bf16: shapes interface.FORWARD_GLUON_FROM sends to the Gluon kernel. The
+        # first call checks that the dispatch still does, so a changed table cannot silently
+        # time the Triton kernel under this name.
+        from ..interface import forward_kernel
+
+        def fn(q, k, v):
+            if not checked:
+                kernel = forward_kernel(q, k, v, causal=causal)
+                if kernel != "gluon":
+                    raise RuntimeError(
+                        f"expected the Gluon kernel at {tuple(q.shape)}, got {kernel}"
+                    )
+                checked.append(True)
+            return attention(q, k, v, causal=causal)
+
+        checked = []
+        return fn
 
     def leaky(control):
         return lambda q, k, v: leaky_attention(q, k, v, control)
@@ -150,6 +169,18 @@ def _kernels():
             "shipped",
             forward_inputs(16, 4),
             lambda q, k, v: attention(q, k, v, causal=True),
+        ),
+        (
+            "forward D128 non-causal (Gluon)",
+            "shipped",
+            forward_inputs(16, 16, 128),
+            gluon(False),
+        ),
+        (
+            "forward D128 causal (Gluon)",
+            "shipped",
+            forward_inputs(16, 16, 128),
+            gluon(True),
         ),
         (
             "decode split-KV",
