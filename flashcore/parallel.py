@@ -279,6 +279,26 @@ def ring_exchange(send: torch.Tensor, recv: torch.Tensor, group=None, tag: int =
     return dist.batch_isend_irecv(ops)
 
 
+def check_context_parallel_call(fn, q, k, v, seqlen, causal, window, scale, sharding) -> float:
+    """The argument checks every context-parallel entry point shares (``fn`` names it in the
+    errors); returns the softmax scale (default ``1 / sqrt(D)``)."""
+    with torch.no_grad():
+        check_attention_inputs(q, k, v, max_head_dim=256)
+    check_window(window, causal)
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(
+            f"{fn} needs an initialised torch.distributed process group "
+            "(e.g. run under torchrun and call dist.init_process_group)"
+        )
+    if not isinstance(seqlen, int) or seqlen < 0:
+        raise ValueError(f"expected seqlen to be a non-negative int, got {seqlen!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[3]) if q.shape[3] else 1.0
+    return scale
+
+
 def ring_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -323,20 +343,9 @@ def ring_attention(
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)
     )
-    with torch.no_grad():
-        check_attention_inputs(q, k, v, max_head_dim=256)
-    check_window(window, causal)
-    if sharding not in SHARDINGS:
-        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError(
-            "ring_attention needs an initialised torch.distributed process group "
-            "(e.g. run under torchrun and call dist.init_process_group)"
-        )
-    if not isinstance(seqlen, int) or seqlen < 0:
-        raise ValueError(f"expected seqlen to be a non-negative int, got {seqlen!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[3]) if q.shape[3] else 1.0
+    scale = check_context_parallel_call(
+        "ring_attention", q, k, v, seqlen, causal, window, scale, sharding
+    )
     kwargs = dict(
         seqlen=seqlen, causal=causal, window=window, scale=scale, sharding=sharding, group=group
     )

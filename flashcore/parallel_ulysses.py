@@ -32,13 +32,10 @@ assumes an answer.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
 
-from ._checks import check_attention_inputs, check_window
-from .parallel import SHARDINGS, shard_positions
+from .parallel import check_context_parallel_call, shard_positions
 
 
 def _check_divides(name: str, heads: int, world_size: int) -> None:
@@ -159,18 +156,9 @@ def ulysses_attention(
     """
     from .interface import attention
 
-    with torch.no_grad():
-        check_attention_inputs(q, k, v, max_head_dim=256)
-    check_window(window, causal)
-    if sharding not in SHARDINGS:
-        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError(
-            "ulysses_attention needs an initialised torch.distributed process group "
-            "(e.g. run under torchrun and call dist.init_process_group)"
-        )
-    if not isinstance(seqlen, int) or seqlen < 0:
-        raise ValueError(f"expected seqlen to be a non-negative int, got {seqlen!r}")
+    scale = check_context_parallel_call(
+        "ulysses_attention", q, k, v, seqlen, causal, window, scale, sharding
+    )
     world_size = dist.get_world_size(group)
     _check_divides("Hq", q.shape[1], world_size)
     _check_divides("Hkv", k.shape[1], world_size)
@@ -180,8 +168,6 @@ def ulysses_attention(
             f"expected shards of {expected} positions (seqlen {seqlen}, {world_size} ranks, "
             f"{sharding}), got q {q.shape[2]}, k {k.shape[2]}"
         )
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[3]) if q.shape[3] else 1.0
     meta = (seqlen, sharding, group)
     qh, kh, vh = (_SeqToHeads.apply(t.contiguous(), *meta) for t in (q, k, v))
     out = attention(qh, kh, vh, causal=causal, window=window, scale=scale)
