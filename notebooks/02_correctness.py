@@ -36,6 +36,7 @@ from flashcore import validate as V
 from flashcore.plots import DTYPE_COLORS, save_figure
 from flashcore.reference import attention_reference
 from flashcore.results import describe, read_result, write_result
+from flashcore.studies.records import status_line_for
 
 # %% [markdown]
 # ## 1. The rule
@@ -252,6 +253,7 @@ print(
 # %%
 record = read_result("correctness", RECORDED_GPU)
 print(describe(record))
+print(status_line_for("correctness", RECORDED_GPU))
 rows = record["cases"]
 groups = {}
 for r in rows:
@@ -347,6 +349,7 @@ print(
 try:
     san = read_result("sanitizer", RECORDED_GPU)
     print(describe(san))
+    print(status_line_for("sanitizer", RECORDED_GPU))
     for run in san["runs"]:
         lines = [ln for ln in run["summary_lines"] if "own-bound" not in ln]
         fp8_runs = len(run["summary_lines"]) - len(lines)
@@ -394,6 +397,7 @@ print("recorded: memcheck and racecheck clean on the sanitizer sample:", sanitiz
 try:
     san_hopper = read_result("sanitizer_forward_hopper", RECORDED_GPU)
     print(describe(san_hopper))
+    print(status_line_for("sanitizer_forward_hopper", RECORDED_GPU))
     for run in san_hopper["runs"]:
         print(
             f"compute-sanitizer --tool {run['tool']} on {run['workload']}: "
@@ -643,5 +647,5 @@ print(
 # dtype and the size) but is not uniformly sharper than `allclose`: a bug confined to
 # small-magnitude rows can hide under a bound set by large rows, which is why the row-wise ratio
 # is recorded beside it.
-# What is not covered here: backward (flashcore is forward-only), attention masks/bias and
-# dropout (rejected with an error).
+# What is not covered here: the backward (notebook 07 checks the gradients under the same rule),
+# attention masks/bias and dropout (rejected with an error).
