@@ -1,0 +1,154 @@
+"""On a CUDA GPU: find which part of the D_v != D path fails (flashcore refuses D_v != D on
+CUDA since its H100 grid of 2026-11-25 found a wrong output and illegal memory accesses).
+
+    python3 tools/dv_gpu_diagnose.py OUT.json [--sanitize]
+
+Each case runs in a process of its own (an illegal memory access poisons the CUDA context
+of the process it happens in, and every later case there would fail with it), with
+CUDA_LAUNCH_BLOCKING=1 so an error is reported at the launch that caused it. A case calls
+the kernel layer directly (``forward.launch_forward``, ``backward.attention_backward``),
+below the public API's refusal, into NaN-poisoned buffers, and checks the output under the
+error rule and the gradients under the gradient rule, against the float64 reference.
+
+The cases: the failing one (D 40 / D_v 24, fp16, causal top-left, Sq 113 > Sk 33, softcap 5)
+and variants that change one thing each (D_v = D; no softcap; unpadded D or D_v; Sq = Sk;
+one query tile), then tests/test_value_head_dim.py's dense grid. A variant that fails with
+D_v = D, too, points at a path the GPU grids never ran (softcap with a padded head dim or
+Sq != Sk) rather than at D_v. ``--sanitize`` also runs every failing case under
+compute-sanitizer's memcheck. Prints a line per case and writes OUT.json with provenance.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's flashcore
+
+# (name, B, Hq, Hkv, Sq, Sk, D, D_v, dtype, causal, alignment, window, softcap)
+FAILING = ("failing", 1, 4, 1, 113, 33, 40, 24, "float16", True, "top_left", None, 5.0)
+VARIANTS = [
+    FAILING,
+    ("D_v = D (40)", 1, 4, 1, 113, 33, 40, 40, "float16", True, "top_left", None, 5.0),
+    ("no softcap", 1, 4, 1, 113, 33, 40, 24, "float16", True, "top_left", None, None),
+    ("D_v = D, no softcap", 1, 4, 1, 113, 33, 40, 40, "float16", True, "top_left", None, None),
+    ("D 64 (unpadded)", 1, 4, 1, 113, 33, 64, 24, "float16", True, "top_left", None, 5.0),
+    ("D_v 32 (unpadded)", 1, 4, 1, 113, 33, 40, 32, "float16", True, "top_left", None, 5.0),
+    ("Sq = Sk = 33", 1, 4, 1, 33, 33, 40, 24, "float16", True, "top_left", None, 5.0),
+    ("Sq 64 (one query tile)", 1, 4, 1, 64, 33, 40, 24, "float16", True, "top_left", None, 5.0),
+    ("not causal", 1, 4, 1, 113, 33, 40, 24, "float16", False, "top_left", None, 5.0),
+    ("bfloat16", 1, 4, 1, 113, 33, 40, 24, "bfloat16", True, "top_left", None, 5.0),
+]
+
+
+def _grid_cases():
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_value_head_dim import DENSE_CPU
+
+    return [(f"grid {i}", *case) for i, case in enumerate(DENSE_CPU)]
+
+
+def run_one(case) -> dict:
+    """One case, in this process: forward, then backward, each under its rule."""
+    import torch
+
+    from flashcore.kernels import forward as fwd
+    from flashcore.kernels._softmax import lse_dtype
+    from flashcore.kernels.backward import attention_backward
+    from flashcore.reference import attention_reference
+    from flashcore.validate import error_rule
+    from flashcore.validate_backward_softcap_varlen import softcap_rule
+
+    _, b, hq, hkv, sq, sk, d, dv, dtype, causal, align, window, softcap = case
+    dtype = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(1234)
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: under TRITON_INTERPRET=1
+
+    def randn(*shape):
+        return torch.randn(shape, generator=gen).to(device, dtype)
+
+    q, k, v, do = (
+        randn(b, hq, sq, d),
+        randn(b, hkv, sk, d),
+        randn(b, hkv, sk, dv),
+        randn(b, hq, sq, dv),
+    )
+    opts = dict(causal=causal, causal_alignment=align, window=window, softcap=softcap)
+    row = {"case": case}
+    out = torch.full((b, hq, sq, dv), float("nan"), dtype=dtype, device=device)
+    lse = torch.full((b, hq, sq), float("nan"), dtype=lse_dtype(dtype), device=device)
+    fwd.launch_forward(
+        q, k, v, out, lse, seqs=None, max_seqlen_q=None, causal=causal,
+        bottom_right=align == "bottom_right", window=window, softcap=softcap, scale=None,
+        return_lse=True, config=None, key=None,
+    )  # fmt: skip
+    if device == "cuda":
+        torch.cuda.synchronize()
+    ref = attention_reference(q, k, v, **opts)
+    same = attention_reference(q, k, v, compute_dtype=dtype, **opts)
+    report = error_rule(out, ref, same)
+    bad_rows = ((out.double() - ref).abs().amax(-1) > report.bound).nonzero().tolist()
+    row["forward"] = {
+        "passed": report.passed,
+        "ratio": report.ratio,
+        "nan_mismatch": report.nan_mismatch,
+        "bad_rows (b, h, row)": bad_rows[:16],
+        "bad_row_count": len(bad_rows),
+    }
+    grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
+    attention_backward(do, q, k, v, out, lse, dq=grads[0], dk=grads[1], dv=grads[2], **opts)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    reports = softcap_rule(grads, q, k, v, do, **opts)
+    row["backward"] = {name: {"passed": r.passed, "ratio": r.ratio} for name, r in reports.items()}
+    row["passed"] = report.passed and all(r.passed for r in reports.values())
+    return row
+
+
+def _run_isolated(case, sanitize: bool) -> dict:
+    command = [sys.executable, __file__, "--one", json.dumps(case)]
+    if sanitize:
+        command = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "8"] + command
+    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    tail = (done.stdout + done.stderr)[-3000:]
+    return {"case": case, "passed": False, "error": tail, "returncode": done.returncode}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", help="OUT.json")
+    parser.add_argument("--one", help="run one case (JSON) in this process and print its row")
+    parser.add_argument("--sanitize", action="store_true", help="memcheck every failing case")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(json.loads(args.one))))
+        return
+    from flashcore.results import provenance
+
+    rows = []
+    for case in VARIANTS + _grid_cases():
+        row = _run_isolated(list(case), sanitize=False)
+        if args.sanitize and not row["passed"]:
+            row["memcheck"] = _run_isolated(list(case), sanitize=True).get("error", "clean")
+        rows.append(row)
+        what = row.get("error", "").strip().splitlines()[-1:] or [
+            f"forward ratio {row['forward']['ratio']:.3g} ({row['forward']['bad_row_count']} "
+            "rows over the bound); backward "
+            + ", ".join(f"{g} {r['ratio']:.3g}" for g, r in row["backward"].items())
+        ]
+        print(f"{'PASS' if row['passed'] else 'FAIL'} {case[0]} {case[1:]}: {what[0]}", flush=True)
+    if args.out:
+        payload = {"provenance": provenance(), "tool": "tools/dv_gpu_diagnose.py", "cases": rows}
+        Path(args.out).write_text(json.dumps(payload, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
