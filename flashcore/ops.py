@@ -65,26 +65,27 @@ def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=N
     )
 
 
-@torch.library.custom_op("flashcore::attention", mutates_args=(), device_types="cuda")
-def attention_op(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    is_causal: bool,
-    bottom_right: bool,
-    scale: float | None,
-    window: int | None = None,
-    softcap: float | None = None,
-) -> torch.Tensor:
-    """Forward attention as a torch op. Returns a contiguous ``(B, Hq, Sq, D_v)`` tensor
-    (v's head dim, which may differ from q/k's) in q's dtype.
-    ``window`` (causal sliding window, keys each query sees, itself included) and
+# flashcore::attention is defined on a torch.library.Library, not with
+# torch.library.custom_op: custom_op wraps every call in Python bookkeeping of its own (its
+# device routing, output alias checks) before the kernel runs, and in eager inference that
+# cost more than the launch (tools/op_overhead.py). Schema, kernels, fake and autograd are
+# the same either way, and torch.compile and opcheck treat the op alike.
+_LIBRARY = torch.library.Library("flashcore", "FRAGMENT")
+_LIBRARY.define(
+    "attention(Tensor q, Tensor k, Tensor v, bool is_causal, bool bottom_right, float? scale, "
+    "int? window=None, float? softcap=None) -> Tensor"
+)
+
+
+def _attention_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
+    """Forward attention as a torch op (``torch.ops.flashcore.attention``). Returns a
+    contiguous ``(B, Hq, Sq, D_v)`` tensor (v's head dim, which may differ from q/k's) in
+    q's dtype. ``window`` (causal sliding window, keys each query sees, itself included) and
     ``softcap`` as ``flashcore.attention``."""
     with torch.no_grad():
         return _launch_cuda(q, k, v, is_causal, bottom_right, scale, window, softcap).contiguous()
 
 
-@attention_op.register_kernel("cpu")
 def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None, sinks=None):
     align = "bottom_right" if bottom_right else "top_left"
     with torch.no_grad():
@@ -123,13 +124,19 @@ def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap
         return out.to(q.dtype).contiguous()
 
 
-@attention_op.register_fake
+_LIBRARY.impl("attention", _attention_cuda, "CUDA")
+_LIBRARY.impl("attention", _attention_cpu, "CPU")
+
+
 def _attention_fake(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
     from ._checks import check_attention_inputs, check_window
 
     check_attention_inputs(q, k, v, max_head_dim=256, value_head_dim=True)
     check_window(window, is_causal)
     return torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
+
+
+torch.library.register_fake("flashcore::attention", _attention_fake, lib=_LIBRARY)
 
 
 # --- autograd for flashcore::attention (kernels/backward.py). Arguments are read by name
@@ -188,7 +195,12 @@ def _attention_backward_formula(ctx, grad_out):
     return (dq, dk, dv) + (None,) * (ctx.num_inputs - 3)
 
 
-attention_op.register_autograd(_attention_backward_formula, setup_context=_attention_setup_context)
+torch.library.register_autograd(
+    "flashcore::attention",
+    _attention_backward_formula,
+    setup_context=_attention_setup_context,
+    lib=_LIBRARY,
+)
 # --- end of autograd for flashcore::attention
 
 
