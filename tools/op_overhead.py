@@ -108,6 +108,8 @@ def main():
             "provenance": provenance(),
             "tool": "tools/op_overhead.py",
             "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "kernel": kernel.__name__
+            + ("" if cuda else " (PyTorch's float32 path: TRITON_INTERPRET unset)"),
             "shape_q_kv": shape,
             "dtype": str(dtype),
             "rounds": args.rounds,
