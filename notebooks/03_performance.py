@@ -687,7 +687,12 @@ print(
 # `torch.ops.flashcore.attention`
 # (2.2-3.2x), whose `torch.library` dispatch alone costs 45-55 µs per call (the transformers
 # function and `flashcore.sdpa` call the kernels directly in eager inference and pay it only
-# when traced or differentiated). In generation the medians of the per-round ratios are
+# when traced or differentiated). Since that record the op is defined on a
+# `torch.library.Library` instead of `torch.library.custom_op` (commit `b711573`): in one
+# process on a 2-core CPU, the op layer costs 25 µs per call against 42 µs for the same
+# kernel behind `custom_op` (`tools/op_overhead.py`,
+# `results/cpu-interpreter/logs/op_overhead_bce2507.json`); on the H100 it is not yet
+# re-measured, so the 2.2-3.2x above is the old op's. In generation the medians of the per-round ratios are
 # 1.00x at B1, 1.05x at B8, 1.13x with sliding windows and 1.06x for the padded batch, but
 # single rounds range from 0.87x to 1.64x: the host-time differences above are a few percent
 # of a generation step, less than the machine's round-to-round drift. An earlier record of
