@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU runs the open issues wait on that need no peer wheels, in two parts that each fit
+# one device call (about 8 minutes each, every stage under its own timeout):
+#   part A: where the D_v != D path fails (tools/dv_gpu_diagnose.py, with memcheck), the op
+#           layer's host cost (tools/op_overhead.py), the host-cost record (launch.json)
+#   part B: the GPU tests of the features no GPU run has passed at HEAD, each file in a
+#           process of its own (an illegal memory access poisons the rest of its process)
+# Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_open_checks.sh A|B <outdir>
+# Records go to <outdir>/results (copy them into results/ with the commit they ran at).
+set -u
+part=$1; out=$2
+mkdir -p "$out/results"
+export FLASHCORE_RESULTS_DIR="$out/results"
+. tools/device_prefix.sh
+stage() {  # stage NAME SECONDS CMD...: log to $out/NAME.log, never abort the script
+  local name=$1 secs=$2; shift 2
+  echo "== $name" ; local t0=$SECONDS
+  timeout "$secs" "$@" >"$out/$name.log" 2>&1; echo "   rc=$? $((SECONDS - t0)) s"
+  tail -n 3 "$out/$name.log"
+}
+gpu_tests() {  # gpu_tests NAME SECONDS FILE...: the file's GPU-marked tests, one process
+  local name=$1 secs=$2; shift 2
+  stage "pytest_$name" "$secs" python3 -m pytest -q -p no:cacheprovider -m gpu "$@"
+}
+if [ "$part" = A ]; then
+  stage dv_gpu_diagnose 200 python3 tools/dv_gpu_diagnose.py "$out/dv_gpu_diagnose.json" --sanitize
+  stage op_overhead 60 python3 tools/op_overhead.py "$out/op_overhead.json"
+  stage launch 200 python3 -m flashcore launch --record
+else
+  gpu_tests paged_kv 120 tests/test_paged_kv.py
+  gpu_tests sinks 90 tests/test_sinks.py
+  gpu_tests backward_hopper 120 tests/test_backward_hopper.py
+  gpu_tests value_head_dim 40 tests/test_value_head_dim.py
+  gpu_tests ops 60 tests/test_ops.py
+  gpu_tests timing_gluon 60 tests/test_timing_power.py -k gluon
+fi
