@@ -60,23 +60,62 @@ def test_no_keys_returns_zeros_and_the_sink_as_lse():
     assert torch.equal(lse[0, :, 0].float().cpu(), sinks.cpu())
 
 
-@pytest.mark.parametrize("num_splits", [1, 3])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_decode_with_sinks_passes_the_error_rule(num_splits, dtype):
-    gen = torch.Generator().manual_seed(7 + num_splits)
+def _decode_with_sinks_reports(num_splits, dtype, seed):
+    """The error rule per sequence of a decode with sinks (3 new rows, caches of 37 and 90)."""
+    gen = torch.Generator().manual_seed(seed)
     b, hq, hkv, d, cap, sn = 2, 4, 2, 32, 100, 3
     kc, vc = (torch.randn(b, hkv, cap, d, generator=gen).to(DEVICE, dtype) for _ in range(2))
     q = torch.randn(b, hq, sn, d, generator=gen).to(DEVICE, dtype)
     sinks = (torch.randn(hq, generator=gen) * 2).to(DEVICE)
     lens = torch.tensor([37, 90], device=DEVICE)
     out = flashcore.attention_with_kvcache(q, kc, vc, lens, sinks=sinks, num_splits=num_splits)
+    reports = []
     for i in range(b):
         n = int(lens[i])
         args = (q[i : i + 1], kc[i : i + 1, :, :n], vc[i : i + 1, :, :n])
         opts = dict(causal=True, causal_alignment="bottom_right", sinks=sinks)
         ref = attention_reference(*args, **opts)
         same = attention_reference(*args, compute_dtype=dtype, **opts)
-        assert error_rule(out[i : i + 1], ref, same).passed
+        reports.append(error_rule(out[i : i + 1], ref, same))
+    return reports
+
+
+HALF_DTYPES = [t for t in DTYPES if t != torch.float32]
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_decode_with_sinks_passes_the_error_rule(num_splits, dtype):
+    assert all(r.passed for r in _decode_with_sinks_reports(num_splits, dtype, 7 + num_splits))
+
+
+DECODE_FP32_SEEDS = 20
+DECODE_FP32_MAX_FAILED = 6  # of 40 sequences
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_with_sinks_float32_failure_rate(num_splits, record_property):
+    """float32 (CPU only: the KV cache takes half precision on CUDA) over seeds 0-19: at most
+    6 of the 40 sequences may fail the rule. A 3-row sample fails at some seeds under the
+    interpreter, with or without sinks, at a rate that depends on the CPU's code path (numpy's
+    sgemm against PyTorch's blocked dot; README, "The error rule"): seeds 0-99 on AVX2, 6 and
+    7 of 200 sequences at 1 and 3 splits (3.5%). At that rate more than 6 of 40 fail with
+    probability 0.06%; a sink lost or misplaced fails every sequence."""
+    if DEVICE != "cpu":
+        pytest.skip("float32 KV-cache attention runs on the CPU only")
+    failed = [
+        (seed, i, round(r.ratio, 3))
+        for seed in range(DECODE_FP32_SEEDS)
+        for i, r in enumerate(_decode_with_sinks_reports(num_splits, torch.float32, seed))
+        if not r.passed
+    ]
+    rate = (
+        f"float32 decode with sinks, {num_splits} split(s): {len(failed)} of "
+        f"{2 * DECODE_FP32_SEEDS} sequences fail the rule (bound {DECODE_FP32_MAX_FAILED}); "
+        f"(seed, sequence, ratio): {failed}"
+    )
+    record_property("measured", rate)
+    assert len(failed) <= DECODE_FP32_MAX_FAILED, rate
 
 
 @pytest.mark.parametrize(
