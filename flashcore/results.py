@@ -96,8 +96,10 @@ def git_commit() -> tuple[str, bool | None]:
 
 KERNELS_PACKAGE = "flashcore.kernels"
 KERNELS_DIR = "flashcore/kernels"
-# Beside the kernels: the files that decide which kernel a call reaches (the dispatch table).
-DISPATCH_FILES = ("flashcore/interface.py", "flashcore/dispatch.py")
+# Beside the kernels: the files that decide which kernel a call reaches (the dispatch table;
+# ops.py routes the torch op's few-query calls to the decode kernel, and its registration is
+# the op path's host cost that launch.json measures).
+DISPATCH_FILES = ("flashcore/interface.py", "flashcore/dispatch.py", "flashcore/ops.py")
 
 
 def blob_id(data: bytes) -> str:
