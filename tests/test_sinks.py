@@ -97,10 +97,10 @@ DECODE_FP32_MAX_FAILED = 6  # of 40 sequences
 def test_decode_with_sinks_float32_failure_rate(num_splits, record_property):
     """float32 (CPU only: the KV cache takes half precision on CUDA) over seeds 0-19: at most
     6 of the 40 sequences may fail the rule. A 3-row sample fails at some seeds under the
-    interpreter, with or without sinks, at a rate that depends on the CPU's code path (numpy's
-    sgemm against PyTorch's blocked dot; README, "The error rule"): seeds 0-99 on AVX2, 6 and
-    7 of 200 sequences at 1 and 3 splits (3.5%). At that rate more than 6 of 40 fail with
-    probability 0.06%; a sink lost or misplaced fails every sequence."""
+    interpreter, with or without sinks, at a rate that depends on the CPU's code path (the
+    kernel's tile products against the baseline's; README, "The error rule"): seeds 0-99 on
+    AVX2, 6 and 7 of 200 sequences at 1 and 3 splits (3.5%). At that rate more than 6 of 40
+    fail with probability 0.06%; a sink lost or misplaced fails every sequence."""
     if DEVICE != "cpu":
         pytest.skip("float32 KV-cache attention runs on the CPU only")
     failed = [

@@ -43,8 +43,9 @@ DENSE_CPU = [
     (1, 2, 1, 65, 65, 128, 64, "float16", True, "top_left", 16, None),
     # One query row in float16. In float32, one row (a 512-output sample) fails the error rule
     # at 8 of 100 seeds on an AVX2 CPU and 15 of 100 under CPU_PATH2=default, D_v = D as
-    # often: the interpreter's numpy sgemm sums each q.k sequentially (score error up to 8x
-    # PyTorch's blocked fp32 dot at D 128), and a one-row baseline max is small by chance.
+    # often: under the interpreter q.k^T is a whole-tile product (32 rows, numpy's sgemm),
+    # whose score error reached 8x that of PyTorch's one-row product in the baseline at
+    # D 128, and a one-row baseline max is small by chance.
     # A property of the CPU path, not of D_v; the float32 cases above and below pass 100 of 100.
     (2, 4, 4, 1, 17, 128, 64, "float16", False, "top_left", None, None),
     (1, 4, 1, 113, 33, 40, 24, "float16", True, "top_left", None, 5.0),
