@@ -138,6 +138,9 @@ def _attention_fake(q, k, v, is_causal, bottom_right, scale, window=None, softca
 
 torch.library.register_fake("flashcore::attention", _attention_fake, lib=_LIBRARY)
 
+# The op under the module name it had as a custom_op (callable with the same arguments).
+attention_op = torch.ops.flashcore.attention
+
 
 # --- autograd for flashcore::attention (kernels/backward.py). Arguments are read by name
 # from the op's schema, so arguments added to the op later reach this code by name: those
