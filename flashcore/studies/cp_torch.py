@@ -15,7 +15,7 @@ import json
 import torch
 import torch.distributed as dist
 
-from .cp_check import _spawn_gloo_ranks
+from .cp_check import _spawn_gloo_ranks, end_spawned_rank
 from .cp_timing import peak_gib, reset_peak, timed
 
 
@@ -213,8 +213,7 @@ def _spawned_torch_cp_check(rank, world_size, store_path, out_path, seqlen, dtyp
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump(rows, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    end_spawned_rank()
 
 
 def torch_cp_cpu_check(seqlen: int = 1024, world_size: int = 2, dtype="float32") -> list[dict]:
