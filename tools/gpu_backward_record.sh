@@ -18,12 +18,8 @@ part=${2:-grid}
 mkdir -p "$out/results"
 export FLASHCORE_RESULTS_DIR="$out/results"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-stage() {  # stage NAME SECONDS CMD...: log to $out/NAME.log, never abort the script
-  local name=$1 secs=$2; shift 2
-  echo "== $name"; local t0=$SECONDS
-  timeout "$secs" "$@" >"$out/$name.log" 2>&1; echo "   rc=$? $((SECONDS - t0)) s"
-  grep -v "gradients\|UserWarning\|return Variable" "$out/$name.log" | tail -n "${TAIL:-6}"
-}
+. tools/stage.sh
+TAIL=6 STAGE_HIDE="gradients\|UserWarning\|return Variable"
 if [ "$part" = all ]; then  # one session: everything the notebook renders
   TAIL=90 stage backward "${BWD_TIMEOUT:-515}" python3 -m flashcore backward --jobs 14 \
     --d 128 64 256 --s 2048 4096 8192 16384 --dtype bfloat16 float16 --flex-d 128 \

@@ -8,12 +8,7 @@ part=$1; out=$2
 mkdir -p "$out/results"
 export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
-stage() {  # stage NAME SECONDS CMD...: log to $out/NAME.log, never abort the script
-  local name=$1 secs=$2; shift 2
-  echo "== $name" ; local t0=$SECONDS
-  timeout "$secs" "$@" >"$out/$name.log" 2>&1; echo "   rc=$? $((SECONDS - t0)) s"
-  tail -n 3 "$out/$name.log"
-}
+. tools/stage.sh
 if [ "$part" = 1 ]; then
   stage pytest_gpu 200 python3 -m pytest -q -m gpu -x tests/test_forward.py tests/test_fp8.py
   stage fp8 260 python3 -m flashcore fp8 --record

@@ -12,12 +12,7 @@ part=$1; out=$2
 mkdir -p "$out/results"
 export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
-stage() {  # stage NAME SECONDS CMD...: log to $out/NAME.log, never abort the script
-  local name=$1 secs=$2; shift 2
-  echo "== $name" ; local t0=$SECONDS
-  timeout "$secs" "$@" >"$out/$name.log" 2>&1; echo "   rc=$? $((SECONDS - t0)) s"
-  tail -n 3 "$out/$name.log"
-}
+. tools/stage.sh
 gpu_tests() {  # gpu_tests NAME SECONDS FILE...: the file's GPU-marked tests, one process
   local name=$1 secs=$2; shift 2
   stage "pytest_$name" "$secs" python3 -m pytest -q -p no:cacheprovider -m gpu "$@"
