@@ -503,7 +503,8 @@ if record is not None and "speed" in record:
 # in bf16 and fp16, the one against FlexAttention in bf16 (Flex is timed in bf16 only, and
 # barely: x1.04, worst x1.01 in the record of `3a1d646`); cuDNN (about 0.8×) is not reached. What made the speed:
 # the launch table comes from timing (`tools/backward_probe.py`, the sweep recorded in
-# `backward_tuning.json`), not offline register reports: the dK/dV pass at D=128 now runs one
+# `backward_tuning.json` at `29013ed`, which `python -m flashcore records` lists as stale:
+# the kernel sources changed since), not offline register reports: the dK/dV pass at D=128 now runs one
 # warpgroup (4 warps) per 64×64 tile, which "spills" by ptxas' report yet takes about half the
 # time of the 8-warp version that split a 64-row tile over two warpgroups; the kernels are
 # otherwise those of the previous record.
