@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU runs the open issues wait on that need no peer wheels, in two parts that each fit
-# one device call (about 8 minutes each, every stage under its own timeout):
-#   part A: where the D_v != D path fails (tools/dv_gpu_diagnose.py, with memcheck), the op
-#           layer's host cost (tools/op_overhead.py), the host-cost record (launch.json)
-#   part B: the GPU tests of the features no GPU run has passed at HEAD, each file in a
-#           process of its own (an illegal memory access poisons the rest of its process)
+# one device call (every stage under its own timeout):
+#   part A: where the host time of an eager call goes (tools/host_profile.py), where the
+#           D_v != D path fails (tools/dv_gpu_diagnose.py, its variants), and the GPU tests
+#           of the features no GPU run has passed at HEAD, each file in a process of its own
+#           (an illegal memory access poisons the rest of its process)
+#   part B: the op layer's host cost (tools/op_overhead.py), the host-cost record
+#           (launch.json), the D_v dense grid with memcheck on failures
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_open_checks.sh A|B <outdir>
 # Records go to <outdir>/results (copy them into results/ with the commit they ran at).
 set -u
@@ -18,14 +20,16 @@ gpu_tests() {  # gpu_tests NAME SECONDS FILE...: the file's GPU-marked tests, on
   stage "pytest_$name" "$secs" python3 -m pytest -q -p no:cacheprovider -m gpu "$@"
 }
 if [ "$part" = A ]; then
-  stage dv_gpu_diagnose 200 python3 tools/dv_gpu_diagnose.py "$out/dv_gpu_diagnose.json" --sanitize
+  stage host_profile 60 python3 tools/host_profile.py "$out/host_profile.json" --calls 300
+  stage dv_variants 90 python3 tools/dv_gpu_diagnose.py "$out/dv_variants.json" --variants-only
+  gpu_tests paged_kv 110 tests/test_paged_kv.py
+  gpu_tests sinks 80 tests/test_sinks.py
+  gpu_tests backward_hopper 100 tests/test_backward_hopper.py
+  gpu_tests value_head_dim 30 tests/test_value_head_dim.py
+  gpu_tests ops 50 tests/test_ops.py
+  gpu_tests timing_gluon 50 tests/test_timing_power.py -k gluon
+else
   stage op_overhead 60 python3 tools/op_overhead.py "$out/op_overhead.json"
   stage launch 200 python3 -m flashcore launch --record
-else
-  gpu_tests paged_kv 120 tests/test_paged_kv.py
-  gpu_tests sinks 90 tests/test_sinks.py
-  gpu_tests backward_hopper 120 tests/test_backward_hopper.py
-  gpu_tests value_head_dim 40 tests/test_value_head_dim.py
-  gpu_tests ops 60 tests/test_ops.py
-  gpu_tests timing_gluon 60 tests/test_timing_power.py -k gluon
+  stage dv_gpu_diagnose 200 python3 tools/dv_gpu_diagnose.py "$out/dv_gpu_diagnose.json" --sanitize
 fi
