@@ -113,12 +113,6 @@ def check_attention_inputs(
         raise ValueError(f"head_dim must be in [1, {max_head_dim}], got {head_dim}")
     if not 1 <= v.shape[3] <= max_head_dim:
         raise ValueError(f"v's head_dim (D_v) must be in [1, {max_head_dim}], got {v.shape[3]}")
-    if v.shape[3] != k.shape[3] and q.device.type == "cuda":
-        raise NotImplementedError(
-            f"a v head_dim ({v.shape[3]}) different from q/k's ({k.shape[3]}) is not yet "
-            "supported on CUDA: its GPU grid (H100, 2026-11-25) found wrong outputs and illegal "
-            "memory accesses; it runs under the Triton interpreter only until they are fixed"
-        )
     num_q_heads, num_kv_heads = q.shape[1], k.shape[1]
     if num_kv_heads == 0 and num_q_heads != 0:
         raise ValueError(f"expected at least one key/value head for {num_q_heads} query heads")

@@ -75,8 +75,8 @@ def attention(
     Args:
         q: ``(B, Hq, Sq, D)``; k: ``(B, Hkv, Sk, D)``; v: ``(B, Hkv, Sk, D_v)``, where v's
             head dim D_v may differ from q/k's D (DeepSeek-V3's MLA: D = 192, D_v = 128;
-            either smaller or larger; under the Triton interpreter only for now: CUDA
-            raises NotImplementedError, its GPU grid having failed). Any strides (e.g. a
+            either smaller or larger; compiled, it runs on operands zero-padded to the
+            wider head dim: ``kernels/_launch.py`` says why). Any strides (e.g. a
             ``(B, S, H, D)`` tensor
             transposed to ``(B, H, S, D)``).
         causal: apply a causal mask.
@@ -113,7 +113,9 @@ def attention(
     of two run unpadded, others are padded in registers to the next power of two (at least
     16) with masked loads. The default scale is ``1 / sqrt(D)`` (q/k's head dim). A call
     with D_v != D always runs the Triton kernel (the Gluon one has one head dim), with the
-    launch config of the wider head dim.
+    launch config of the wider head dim; on CUDA as the one-head-dim kernel on zero-padded
+    q/k or v (exact; the copies and padded columns cost time), since the kernel's own
+    D_v mode fails compiled (``kernels/_launch.py``).
 
     GQA/MQA: ``Hq`` must be a multiple of ``Hkv``; query head h reads KV head
     ``h // (Hq // Hkv)``.
@@ -235,17 +237,19 @@ def _attention_forward(
         else forward_kernel(q, k, v, causal=causal, window=window, softcap=softcap, sinks=sinks)
     )
     if kernel == "gluon":
-        _hopper.attention_hopper(
-            q,
-            k,
-            v,
-            out,
-            lse,
+        options = dict(
             causal_offset=seqlen_k - seqlen_q if (causal and bottom_right) else 0,
             is_causal=bool(causal),
             qk_scale=(1.0 / math.sqrt(head_dim) if scale is None else scale) * LOG2E,
             store_lse=return_lse,
         )
+        _hopper.attention_hopper(q, k, v, out, lse, **options)
+        if key is not None:
+            # The next call of this signature launches directly (forward.cached_launch).
+            lean = _hopper.lean_launch(
+                q, k, v, out, lse, default_scale=1.0 / math.sqrt(head_dim), **options
+            )
+            _forward.remember_launch(key, lean)
         return (out, lse) if return_lse else out
     _forward.launch_forward(
         q,

@@ -540,6 +540,7 @@ def test_cached_kernel_on_the_gluon_forward(monkeypatch):
         return q, k, v
 
     cases = [inputs(2048), inputs(2064), inputs(1040, 16, 16)]
+    forward._FORWARD_LAUNCHES.clear()
     # References through the JIT launch (kernel[grid]), then the module's launch cache.
     monkeypatch.setattr(fh, "_FA3_LAUNCH", fh._fa3_fwd_kernel)
     refs = [interface.attention(*t, causal=True) for t in cases]
@@ -550,7 +551,13 @@ def test_cached_kernel_on_the_gluon_forward(monkeypatch):
             assert torch.equal(interface.attention(*t, causal=True), ref)
     if len(cached.cache) == 0:
         pytest.skip("these shapes did not take the Gluon path")
-    assert cached.cache.hits >= len(cases)
+    # Each second call ran from the forward's cache, as the Gluon kernel's lean launch.
+    lean = [
+        e
+        for e in forward._FORWARD_LAUNCHES._entries.values()
+        if type(e).__name__ == "LeanHopperLaunch"
+    ]
+    assert len(lean) == len(cases) and forward._FORWARD_LAUNCHES.hits >= len(cases)
     # Same address, another shape: the descriptors follow the new tensor.
     q, k, v = cases[0]
     addr = q.data_ptr()
@@ -563,6 +570,44 @@ def test_cached_kernel_on_the_gluon_forward(monkeypatch):
     monkeypatch.setattr(fh, "_FA3_LAUNCH", cached.kernel)
     same_address = buf.data_ptr() == addr
     assert torch.equal(out, interface.attention(q2, k2, v2, causal=True)), same_address
+
+
+@pytest.mark.gpu
+def test_gluon_lean_launch_matches_the_checked_launch(monkeypatch):
+    """The Gluon kernel's lean launch (forward_hopper.LeanHopperLaunch, from the forward's
+    cache) gives bitwise the checked launch's output and lse, with and without the lse, a
+    given scale, a given strided out, and misses when the dispatch's switch changes."""
+    fh = pytest.importorskip("flashcore.kernels.forward_hopper")
+    if not getattr(fh, "GLUON_AVAILABLE", False) or not fh._is_hopper(0):
+        pytest.skip("no Gluon Hopper kernel here")
+    monkeypatch.setenv("FLASHCORE_FORWARD_HOPPER", "always")
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(2, 8, 700, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(2, 2, 900, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(2, 2, 900, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    strided = torch.empty(2, 700, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    calls = [
+        dict(causal=True, causal_alignment="bottom_right"),
+        dict(causal=False, return_lse=True),
+        dict(causal=True, scale=0.05, return_lse=True),
+        dict(causal=False, out=strided),
+    ]
+    for kw in calls:
+        forward._FORWARD_LAUNCHES.clear()
+        first = interface.attention(q, k, v, **kw)
+        first = tuple(t.clone() for t in first) if isinstance(first, tuple) else first.clone()
+        entries = list(forward._FORWARD_LAUNCHES._entries.values())
+        assert len(entries) == 1 and type(entries[0]).__name__ == "LeanHopperLaunch", kw
+        again = interface.attention(q, k, v, **kw)
+        assert forward._FORWARD_LAUNCHES.hits == 1, kw
+        for a, b in zip(first if isinstance(first, tuple) else (first,),
+                        again if isinstance(again, tuple) else (again,)):  # fmt: skip
+            assert torch.equal(a, b), kw
+    _check(again, q, k, v, causal=False)
+    monkeypatch.setenv("FLASHCORE_FORWARD_HOPPER", "never")  # another key: a miss, Triton
+    hits = forward._FORWARD_LAUNCHES.hits
+    interface.attention(q, k, v, causal=False, out=strided)
+    assert forward._FORWARD_LAUNCHES.hits == hits
 
 
 def test_cached_nvmma_layout_is_the_default_layout():

@@ -1,5 +1,7 @@
-"""On a CUDA GPU: find which part of the D_v != D path fails (flashcore refuses D_v != D on
-CUDA since its H100 grid of 2026-11-25 found a wrong output and illegal memory accesses).
+"""On a CUDA GPU: find which part of the kernels' own D_v != D mode (HEAD_DIM_V) fails. Its
+H100 grid of 2026-11-25 found wrong outputs and illegal memory accesses; compiled launches
+now route such calls around it (zero-padded operands, kernels/_launch.py), and this tool
+switches that route off to run the mode itself.
 
     python3 tools/dv_gpu_diagnose.py OUT.json [--sanitize]
 
@@ -55,7 +57,10 @@ def run_one(case) -> dict:
     """One case, in this process: forward, then backward, each under its rule."""
     import torch
 
+    from flashcore.kernels import _launch
     from flashcore.kernels import forward as fwd
+
+    _launch.PAD_VALUE_HEAD_DIM_ON.clear()  # the HEAD_DIM_V mode itself, not the padded route
     from flashcore.kernels._softmax import lse_dtype
     from flashcore.kernels.backward import attention_backward
     from flashcore.reference import attention_reference

@@ -88,7 +88,9 @@ def main():
             torch.cuda.synchronize()
             us = host_us(fn, args.calls)
             profile = top_functions(fn, args.calls)
-            rows.append({"shape": shape[0], "door": door, "host_us": round(us, 1), "profile": profile})
+            rows.append(
+                {"shape": shape[0], "door": door, "host_us": round(us, 1), "profile": profile}
+            )
             head = ", ".join(f"{r['function']} {r['own_us_per_call']}" for r in profile[:4])
             print(f"{shape[0]:38s} {door:14s} host {us:7.1f} us | {head}", flush=True)
     payload = {

@@ -410,6 +410,32 @@ class CachedKernel:
         entry(grid, current_stream(device), values, descs)
         return entry
 
+    def freeze(self, grid, args, kwargs):
+        """For a call that has run before: ``(direct kernel, 3-D grid, bound values, slots of
+        its TMA descriptors)``, the values a list in parameter order with every descriptor
+        slot None, so a caller that knows which values change per call can launch again
+        without binding (``forward_hopper.LeanHopperLaunch``). None where the direct call
+        does not apply or nothing is cached for this specialization."""
+        if not ENABLED or callable(grid) or _hooks_installed() or not torch.cuda.is_available():
+            return None
+        device = torch.cuda.current_device()
+        binder = self._binder(device)
+        if binder is None:
+            return None
+        kwargs = dict(kwargs)
+        kwargs["debug"] = kwargs.get("debug", self.kernel.debug) or _knobs.runtime.debug
+        kwargs["instrumentation_mode"] = _knobs.compilation.instrumentation_mode
+        bound, spec, options = binder(*args, **kwargs)
+        entry = self.cache.get((device, tuple(spec), tuple(options.items())))
+        if entry is None:
+            return None
+        values = list(bound.values())
+        for slot in entry.desc_slots:
+            if getattr(values[slot], "padding", "zero") != "zero":
+                return None
+            values[slot] = None
+        return entry, tuple(grid) + (1,) * (3 - len(grid)), values, entry.desc_slots
+
     def _miss(self, key, grid, args, kwargs):
         compiled = self.kernel[grid](*args, **kwargs)
         if key is None:
@@ -429,3 +455,40 @@ def nvmma_layout(block_shape: tuple, dtype):
     from triton.experimental.gluon import language as gl
 
     return gl.NVMMASharedLayout.get_default_for(list(block_shape), dtype)
+
+
+# ------------------------------------------------- v's own head dim on compiled kernels
+# D_v != D (DeepSeek's MLA) through the kernels' HEAD_DIM_V mode passes every interpreter
+# test but, compiled for the H100, gives wrong outputs and illegal memory accesses whenever
+# q/k's head dim is padded (D 40 / D_v 24: forward error 229x the bound; D 24/8 and 192/128
+# fail too, while D 64 / D_v 24 and D_v = D = 40 pass; tools/dv_gpu_diagnose.py, 2026-11-25).
+# Until that is found, compiled launches run such a call as the one-head-dim kernel on
+# operands zero-padded to the wider head dim: zero columns of q and k add nothing to q.k,
+# zero columns of v give zero output columns, so the result is exact, at the cost of the
+# copies and of the padded columns' FLOPs. Device types listed here take that route (tests
+# add "cpu" to run it under the interpreter).
+PAD_VALUE_HEAD_DIM_ON = {"cuda"}
+
+
+def pads_value_head_dim(t: torch.Tensor) -> bool:
+    return t.device.type in PAD_VALUE_HEAD_DIM_ON
+
+
+def pad_head_dim(t: torch.Tensor | None, width: int) -> torch.Tensor | None:
+    """t (B, H, S, D) zero-padded to head dim ``width`` (t itself where already that wide).
+    A batch-stride-0 view (varlen's packed tensors seen as B batches) is padded once and
+    expanded again, not materialised B times."""
+    if t is None or t.shape[-1] == width:
+        return t
+    if t.dim() == 4 and t.shape[0] > 1 and t.stride(0) == 0:
+        return pad_head_dim(t[:1], width).expand(t.shape[0], -1, -1, -1)
+    return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+
+
+def copy_head_dim(dst: torch.Tensor | None, src: torch.Tensor | None) -> None:
+    """dst = src's first dst.shape[-1] head-dim columns (the inverse of pad_head_dim)."""
+    if dst is None or dst is src:
+        return
+    if dst.dim() == 4 and dst.shape[0] > 1 and dst.stride(0) == 0:
+        dst, src = dst[:1], src[:1]  # one copy of a batch-stride-0 view
+    dst.copy_(src[..., : dst.shape[-1]])

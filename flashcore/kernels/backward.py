@@ -65,7 +65,7 @@ import triton
 import triton.language as tl
 
 from .._checks import check_softcap, on_interpreter
-from ._launch import tma_compatible
+from ._launch import copy_head_dim, pad_head_dim, pads_value_head_dim, tma_compatible
 from ._mask import key_phases, visible
 from ._softmax import kernel_scales, lse_dtype, softcap_tanh
 
@@ -1320,6 +1320,19 @@ def _launch_backward(
     lengths, which size the grids."""
     batch, num_q_heads, _, head_dim = q.shape
     num_kv_heads, head_dim_v = k.shape[1], v.shape[3]
+    if head_dim_v != head_dim and pads_value_head_dim(q):
+        # Compiled kernels: v's own head dim as zero-padded operands (see _launch.py); the
+        # padded columns of dQ/dK/dV come out zero and are dropped.
+        width = max(head_dim, head_dim_v)
+        padded = [pad_head_dim(t, width) for t in (grad_out, q, k, v, out, dq, dk, dv, dq_acc)]
+        _launch_backward(
+            *padded[:5], lse, delta, *padded[5:], seqs=seqs, varlen=varlen, causal=causal,
+            causal_offset=causal_offset, window=window, softcap=softcap,
+            scale=_default_scale(scale, q), config=config, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        )  # fmt: skip
+        for dst, src in zip((dq, dk, dv, dq_acc), padded[5:]):
+            copy_head_dim(dst, src)
+        return
     seqlen_q = q.shape[2] if seqlen_q is None else seqlen_q
     seqlen_k = k.shape[2] if seqlen_k is None else seqlen_k
     scale = _default_scale(scale, q)

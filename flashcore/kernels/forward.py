@@ -37,6 +37,7 @@ raises a ValueError / TypeError for each.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -599,6 +600,17 @@ class _ForwardEntry:
         self.tma_block, self.return_lse, self.lse_shape = tma_block, return_lse, lse_shape
         self.default_scale = default_scale
 
+    def launch(self, q, k, v, out, seqs, scale, softcap, sinks):
+        return _launch_cached(self, q, k, v, out, seqs, scale, softcap, sinks)
+
+
+def remember_launch(key, entry) -> None:
+    """Store another kernel's lean launch (``forward_hopper.LeanHopperLaunch``: a ``launch``
+    method with ``_ForwardEntry``'s contract) under a key of ``_forward_key``: the public
+    forward's dispatch picked that kernel for this signature."""
+    if key is not None and entry is not None:
+        _FORWARD_LAUNCHES.put(key, entry)
+
 
 def _signature(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
@@ -637,6 +649,9 @@ def _forward_key(
         None if seqs is None else tuple(_signature(t) for t in seqs), max_seqlen_q,
         causal, causal_alignment, window, softcap is None, return_lse, grad,
         None if sinks is None else _signature(sinks),
+        # The Gluon kernel's switches (dispatch._forward_mode, forward_hopper's grid cap): an
+        # entry is the launch they picked, so a change of either must miss.
+        os.environ.get("FLASHCORE_FORWARD_HOPPER"), os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS"),
     )  # fmt: skip
 
 
@@ -709,6 +724,20 @@ def launch_forward(
     packed (Hq, total_q) lse is (0, total_q), its rows counted from each sequence's start."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
+    if head_dim_v != head_dim and launch.pads_value_head_dim(q):
+        # Compiled kernels: v's own head dim as zero-padded operands (see _launch.py).
+        width = max(head_dim, head_dim_v)
+        padded_out = launch.pad_head_dim(out, width)
+        launch_forward(
+            launch.pad_head_dim(q, width), launch.pad_head_dim(k, width),
+            launch.pad_head_dim(v, width), padded_out, lse, seqs=seqs,
+            max_seqlen_q=max_seqlen_q, causal=causal, bottom_right=bottom_right, window=window,
+            softcap=softcap, scale=1.0 / math.sqrt(head_dim) if scale is None else scale,
+            return_lse=return_lse, config=config, key=None, causal_offset=causal_offset,
+            sinks=sinks, lse_strides=lse_strides,
+        )  # fmt: skip
+        launch.copy_head_dim(out, padded_out)
+        return
     if lse_strides is None:
         lse_strides = (num_q_heads * seqlen_q, seqlen_q)
     if seqs is not None:
@@ -854,4 +883,4 @@ def cached_launch(
     entry = _FORWARD_LAUNCHES.get(key) if key is not None else None
     if entry is None:
         return key, None
-    return key, _launch_cached(entry, q, k, v, out, seqs, scale, softcap, sinks)
+    return key, entry.launch(q, k, v, out, seqs, scale, softcap, sinks)

@@ -61,6 +61,7 @@ import os
 import torch
 
 from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
+from ._softmax import LOG2E
 
 try:  # Gluon is experimental; its API moves between triton releases.
     from triton.experimental import gluon
@@ -530,30 +531,12 @@ def _descriptor(t, block_rows, head_dim):
     )
 
 
-def attention_hopper(
-    q,
-    k,
-    v,
-    out,
-    lse,
-    *,
-    causal_offset: int,
-    is_causal: bool,
-    qk_scale: float,
-    store_lse: bool,
-    block_n: int | None = None,
-    stages: int | None = None,
-    pingpong: bool = True,
-    num_wg: int | None = None,
-    consumer_regs: int | None = None,
-    persistent: bool | None = None,
-    max_programs: int | None = None,
-):
-    """Launch the Gluon kernel on validated inputs (``supports`` true). ``out`` (B, Hq, Sq, D)
-    any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
-    ``qk_scale`` = softmax scale * log2(e). ``persistent`` picks the grid (default: the
-    ``PERSISTENT`` table); ``max_programs`` caps the persistent grid below the SM count, so
-    tests can make every program walk many work tiles."""
+def _launch_args(
+    q, k, v, out, lse, *, causal_offset, is_causal, qk_scale, store_lse, block_n=None,
+    stages=None, pingpong=True, num_wg=None, consumer_regs=None, persistent=None,
+    max_programs=None,
+):  # fmt: skip
+    """The grid, positional and keyword arguments of one launch (see ``attention_hopper``)."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
     cfg = VARIANTS[head_dim]
@@ -572,20 +555,12 @@ def attention_hopper(
     max_programs = max_programs or int(os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS", "0"))
     programs = max_programs or _num_sms(q.device.index)
     grid = (min(work_units, programs) if persistent else work_units,)
-    _FA3_LAUNCH[grid](
-        q_desc,
-        k_desc,
-        v_desc,
-        out,
-        lse,
-        *out.stride(),
-        num_q_heads,
-        num_q_heads // num_kv_heads,
-        batch * num_q_heads,
-        seqlen_q,
-        seqlen_k,
-        causal_offset,
+    args = (
+        q_desc, k_desc, v_desc, out, lse, *out.stride(), num_q_heads,
+        num_q_heads // num_kv_heads, batch * num_q_heads, seqlen_q, seqlen_k, causal_offset,
         qk_scale,
+    )  # fmt: skip
+    kwargs = dict(
         HEAD_DIM=head_dim,
         BLOCK_N=block_n,
         STAGES=stages,
@@ -596,7 +571,75 @@ def attention_hopper(
         NUM_WG=num_wg,
         num_warps=4,
     )
+    return grid, args, kwargs
+
+
+def attention_hopper(q, k, v, out, lse, **options):
+    """Launch the Gluon kernel on validated inputs (``supports`` true). ``out`` (B, Hq, Sq, D)
+    any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
+    Options (keywords): ``causal_offset``, ``is_causal``, ``qk_scale`` = softmax scale *
+    log2(e), ``store_lse``; for tuning and tests ``block_n``, ``stages``, ``pingpong``,
+    ``num_wg``, ``consumer_regs``, ``persistent`` (default: the ``PERSISTENT`` table) and
+    ``max_programs``, which caps the persistent grid below the SM count so tests can make
+    every program walk many work tiles."""
+    grid, args, kwargs = _launch_args(q, k, v, out, lse, **options)
+    _FA3_LAUNCH[grid](*args, **kwargs)
     return out
+
+
+class LeanHopperLaunch:
+    """One call signature's launch, frozen after its first (checked) call: the compiled
+    kernel's direct launcher, the grid and the argument list, with the output, lse, scale
+    and the three TMA descriptors filled in per call (the descriptors encoded once per
+    address, shape and strides, see ``_launch.DirectKernel``). Lives in the forward's
+    launch cache (``forward.cached_launch``), keyed there on everything this freezes."""
+
+    __slots__ = ("direct", "grid", "template", "slots", "blocks", "lse_shape", "default")
+
+    def __init__(self, frozen, blocks, lse_shape, store_lse, default_scale):
+        self.direct, self.grid, values, _desc_slots = frozen
+        # Positions of the values a repeated call changes; everything else follows from the
+        # signature the forward's cache keys the entry on (shapes, strides, dtypes, flags).
+        self.slots = tuple(_fa3_fwd_kernel.arg_names.index(n) for n in ("Out", "Lse", "qk_scale"))
+        for slot in self.slots:
+            values[slot] = None
+        self.template, self.blocks = tuple(values), blocks
+        self.lse_shape = lse_shape if store_lse else None
+        self.default = default_scale
+
+    def launch(self, q, k, v, out, seqs, scale, softcap, sinks):
+        """Same contract as the forward's cached Triton entries: returns (out, lse)."""
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = (
+            out
+            if self.lse_shape is None
+            else torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        )
+        args = list(self.template)
+        out_slot, lse_slot, scale_slot = self.slots
+        args[out_slot], args[lse_slot] = out, lse
+        args[scale_slot] = (self.default if scale is None else scale) * LOG2E
+        q_block, kv_block = self.blocks
+        descs = (
+            (q, q.shape, q.stride(), q_block),
+            (k, k.shape, k.stride(), kv_block),
+            (v, v.shape, v.stride(), kv_block),
+        )
+        self.direct(self.grid, torch._C._cuda_getCurrentRawStream(q.device.index), args, descs)
+        return out, lse
+
+
+def lean_launch(q, k, v, out, lse, *, store_lse, default_scale, **options):
+    """After ``attention_hopper(q, k, v, out, lse, store_lse=..., **options)`` ran: its
+    launch as a ``LeanHopperLaunch``, or None where the direct call does not apply."""
+    grid, args, kwargs = _launch_args(q, k, v, out, lse, store_lse=store_lse, **options)
+    freeze = getattr(_FA3_LAUNCH, "freeze", None)  # None: a plain @jit kernel (tests)
+    frozen = freeze(grid, args, kwargs) if freeze is not None else None
+    if frozen is None or tuple(frozen[3]) != (0, 1, 2):
+        return None
+    blocks = tuple(tuple(args[i].block_shape) for i in (0, 1))
+    return LeanHopperLaunch(frozen, blocks, tuple(lse.shape), store_lse, default_scale)
 
 
 @functools.cache
