@@ -65,22 +65,28 @@ def has_git(root: Path = REPO_ROOT) -> bool:
 def commit_info(root: Path = REPO_ROOT) -> dict:
     """``{"commit", "commit_source", "dirty"}`` of the tree at ``root``.
 
-    In a git checkout the commit is HEAD and ``dirty`` whether a tracked file differs from it
-    (``git status``); ``commit_source`` is ``"git"``. A copy without ``.git`` (the GPU machine
-    gets the tree, not the repository) takes the commit it was copied from from FLASHCORE_COMMIT:
-    ``commit_source`` ``"FLASHCORE_COMMIT"``, ``dirty`` None (nothing here can compute it; the
-    record's kernel fingerprint is what can be checked against that commit later). Neither:
-    commit ``"unknown"``, source None.
+    FLASHCORE_COMMIT, where set, names the commit the tree was copied from and wins: the GPU
+    machine gets a copy of the working tree whose ``.git``, if it travels at all, may be an
+    older one than the tree's (``commit_source`` ``"FLASHCORE_COMMIT"``; ``dirty`` computed
+    against that commit where this repository has it, else None: the record's kernel
+    fingerprint is what can be checked against that commit later). Otherwise, in a git
+    checkout the commit is HEAD and ``dirty`` whether a tracked file differs from it
+    (``git status``); ``commit_source`` is ``"git"``. Neither: commit ``"unknown"``, source
+    None.
     """
+    env = os.environ.get("FLASHCORE_COMMIT")
+    if env:
+        dirty = None
+        if has_git(root) and git_output(["cat-file", "-e", f"{env}^{{commit}}"], root) is not None:
+            diff = git_output(["diff", "--name-only", env, "--"], root)
+            dirty = None if diff is None else bool(diff.strip())
+        return {"commit": env, "commit_source": "FLASHCORE_COMMIT", "dirty": dirty}
     if has_git(root):
         head = (git_output(["rev-parse", "HEAD"], root) or "").strip()
         status = git_output(["status", "--porcelain", "--untracked-files=no"], root)
         if head:
             dirty = None if status is None else bool(status.strip())
             return {"commit": head, "commit_source": "git", "dirty": dirty}
-    env = os.environ.get("FLASHCORE_COMMIT")
-    if env:
-        return {"commit": env, "commit_source": "FLASHCORE_COMMIT", "dirty": None}
     return {"commit": "unknown", "commit_source": None, "dirty": None}
 
 

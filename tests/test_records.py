@@ -135,15 +135,31 @@ def test_a_copy_without_git_takes_its_commit_from_the_environment(tmp_path, monk
 
 def test_commit_and_dirty_come_from_git_where_there_is_git(repo, monkeypatch):
     root, git = repo
-    monkeypatch.setenv("FLASHCORE_COMMIT", "0000000")  # declared; git's answer wins
     head = git("rev-parse", "HEAD")
     assert R.commit_info(root) == {"commit": head, "commit_source": "git", "dirty": False}
+    # Declared (a GPU machine's copy may carry an older .git than its tree): the declaration
+    # wins, dirty computed against it where this repository has that commit.
+    monkeypatch.setenv("FLASHCORE_COMMIT", head)
+    assert R.commit_info(root) == {
+        "commit": head,
+        "commit_source": "FLASHCORE_COMMIT",
+        "dirty": False,
+    }
+    monkeypatch.setenv("FLASHCORE_COMMIT", "0000000")
+    assert R.commit_info(root) == {
+        "commit": "0000000",
+        "commit_source": "FLASHCORE_COMMIT",
+        "dirty": None,
+    }
+    monkeypatch.setenv("FLASHCORE_COMMIT", head)
     files = R.tree_kernel_files(root)
     assert R.kernel_fingerprint(files, root)["dirty_files"] == []
 
     decode = root / "flashcore/kernels/decode.py"
     append(decode)
-    assert R.commit_info(root)["dirty"] is True
+    assert R.commit_info(root)["dirty"] is True  # against the declared commit
+    monkeypatch.delenv("FLASHCORE_COMMIT")
+    assert R.commit_info(root)["dirty"] is True  # against HEAD
     fp = R.kernel_fingerprint(files, root)
     assert fp["dirty_files"] == ["flashcore/kernels/decode.py"]
     # the ids computed without git are git's own
