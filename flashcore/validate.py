@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import math
 import random
+from collections import Counter
 from collections.abc import Iterable
 
 import torch
@@ -191,6 +192,7 @@ def make_inputs(case: AttentionCase, device, seed: int):
 
 def check_case(case: AttentionCase, device, seed: int) -> dict:
     """Run the forward kernel on fresh inputs (NaN-poisoned output) and apply the rule."""
+    from .dispatch import forward_kernel
     from .interface import attention
 
     q, k, v = make_inputs(case, device, seed)
@@ -200,10 +202,13 @@ def check_case(case: AttentionCase, device, seed: int) -> dict:
     ref64 = attention_reference(q, k, v, compute_dtype=torch.float64, **kwargs)
     same = attention_reference(q, k, v, compute_dtype=q.dtype, **kwargs)
     report = error_rule(out, ref64, same)
+    # Which kernel the dispatch ran (FLASHCORE_FORWARD_HOPPER applies): "gluon" or "triton".
+    kernel = forward_kernel(q, k, v, causal=case.causal, window=case.window)
     return {
         **dataclasses.asdict(case),
         "name": case.name,
         "seed": seed,
+        "kernel": kernel,
         **dataclasses.asdict(report),
     }
 
@@ -316,14 +321,22 @@ def correctness_grid(name: str) -> list[AttentionCase]:
 
 
 def run_grid(
-    cases: list[AttentionCase], device, *, base_seed: int = 0, progress: bool = True
+    cases: list[AttentionCase],
+    device,
+    *,
+    base_seed: int = 0,
+    progress: bool = True,
+    seeds: list[int] | None = None,
 ) -> list[dict]:
-    """Check every case on fresh inputs (seed = base_seed + index)."""
+    """Check every case on fresh inputs (seed = base_seed + index, or ``seeds``)."""
     from tqdm import tqdm
 
+    seeds = seeds if seeds is not None else [base_seed + i for i in range(len(cases))]
     rows = []
-    for i, case in enumerate(tqdm(cases, desc="correctness", disable=not progress, mininterval=10)):
-        rows.append(check_case(case, device, seed=base_seed + i))
+    for case, seed in zip(
+        tqdm(cases, desc="correctness", disable=not progress, mininterval=10), seeds
+    ):
+        rows.append(check_case(case, device, seed=seed))
     return rows
 
 
@@ -366,6 +379,7 @@ def summarize(rows: list[dict]) -> dict:
         "worst_case": worst["name"] if worst else None,
         "max_rel_l2_err": max((r["rel_l2_err"] for r in rows), default=None),
         "worst_row_ratio": max((r["row_ratio"] for r in rows), default=None),
+        "cases_by_kernel": dict(Counter(r.get("kernel", "triton") for r in rows)),
     }
 
 

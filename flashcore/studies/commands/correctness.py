@@ -23,6 +23,23 @@ def add_validate_arguments(p) -> None:
         help="also check views whose element offsets exceed 2^31 (GPU, ~5 GB)",
     )
     p.add_argument("--record", action="store_true", help="write results/<gpu>/correctness.json")
+    p.add_argument(
+        "--shard",
+        help="i/n: every n-th case from the i-th, recorded as <topic>.shard<i>of<n> (a GPU "
+        "run checks the grid in parallel processes, whose compiles are CPU-bound)",
+    )
+    p.add_argument(
+        "--merge-shards",
+        type=int,
+        metavar="N",
+        help="run nothing: merge the N shard records of --record-as into one record",
+    )
+    p.add_argument(
+        "--record-as",
+        default="correctness",
+        help="the record's topic (e.g. correctness_gluon for a run forced onto the Gluon "
+        "kernel with FLASHCORE_FORWARD_HOPPER=always)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -30,15 +47,27 @@ def run_validate(args) -> int:
     from ... import validate as V
     from ...results import write_result
 
+    if args.merge_shards:
+        return _merge_shards(args.record_as, args.merge_shards)
     dev = device()
     cases = V.correctness_grid(args.grid)
     if args.filter:
         cases = [c for c in cases if args.filter in c.name]
     if args.limit:
         cases = cases[: args.limit]
-    rows = V.run_grid(cases, dev, base_seed=args.seed, progress=not args.quiet)
+    seeds = [args.seed + i for i in range(len(cases))]  # a case's seed: its place in the grid
+    if args.shard:
+        index, count = (int(x) for x in args.shard.split("/"))
+        cases, seeds = cases[index::count], seeds[index::count]
+        args.record_as = f"{args.record_as}.shard{index}of{count}"
+    rows = V.run_grid(cases, dev, seeds=seeds, progress=not args.quiet)
     summary = V.summarize(rows)
-    payload = {"grid": args.grid, "summary": summary, "cases": rows}
+    payload = {
+        "grid": args.grid,
+        "forward_dispatch": os.environ.get("FLASHCORE_FORWARD_HOPPER", "auto"),
+        "summary": summary,
+        "cases": rows,
+    }
     if args.determinism:
         det = V.check_determinism(V.determinism_cases(dev), dev)
         payload["determinism"] = det
@@ -62,10 +91,11 @@ def run_validate(args) -> int:
         )
     print(
         f"{summary['cases']} cases, {summary['failed']} failed; worst error ratio "
-        f"{summary['worst_ratio']:.3f} ({summary['worst_case']})"
+        f"{summary['worst_ratio']:.3f} ({summary['worst_case']}); cases by kernel "
+        f"{summary['cases_by_kernel']}"
     )
     if args.record:
-        path = write_result("correctness", payload)
+        path = write_result(args.record_as, payload)
         print(f"recorded {path}")
     ok = (
         not failed
@@ -75,7 +105,43 @@ def run_validate(args) -> int:
     return 0 if ok else 1
 
 
-SANITIZER_WORKLOADS = ["forward", "fp8", "forward_hopper", "forward_hopper_walk"]
+def _merge_shards(topic: str, count: int) -> int:
+    """One record from the shard records of one run (same commit and machine): cases in grid
+    order, the summary recomputed, each shard's provenance kept; the shard files removed."""
+    from ... import validate as V
+    from ...results import read_result, result_path, write_result
+
+    shards = [read_result(f"{topic}.shard{i}of{count}") for i in range(count)]
+    rows = sorted((r for sh in shards for r in sh["cases"]), key=lambda r: r["seed"])
+    payload = {
+        "grid": shards[0]["grid"],
+        "forward_dispatch": shards[0]["forward_dispatch"],
+        "summary": V.summarize(rows),
+        "cases": rows,
+        "shards": [{"provenance": sh["provenance"], "cases": len(sh["cases"])} for sh in shards],
+    }
+    for sh in shards:  # the checks only one shard ran
+        payload.update({k: sh[k] for k in ("determinism", "large_offsets") if k in sh})
+    path = write_result(topic, payload)
+    for i in range(count):
+        result_path(f"{topic}.shard{i}of{count}").unlink()
+    summary = payload["summary"]
+    print(
+        f"merged {count} shards into {path}: {summary['cases']} cases, {summary['failed']} failed"
+    )
+    return 0 if summary["failed"] == 0 else 1
+
+
+SANITIZER_WORKLOADS = [
+    "forward",
+    "fp8",
+    "forward_hopper",
+    "forward_hopper_walk",
+    "backward",
+    "backward_hopper",
+    "varlen",
+    "decode",
+]
 
 
 def add_sanitize_arguments(p) -> None:
@@ -86,7 +152,12 @@ def add_sanitize_arguments(p) -> None:
         choices=SANITIZER_WORKLOADS,
         help="subset of the workloads (default: all)",
     )
-    p.add_argument("--record", action="store_true", help="add the result to correctness.json")
+    p.add_argument("--jobs", type=int, default=1, help="sanitizer processes at once")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="write results/<gpu>/sanitizer.json (after every run: a cut run keeps what it did)",
+    )
 
 
 def run_sanitize(args) -> int:
@@ -117,53 +188,78 @@ def run_sanitize(args) -> int:
         # then forced onto it with 3 programs, so every program walks many work tiles.
         "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"],
         "forward_hopper_walk": ["validate", "--grid", "sanitizer", "--quiet"],
+        # Every other kernel family on small awkward sizes (studies/sanitize_workloads.py).
+        **{
+            name: ["-m", "flashcore.studies.sanitize_workloads", name]
+            for name in ("backward", "backward_hopper", "varlen", "decode")
+        },
     }
     if args.workloads:
         workloads = {w: a for w, a in workloads.items() if w in args.workloads}
-    report = []
-    for tool in args.tools:
-        for workload, flashcore_args in workloads.items():
-            hopper = workload.startswith("forward_hopper")
-            run_env = dict(env, FLASHCORE_FORWARD_HOPPER="always" if hopper else "never")
-            if workload == "forward_hopper_walk":
-                run_env.update(FLASHCORE_HOPPER_MAX_PROGRAMS="3")
-            cmd = [
-                "compute-sanitizer",
-                "--tool",
-                tool,
-                "--error-exitcode",
-                "3",
-                sys.executable,
-                "-m",
-                "flashcore",
-                *flashcore_args,
-            ]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
-            text = proc.stdout + proc.stderr
-            m = re.search(r"ERROR SUMMARY: (\d+) error", text)
-            hazards = re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
-            # memcheck prints "ERROR SUMMARY: N errors", racecheck "RACECHECK SUMMARY: N hazards".
-            found = m or hazards
-            entry = {
-                "tool": tool,
-                "workload": workload,
-                "returncode": proc.returncode,
-                "errors": int(found.group(1)) if found else None,
-                "summary_lines": [
-                    ln
-                    for ln in text.splitlines()
-                    if "SUMMARY" in ln or "cases," in ln or "own-bound" in ln
-                ],
-            }
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Lock
+
+    runs = [(tool, workload) for tool in args.tools for workload in workloads]
+    report, recorded, lock = [], [], Lock()
+
+    def one(tool, workload):
+        hopper = workload.startswith("forward_hopper")
+        run_env = dict(env, FLASHCORE_FORWARD_HOPPER="always" if hopper else "never")
+        if workload == "forward_hopper_walk":
+            run_env.update(FLASHCORE_HOPPER_MAX_PROGRAMS="3")
+        if workload == "backward_hopper":
+            run_env.update(FLASHCORE_BACKWARD_HOPPER="always")
+        flashcore_args = workloads[workload]
+        # A module of its own ("-m ...") or a flashcore command.
+        target = (
+            flashcore_args if flashcore_args[0] == "-m" else ["-m", "flashcore", *flashcore_args]
+        )
+        cmd = [
+            "compute-sanitizer",
+            "--tool",
+            tool,
+            "--error-exitcode",
+            "3",
+            sys.executable,
+            *target,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
+        text = proc.stdout + proc.stderr
+        m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+        hazards = re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
+        # memcheck prints "ERROR SUMMARY: N errors", racecheck "RACECHECK SUMMARY: N hazards".
+        found = m or hazards
+        entry = {
+            "tool": tool,
+            "workload": workload,
+            "returncode": proc.returncode,
+            "errors": int(found.group(1)) if found else None,
+            "summary_lines": [
+                ln
+                for ln in text.splitlines()
+                if "SUMMARY" in ln or "cases," in ln or "own-bound" in ln
+            ],
+        }
+        with lock:
             report.append(entry)
             print(
                 f"{tool} on {workload}: exit {proc.returncode}, "
-                f"errors/hazards reported: {entry['errors']}"
+                f"errors/hazards reported: {entry['errors']}",
+                flush=True,
             )
             if proc.returncode not in (0,):
-                print(text[-4000:])
-    if args.record:
-        print(f"recorded {write_result('sanitizer', {'grid': 'sanitizer', 'runs': report})}")
+                print(text[-4000:], flush=True)
+            if args.record:  # after every run, in the order of the plan
+                order = {run: i for i, run in enumerate(runs)}
+                done = sorted(report, key=lambda e: order[(e["tool"], e["workload"])])
+                payload = {"grid": "sanitizer", "runs": done, "complete": len(done) == len(runs)}
+                recorded.append(write_result("sanitizer", payload))
+        return entry
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(lambda run: one(*run), runs))
+    if recorded:
+        print(f"recorded {recorded[-1]}")
     return 0 if all(r["returncode"] == 0 and r["errors"] == 0 for r in report) else 1
 
 
