@@ -102,7 +102,7 @@ for name, r in sass_report["kernels"].items():
 # from the lengths in `interface.FORWARD_GLUON_FROM`), prints False and says why beside it; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer_forward_hopper.json`: the workers' entry reads against these
+# hand-off on the GPU (`sanitizer.json`, its `forward_hopper` runs: the workers' entry reads against these
 # stores), and nothing in the K/V ring, Q buffers or mbarriers.
 
 # %%
