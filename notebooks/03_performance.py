@@ -38,7 +38,7 @@ import torch
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
 from flashcore.studies import bench, report
-from flashcore.studies.records import status_line_for
+from flashcore.studies.records import prefer_current, status_line_for
 
 # %% [markdown]
 # ## Measure (GPU profile) or load the record (CPU profile)
@@ -581,7 +581,9 @@ if PROFILE == "gpu" and MEASURE_LAUNCH:
     )
     launch_key = ("launch" if SWEEP == "full" else "launch_quick", None)
 else:
-    launch_key = ("launch", RECORDED_GPU)
+    # The full record, or its quick variant (same shapes, fewer calls) where only that one
+    # matches today's kernels; the status line below says which is shown.
+    launch_key = (prefer_current(["launch", "launch_quick"], RECORDED_GPU), RECORDED_GPU)
 launch_record = read_result(*launch_key)
 print("recorded on", describe(launch_record))
 print(status_line_for(*launch_key))
@@ -626,6 +628,72 @@ print(
     "torch.ops.flashcore.attention within 1.10x of SDPA's default at every shape:",
     all(r["flashcore op eager"] <= 1.10 * r["sdpa default eager"] for r in launch_table),
 )
+
+# %% [markdown]
+# ### Where the host microseconds go
+#
+# `tools/host_profile.py` on the H100 (2026-11-25; JSON under `results/<gpu>/logs/`): for each
+# shape above and each door, the host time of one eager call alone (a timer around the call, no
+# synchronisation inside it, the queue drained every 32 calls) and cProfile's own time per
+# function, per call. Two runs of the same tool: before the Gluon kernel had a lean launch
+# (commit `d231668`) and after (`9111745`, `forward_hopper.LeanHopperLaunch`). Host times from
+# two machine starts differ by up to ~20% for unchanged code (the SDPA column), so read the
+# before/after on the Gluon row, where the change is 4x. (The logs' `commit` field shows the
+# older `.git` the GPU machine's copy carried; `provenance_note` in each says which tree ran.)
+
+# %%
+import json as _json
+
+from flashcore import results as _results
+
+host_profiles = {}
+for label, commit in (("before", "d231668"), ("after", "9111745")):
+    path = _results.RESULTS_DIR / RECORDED_GPU / "logs" / f"host_profile_{commit}.json"
+    host_profiles[label] = {(r["shape"], r["door"]): r for r in _json.loads(path.read_text())["rows"]}
+host_rows = [
+    {
+        "shape": shape,
+        "door": door,
+        "host us before": row["host_us"],
+        "host us after": host_profiles["after"][(shape, door)]["host_us"],
+    }
+    for (shape, door), row in host_profiles["before"].items()
+]
+print(table(host_rows, list(host_rows[0]), {"host us before": "{:.0f}", "host us after": "{:.0f}"}))
+
+
+def _top(label, shape, door, n=6):
+    row = host_profiles[label][(shape, door)]
+    print(f"\n{label}: {shape}, {door}: {row['host_us']:.0f} us of host time per call; own time per call:")
+    for f in row["profile"][:n]:
+        print(f"  {f['own_us_per_call']:6.1f} us  {f['function']}")
+
+
+_top("before", "GQA prefill B1 H32/8 S2048 D128", "flashcore")
+_top("after", "GQA prefill B1 H32/8 S2048 D128", "flashcore")
+_top("after", "decode B1 Hq32/Hkv8 cache 8K", "flashcore")
+_top("after", "B1 H8 S128 D64", "flashcore op")
+
+# %% [markdown]
+# What the profiles say. The Gluon row paid 180 µs of host time per call: the full argument
+# checks, three `TensorDescriptor` constructions with their validation, and Triton's binder
+# (`native_specialize_impl`, 16 calls) on every call, because the forward's signature cache held
+# Triton entries only. With a lean entry for the Gluon kernel (the first call of a signature is
+# checked; later ones fill out, lse, scale and the descriptors into a frozen argument list and
+# call the compiled kernel's launcher) it is 46 µs, and the GQA prefill's eager time in the
+# current quick record is its GPU time (81 µs against SDPA's 83). Two misses remain, both
+# diagnosed, neither fixed this session (a fix changes the kernel modules, and every record
+# just re-recorded would go stale with no GPU time left to re-record it):
+# * decode, 68 µs against SDPA's 33: `launch_decode` plans the split per call in Python (own
+#   time 17-31 µs: the key, the split count, the grid), and allocates the output and the split
+#   partials (`torch.empty` twice, 9-15 µs); the combine is a second launch. The next step is an
+#   exact-size plan cache beside the specialization cache (the growing cache changes the size
+#   every step, so the plan must stay cheap to recompute, not only cached) and one allocation.
+# * the op, +35-45 µs over `flashcore.attention`: `torch.ops.flashcore.attention` enters the
+#   dispatcher, then the Python autograd kernel `register_autograd` installs
+#   (`autograd_impl`, `forward_no_grad`, `redispatch`) even when nothing requires grad, before
+#   the CUDA kernel. Removing that needs the autograd formula below the Python layer (a C++
+#   extension) or a path that skips the op where it is not traced; not done.
 
 # %% [markdown]
 # End to end in transformers: greedy generation (prompt 512, 128 new tokens) of a random
@@ -678,21 +746,20 @@ print(
 )
 
 # %% [markdown]
-# What the records show (H100; host cost at commit `f2502d2`, generation at `3a1d646`). The
-# cached launch path brings `flashcore.attention` to SDPA's host cost on the pointer-path
-# shapes (1.00-1.01x) and within 22% at D=128 S=1K, from 46-150 µs per call through
-# Triton's JIT before. Missed: the decode call (1.4-1.6x: split and combine are two launches,
-# with their buffers, against SDPA's one kernel), the GQA prefill at S=2K (1.5x, on the Gluon
-# kernel's cached launch; where its extra host time goes is not yet diagnosed), and
-# `torch.ops.flashcore.attention`
-# (2.2-3.2x), whose `torch.library` dispatch alone costs 45-55 µs per call (the transformers
-# function and `flashcore.sdpa` call the kernels directly in eager inference and pay it only
-# when traced or differentiated). Since that record the op is defined on a
-# `torch.library.Library` instead of `torch.library.custom_op` (commit `b711573`): in one
-# process on a 2-core CPU, the op layer costs 25 µs per call against 42 µs for the same
-# kernel behind `custom_op` (`tools/op_overhead.py`,
-# `results/cpu-interpreter/logs/op_overhead_bce2507.json`); on the H100 it is not yet
-# re-measured, so the 2.2-3.2x above is the old op's. In generation the medians of the per-round ratios are
+# What the records show (H100). Host cost: the table above is the quick record at `34c60c8`
+# (100 calls x 3 repeats per row; the full record, `launch.json` at `f2502d2`, predates the
+# Gluon lean launch and reads stale). `flashcore.attention` is within 1.10x of SDPA's default
+# on the prefill rows but one: B8 H16 S512 at 1.14x, where both are GPU-bound (graph 24 against
+# 23 µs). The GQA prefill on the Gluon kernel is now at its GPU time (81 against SDPA's 83 µs;
+# 129 against 85 at `f2502d2`). Missed, with the causes diagnosed above: decode (88 against 42
+# µs: Python planning and two allocations per call, two launches) and the op (42 against 21 µs
+# at the smallest shape: the Python autograd layer). SDPA's rows with a growing cache are
+# pathological in eager mode in this run (cuDNN and the default backend rebuild per cache
+# length: milliseconds), which the ratio column shows rather than hides. Since `f2502d2` the op is defined on a
+# `torch.library.Library` instead of `torch.library.custom_op` (commit `b711573`): on a 2-core
+# CPU the op layer costs 25 µs per call against 42 µs behind `custom_op`
+# (`results/cpu-interpreter/logs/op_overhead_bce2507.json`); on the H100 the op costs 20-55 µs
+# over `flashcore.attention` in the quick record. In generation the medians of the per-round ratios are
 # 1.00x at B1, 1.05x at B8, 1.13x with sliding windows and 1.06x for the padded batch, but
 # single rounds range from 0.87x to 1.64x: the host-time differences above are a few percent
 # of a generation step, less than the machine's round-to-round drift. An earlier record of

@@ -369,14 +369,9 @@ def test_deepseek_v3_through_flashcore_matches_eager():
     if not hasattr(transformers, "DeepseekV3Config"):
         pytest.skip("this transformers has no DeepseekV3")
     from flashcore.studies.e2e import build_model, compare_logits, compare_training_step
+    from flashcore.studies.models import deepseek_v3_config
 
-    cfg = transformers.DeepseekV3Config(
-        vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
-        num_hidden_layers=2, first_k_dense_replace=2, num_attention_heads=2,
-        num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=32,
-        qk_rope_head_dim=16, v_head_dim=32, max_position_embeddings=64, n_routed_experts=4,
-        num_experts_per_tok=2, n_group=1, topk_group=1, initializer_range=0.1,
-    )  # fmt: skip
+    cfg = deepseek_v3_config()
     seen = []
     real = fc_interface._attention_forward
 

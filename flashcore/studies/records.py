@@ -302,6 +302,18 @@ def status_line_for(topic: str, slug: str | None = None, root: Path | None = Non
     return status_line(R.result_path(topic, slug), root=root)
 
 
+def prefer_current(topics: list[str], slug: str | None = None) -> str:
+    """The first of ``topics`` (records of the same measurement, the preferred first, e.g. a
+    full sweep before its quick variant) whose record matches today's kernels; the first that
+    exists where none does. A notebook's CPU profile renders that one, and its status line
+    says which it is."""
+    existing = [t for t in topics if R.result_path(t, slug).exists()]
+    for topic in existing:
+        if record_status(json.loads(R.result_path(topic, slug).read_text())).kind == "current":
+            return topic
+    return existing[0] if existing else topics[0]
+
+
 # --- results/SUMMARY.md -----------------------------------------------------------------------
 
 

@@ -1,0 +1,106 @@
+"""The models of issue 28 through flashcore, small and randomly initialised, against their
+own eager attention in float64: gpt-oss (learnable sinks, sliding and full layers) and
+DeepSeek-V3 (MLA: q.k and v of different head dims). Used by the tests and notebook 09.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..validate import error_rule
+
+
+def gpt_oss_config():
+    import transformers
+
+    return transformers.GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+        num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+
+
+def deepseek_v3_config():
+    """MLA with qk_nope 32 + qk_rope 16 = 48 for q.k and v_head_dim 32; dense MLP layers."""
+    import transformers
+
+    return transformers.DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+        num_hidden_layers=2, first_k_dense_replace=2, num_attention_heads=2,
+        num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=32,
+        qk_rope_head_dim=16, v_head_dim=32, max_position_embeddings=64, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, initializer_range=0.1,
+    )  # fmt: skip
+
+
+def gpt_oss_check(device, *, batch: int = 2, seqlen: int = 23, seed: int = 0) -> dict:
+    """GptOss with ``attn_implementation`` set to flashcore: fp32 logits, loss and every
+    parameter gradient (the sinks' included) against eager in float64, with eager in fp32
+    as the same-precision baseline of the rule. The sinks are drawn with std 1 (the init
+    leaves them near 0, where they would not matter); weights, sinks and token ids come
+    from ``torch.manual_seed(seed)``.
+
+    A smoke check of the model, not a proof of the sinks' gradient (that is
+    tests/test_sinks.py's rule on the kernel, with the terms' magnitudes known): a parameter
+    gradient is a sum over tokens whose terms can cancel, and the floor below sees only the
+    sum. Measured on a 2-core AVX2 CPU: seeds 0-15 as drawn here, 0 of 16 fail (worst
+    ratio 0.76); with the token ids drawn from a generator of their own instead, 2 of 16
+    failed (ratios 1.04 and 1.5, in 4-element gradients: the router bias and a layer's
+    sinks), so a failure here at ratios near 1 calls for that kernel-level rule first."""
+    import transformers
+
+    import flashcore.ops
+
+    name = flashcore.ops.register_transformers()
+    torch.manual_seed(seed)
+    model = transformers.GptOssForCausalLM(gpt_oss_config()).to(device).eval()
+    model.config._experts_implementation = "eager"  # the grouped-matmul path has no float64
+    for module in model.modules():
+        if hasattr(module, "sinks"):
+            torch.nn.init.normal_(module.sinks, std=1.0)
+    ids = torch.randint(0, model.config.vocab_size, (batch, seqlen), device=device)
+
+    def run(impl, dtype):
+        m = model.to(dtype)
+        m.config._attn_implementation = impl
+        m.zero_grad()
+        out = m(ids, labels=ids)
+        out.loss.backward()
+        grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
+        return out.logits.detach().clone(), out.loss.detach().clone(), grads
+
+    logits64, loss64, grads64 = run("eager", torch.float64)
+    logits32, loss32, grads32 = run("eager", torch.float32)
+    logits, loss, grads = run(name, torch.float32)
+    model.to(torch.float32)
+    logits_report = error_rule(logits, logits64, logits32)
+    # The loss, a mean of B * (S - 1) token losses: twice eager fp32's own error, plus 64
+    # fp32 ulps of 1 for the summation's rounding (the two implementations sum differently).
+    loss_err, loss_base = abs(float(loss) - float(loss64)), abs(float(loss32) - float(loss64))
+    loss_passed = loss_err <= 2 * loss_base + 64 * 2**-24
+    # Every parameter's gradient is a sum over the B * S tokens' contributions (a sink's:
+    # -sum P_sink * delta over its head's rows). The rule for a sum of N terms
+    # (validate.reduction_rule) has the floor u * ceil(log2 N) * sum |t_i|; the terms are
+    # inside the model, and sum |t_i| >= |sum t_i|, so the floor is taken at
+    # ceil(log2 N) * max |reference|: never more lenient than the sum's own floor.
+    depth = math.ceil(math.log2(batch * seqlen))
+    grad_reports = {
+        n: error_rule(
+            grads[n], grads64[n], grads32[n], floor_magnitude=depth * float(grads64[n].abs().max())
+        )
+        for n in grads64
+    }
+    return {
+        "logits": {"ratio": logits_report.ratio, "passed": logits_report.passed},
+        "loss": {"error": loss_err, "eager_fp32_error": loss_base, "passed": loss_passed},
+        "gradients": len(grad_reports),
+        "sink_gradients": sum("sinks" in n for n in grads),
+        "worst_gradient_ratio": max(r.ratio for r in grad_reports.values()),
+        "gradients_passed": all(r.passed for r in grad_reports.values()),
+        "passed": logits_report.passed
+        and loss_passed
+        and all(r.passed for r in grad_reports.values()),
+    }
