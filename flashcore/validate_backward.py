@@ -387,3 +387,49 @@ def rule_rejects(grads, q, k, v, do, **kwargs) -> dict:
     same = reference_gradients(q, k, v, do, compute_dtype=q.dtype, **kwargs)
     magnitudes = cancellation_magnitudes(q, k, v, do, **kwargs)
     return {name: r.passed for name, r in gradient_rule(grads, ref64, same, magnitudes).items()}
+
+
+def sinks_gradient_rule(q, k, v, sinks, grad_out, **options) -> dict:
+    """flashcore's gradients with learnable sinks (``flashcore.attention(..., sinks=)``)
+    against float64 autograd of ``attention_reference``: dq, dk, dv under the gradient rule;
+    the sinks' gradient d sink_h = -sum_i P_sink,i * delta_i (delta_i = rowsum(dO_i * O_i))
+    under the rule with the floor of that sum. Each term carries delta_i's rounding, u times
+    sum_d |dO_id O_id| (O is stored rounded), so the floor's magnitude is
+    sum_i P_sink,i * sum_d |dO_id O_id| per head. ``dsinks_sign_flipped``: the same rule on
+    the gradient with its sign flipped, which must fail (the check can fail).
+
+    The cancellation floor of dq, dk, dv is computed without the sinks, whose P is larger:
+    conservative."""
+    import flashcore
+
+    def grads(fn, leaves, do):
+        leaves = [t.detach().clone().requires_grad_() for t in leaves]
+        out = fn(*leaves)
+        return out, torch.autograd.grad(out, leaves, do)
+
+    leaves = (q, k, v, sinks)
+    out, got = grads(
+        lambda q, k, v, s: flashcore.attention(q, k, v, sinks=s, **options), leaves, grad_out
+    )
+    _, ref = grads(
+        lambda q, k, v, s: attention_reference(q, k, v, sinks=s, **options),
+        [t.double() for t in leaves],
+        grad_out.double(),
+    )
+    _, same = grads(
+        lambda q, k, v, s: attention_reference(q, k, v, sinks=s, compute_dtype=q.dtype, **options),
+        leaves,
+        grad_out,
+    )
+    reports = gradient_rule(
+        got[:3], ref[:3], same[:3], cancellation_magnitudes(q, k, v, grad_out, **options)
+    )
+    _, lse64 = attention_reference(
+        *[t.double() for t in leaves[:3]], sinks=sinks.double(), return_lse=True, **options
+    )
+    p_sink = torch.exp(sinks.double()[None, :, None] - lse64)
+    terms = p_sink * (grad_out.double().abs() * out.detach().double().abs()).sum(-1)
+    magnitude = float(terms.sum((0, 2)).max())
+    reports["dsinks"] = error_rule(got[3], ref[3], same[3], floor_magnitude=magnitude)
+    reports["dsinks_sign_flipped"] = error_rule(-got[3], ref[3], same[3], floor_magnitude=magnitude)
+    return reports
