@@ -6,7 +6,7 @@
 # Usage, repo root:
 #   FLASHCORE_COMMIT=<hash> bash tools/gpu_reproduce_timing.sh <outdir> A     # 02 03 01 08
 #   FLASHCORE_COMMIT=<hash> bash tools/gpu_reproduce_timing.sh <outdir> B     # 07 05 04 06
-#   FLASHCORE_COMMIT=<hash> bash tools/gpu_reproduce_timing.sh <outdir> notebooks/0[1-8]_*.ipynb
+#   FLASHCORE_COMMIT=<hash> bash tools/gpu_reproduce_timing.sh <outdir> notebooks/0[1-9]_*.ipynb
 # The two groups split the notebooks by their recorded H100 times (A about 260 s, B about
 # 215 s), so each fits one call of under 9 minutes. Between the two calls, copy the first
 # call's <outdir>/results/<gpu>/reproduce_timing.json over the tree's, so the second call
@@ -26,7 +26,7 @@ out=${1:?usage: bash tools/gpu_reproduce_timing.sh <outdir> A|B|notebooks...}; s
 case "${1:-all}" in
   A) nbs=(notebooks/02_*.ipynb notebooks/03_*.ipynb notebooks/01_*.ipynb notebooks/08_*.ipynb) ;;
   B) nbs=(notebooks/07_*.ipynb notebooks/05_*.ipynb notebooks/04_*.ipynb notebooks/06_*.ipynb) ;;
-  all) nbs=(notebooks/0[1-8]_*.ipynb) ;;
+  all) nbs=(notebooks/0[1-9]_*.ipynb) ;;
   *) nbs=("$@") ;;
 esac
 if [ -z "${FLASHCORE_COMMIT:-}" ] && ! git rev-parse --verify -q HEAD >/dev/null 2>&1; then

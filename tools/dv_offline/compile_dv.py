@@ -1,7 +1,8 @@
 """Offline (no GPU) sm_90 compilation of forward._attn_fwd_kernel exactly as launch_forward
 would launch it, for the D != D_v mode and its passing neighbours. Dumps every IR stage.
 
-    python tools/dv_offline/compile_dv.py [OUTDIR]
+    python tools/dv_offline/compile_dv.py [OUTDIR [CASE ...]]
+    DV_VARIANT=hoist_v python tools/dv_offline/compile_dv.py OUTDIR CASE   # the V-hoist variant
 
 launch_forward is called on CPU tensors with on_interpreter patched to False, and the
 kernel's [grid] call is intercepted: its kwargs go through Triton's own binder
@@ -22,7 +23,14 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
-from flashcore.kernels import forward as fwd  # noqa: E402
+if os.environ.get("DV_VARIANT") == "hoist_v":
+    # forward.py with V's load moved above q @ k^T (hoist_v.py builds it from the patch)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import hoist_v  # noqa: E402
+
+    fwd = hoist_v.load()
+else:
+    from flashcore.kernels import forward as fwd  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 REAL = fwd._attn_fwd_kernel
