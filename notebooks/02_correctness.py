@@ -363,7 +363,10 @@ try:
         f"{sum(not r['passed'] for r in forced['cases'])} fail the rule; worst ratio on Gluon "
         f"{max(r['ratio'] for r in on_gluon):.2f}"
     )
-    print("forced-Gluon grid: every case passes, and Gluon ran some:", bool(on_gluon) and all(r["passed"] for r in forced["cases"]))
+    print(
+        "forced-Gluon grid: every case passes, and Gluon ran some:",
+        bool(on_gluon) and all(r["passed"] for r in forced["cases"]),
+    )
 except FileNotFoundError:
     print("forced-Gluon grid: no record")
 
@@ -422,11 +425,17 @@ print(
 # (each write and read is separated by `BAR.SYNC 1`), not proven.
 
 # %%
-hopper_runs = [] if san is None else [r for r in san["runs"] if r["workload"].startswith("forward_hopper")]
-hopper_by_tool = {
-    tool: all(r["errors"] == 0 for r in hopper_runs if r["tool"] == tool)
-    for tool in ("memcheck", "racecheck", "synccheck")
-} if hopper_runs else None
+hopper_runs = (
+    [] if san is None else [r for r in san["runs"] if r["workload"].startswith("forward_hopper")]
+)
+hopper_by_tool = (
+    {
+        tool: all(r["errors"] == 0 for r in hopper_runs if r["tool"] == tool)
+        for tool in ("memcheck", "racecheck", "synccheck")
+    }
+    if hopper_runs
+    else None
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT

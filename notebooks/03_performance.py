@@ -649,7 +649,9 @@ from flashcore import results as _results
 host_profiles = {}
 for label, commit in (("before", "d231668"), ("after", "9111745")):
     path = _results.RESULTS_DIR / RECORDED_GPU / "logs" / f"host_profile_{commit}.json"
-    host_profiles[label] = {(r["shape"], r["door"]): r for r in _json.loads(path.read_text())["rows"]}
+    host_profiles[label] = {
+        (r["shape"], r["door"]): r for r in _json.loads(path.read_text())["rows"]
+    }
 host_rows = [
     {
         "shape": shape,
@@ -664,7 +666,9 @@ print(table(host_rows, list(host_rows[0]), {"host us before": "{:.0f}", "host us
 
 def _top(label, shape, door, n=6):
     row = host_profiles[label][(shape, door)]
-    print(f"\n{label}: {shape}, {door}: {row['host_us']:.0f} us of host time per call; own time per call:")
+    print(
+        f"\n{label}: {shape}, {door}: {row['host_us']:.0f} us of host time per call; own time per call:"
+    )
     for f in row["profile"][:n]:
         print(f"  {f['own_us_per_call']:6.1f} us  {f['function']}")
 

@@ -9,6 +9,7 @@ kernel's [grid] call is intercepted: its kwargs go through Triton's own binder
 (native specialization: 16-byte alignment, ints == 1, divisibility by 16) with an sm_90
 backend, then triton.compile(target=GPUTarget("cuda", 90, 32)).
 """
+
 import os
 import sys
 from pathlib import Path
@@ -42,11 +43,23 @@ class _Capture:
     def __getitem__(self, grid):
         def call(**kw):
             _Capture.last = (grid, kw)
+
         return call
 
 
-def compile_case(d, dv, sq=113, sk=33, softcap=5.0, causal=True, dtype=torch.float16,
-                 b=1, hq=4, hkv=1, overrides=None):
+def compile_case(
+    d,
+    dv,
+    sq=113,
+    sk=33,
+    softcap=5.0,
+    causal=True,
+    dtype=torch.float16,
+    b=1,
+    hq=4,
+    hkv=1,
+    overrides=None,
+):
     g = torch.Generator().manual_seed(0)
     q = torch.randn(b, hq, sq, d, generator=g).to(dtype)
     k = torch.randn(b, hkv, sk, d, generator=g).to(dtype)
@@ -56,9 +69,23 @@ def compile_case(d, dv, sq=113, sk=33, softcap=5.0, causal=True, dtype=torch.flo
     fwd.on_interpreter = lambda t: False
     fwd._attn_fwd_kernel = _Capture()
     try:
-        fwd.launch_forward(q, k, v, out, lse, seqs=None, max_seqlen_q=None, causal=causal,
-                           bottom_right=False, window=None, softcap=softcap, scale=None,
-                           return_lse=True, config=None, key=None)
+        fwd.launch_forward(
+            q,
+            k,
+            v,
+            out,
+            lse,
+            seqs=None,
+            max_seqlen_q=None,
+            causal=causal,
+            bottom_right=False,
+            window=None,
+            softcap=softcap,
+            scale=None,
+            return_lse=True,
+            config=None,
+            key=None,
+        )
     finally:
         fwd._attn_fwd_kernel = REAL
     grid, kw = _Capture.last
@@ -81,9 +108,13 @@ CASES = {
     "pass_d40_dv32": dict(d=40, dv=32),
     "fail_d24_dv8": dict(d=24, dv=8, sq=20, sk=20, softcap=None, causal=False, hq=2),
     "fail_d192_dv128": dict(d=192, dv=128, sq=17, sk=17, softcap=None, hq=2),
-    "fail_d192_dv128_s128": dict(d=192, dv=128, sq=128, sk=128, softcap=None, causal=False, b=2, hq=4, hkv=4),
+    "fail_d192_dv128_s128": dict(
+        d=192, dv=128, sq=128, sk=128, softcap=None, causal=False, b=2, hq=4, hkv=4
+    ),
     "pass_d192_dv192": dict(d=192, dv=192, sq=17, sk=17, softcap=None, hq=2),
-    "pass_d64_dv32": dict(d=64, dv=32, sq=128, sk=128, softcap=None, causal=False, b=2, hq=4, hkv=4),
+    "pass_d64_dv32": dict(
+        d=64, dv=32, sq=128, sk=128, softcap=None, causal=False, b=2, hq=4, hkv=4
+    ),
 }
 
 if __name__ == "__main__":
@@ -96,10 +127,16 @@ if __name__ == "__main__":
         for ext in ("ttir", "ttgir", "llir", "ptx"):
             (d / f"kernel.{ext}").write_text(c.asm[ext])
         from flashcore.studies.sass import disassemble
+
         (d / "kernel.sass").write_text(disassemble(c.asm["cubin"]))
-        info = dict(grid=grid, shared=c.metadata.shared, num_warps=c.metadata.num_warps,
-                    num_stages=c.metadata.num_stages, signature=sig,
-                    attrs={str(k): v for k, v in attrs.items()},
-                    meta={k: v for k, v in meta.items() if k not in ("k_desc", "v_desc")})
+        info = dict(
+            grid=grid,
+            shared=c.metadata.shared,
+            num_warps=c.metadata.num_warps,
+            num_stages=c.metadata.num_stages,
+            signature=sig,
+            attrs={str(k): v for k, v in attrs.items()},
+            meta={k: v for k, v in meta.items() if k not in ("k_desc", "v_desc")},
+        )
         (d / "info.txt").write_text(repr(info))
         print(name, "shared", c.metadata.shared, "grid", grid)
