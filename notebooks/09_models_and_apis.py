@@ -74,8 +74,9 @@ p_sink = torch.exp(sink64.detach()[None, :, None] - lse64.detach())
 delta = (do64 * out64.detach()).sum(-1)
 formula = -(p_sink * delta).sum((0, 2))
 rel = lambda a, b: float((a - b).abs().max() / b.abs().max())  # noqa: E731
-print(f"d sink: autograd {autograd_dsink.tolist()}")
-print(f"        formula  {formula.tolist()}")
+# Printed at 6 digits: the last bits of a float64 sum depend on the CPU's code path.
+print("d sink: autograd", [f"{x:.6g}" for x in autograd_dsink.tolist()])
+print("        formula ", [f"{x:.6g}" for x in formula.tolist()])
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -106,7 +107,11 @@ for b, hq, hkv, sq, sk, d, window in [(1, 4, 2, 33, 47, 32, None), (2, 4, 1, 40,
         {"case": f"B{b} H{hq}/{hkv} Sq{sq} Sk{sk} D{d} window {window}"}
         | {name: r.ratio for name, r in reports.items()}
     )
-print(table(sink_rows, list(sink_rows[0]), {n: "{:.3g}" for n in list(sink_rows[0])[1:]}))
+# Ratios to the rule's bound (passes at <= 1) differ from one CPU code path to another by up
+# to 2x at these sizes (both the kernel's rounding and the baseline's change), so the
+# committed output shows pass/fail, not the ratios, which the notebook can print: sink_rows.
+print(table([{k: (v if k == "case" else ("pass" if v <= 1 else "FAIL")) for k, v in r.items()}
+             for r in sink_rows], list(sink_rows[0]), {}))  # fmt: skip
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -129,7 +134,11 @@ print(
 from flashcore.studies.models import deepseek_v3_config, gpt_oss_check
 
 gpt_oss = gpt_oss_check(DEVICE)
-print({k: v for k, v in gpt_oss.items() if k != "passed"})
+print(
+    f"logits pass: {gpt_oss['logits']['passed']}; loss passes: {gpt_oss['loss']['passed']}; "
+    f"{gpt_oss['gradients']} parameter gradients ({gpt_oss['sink_gradients']} of sinks) pass: "
+    f"{gpt_oss['gradients_passed']}"
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -143,12 +152,17 @@ print(
 #
 # DeepSeek-V3's MLA attends with q.k over $D = 192$ dims and v over $D_v = 128$. The Triton
 # kernels carry a mode for it (`HEAD_DIM_V`: a V tile and accumulator $D_v$ wide). Under the
-# interpreter that mode passes every test; compiled for the H100 it gave wrong outputs and
-# illegal memory accesses whenever q/k's head dim is padded (not a power of two: 40, 24, 192),
-# and passed where it is not (D 64 with D_v 24) and where $D_v = D$ (tools/dv_gpu_diagnose.py,
-# its log below). Until that is found, compiled launches take another route, exact by
-# construction: pad the narrower operand with zero columns to $W = \max(D, D_v)$ and run the
-# one-head-dim kernel.
+# interpreter that mode passes every test; compiled for the H100 it gave a wrong output at
+# D 40 / D_v 24 and an illegal memory access at 24 / 8 (and at 40 / 24 without softcap, in a
+# process that also ran the backward), and passed at D 64 / D_v 24 and where $D_v = D$
+# (tools/dv_gpu_diagnose.py, its log below; failures at 192/128 in an earlier run came after
+# an illegal access had poisoned the process, and are not evidence). An offline sm_90 analysis
+# (`tools/dv_offline/REPORT.md`) found one difference that separates the failing compiles: V
+# placed in K's shared-memory slot with another shape and swizzle, which happens when neither
+# is pipelined (strides that are not multiples of 16, as at D 40 and D_v 24); it is a
+# correlation until a GPU run confirms it. Meanwhile compiled launches take another route,
+# exact by construction: pad the narrower operand with zero columns to $W = \max(D, D_v)$ and
+# run the one-head-dim kernel.
 #
 # * $D_v < D$: $v' = [v, 0]$. Then $O' = P v' = [P v, P\,0] = [O, 0]$: drop the last
 #   $D - D_v$ columns. Backward: $dV' = P^\top dO'$ with $dO' = [dO, 0]$ gives $[dV, 0]$;
@@ -194,7 +208,12 @@ for d, dv, causal, softcap in [(192, 128, True, None), (40, 24, True, 5.0), (32,
             {"D / D_v": f"{d} / {dv}", "route": route, "out": fwd.ratio}
             | {name: r.ratio for name, r in bwd.items()}
         )
-print(table(dv_rows, list(dv_rows[0]), {n: "{:.3f}" for n in ("out", "dq", "dk", "dv")}))
+print(table([{k: (v if k in ("D / D_v", "route") else ("pass" if v <= 1 else "FAIL")) for k, v in r.items()}
+             for r in dv_rows], list(dv_rows[0]), {}))  # fmt: skip
+same_route = all(
+    a[n] == b[n] for a, b in zip(dv_rows[::2], dv_rows[1::2]) for n in ("out", "dq", "dk", "dv")
+) if len(routes) == 2 else None  # fmt: skip
+print("the two routes give bitwise the same ratios (same outputs to the rule):", same_route)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -216,8 +235,11 @@ ds_model = build_model(ds_config, DEVICE, torch.float32)
 ds_ids = torch.randint(1, 64, (2, 17), generator=torch.Generator().manual_seed(3)).to(DEVICE)
 ds_logits = compare_logits(ds_model, ds_ids)
 ds_step = compare_training_step(DEVICE, torch.float32, batch=2, seqlen=17, config=ds_config)
-print("logits:", {k: ds_logits[k] for k in ("ratio", "passed")})
-print("training step:", {k: ds_step[k] for k in ("parameters", "passed")}, "loss", ds_step["loss"])
+print(f"logits pass: {ds_logits['passed']}")
+print(
+    f"training step: {ds_step['parameters']} parameter gradients pass: {ds_step['passed']}; "
+    f"loss passes: {ds_step['loss']['passed']}"
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -313,7 +335,7 @@ planted_report = error_rule(
     kvcache_reference(q, true_k, true_v, lengths + 2, compute_dtype=q.dtype),
 )
 print(
-    f"paged call: ratio {report.ratio:.3f}; a wrong page against the true cache: ratio {planted_report.ratio:.1f}"
+    f"a wrong page against the true cache: ratio to the bound above 100: {planted_report.ratio > 100}"
 )
 
 # %%
@@ -353,9 +375,7 @@ try:
     refusal = "no error"
 except (NotImplementedError, ValueError) as err:
     refusal = str(err)
-print(
-    f"flash_attn_func, (B, S, H, D), GQA, window (16, 0), softcap 30: ratio {fa_report.ratio:.3f}"
-)
+print(f"flash_attn_func, (B, S, H, D), GQA, window (16, 0), softcap 30: passes {fa_report.passed}")
 print("dropout_p=0.1:", refusal)
 has_registry = hasattr(torch.nn.attention, "register_flash_attention_impl")
 print(f"torch {torch.__version__}: register_flash_attention_impl available: {has_registry}")
