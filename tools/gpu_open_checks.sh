@@ -6,7 +6,8 @@
 #           of the features no GPU run has passed at HEAD, each file in a process of its own
 #           (an illegal memory access poisons the rest of its process)
 #   part B: the op layer's host cost (tools/op_overhead.py), the host-cost record
-#           (launch.json), the D_v dense grid with memcheck on failures
+#           (launch.json), the runs that test the D_v mode's suspected cause
+#           (tools/dv_offline/REPORT.md; dv_gpu_diagnose.py --root-cause, memcheck on failures)
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_open_checks.sh A|B <outdir>
 # Records go to <outdir>/results (copy them into results/ with the commit they ran at).
 set -u
@@ -31,5 +32,5 @@ if [ "$part" = A ]; then
 else
   stage op_overhead 60 python3 tools/op_overhead.py "$out/op_overhead.json"
   stage launch 200 python3 -m flashcore launch --record
-  stage dv_gpu_diagnose 200 python3 tools/dv_gpu_diagnose.py "$out/dv_gpu_diagnose.json" --sanitize
+  stage dv_root_cause 200 python3 tools/dv_gpu_diagnose.py "$out/dv_root_cause.json" --root-cause --sanitize
 fi
