@@ -644,25 +644,42 @@ print("op with windows and softcap passes the error rule:", all(r.passed for r i
 # model in float64; every attention call of one forward pass, on the q, k, v that call
 # received, against float64 (SDPA on the same inputs is the baseline); greedy tokens against
 # SDPA's, compared up to the first step whose top-2 margin is within 10x the logits' noise.
+#
+# The per-layer check is counted over 60 random models, not pinned to one. This model's wide
+# init gives scores of |s| = 220-290; rounding them to float32 moves each softmax weight by
+# about u|s|, and the largest error of one call then varies up to 3x between formulations that
+# are equally right (SDPA's `exp(s - max)` and the kernels' `exp2` form, emulated on the same
+# calls), so one call fails the 2x-SDPA bound by chance: on an AVX-512 CPU, 3 to 11 of 100
+# models by code path (worst ratio 2.6). At most 15 of 60 may fail. A systematic error twice
+# SDPA's would fail about half of them, and a softmax scale off by 1% fails every one
+# (`tests/test_ops.py`).
 
 # %%
-from flashcore.studies.e2e import run_e2e
+from flashcore.studies.e2e import per_layer_over_seeds, run_e2e
 
 e2e = run_e2e(DEVICE, torch.float32, steps=16)
+per_layer = per_layer_over_seeds(DEVICE)
 print(  # CPU: float32 errors of a few roundings, printed as their size and verdict (live_ratio)
     f"logits: max err {live_error(e2e['logits']['max_abs_err'], PROFILE)} vs sdpa "
     f"{live_error(e2e['logits']['sdpa_max_abs_err'], PROFILE)} "
-    f"(ratio {live_ratio(e2e['logits']['ratio'], PROFILE)}); attention calls: "
-    f"{len(e2e['per_layer']['layers'])}, worst ratio {live_ratio(e2e['per_layer']['worst_ratio'], PROFILE)}; "
+    f"(ratio {live_ratio(e2e['logits']['ratio'], PROFILE)}); "
     f"greedy steps compared {e2e['generation']['compared_steps']} of {e2e['generation']['steps']}"
+)
+print(  # CPU: which seeds fail depends on the code path, so only the GPU prints the count
+    f"attention calls per pass: {len(e2e['per_layer']['layers'])}; over {per_layer['seeds']} models: "
+    + (
+        f"{len(per_layer['failed'])} fail, worst ratio {per_layer['worst_ratio']:.3f}"
+        if PROFILE == "gpu"
+        else f"at most {per_layer['max_failed']} may fail"
+    )
 )
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print(
-    "float32 logits, every attention call, and the decided greedy tokens all pass:",
+    "float32 logits, the attention calls (counted over models), and the decided greedy tokens pass:",
     e2e["logits"]["passed"],
-    e2e["per_layer"]["passed"],
+    per_layer["passed"],
     e2e["generation"]["identical"] and e2e["generation"]["compared_steps"] > 0,
 )
 

@@ -180,6 +180,42 @@ def per_layer_attention(model, input_ids) -> dict:
     }
 
 
+# The per-layer check in float32 counted over model seeds, not pinned to one. This model's
+# wide init gives scores of |s| = 220-290, so the rounding of the scores to float32 moves
+# each softmax weight by about u |s| and every float32 attention's error is set by that: the
+# largest error of one call varies up to 3x between formulations that are equally right
+# (SDPA's exp(s - max) and the exp2 form kernels use, emulated in PyTorch on the same calls),
+# and the 2x-SDPA bound of one call fails by chance. Measured on an AVX-512 CPU under the
+# interpreter, 100 seeds per code path: 6 (native), 3 (avx2) and 11 (SSE) fail, worst ratio
+# 2.6. A systematic error twice SDPA's would fail about half the seeds, and a softmax scale
+# off by 1% fails every one (tests/test_ops.py).
+PER_LAYER_SEEDS = 60
+PER_LAYER_MAX_FAILED = 15
+
+
+def per_layer_over_seeds(
+    device, dtype=torch.float32, *, seeds=PER_LAYER_SEEDS, max_failed=PER_LAYER_MAX_FAILED
+) -> dict:
+    """``per_layer_attention`` on ``seeds`` random models (seed i: weights from i, prompt
+    from i + 1, as ``run_e2e``), passed when at most ``max_failed`` of them fail the rule."""
+    failed, worst = [], 0.0
+    for seed in range(seeds):
+        model = build_model(small_llama_config(), device, dtype, seed)
+        gen = torch.Generator().manual_seed(seed + 1)
+        ids = torch.randint(1, model.config.vocab_size, (1, 24), generator=gen).to(device)
+        report = per_layer_attention(model, ids)
+        worst = max(worst, report["worst_ratio"])
+        if not report["passed"]:
+            failed.append((seed, report["worst_ratio"]))
+    return {
+        "seeds": seeds,
+        "failed": failed,
+        "max_failed": max_failed,
+        "worst_ratio": worst,
+        "passed": len(failed) <= max_failed,
+    }
+
+
 def tokens_per_second(model, impl, input_ids, new_tokens=128, repeats=3) -> float:
     best = 0.0
     for _ in range(repeats):
