@@ -86,40 +86,43 @@ def _e2e(device, dtype):
 
 
 def test_transformers_llama_gqa_cpu():
-    # The per-layer check of this one model is in the count below (per_layer_over_seeds).
+    # The float32 logits and per-layer checks are counted over models below
+    # (checks_over_models); this one wide-init model is for greedy generation.
     result = _e2e("cpu", torch.float32)
-    assert result["logits"]["passed"], result["logits"]
     assert result["generation"]["compared_steps"] > 0
     assert result["generation"]["identical"], result["generation"]
 
 
-def _per_layer_rate(device, record_property, **kw):
+def _counted_checks(device, record_property, **kw):
     pytest.importorskip("transformers")
-    from flashcore.studies.e2e import per_layer_over_seeds
+    from flashcore.studies.e2e import checks_over_models
 
-    rate = per_layer_over_seeds(device, torch.float32, **kw)
-    failed = [(seed, round(ratio, 3)) for seed, ratio in rate["failed"]]
-    record_property(
-        "measured",
-        f"float32 per-layer attention on {device}: {len(failed)} of {rate['seeds']} model seeds "
-        f"fail the rule (bound {rate['max_failed']}), worst ratio {rate['worst_ratio']:.3f}; "
-        f"failing (seed, worst ratio): {failed}",
-    )
-    return rate
+    counted = checks_over_models(device, torch.float32, **kw)
+    for name in ("logits", "per_layer"):
+        c = counted[name]
+        failed = [(seed, round(ratio, 3)) for seed, ratio in c["failed"]]
+        record_property(
+            "measured",
+            f"float32 {name} on {device}: {len(failed)} of {counted['models']} models fail the "
+            f"rule (bound {c['max_failed']}), worst ratio {c['worst_ratio']:.3f}; "
+            f"failing (seed, ratio): {failed}",
+        )
+    return counted
 
 
-def test_transformers_per_layer_float32_failure_rate_cpu(record_property):
-    rate = _per_layer_rate("cpu", record_property)
-    assert rate["passed"], rate
+def test_transformers_float32_checks_over_models_cpu(record_property):
+    counted = _counted_checks("cpu", record_property)
+    assert counted["logits"]["passed"], counted["logits"]
+    assert counted["per_layer"]["passed"], counted["per_layer"]
 
 
 @pytest.mark.gpu
 def test_transformers_llama_gqa_gpu_fp32_per_layer(record_property):
     result = _e2e("cuda", torch.float32)
-    assert result["logits"]["passed"], result["logits"]
     assert result["generation"]["identical"], result["generation"]
-    rate = _per_layer_rate("cuda", record_property)
-    assert rate["passed"], rate
+    counted = _counted_checks("cuda", record_property)
+    assert counted["logits"]["passed"], counted["logits"]
+    assert counted["per_layer"]["passed"], counted["per_layer"]
 
 
 @pytest.mark.gpu
@@ -266,7 +269,7 @@ def test_per_layer_check_catches_a_planted_attention_error(monkeypatch):
     calls is caught on the calls' own inputs."""
     pytest.importorskip("transformers")
     import flashcore.ops as ops
-    from flashcore.studies.e2e import per_layer_over_seeds
+    from flashcore.studies.e2e import checks_over_models
 
     if HAS_CUDA:
         pytest.skip("plants the bug in the CPU path")
@@ -277,8 +280,8 @@ def test_per_layer_check_catches_a_planted_attention_error(monkeypatch):
         scale = (scale if scale is not None else q.shape[-1] ** -0.5) * (1 + 1e-5)
         return honest(q, k, v, is_causal, bottom_right, scale, window, softcap)
 
-    # The honest kernel's side is test_transformers_per_layer_float32_failure_rate_cpu (at
-    # most PER_LAYER_MAX_FAILED of 60 models fail); with the bug planted every model fails.
+    # The honest kernel's side is test_transformers_float32_checks_over_models_cpu (at most
+    # COUNTED_MAX_FAILED of 60 models fail); with the bug planted every model fails.
     monkeypatch.setattr(ops, "_attention_cpu", off_scale)
-    rate = per_layer_over_seeds("cpu", torch.float32, seeds=8, max_failed=0)
-    assert len(rate["failed"]) == 8, rate
+    counted = checks_over_models("cpu", torch.float32, seeds=8, max_failed=0)
+    assert len(counted["per_layer"]["failed"]) == 8, counted["per_layer"]
