@@ -27,7 +27,7 @@ if [ "$part" = A ]; then
   gpu_tests sinks 80 tests/test_sinks.py
   gpu_tests backward_hopper 100 tests/test_backward_hopper.py
   gpu_tests value_head_dim 30 tests/test_value_head_dim.py
-  gpu_tests ops 50 tests/test_ops.py
+  gpu_tests ops 150 tests/test_ops.py  # the counted e2e checks: 60 models
   gpu_tests timing_gluon 50 tests/test_timing_power.py -k gluon
 else
   stage op_overhead 60 python3 tools/op_overhead.py "$out/op_overhead.json"
