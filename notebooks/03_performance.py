@@ -33,7 +33,6 @@ REPS = 60
 from flashcore.notebook import setup, table
 
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
-import torch
 
 from flashcore.plots import save_figure
 from flashcore.results import describe, read_result, write_result
@@ -718,7 +717,7 @@ if PROFILE == "gpu" and MEASURE_E2E:
     write_result(
         "e2e_transformers",
         {
-            "check_fp32": e2e_study.run_e2e("cuda", torch.float32, steps=32),
+            "check_fp32": e2e_study.check_fp32("cuda", steps=32),
             "generation": e2e_study.issue_generation_speed(repeats=2),
         },
         command="notebooks/03_performance.ipynb (PROFILE=gpu, MEASURE_E2E=True)",

@@ -272,6 +272,15 @@ def run_e2e(device, dtype, *, prompt_len=24, steps=32, batch=1, seed=0) -> dict:
     }
 
 
+def check_fp32(device, *, steps=32) -> dict:
+    """The record's float32 check: ``run_e2e`` (greedy tokens on the wide-init model, its
+    logits for the noise level) with ``checks_over_models`` (logits and per-layer attention
+    counted over models) under ``"counted"``."""
+    result = run_e2e(device, torch.float32, steps=steps)
+    result["counted"] = checks_over_models(device, torch.float32)
+    return result
+
+
 def _next_token_losses(logits, ids):
     """Per-token next-token cross entropy (position i predicts token i + 1), in the logits'
     own dtype: the terms whose mean is a causal LM's loss. transformers' own loss

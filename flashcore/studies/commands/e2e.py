@@ -15,17 +15,15 @@ def add_e2e_arguments(p) -> None:
 
 
 def run_e2e(args) -> int:
-    import torch
 
     from ...results import write_result
     from .. import e2e
 
     dev = device()
-    dtype = torch.float32  # bf16 rounding of the model hides attention errors; fp32 does not
-    result = e2e.run_e2e(dev, dtype, steps=args.steps)
     # The logits and every attention call on its own inputs, counted over models at the
-    # default init (e2e.checks_over_models); the one wide-init model above is for generation.
-    counted = result["counted"] = e2e.checks_over_models(dev, dtype)
+    # default init; the one wide-init model of run_e2e is for generation (e2e.check_fp32).
+    result = e2e.check_fp32(dev, steps=args.steps)
+    counted = result["counted"]
     for name in ("logits", "per_layer"):
         c = counted[name]
         print(
