@@ -93,36 +93,30 @@ def test_transformers_llama_gqa_cpu():
     assert result["generation"]["identical"], result["generation"]
 
 
-def _counted_checks(device, record_property, **kw):
-    pytest.importorskip("transformers")
-    from flashcore.studies.e2e import checks_over_models
+def _assert_counted(counted, record_property):
+    from flashcore.studies.e2e import counted_lines
 
-    counted = checks_over_models(device, torch.float32, **kw)
-    for name in ("logits", "per_layer"):
-        c = counted[name]
-        failed = [(seed, round(ratio, 3)) for seed, ratio in c["failed"]]
-        record_property(
-            "measured",
-            f"float32 {name} on {device}: {len(failed)} of {counted['models']} models fail the "
-            f"rule (bound {c['max_failed']}), worst ratio {c['worst_ratio']:.3f}; "
-            f"failing (seed, ratio): {failed}",
-        )
-    return counted
+    for line in counted_lines(counted):
+        record_property("measured", line)
+    assert counted["logits"]["passed"], counted["logits"]
+    assert counted["per_layer"]["passed"], counted["per_layer"]
 
 
 def test_transformers_float32_checks_over_models_cpu(record_property):
-    counted = _counted_checks("cpu", record_property)
-    assert counted["logits"]["passed"], counted["logits"]
-    assert counted["per_layer"]["passed"], counted["per_layer"]
+    pytest.importorskip("transformers")
+    from flashcore.studies.e2e import checks_over_models
+
+    _assert_counted(checks_over_models("cpu", torch.float32), record_property)
 
 
 @pytest.mark.gpu
 def test_transformers_llama_gqa_gpu_fp32_per_layer(record_property):
-    result = _e2e("cuda", torch.float32)
+    pytest.importorskip("transformers")
+    from flashcore.studies.e2e import check_fp32
+
+    result = check_fp32("cuda", steps=32)
     assert result["generation"]["identical"], result["generation"]
-    counted = _counted_checks("cuda", record_property)
-    assert counted["logits"]["passed"], counted["logits"]
-    assert counted["per_layer"]["passed"], counted["per_layer"]
+    _assert_counted(result["counted"], record_property)
 
 
 @pytest.mark.gpu

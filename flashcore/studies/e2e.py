@@ -54,6 +54,15 @@ def build_model(config, device, dtype, seed=0):
     return model.to(device=device, dtype=dtype)
 
 
+def seeded_model_and_prompt(config, device, dtype, seed, *, batch=1, prompt_len=24):
+    """A random-init model of ``config`` (weights from ``seed``) and a random prompt (from
+    ``seed + 1``): the pair every check here runs on."""
+    model = build_model(config, device, dtype, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(1, config.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    return model, ids
+
+
 def _with_impl(model, impl):
     model.set_attn_implementation(impl)
     return model
@@ -202,18 +211,16 @@ def checks_over_models(
     device, dtype=torch.float32, *, seeds=COUNTED_MODELS, max_failed=COUNTED_MAX_FAILED
 ) -> dict:
     """``compare_logits`` and ``per_layer_attention`` on ``seeds`` random models
-    (``small_llama_config`` at init ``COUNTED_INIT``; seed i: weights from i, prompt from
-    i + 1, as ``run_e2e``). Each check passes when at most ``max_failed`` models fail it."""
+    (``small_llama_config`` at init ``COUNTED_INIT``, ``seeded_model_and_prompt`` of seed
+    0, 1, ...). Each check passes when at most ``max_failed`` models fail it."""
     out = {
         name: {"failed": [], "worst_ratio": 0.0, "max_failed": max_failed}
         for name in ("logits", "per_layer")
     }
     calls = 0
+    config = small_llama_config(initializer_range=COUNTED_INIT)
     for seed in range(seeds):
-        config = small_llama_config(initializer_range=COUNTED_INIT)
-        model = build_model(config, device, dtype, seed)
-        gen = torch.Generator().manual_seed(seed + 1)
-        ids = torch.randint(1, model.config.vocab_size, (1, 24), generator=gen).to(device)
+        model, ids = seeded_model_and_prompt(config, device, dtype, seed)
         logits = compare_logits(model, ids)
         layers = per_layer_attention(model, ids)
         calls = len(layers["layers"])
@@ -227,6 +234,22 @@ def checks_over_models(
     for check in out.values():
         check["passed"] = len(check["failed"]) <= max_failed
     return {"models": seeds, "initializer_range": COUNTED_INIT, "calls_per_model": calls, **out}
+
+
+def counted_lines(counted) -> list[str]:
+    """One line per check of ``checks_over_models``' result: how many models failed it,
+    against the bound, its worst ratio and the failing seeds."""
+    lines = []
+    for name in ("logits", "per_layer"):
+        c = counted[name]
+        failed = [(seed, round(ratio, 3)) for seed, ratio in c["failed"]]
+        lines.append(
+            f"float32 {name}: {len(failed)} of {counted['models']} models "
+            f"(init {counted['initializer_range']}) fail the error rule (at most "
+            f"{c['max_failed']} may), worst ratio {c['worst_ratio']:.3f}; failing (seed, "
+            f"ratio): {failed}"
+        )
+    return lines
 
 
 def tokens_per_second(model, impl, input_ids, new_tokens=128, repeats=3) -> float:
@@ -249,9 +272,9 @@ def tokens_per_second(model, impl, input_ids, new_tokens=128, repeats=3) -> floa
 
 
 def run_e2e(device, dtype, *, prompt_len=24, steps=32, batch=1, seed=0) -> dict:
-    model = build_model(small_llama_config(), device, dtype, seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    ids = torch.randint(1, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    model, ids = seeded_model_and_prompt(
+        small_llama_config(), device, dtype, seed, batch=batch, prompt_len=prompt_len
+    )
     logits = compare_logits(model, ids)
     return {
         "dtype": str(dtype).replace("torch.", ""),
@@ -306,9 +329,10 @@ def compare_training_step(
     same-precision baseline."""
     name = register_transformers()
     config = config or small_llama_config(initializer_range=0.1)
-    model = build_model(config, device, dtype, seed).train()
-    gen = torch.Generator().manual_seed(seed + 1)
-    ids = torch.randint(1, model.config.vocab_size, (batch, seqlen), generator=gen).to(device)
+    model, ids = seeded_model_and_prompt(
+        config, device, dtype, seed, batch=batch, prompt_len=seqlen
+    )
+    model.train()
 
     def grads():
         return {n: p.grad.detach().clone() for n, p in model.named_parameters()}

@@ -15,7 +15,6 @@ def add_e2e_arguments(p) -> None:
 
 
 def run_e2e(args) -> int:
-
     from ...results import write_result
     from .. import e2e
 
@@ -24,13 +23,7 @@ def run_e2e(args) -> int:
     # default init; the one wide-init model of run_e2e is for generation (e2e.check_fp32).
     result = e2e.check_fp32(dev, steps=args.steps)
     counted = result["counted"]
-    for name in ("logits", "per_layer"):
-        c = counted[name]
-        print(
-            f"{name} over {counted['models']} models (init {counted['initializer_range']}): "
-            f"{len(c['failed'])} fail the error rule (at most {c['max_failed']} may): "
-            f"{c['passed']} (worst ratio {c['worst_ratio']:.3f})"
-        )
+    print("\n".join(e2e.counted_lines(counted)))
     print(
         f"logits of the generation model: max err {result['logits']['max_abs_err']:.3e}, "
         f"sdpa {result['logits']['sdpa_max_abs_err']:.3e}, "
