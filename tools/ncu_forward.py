@@ -1,17 +1,21 @@
 """One forward launch per implementation for Nsight Compute (run under ncu, which picks the
 launch after the warm-up by --launch-skip). D=128, S=8192, B=2, H=16, bf16, non-causal.
 
-    python tools/ncu_forward.py {hopper,triton,cudnn} [--causal]       (under ncu, GPU)
-    python tools/ncu_forward.py --record DIR COMMIT DATE                  (parse, any machine)
+    python tools/ncu_forward.py {hopper,triton,cudnn} [--causal]   (under ncu, GPU)
+    python tools/ncu_forward.py --record DIR                           (parse, on the same GPU)
 
-The second form reads DIR/ncu_{hopper,triton,cudnn}.csv (``ncu --csv --page raw``) and writes
-results/nvidia-h100-80gb-hbm3/ncu_forward.json: tensor-pipe utilization, issue activity,
-and the stall reasons per issued instruction of each kernel."""
+``hopper`` is ``flashcore.attention`` as it ships (its dispatch sends this shape to the Gluon
+kernel; the script checks that it does), ``triton`` the same call with
+FLASHCORE_FORWARD_HOPPER=never (the Triton kernel, its default config), ``cudnn`` SDPA's cuDNN
+backend. The second form reads DIR/ncu_{hopper,triton,cudnn}.csv (``ncu --csv --page raw``)
+and writes results/<gpu>/ncu_forward.json through ``write_result``: provenance (commit, dirty,
+versions) and the kernel fingerprint are computed there, on the machine that ran ncu, not
+typed in. It records tensor-pipe utilization, issue activity and the stall reasons per issued
+instruction of each kernel. ``tools/gpu_ncu_forward.sh`` runs both forms."""
 
 import csv
 import io
-import json
-import math
+import os
 import sys
 
 STALLS = (
@@ -73,78 +77,64 @@ def parse_csv(text: str) -> dict:
     return out
 
 
-def record(folder, commit, date):
+def record(folder):
     sys.path.insert(0, ".")
-    from flashcore.results import REPO_ROOT
+    from flashcore.kernels import forward, forward_hopper  # noqa: F401 (the fingerprint's scope)
+    from flashcore.results import write_result
 
     kernels = {
         impl: parse_csv(open(f"{folder}/ncu_{impl}.csv").read())
         for impl in ("hopper", "triton", "cudnn")
     }
     payload = {
-        "topic": "ncu_forward",
-        "provenance": {
-            "date": date,
-            "commit": commit,
-            "device": "NVIDIA H100 80GB HBM3",
-            "gpu": "NVIDIA H100 80GB HBM3",
-            "gpu_slug": "nvidia-h100-80gb-hbm3",
-            "torch": "2.11.0+cu130",
-            "triton": "3.6.0",
-            "command": "tools/gpu_forward_hopper.sh (ncu --clock-control none "
-            "--section SpeedOfLight ComputeWorkloadAnalysis WarpStateStats Occupancy --page raw)",
-        },
         "shape": {"B": 2, "H": 16, "S": 8192, "D": 128, "dtype": "bfloat16", "causal": False},
         "what": {
-            "hopper": "Gluon FA3-structured kernel (kernels/forward_hopper.py), ping-pong, "
-            "BLOCK_N 128, 2 stages",
-            "triton": "today's Triton kernel (kernels/forward.py, its default config)",
+            "hopper": "flashcore.attention as shipped: its dispatch runs this shape on the Gluon "
+            "FA3-structured kernel (kernels/forward_hopper.py)",
+            "triton": "flashcore.attention with FLASHCORE_FORWARD_HOPPER=never: the Triton "
+            "kernel (kernels/forward.py), its default config",
             "cudnn": "SDPA's cuDNN backend",
         },
+        "ncu": NCU_COMMAND,
         "kernels": kernels,
     }
-    path = REPO_ROOT / "results" / "nvidia-h100-80gb-hbm3" / "ncu_forward.json"
-    path.write_text(json.dumps(payload, indent=1) + "\n")
+    path = write_result("ncu_forward", payload, command="bash tools/gpu_ncu_forward.sh OUT")
     print("wrote", path)
 
 
+NCU_COMMAND = (
+    "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis "
+    "--section WarpStateStats --section Occupancy --launch-skip 3 --launch-count 1 --csv --page raw"
+)
+
+
 if __name__ == "__main__" and sys.argv[1] == "--record":
-    record(*sys.argv[2:5])
+    record(sys.argv[2])
     sys.exit(0)
 
 import torch  # noqa: E402
 
-from flashcore import interface  # noqa: E402
-from flashcore.kernels import forward, forward_hopper  # noqa: E402
+from flashcore import dispatch, interface  # noqa: E402
 from flashcore.studies import bench  # noqa: E402
 
 impl = sys.argv[1]
 causal = "--causal" in sys.argv
+if impl == "triton":
+    os.environ["FLASHCORE_FORWARD_HOPPER"] = "never"  # read per call by flashcore.dispatch
 B, H, S, D = 2, 16, 8192, 128
 gen = torch.Generator(device="cuda").manual_seed(0)
 q, k, v = (
     torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3)
 )
-if impl == "hopper":
-    out = torch.empty_like(q)
-
-    def fn():
-        forward_hopper.attention_hopper(
-            q,
-            k,
-            v,
-            out,
-            out,
-            causal_offset=0,
-            is_causal=causal,
-            qk_scale=forward_hopper.LOG2E / math.sqrt(D),
-            store_lse=False,
+if impl in ("hopper", "triton"):
+    ran = dispatch.forward_kernel(q, k, v, causal=causal)
+    if ran != {"hopper": "gluon", "triton": "triton"}[impl]:
+        sys.exit(
+            f"flashcore.attention dispatches this shape to {ran}, not the kernel {impl!r} names"
         )
-elif impl == "triton":
-    cfg = forward.default_config(q, k, causal)
 
     def fn():
-        interface.attention(q, k, v, causal=causal, config=cfg)
+        interface.attention(q, k, v, causal=causal)
 else:
     sdpa = bench.make_sdpa("cudnn", causal, False)
 
