@@ -48,3 +48,5 @@ case "$part" in
     ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
+# One archive of every record this part wrote (the call's output keeps a shallow tree).
+tar -czf "$out/records.tar.gz" -C "$out" results && echo "records: $(tar -tzf "$out/records.tar.gz" | grep -c json)"
