@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from flashcore.interface import attention  # noqa: E402
 from flashcore.kernels import backward_hopper as bh  # noqa: E402
 from flashcore.kernels.backward import attention_backward  # noqa: E402
-from flashcore.results import provenance  # noqa: E402
+from flashcore.results import kernel_fingerprint, provenance  # noqa: E402
 from flashcore.validate_backward import GRADIENTS, backward_grid, check_grad_case  # noqa: E402
 
 TOKENS, HIDDEN = 16 * 1024, 2048
@@ -147,6 +147,7 @@ def main() -> int:
         torch.cuda.empty_cache()
     record["speed"] = speed
     record["seconds"] = time.perf_counter() - start
+    record["kernel_fingerprint"] = kernel_fingerprint()  # the kernel modules this run imported
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
     print(f"wrote {args.out} ({record['seconds']:.0f} s)")
