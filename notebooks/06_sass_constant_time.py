@@ -176,12 +176,11 @@ print(ctrl["data_branches"][0]["text"], "  <- predicate derived from loaded q va
 # buffers. |t| > 4.5 is dudect's threshold. A plain cuBLAS bf16 matmul, which has no
 # value-dependent control flow at all, is measured the same way as a hardware reference.
 #
-# The forward rows at D64 S2048 reach the Triton kernel. The test now also times the shapes the
+# The forward rows at D64 S2048 reach the Triton kernel. The test also times the shapes the
 # Gluon kernel serves (D128 S2048 bf16, non-causal and causal: rows named `… (Gluon)`; the run
-# checks that `interface.forward_kernel` picks the Gluon kernel for them). The recorded
-# `timing_leak.json` predates that change: it has no Gluon rows (the line after the verdicts says
-# so), and its status line says it is stale; until it is re-recorded on the GPU
-# (`-p MEASURE_TIMING True`), the timing verdicts below say nothing about the Gluon kernel.
+# checks that `interface.forward_kernel` picks the Gluon kernel for them, and the last verdict
+# line below checks that the record has those rows). The record's status line is printed above
+# its table.
 
 # %%
 MEASURE_TIMING = MEASURE_TIMING or SWEEP == "full"
@@ -260,6 +259,32 @@ print(
 print("the record times the Gluon kernel's shapes:", any("(Gluon)" in r["kernel"] for r in lt))
 
 # %% [markdown]
+# **What the recorded test shows.** Every shipped forward kernel is flagged on every fixed
+# class, |t| from 5.3 (D64 causal, NaN/Inf) to 323.0 (Gluon non-causal, all-equal), and the
+# fixed class is faster in every forward row: by 0.98–3.68% on all-equal, subnormal and sparse
+# inputs, by 0.27–0.67% on huge and NaN/Inf inputs. The largest shift is the Gluon non-causal
+# kernel's −3.68% on all-equal, so "every fixed-vs-random median shift under 5%" prints True.
+# The cuBLAS reference is flagged on four classes (−2.54 to −3.20% on all-equal, subnormal and
+# sparse; −0.15% at |t| 5.6 on NaN/Inf) and not on huge (|t| 1.3).
+#
+# The **Gluon rows** show the Triton rows' pattern, with larger shifts: non-causal −3.68,
+# −2.87, −3.31% on all-equal, subnormal, sparse (|t| 323.0, 204.7, 270.8) and −0.42, −0.47% on
+# huge, NaN/Inf (|t| 22.4, 27.7); causal −2.43, −1.90, −2.23% (|t| 237.4, 213.9, 218.3) and
+# −0.57, −0.41% (|t| 35.4, 31.5). Nothing in this notebook ties these shifts to an instruction,
+# and the power study below does not run these shapes.
+#
+# **Decode** prints False on "every median shift under 0.5%" because of its all-equal row,
+# −1.16%, which the test does not flag (|t| 1.9); that row's random median, 109.95 µs, is itself
+# above the random medians of decode's other four rows (96.00–96.74 µs). The classes flagged for
+# decode (huge |t| 13.9, subnormal 5.1, NaN/Inf 9.4) move its median by +0.23, −0.03, +0.30%.
+#
+# **The controls** are flagged where they must be. The NaN exit cuts the time by 63.00% on
+# NaN/Inf inputs (|t| 176.8); skipping the rescale shifts it by −3.51, −3.43, −3.39% on
+# all-equal, subnormal, NaN/Inf inputs (|t| 75.9, 75.1, 72.7). That code-level leak is no larger
+# than the Gluon non-causal kernel's −3.68% on all-equal inputs, so the size of a shift alone does
+# not tell a leak in the code from one in the chip.
+
+# %% [markdown]
 # ## Power and clocks during the test
 #
 # Is the chip the cause? NVML reports the SM clock, the board power and the temperature, but
@@ -271,6 +296,10 @@ print("the record times the Gluon kernel's shapes:", any("(Gluon)" in r["kernel"
 # quarters. `*_pct` columns are fixed minus random, in percent of random; `sm_mhz`, `power_w`
 # and `temp_c` are the random class's. Nothing is set: clocks and power limits are the
 # machine's own (`python -m flashcore leak --power --record`, `results/<gpu>/timing_power.json`).
+#
+# The study runs only the kernels in `timing_leak.POWER_KERNELS`: the cuBLAS reference, the D64
+# forward non-causal and causal (the Triton kernel) and decode. It does not run the GQA rows or
+# the Gluon kernel's shapes, so it says nothing about the Gluon kernel's clock or power.
 
 # %%
 from flashcore.studies import timing_leak as TL
@@ -377,37 +406,60 @@ if power:
 # (the `data_addr` column) are not traced here, so no claim is made about their addresses. The
 # analysis flags both positive controls, so it can fail.
 #
-# *Clock:* the answer is **not** "constant time". In the interleaved timing test the
-# tensor-core kernels, flashcore's forward kernel and a plain cuBLAS matmul alike, run
-# measurably faster (about 1–3%) on all-equal, subnormal or sparse inputs than on random ones,
-# with |t| far above the threshold, and no instruction in their SASS explains it. The
-# hypothesis was that a tensor core toggling fewer bits draws less power and holds a higher
-# clock. The NVML study above (recorded on the H100, `timing_power.json`) tested it, and the
-# answer depends on whether the kernel reaches the board's power limit:
+# *Clock:* the answer is **not** "constant time". In the interleaved timing test every
+# tensor-core kernel, flashcore's forward kernels (Triton and Gluon) and a plain cuBLAS matmul
+# alike, runs faster on all-equal, subnormal or sparse inputs than on random ones (the forward
+# kernels by 0.98–3.68%, cuBLAS by 2.54–3.20%), with |t| from 18.6 to 323.0. The Triton kernels
+# have no data-dependent branch in their SASS and cuBLAS has no value-dependent control flow, so
+# the hypothesis was that a tensor core toggling fewer bits draws less power and holds a higher
+# clock. The NVML study above (recorded on the H100, `timing_power.json`) tested it on cuBLAS,
+# the D64 forward non-causal and causal, and decode. Its overall verdict prints
+# **inconclusive**, because the kernels disagree:
 #
-# - **Confirmed where the power cap binds.** Random inputs draw 30–40% more board power than
-#   all-equal, subnormal or sparse ones in every tensor-core kernel. cuBLAS (about 770 W on
-#   random data) and the non-causal forward (about 700–730 W) run into NVML's "software power
-#   cap": the SM clock drops on random data (cuBLAS about 1500 vs 1750 MHz, forward about 1900
-#   vs 1960 MHz), and the clock shift accounts for the time shift (cuBLAS −13 to −15%, forward
-#   −4 to −6% on the fixed classes).
-# - **Refuted where it does not.** The causal forward stays near 550 W, under the cap; its
-#   clock sits at 1980 MHz in every block of both classes, yet the blocked runs still move its
-#   time by up to +1.8% (the fixed classes slower). That shift is not the clock's.
+# - **Confirmed for cuBLAS and the D64 non-causal forward**, which run into NVML's "software
+#   power cap" in every row. On random inputs cuBLAS draws 692–752 W at 1420–1507 MHz and the
+#   non-causal forward 688–738 W at 1816–1881 MHz. On all-equal, subnormal and sparse inputs
+#   the board power is 19.4–34.3% lower, the SM clock 4.43–17.54% higher, and the blocked time
+#   shorter (cuBLAS −14.70 to −16.19%, forward −7.64 to −8.16%), the clock shift accounting for
+#   at least half of each time shift (the `clock_explains` column). These blocked
+#   shifts are several times the interleaved test's (cuBLAS −2.54 to −3.20%, this forward −1.71
+#   to −2.38%); how the clock behaves when the classes alternate launch by launch is not
+#   measured here.
+# - **Huge and NaN/Inf inputs do not fit the power account.** The non-causal forward's blocked time
+#   also drops by 7.40 and 6.95% there, with the clock +6.18 and +3.64% but the power +3.2 and
+#   −5.1%; cuBLAS is slower on huge inputs (+6.79%) at a lower clock (−5.67%) and lower power
+#   (−8.4%). The clock accounts for these time shifts (`clock_explains` is True), but the power
+#   does not account for the clock, and the interleaved test does not reproduce them (−0.27 and
+#   −0.41% for that forward, +0.03 and −0.15% for cuBLAS). Their cause is not measured.
+# - **Refuted for the D64 causal forward.** Its random class draws 542–647 W; NVML reports the
+#   power cap in two of its rows (all-equal, NaN/Inf), yet its clock stays at 1972–1980 MHz and
+#   moves by at most 0.19% between the classes while its blocked time moves by −2.04 to +2.86%.
+#   Those shifts change sign between classes (+2.86% all-equal, +2.53% huge), unlike the
+#   interleaved test's (every class faster, by 0.54–1.32%), and the record's per-block medians
+#   for this kernel range from 63.36 to 83.55 µs at that clock, jumping between blocks of either
+#   class; so the blocked runs do not resolve a class effect for it, and its interleaved shift
+#   has no measured cause.
+# - **Decode** (memory-bound, left out of the hypothesis) stays at 1980 MHz in every block. Its
+#   per-block medians range from 95.84 to 122.93 µs in blocks of either class, so its blocked
+#   shifts (−5.74 to +2.95%) say nothing about the classes.
+# - **The Gluon kernel is not in the study**, so whether its shifts (up to −3.68%) are the
+#   clock's is not measured. Their pattern, largest on the three low-power classes and under
+#   0.6% on huge and NaN/Inf, is the pattern of the cuBLAS and Triton rows in the same test, but
+#   the two D64 kernels that were measured came out differently, so the pattern does not settle
+#   it.
 #
-# So the dominant, several-percent value dependence on this machine is power-limit throttling
-# driven by data-dependent power: a property of the chip and its power management, not of any
-# kernel's code. A smaller residual (about 1–2% at a flat clock for the causal forward, and up
-# to 4.5% for the memory-bound decode kernel on sparse data) has no measured cause here; NVML
-# cannot see below the clock. The lines above recompute each verdict from the record, so
-# another machine or run can come out otherwise. The controls' code-level leaks are of a
-# different size: skipping all keys on a NaN changes the time by tens of percent.
+# So the largest value dependence measured on this machine, −7.64 to −16.19% in the blocked runs
+# of the kernels that reach the power cap, follows the SM clock, which follows a lower board power
+# on all-equal, subnormal and sparse inputs: a property of the chip and its power management,
+# which the cuBLAS reference shows as well. The rest (the causal forward's shift at a flat
+# clock, the huge and NaN/Inf blocked shifts, all of the Gluon kernel's shift) has no measured
+# cause here; NVML cannot see below the clock. The lines above recompute each verdict from the
+# record, so another machine or run can come out otherwise.
 #
-# These numbers come from `timing_leak.json` and `timing_power.json`, both recorded before the
-# kernels changed (their status lines above say stale) and, for the timing test, before it
-# included the Gluon kernel's shapes. The chip-level finding does not depend on our kernels (the
-# cuBLAS reference shows it), but the per-kernel lines are the recorded kernels'.
+# These numbers come from `timing_leak.json` and `timing_power.json`, both recorded on the H100
+# at commit 382853b with the kernels this notebook compiles (their status lines above say
+# current). The timing test includes the Gluon kernel's shapes; the power study does not.
 #
 # So the prior reports' "constant-time" claim fails on the first measurement that could test
-# it, and the failure is not in anybody's code. A timing-sensitive deployment has to treat
-# attention latency on this hardware as weakly value-dependent.
+# it, and its largest part, which cuBLAS shares, is not in anybody's code. A timing-sensitive
+# deployment has to treat attention latency on this hardware as weakly value-dependent.
