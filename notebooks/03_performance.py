@@ -161,6 +161,10 @@ print(
 )
 
 # %% [markdown]
+# In this record (`perf.json`, commit `382853b`, bf16 only) the two D=128 targets above are met
+# (geomean 1.83x SDPA flash, 0.96x cuDNN) and flashcore is ahead of FlexAttention (1.47x).
+# Beating cuDNN is not met at D=128 (0.96x) or D=64 (0.90x); at D=256 the geomean is 1.01x.
+#
 # **Where the cuDNN target is missed, and why.** Until issue 12 the kernel was FlashAttention-2's
 # algorithm with Hopper's bulk tensor copies (TMA descriptors), `wgmma` tensor-core instructions
 # (`HGMMA` in the SASS, notebook 06), software pipelining and an offline-tuned config per
@@ -173,8 +177,9 @@ print(
 # softmax for a fixed fraction of every tile. Triton 3.6's automatic warp specialization
 # (`tl.range(..., warp_specialize=True)`) did not close the gap (`tuning.json`, configs `ws-*`).
 # The next section is the kernel that has both ingredients. The table above comes from the
-# record; where `flashcore_triton` is in it, that column is the Triton kernel alone, measured in
-# the same process as the dispatched `flashcore`.
+# record; the `vs flashcore_triton` entries of the targets line are over the Triton kernel alone
+# at its default config (`bench.py` passes `default_config`, which skips the dispatch and the
+# tuned config), measured in the same process as the dispatched `flashcore`.
 
 # %% [markdown]
 # ## FlashAttention-3's structure, written in Gluon
@@ -220,7 +225,10 @@ save_figure(fig, "03_fa3_timeline")
 # ### What Nsight Compute says (recorded on the H100)
 #
 # One launch of each kernel at D=128, S=8192, B=2, H=16, bf16, non-causal, profiled with
-# `ncu --clock-control none` (`tools/gpu_forward_hopper.sh`). `tensor_pipe_pct`: tensor-pipe
+# `ncu --clock-control none` (`tools/gpu_ncu_forward.sh`, the fourth launch of each):
+# `hopper` is `flashcore.attention` as shipped (its dispatch runs this shape on the Gluon
+# kernel), `triton` the same call with `FLASHCORE_FORWARD_HOPPER=never` (the Triton kernel at
+# its default config), `cudnn` SDPA's cuDNN backend. `tensor_pipe_pct`: tensor-pipe
 # busy cycles as a share of peak over the active cycles; the stall columns are warps stalled
 # per issued instruction. Both profiles read the record (ncu is not re-run by the notebook).
 #
@@ -301,13 +309,15 @@ print(
 # ### Issue 12's targets, from the performance record
 #
 # The performance record this notebook renders (`perf.json`, re-recorded on the H100 at commit
-# `f2502d2`, bf16, with the Gluon kernel dispatched) times the dispatched `flashcore`, the
-# Triton kernel alone (`flashcore_triton`) and cuDNN in one process, interleaved over rounds.
-# Per shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the Triton kernel's); then the
-# targets: geomean over S 2K-16K × {causal, full} ≥ 1.00 at each head dim, no shape of those
-# below 0.95, S=1K ≥ 0.90. The variant sweep's last run (`fa3_attempt.json`, commit `2c03bb9`)
-# gave the same picture: geomean 0.96 at D=128, 1.01 at D=256, 0.91 at D=64 (the Triton kernel).
-# fp16 was not re-recorded with the Gluon kernel.
+# `382853b`, bf16, with the Gluon kernel dispatched) times the dispatched `flashcore`, the
+# Triton kernel alone at its default config (`flashcore_triton`) and cuDNN in one process,
+# interleaved over rounds. Per shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the
+# Triton kernel's); then the targets: geomean over S 2K-16K × {causal, full} ≥ 1.00 at each
+# head dim, no shape of those below 0.95, S=1K ≥ 0.90. At D=64 the dispatch never picks the
+# Gluon kernel (`python -m flashcore info`), so there the brackets compare two configs of the
+# Triton kernel. The variant sweep's last run (`fa3_attempt.json`, commit `2c03bb9`, a record
+# of an earlier kernel) gave a similar picture: geomean 0.953 at D=128, 1.017 at D=256 and
+# 0.905 at D=64 (the Triton kernel). fp16 was not re-recorded with the Gluon kernel.
 
 # %%
 shipped = report.cudnn_targets(record, "bfloat16")
@@ -336,16 +346,23 @@ for d, res in shipped.items():
     )
 
 # %% [markdown]
-# Reading the profile. The Triton kernel keeps the tensor pipe busy about 56% of the time: its
-# warps alternate GEMM and softmax, and a `mio_throttle` stall (shared-memory traffic of the
-# operands it stages itself) is among its top three. The Gluon kernel reaches about 76%,
-# within two points of cuDNN's 77%, with the same 384 threads per block and 168 registers per
-# thread as cuDNN's kernel. What is left is mostly `barrier` stalls: the Gluon compiler puts a
-# warpgroup-wide `bar.sync` before each mbarrier arrive and around each `warpgroup_mma_wait`
-# (so that all four warps have finished with a buffer before one thread releases it), and
-# cuDNN's kernel stalls on barriers half as often. (The profile is of the kernel at commit
-# baf467f, one program per tile, a variant since superseded by the persistent grid and the
-# paired work units; it was not re-taken, which is why its status line says stale.)
+# Every target of issue 12 is missed in this record but D=256's geomean (1.01x). Shapes of
+# S 2K-16K below 0.95x cuDNN: at D=64 every one but c16K (0.88-0.93; c16K 0.95); at D=128 f2K
+# 0.86, c2K 0.91, f4K 0.93, f8K 0.94; at D=256 f2K 0.90, c2K 0.91. S=1K: D=64 f1K 0.89 (c1K
+# 0.90), D=128 0.81 both, D=256 0.81 (f) and 0.77 (c). flashcore is ahead of cuDNN at D=128
+# only at c8K (1.03) and c16K (1.08; f16K 1.00), and at D=256 at c4K (1.02), f8K (1.01), c8K
+# (1.11) and c16K (1.18).
+#
+# Reading the profile (`ncu_forward.json`, commit `382853b`: the shipped persistent Gluon kernel,
+# one program per SM, grid 132). The Triton kernel keeps the tensor pipe busy 56.1% of its
+# active cycles, and a `mio_throttle` stall (1.03 per issued instruction) is third among its
+# stalls, after `barrier` and `wait`. The Gluon kernel reaches 74.7%, 2.5 points under cuDNN's
+# 77.2%, with the same 384 threads per block, 168 registers per thread and grid of 132 as
+# cuDNN's kernel; its launch takes 1676 µs against cuDNN's 1626 and the Triton kernel's 2097.
+# Its top stall is `barrier`, 2.79 per issued instruction against cuDNN's 1.34 (about twice as
+# often): the Gluon compiler puts a warpgroup-wide `bar.sync` before each mbarrier arrive and
+# around each `warpgroup_mma_wait` (so that all four warps have finished with a buffer before
+# one thread releases it).
 #
 # **What the persistent grid bought, and three negative results** (runs `5a4f6ad` and
 # `f38c623` of the variant table, H100, 2026-11-23):
@@ -470,16 +487,20 @@ print(
 # %% [markdown]
 # What the table says about the reports' numbers. "Per sequence" figures under 5 µs are real
 # as throughput (graph time / B) for every backend, flashcore included; none of them is a
-# latency. At these sizes the eager time is set by the launch path, not the GPU work. Through
-# Triton's own launcher (`flashcore_triton`: argument binding and specialization on every call)
-# the kernel costs several times the host time of any other row. flashcore's cached launch path
-# (`flashcore`, the public call) reuses the compiled kernel's launcher and in this record costs
-# less host time than SDPA's backends (the last line above counts the shapes), so its eager loop
-# is at least as fast as the fastest SDPA backend at most prior-regime shapes; the line before it
-# counts them and names the shapes where it is slower (there its kernel is the slower one:
-# compare the graph column). CUDA
-# graphs (or `torch.compile` with `mode="reduce-overhead"`) remove host cost altogether; the
-# graph column is the kernel-against-kernel comparison.
+# latency. At these sizes the eager time is mostly set by the launch path, not the GPU work.
+# Through Triton's own launcher (`flashcore_triton`: argument binding and specialization on
+# every call) the kernel costs 98-145 µs of host time per call, about four times flashcore's
+# 23-38 µs and SDPA's 36-71 µs, on a par with FlexAttention's 83-145 µs. flashcore's cached
+# launch path (`flashcore`, the public call) reuses the compiled kernel's launcher and in this
+# record costs less host time than every SDPA backend at every shape (the last line above), so
+# its eager loop is at least as fast as the fastest SDPA backend at 8 of 10 shapes; it is slower
+# at B16 H96 S512 and B32 H8 S512 (eager ratio 0.84 and 0.83), where its kernel is the slower
+# one (graph 316.62 against cuDNN's 258.95 µs, 56.76 against 47.27). Both "at every shape"
+# lines print False. Under graph replay, the kernel-against-kernel comparison, flashcore is
+# ahead of the fastest SDPA backend only at the three smallest shapes (B8 and B16 at S=128, B8
+# at S=256: 1.09-1.18) and behind it at the other seven (0.81-0.93), where the fastest is
+# cuDNN but for B32 H8 S128 (SDPA flash). CUDA graphs (or `torch.compile` with
+# `mode="reduce-overhead"`) remove host cost altogether.
 
 # %% [markdown]
 # ## Decode: bytes over time
@@ -547,13 +568,17 @@ if rows:
     )
 
 # %% [markdown]
-# In this record decode is at least as fast as cuDNN at every shape under CUDA-graph replay, by
-# the margins printed above (small: both read K and V at close to the copy ceiling on long
-# caches), and ahead of SDPA flash everywhere. "At least 90% of the copy ceiling on caches
-# ≥ 32K" prints False: the shape named above falls short. The short-cache, batch-1 case reads
-# too few bytes per launch to approach the ceiling at all (its `of_copy` in the table). The eager
-# column carries flashcore's Python launch cost. (`decode_splits.json`, a separate record,
-# shows a short-cache shape where one split loses to cuDNN: `decode.choose_num_splits`.)
+# In this record decode is at least as fast as SDPA flash at every shape under CUDA-graph
+# replay (1.01x-1.47x), but "at least as fast as SDPA cuDNN at every shape" prints False: at B4
+# Hkv32 cache 32768 cuDNN takes 686.0 µs against flashcore's 686.4 (`perf.json`; the table
+# rounds the ratio to 1.00). Elsewhere flashcore is ahead of cuDNN by 1.01x-1.07x, small
+# margins: both read K and V at close to the copy ceiling on long caches. "At least 90% of the
+# copy ceiling on caches ≥ 32K" prints False too: B1 Hkv8 cache 32768 reaches 0.88. The
+# short-cache, batch-1 GQA case (B1 Hkv8 cache 8192) reads too few bytes per launch to approach
+# the ceiling (0.63). The eager column carries flashcore's Python launch cost. (`decode_splits.json`,
+# a separate record, has two short-cache shapes, B1 and B8 at Hkv4 cache 640, where the split
+# count `decode.choose_num_splits` picks, 1, loses to cuDNN: 8.68 against 6.36 µs and 8.81
+# against 6.67, while 8 and 4 splits would beat it: 5.30 and 6.19 µs.)
 
 # %% [markdown]
 # ## Host cost per call, and generation end to end
@@ -636,8 +661,10 @@ print(
 # synchronisation inside it, the queue drained every 32 calls) and cProfile's own time per
 # function, per call. Two runs of the same tool: before the Gluon kernel had a lean launch
 # (commit `d231668`) and after (`9111745`, `forward_hopper.LeanHopperLaunch`). Host times from
-# two machine starts differ by up to ~20% for unchanged code (the SDPA column), so read the
-# before/after on the Gluon row, where the change is 4x. (The logs' `commit` field shows the
+# two machine starts differ for unchanged code by up to a third on the fixed-size rows (the
+# SDPA rows: 35 against 26 µs at the GQA prefill) and more on the growing-cache row (58
+# against 90), so read the before/after on the Gluon row, where the change is about 4x
+# (180 to 46 µs). (The logs' `commit` field shows the
 # older `.git` the GPU machine's copy carried; `provenance_note` in each says which tree ran.)
 
 # %%
@@ -683,17 +710,20 @@ _top("after", "B1 H8 S128 D64", "flashcore op")
 # (`native_specialize_impl`, 16 calls) on every call, because the forward's signature cache held
 # Triton entries only. With a lean entry for the Gluon kernel (the first call of a signature is
 # checked; later ones fill out, lse, scale and the descriptors into a frozen argument list and
-# call the compiled kernel's launcher) it is 46 µs, and the GQA prefill's eager time in the
-# current quick record is its GPU time (81 µs against SDPA's 83). Two misses remain, both
-# diagnosed, neither fixed this session (a fix changes the kernel modules, and every record
-# just re-recorded would go stale with no GPU time left to re-record it):
-# * decode, 68 µs against SDPA's 33: `launch_decode` plans the split per call in Python (own
-#   time 17-31 µs: the key, the split count, the grid), and allocates the output and the split
-#   partials (`torch.empty` twice, 9-15 µs); the combine is a second launch. The next step is an
+# call the compiled kernel's launcher) it is 46 µs, and in `launch.json` (commit `382853b`)
+# the GQA prefill's eager time, 84.5 µs, is within 5% of its graph-replay time (80.4 µs) and
+# under SDPA's default (85.9 µs). The other rows of that record miss 1.10x of SDPA's default
+# (the launch table above; the verdict lines print False). Two of the misses are diagnosed by these profiles, neither fixed (a fix
+# changes the kernel modules, and every record just re-recorded would go stale):
+# * decode, 68 µs of host time against SDPA's 33: `launch_decode` plans the split per call in
+#   Python (own time 17-31 µs over the four decode profiles: the key, the split count, the
+#   grid), and allocates the output and the split partials (`torch.empty` twice, 9-15 µs); the
+#   combine is a second launch. The next step is an
 #   exact-size plan cache beside the specialization cache (the growing cache changes the size
 #   every step, so the plan must stay cheap to recompute, not only cached) and one allocation.
-# * the op, +35-45 µs over `flashcore.attention`: `torch.ops.flashcore.attention` enters the
-#   dispatcher, then the Python autograd kernel `register_autograd` installs
+# * the op, 26.5-43.7 µs of eager time over `flashcore.attention` in `launch.json` at every
+#   shape but the GPU-bound GQA prefill (84.7 against 84.5 µs):
+#   `torch.ops.flashcore.attention` enters the dispatcher, then the Python autograd kernel `register_autograd` installs
 #   (`autograd_impl`, `forward_no_grad`, `redispatch`) even when nothing requires grad, before
 #   the CUDA kernel. Removing that needs the autograd formula below the Python layer (a C++
 #   extension) or a path that skips the op where it is not traced; not done.
@@ -706,9 +736,11 @@ _top("after", "B1 H8 S128 D64", "flashcore op")
 # (flashcore takes the padding through its mask hook: varlen ranges for the prompt, a
 # per-key padding mask in the KV-cache kernel for each step; no dense mask). Generation at
 # these sizes is host-bound, and the GPU machine's host speed drifts by tens of percent from
-# one run to the next, so `ratio` is the median over rounds of each round's own ratio (the two
-# implementations run back to back within a round, in alternating order); the last column is
-# the spread of those per-round ratios.
+# one run to the next, so `ratio` is taken per round (the two implementations run back to back
+# within a round, in alternating order) and the record keeps the middle one of the sorted
+# per-round ratios; with the two rounds this record has, that is the larger of the two
+# (`e2e.issue_generation_speed`). The last column is the range of the per-round ratios and
+# their count.
 
 # %%
 if PROFILE == "gpu" and MEASURE_E2E:
@@ -749,22 +781,26 @@ print(
 )
 
 # %% [markdown]
-# What the records show (H100). Host cost: the table above is the quick record at `34c60c8`
-# (100 calls x 3 repeats per row; the full record, `launch.json` at `f2502d2`, predates the
-# Gluon lean launch and reads stale). `flashcore.attention` is within 1.10x of SDPA's default
-# on the prefill rows but one: B8 H16 S512 at 1.14x, where both are GPU-bound (graph 24 against
-# 23 µs). The GQA prefill on the Gluon kernel is now at its GPU time (81 against SDPA's 83 µs;
-# 129 against 85 at `f2502d2`). Missed, with the causes diagnosed above: decode (88 against 42
-# µs: Python planning and two allocations per call, two launches) and the op (42 against 21 µs
-# at the smallest shape: the Python autograd layer). SDPA's rows with a growing cache are
-# pathological in eager mode in this run (cuDNN and the default backend rebuild per cache
-# length: milliseconds), which the ratio column shows rather than hides. Since `f2502d2` the op is defined on a
-# `torch.library.Library` instead of `torch.library.custom_op` (commit `b711573`): on a 2-core
-# CPU the op layer costs 25 µs per call against 42 µs behind `custom_op`
-# (`results/cpu-interpreter/logs/op_overhead_bce2507.json`); on the H100 the op costs 20-55 µs
-# over `flashcore.attention` in the quick record. In generation the medians of the per-round ratios are
-# 1.00x at B1, 1.05x at B8, 1.13x with sliding windows and 1.06x for the padded batch, but
-# single rounds range from 0.87x to 1.64x: the host-time differences above are a few percent
-# of a generation step, less than the machine's round-to-round drift. An earlier record of
-# three rounds at `f2502d2`, with the ratio taken between medians, gave 0.82x at B8 for the
-# same code; this is why the ratio is now paired per round.
+# What the records show (H100, all at commit `382853b`). Host cost: the table above is
+# `launch.json` (300 calls x 5 repeats per row), current for today's kernels.
+# `flashcore.attention` is within 1.10x of SDPA's default eager time at one shape of six, the
+# GQA prefill on the Gluon kernel (84.5 against 85.9 µs, 0.98x), so that verdict prints False.
+# It misses at B1 H8 S128 D64 (32.7 against 29.2 µs, 1.12x), at B8 H16 S512 D64 (34.3 against
+# 30.7, 1.12x; GPU-bound there: graph 24.0 against 23.0), at B1 H32 S1024 D128 (46.8 against
+# 33.8, 1.38x; graph 35.1 against 31.8, and in the host profile above flashcore's host time is
+# 43 µs against SDPA's 34: not profiled further), at decode with a fixed cache (37.5 against
+# 23.7, 1.59x) and with a growing cache (48.3 against 41.5, 1.16x), the decode causes diagnosed
+# above. The op (`torch.ops.flashcore.attention`) misses 1.10x at every shape but the GQA
+# prefill (84.7 against 85.9): 61.2-90.5 µs against SDPA's 23.7-41.5, the Python autograd
+# layer above. Since `f2502d2` the op is defined on a `torch.library.Library` instead of
+# `torch.library.custom_op` (commit `b711573`): on a 2-core CPU the op layer costs 25 µs per
+# call against 42 µs behind `custom_op` (`results/cpu-interpreter/logs/op_overhead_bce2507.json`).
+#
+# Generation: "at least as fast as SDPA in every row" prints False, because of batch 1. The
+# recorded ratios are 0.97 at B1, 1.01 at B8, 1.12 with sliding windows and 1.22 for the
+# padded batch, each the larger of two rounds. At B1 both rounds have flashcore slower (0.89
+# and 0.97); at B8 one round is below 1 (0.97) and one above (1.01); sliding windows and the
+# padded batch are ahead in both rounds (1.11-1.12 and 1.04-1.22). The B1 gap (0.03 and 0.11
+# below 1) is of the order of the spread between its two rounds (0.08), and why flashcore is
+# slower there was not measured: two rounds cannot tell a few-percent difference from the
+# host's round-to-round drift.
