@@ -246,8 +246,9 @@ def provenance(command: str | None = None) -> dict:
                 "sm_count": props.multi_processor_count,
                 "memory_gib": round(props.total_memory / 2**30, 1),
                 "compute_capability": f"{props.major}.{props.minor}",
+                # One GPU's line: nvidia-smi prints one per GPU, the same driver on each.
                 "driver": _run(
-                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+                    ["nvidia-smi", "-i", "0", "--query-gpu=driver_version", "--format=csv,noheader"]
                 ),
                 "cuda": torch.version.cuda,
                 "cudnn": torch.backends.cudnn.version(),
@@ -306,7 +307,9 @@ def read_result(topic: str, slug: str | None = None) -> dict:
 def describe(record: dict) -> str:
     """One line of provenance for a notebook: device, date, commit, versions."""
     p = record["provenance"]
-    extra = f", driver {p['driver']}, CUDA {p['cuda']}" if p.get("driver") else ""
+    # Records made on several GPUs before provenance() asked for one list the driver per GPU.
+    driver = p["driver"].splitlines()[0] if p.get("driver") else None
+    extra = f", driver {driver}, CUDA {p['cuda']}" if driver else ""
     return (
         f"{p['device']} — recorded {p['date']} at commit {p['commit'][:10]} "
         f"(torch {p['torch']}, triton {p['triton']}{extra})"

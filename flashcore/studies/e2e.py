@@ -10,6 +10,7 @@ model with GQA (config only, nothing downloaded), flashcore vs transformers' "sd
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -505,17 +506,27 @@ def issue_generation_speed(
                     row.setdefault(key + "_repeats", []).append(
                         batch * new_tokens / (time.perf_counter() - t0)
                     )
-        for impl in ("flashcore", "sdpa"):
-            samples = sorted(row[f"tokens_per_s_{impl}_repeats"])
-            row[f"tokens_per_s_{impl}"] = samples[len(samples) // 2]
-        # The ratio is the median of each round's own ratio: the two runs of a round are
-        # adjacent, so the host's speed, which drifts by tens of percent between rounds on
-        # the GPU machine (generation here is host-bound), cancels within a round.
-        rounds = [
+        row["ratio_rounds"] = [
             f / s
             for f, s in zip(row["tokens_per_s_flashcore_repeats"], row["tokens_per_s_sdpa_repeats"])
         ]
-        row["ratio_rounds"] = rounds
-        row["ratio"] = sorted(rounds)[len(rounds) // 2]
-        rows.append(row)
+        rows.append(generation_medians(row))
     return rows
+
+
+def generation_medians(row: dict) -> dict:
+    """``row`` with ``tokens_per_s_*`` and ``ratio`` set to the medians of its rounds.
+
+    The ratio is the median of each round's own ratio: the two runs of a round are adjacent,
+    so the host's speed, which drifts by tens of percent between rounds on the GPU machine
+    (generation here is host-bound), cancels within a round. A true median (the mean of the
+    middle two for an even count): records made before it stored ``sorted(x)[len(x) // 2]``,
+    the larger of two rounds, so the notebook recomputes the medians from the rounds."""
+    row = dict(row)
+    for impl in ("flashcore", "sdpa"):
+        samples = row.get(f"tokens_per_s_{impl}_repeats")
+        if samples:
+            row[f"tokens_per_s_{impl}"] = statistics.median(samples)
+    if row.get("ratio_rounds"):
+        row["ratio"] = statistics.median(row["ratio_rounds"])
+    return row

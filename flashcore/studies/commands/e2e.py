@@ -36,7 +36,7 @@ def run_e2e(args) -> int:
     )
     payload = {"check_fp32": result}
     if dev == "cuda" and not args.no_speed:
-        payload["generation"] = e2e.issue_generation_speed(repeats=2)
+        payload["generation"] = e2e.issue_generation_speed(repeats=3)
         for r in payload["generation"]:
             print(
                 f"generation B{r['batch']} padded={r['padded']} window={r['window']}: flashcore "
