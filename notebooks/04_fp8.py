@@ -400,14 +400,8 @@ ratios = [l["x_bf16"] for l in long]
 print(
     f"fp8 / bf16 throughput at D=128, S>=4096: per shape {min(ratios):.2f}-{max(ratios):.2f}, geomean {geomean(ratios):.2f}"
 )
-try:  # the same measurement in another process: how much of the spread is run-to-run noise
-    other = read_result("fp8_notebook_check", RECORDED_GPU)
-    o = [l["x_bf16"] for l in F.speed_table(other["speed"]) if l["S"] >= 4096]
-    print(f"  repeat run ({describe(other)}): {min(o):.2f}-{max(o):.2f}, geomean {geomean(o):.2f}")
-    print("  " + status_line_for("fp8_notebook_check", RECORDED_GPU))
-except FileNotFoundError:
-    pass
-# The later quick record: its bf16 side is the forward as dispatched at its commit (Gluon).
+# The same measurement in another process (the quick record; same kernels when its status
+# line says current): how much of the spread is run-to-run noise.
 later = read_result("fp8_quick", RECORDED_GPU)
 o = [l["x_bf16"] for l in F.speed_table(later["speed"]) if l["S"] >= 4096]
 print(f"  later quick run ({describe(later)}): {min(o):.2f}-{max(o):.2f}, geomean {geomean(o):.2f}")
@@ -432,10 +426,8 @@ for causal in (False, True):
 #   flashcore's bf16: non-causal 1.17 (S = 4096), 1.24 (8192), 1.24 (16384); causal 1.14
 #   (4096), 1.16 (8192), 1.24 (16384); geomean 1.20. Why, from the table in section 6: the
 #   fp8 kernel runs at 636–740 TFLOP/s there and the bf16 side, the Gluon forward at these
-#   shapes, at 556–630. The two other lines are other runs. The `repeat run` is
-#   `fp8_notebook_check.json`, a stale record (commit 9020816) whose bf16 side predates the
-#   Gluon forward, so its ratios do not compare with these. The `later quick run`
-#   (`fp8_quick.json`, commit 34c60c8, current, same kernel fingerprint as this record) gives
+#   shapes, at 556–630. The `later quick run` line above is another process's run
+#   (`fp8_quick.json`, commit 34c60c8, current, same kernel fingerprint as this record); it gives
 #   1.15–1.22, geomean 1.18, close to this record's 1.14–1.24 and 1.20. The same fp8 kernel
 #   timed twice per shape (`fp8_naive` and `fp8_per_block` differ only in a constant) differs
 #   by up to 678 against 636 TFLOP/s (causal S = 4096); no shape comes within that spread
