@@ -338,9 +338,8 @@ else:
 # H·D = 2048, TFLOP/s with FLOPs = 2.5 × the forward's (causal counts visible pairs);
 # `flashcore_atomic` is the atomic-dQ mode; peers in the same process (FlexAttention in bf16
 # at D=128 only). The GPU profile measures `SPEED_SEQLENS` × `SPEED_HEAD_DIMS` live; the CPU
-# profile renders the record, which has bf16 and fp16: the table has no dtype column; its
-# first 104 rows (D 128, 64, 256; only the D=128 ones have `flex`) are bf16, the last 96
-# (D 128, 64, 256) fp16. The figure shows bf16.
+# profile renders the record, which has bf16 and fp16 (D 128, 64, 256; `flex` at bf16 D=128
+# only). The figure shows bf16.
 
 # %% tags=[]
 if PROFILE == "gpu":
@@ -366,10 +365,11 @@ else:
         print("recorded on", describe(record))
         print(status_line_for("backward", RECORDED_GPU))
 rows = [
-    {k: r.get(k) for k in ("D", "S", "causal", "impl")} | {"TFLOP/s": r.get("tflops", float("nan"))}
+    {k: r.get(k) for k in ("dtype", "D", "S", "causal", "impl")}
+    | {"TFLOP/s": r.get("tflops", float("nan"))}
     for r in speed
 ]
-print(table(rows, ["D", "S", "causal", "impl", "TFLOP/s"], {"TFLOP/s": "{:.0f}"}))
+print(table(rows, ["dtype", "D", "S", "causal", "impl", "TFLOP/s"], {"TFLOP/s": "{:.0f}"}))
 if record is not None and record.get("speed_summary"):
     for key, peers in record["speed_summary"].items():
         print(
