@@ -399,5 +399,8 @@ print(
 # and backward against FA4 at S ≥ 4K (target ≥ 0.95x; the padded route will cost the
 # padded columns); paged decode against the copy ceiling and FA4's paged decode
 # (`python -m flashcore bench --suite paged`); gpt-oss and DeepSeek-V3 bf16 generation speed
-# against their default attention. None of these has run: this notebook's GPU profile has
-# not yet run on the H100 either.
+# against their default attention. None of these has run. This notebook's GPU profile ran on
+# the H100 on 2026-11-26 (papermill, 71.6 s, every cell passing; `reproduce_timing.json`). The
+# padded route exists because the D_v kernel mode fails compiled on sm_90 when q/k's head dim is
+# padded; the GPU runs of 2026-11-26 traced that to V's shared buffer reusing K's slot with
+# another shape and swizzle (`tools/dv_offline/REPORT.md`); the fix is not yet applied.
