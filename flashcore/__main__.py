@@ -49,6 +49,12 @@ COMMANDS = {
     "e2e": Command(
         "transformers Llama check: logits under the rule, greedy tokens, tokens/s", "e2e", True
     ),
+    "models": Command(
+        "gpt-oss and DeepSeek-V3 through flashcore: fp32 checks under the rule; generation "
+        "tokens/s beside their default attention (GPU)",
+        "e2e",
+        True,
+    ),
     "launch": Command("host cost per call and graph replay vs SDPA backends (GPU)", "perf", True),
     "varlen": Command(
         "varlen correctness grid vs float64 (any machine), speed (GPU)", "correctness", True

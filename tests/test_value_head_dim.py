@@ -368,10 +368,8 @@ def test_deepseek_v3_through_flashcore_matches_eager():
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "DeepseekV3Config"):
         pytest.skip("this transformers has no DeepseekV3")
-    from flashcore.studies.e2e import build_model, compare_logits, compare_training_step
-    from flashcore.studies.models import deepseek_v3_config
+    from flashcore.studies.models import deepseek_v3_check
 
-    cfg = deepseek_v3_config()
     seen = []
     real = fc_interface._attention_forward
 
@@ -380,14 +378,30 @@ def test_deepseek_v3_through_flashcore_matches_eager():
         return real(q, k, v, **kw)
 
     with mock.patch.object(fc_interface, "_attention_forward", spy):
-        model = build_model(cfg, DEVICE, torch.float32)
-        ids = torch.randint(1, 64, (2, 17), generator=torch.Generator().manual_seed(3))
-        logits = compare_logits(model, ids.to(DEVICE))
-        step = compare_training_step(DEVICE, torch.float32, batch=2, seqlen=17, config=cfg)
+        result = deepseek_v3_check(DEVICE)
     assert seen and set(seen) == {(48, 32)}, seen
-    assert logits["passed"], logits
-    assert step["loss"]["passed"], step["loss"]
-    assert step["passed"] and step["parameters"] > 10, step
+    assert result["logits"]["passed"], result
+    assert result["loss_passed"], result
+    assert result["passed"] and result["parameters"] > 10, result
+
+
+def test_models_generation_speed_pairs_rounds_and_takes_medians():
+    """The models record's generation rows (tiny prompt, CPU): both models run under
+    flashcore and under their default attention (gpt-oss has no SDPA path: eager), each
+    round's ratio is its own pair's, and the medians come from the rounds."""
+    pytest.importorskip("transformers")
+    from flashcore.studies import models
+
+    rows = models.generation_speed(DEVICE, prompt_len=8, new_tokens=2, repeats=2, batches=(1,))
+    assert [(r["model"], r["default_attention"]) for r in rows] == [
+        ("gpt-oss", "eager"),
+        ("deepseek-v3", "sdpa"),
+    ]
+    for r in rows:
+        pairs = zip(r["tokens_per_s_flashcore_repeats"], r["tokens_per_s_sdpa_repeats"])
+        assert r["ratio_rounds"] == [f / d for f, d in pairs]
+        assert len(r["ratio_rounds"]) == 2
+        assert r["ratio"] == sum(r["ratio_rounds"]) / 2  # the median of two: their mean
 
 
 # ---------------------------------------------------------------------------------- GPU

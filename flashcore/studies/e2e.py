@@ -485,33 +485,50 @@ def issue_generation_speed(
             "new_tokens": new_tokens,
             "prompt_lengths": lengths if padded else None,
         }
-        for rep in range(repeats + 1):  # the first round is warm-up (compiles, allocator)
-            for impl in (name, "sdpa") if rep % 2 == 0 else ("sdpa", name):
-                key = f"tokens_per_s_{'flashcore' if impl == name else impl}"
-                _with_impl(model, impl)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                with torch.no_grad():
-                    model.generate(
-                        ids,
-                        attention_mask=mask,
-                        max_new_tokens=new_tokens,
-                        min_new_tokens=new_tokens,
-                        do_sample=False,
-                        use_cache=True,
-                        pad_token_id=0,
-                    )
-                torch.cuda.synchronize()
-                if rep:
-                    row.setdefault(key + "_repeats", []).append(
-                        batch * new_tokens / (time.perf_counter() - t0)
-                    )
+        rounds = paired_generation_rounds(
+            model, ids, mask, {"flashcore": name, "sdpa": "sdpa"}, new_tokens, repeats
+        )
+        for label, samples in rounds.items():
+            row[f"tokens_per_s_{label}_repeats"] = samples
         row["ratio_rounds"] = [
             f / s
             for f, s in zip(row["tokens_per_s_flashcore_repeats"], row["tokens_per_s_sdpa_repeats"])
         ]
         rows.append(generation_medians(row))
     return rows
+
+
+def paired_generation_rounds(
+    model, ids, mask, impls: dict[str, str], new_tokens: int, repeats: int
+) -> dict[str, list[float]]:
+    """Greedy generation tokens/s of ``model`` under each attention implementation of
+    ``impls`` (label -> transformers ``attn_implementation``), ``repeats`` rounds after one
+    warm-up round (compiles, allocator). Within a round the implementations run back to
+    back, in alternating order from round to round, so the host's drift between rounds
+    cancels in each round's ratio. Returns {label: [tokens/s per round]}."""
+    batch = ids.shape[0]
+    labels = list(impls)
+    sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
+    out: dict[str, list[float]] = {label: [] for label in labels}
+    for rep in range(repeats + 1):
+        for label in labels if rep % 2 == 0 else labels[::-1]:
+            _with_impl(model, impls[label])
+            sync()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                model.generate(
+                    ids,
+                    attention_mask=mask,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    do_sample=False,
+                    use_cache=True,
+                    pad_token_id=0,
+                )
+            sync()
+            if rep:
+                out[label].append(batch * new_tokens / (time.perf_counter() - t0))
+    return out
 
 
 def generation_medians(row: dict) -> dict:

@@ -104,3 +104,92 @@ def gpt_oss_check(device, *, batch: int = 2, seqlen: int = 23, seed: int = 0) ->
         and loss_passed
         and all(r.passed for r in grad_reports.values()),
     }
+
+
+def deepseek_v3_check(device, *, batch: int = 2, seqlen: int = 17, seed: int = 3) -> dict:
+    """DeepseekV3 (``deepseek_v3_config``) through flashcore: fp32 logits, then a training
+    step's loss and every parameter gradient, each under the rule against eager in float64
+    (``e2e.compare_logits`` and ``e2e.compare_training_step``, the Llama checks' helpers)."""
+    from .e2e import build_model, compare_logits, compare_training_step
+
+    cfg = deepseek_v3_config()
+    model = build_model(cfg, device, torch.float32)
+    ids = torch.randint(
+        1, cfg.vocab_size, (batch, seqlen), generator=torch.Generator().manual_seed(seed)
+    )
+    logits = compare_logits(model, ids.to(device))
+    step = compare_training_step(device, torch.float32, batch=batch, seqlen=seqlen, config=cfg)
+    return {
+        "logits": {"ratio": logits["ratio"], "passed": logits["passed"]},
+        "loss_passed": step["loss"]["passed"],
+        "parameters": step["parameters"],
+        "passed": logits["passed"] and step["passed"],
+    }
+
+
+def speed_configs(prompt_len: int, new_tokens: int) -> dict:
+    """Mid-size configs for generation speed (random init, bf16): each model's attention at
+    its real head dims, with fewer layers and narrower MLPs than the released models.
+    gpt-oss: 8 layers alternating sliding (window 128) and full attention, 16 query heads
+    over 4 KV heads of dim 64, learnable sinks, 8 experts (top 2). DeepSeek-V3: 8 layers of
+    MLA (q.k over 128 + 64 = 192 dims, v over 128; KV rank 256), dense MLPs."""
+    import transformers
+
+    positions = prompt_len + new_tokens
+    gpt_oss = transformers.GptOssConfig(
+        vocab_size=32000, hidden_size=1024, intermediate_size=1024, num_hidden_layers=8,
+        num_attention_heads=16, num_key_value_heads=4, head_dim=64, num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=128, max_position_embeddings=positions,
+        layer_types=["sliding_attention", "full_attention"] * 4,
+    )  # fmt: skip
+    deepseek = transformers.DeepseekV3Config(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+        first_k_dense_replace=8, num_attention_heads=16, num_key_value_heads=16,
+        q_lora_rank=None, kv_lora_rank=256, qk_nope_head_dim=128, qk_rope_head_dim=64,
+        v_head_dim=128, max_position_embeddings=positions, n_routed_experts=8,
+        num_experts_per_tok=2, n_group=1, topk_group=1,
+    )  # fmt: skip
+    return {"gpt-oss": gpt_oss, "deepseek-v3": deepseek}
+
+
+def generation_speed(
+    device="cuda", *, prompt_len=512, new_tokens=128, repeats=3, batches=(1, 8)
+) -> list[dict]:
+    """Greedy generation tokens/s in bf16, flashcore against each model's default attention
+    in transformers (gpt-oss: eager, the model has no SDPA path; DeepSeek-V3: sdpa), same
+    process, paired rounds (``e2e.paired_generation_rounds``), medians of the rounds
+    (``e2e.generation_medians``, whose ``sdpa`` columns hold the default's numbers)."""
+    import flashcore.ops
+
+    from .e2e import build_model, generation_medians, paired_generation_rounds
+
+    name = flashcore.ops.register_transformers()
+    rows = []
+    for model_name, config in speed_configs(prompt_len, new_tokens).items():
+        model = build_model(config, device, torch.bfloat16)
+        default = model.config._attn_implementation
+        for batch in batches:
+            ids = torch.randint(
+                1,
+                config.vocab_size,
+                (batch, prompt_len),
+                generator=torch.Generator().manual_seed(batch),
+            ).to(device)
+            rounds = paired_generation_rounds(
+                model, ids, torch.ones_like(ids), {"flashcore": name, "sdpa": default},
+                new_tokens, repeats,
+            )  # fmt: skip
+            row = {
+                "model": model_name,
+                "default_attention": default,
+                "batch": batch,
+                "prompt_len": prompt_len,
+                "new_tokens": new_tokens,
+                "tokens_per_s_flashcore_repeats": rounds["flashcore"],
+                "tokens_per_s_sdpa_repeats": rounds["sdpa"],
+                "ratio_rounds": [f / d for f, d in zip(rounds["flashcore"], rounds["sdpa"])],
+            }
+            rows.append(generation_medians(row))
+        del model
+        torch.cuda.empty_cache()
+    return rows

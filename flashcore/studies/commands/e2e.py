@@ -47,3 +47,31 @@ def run_e2e(args) -> int:
         print(f"recorded {write_result('e2e_transformers', payload)}")
     passed = counted["logits"]["passed"] and counted["per_layer"]["passed"] and g["identical"]
     return 0 if passed else 1
+
+
+def add_models_arguments(p) -> None:
+    p.add_argument("--repeats", type=int, default=3, help="paired generation rounds")
+    p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--record", action="store_true", help="write results/<gpu>/models.json")
+
+
+def run_models(args) -> int:
+    from ...results import write_result
+    from .. import models
+
+    dev = device()
+    payload = {"gpt_oss": models.gpt_oss_check(dev), "deepseek_v3": models.deepseek_v3_check(dev)}
+    for key in ("gpt_oss", "deepseek_v3"):
+        print(f"{key}: fp32 checks under the rule pass: {payload[key]['passed']} ({payload[key]})")
+    if dev == "cuda" and not args.no_speed:
+        payload["generation"] = models.generation_speed(repeats=args.repeats)
+        for r in payload["generation"]:
+            rounds = ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
+            print(
+                f"generation {r['model']} B{r['batch']}: flashcore "
+                f"{r['tokens_per_s_flashcore']:.0f} tok/s, {r['default_attention']} "
+                f"{r['tokens_per_s_sdpa']:.0f} tok/s, ratio {r['ratio']:.2f} (rounds {rounds})"
+            )
+    if args.record:
+        print(f"recorded {write_result('models', payload)}")
+    return 0 if payload["gpt_oss"]["passed"] and payload["deepseek_v3"]["passed"] else 1
