@@ -131,7 +131,7 @@ print(
 # included (`studies/models.py`; its docstring says what this smoke check can and cannot show).
 
 # %%
-from flashcore.studies.models import deepseek_v3_config, gpt_oss_check
+from flashcore.studies.models import gpt_oss_check
 
 gpt_oss = gpt_oss_check(DEVICE)
 print(
@@ -228,24 +228,20 @@ print(
 # float64: fp32 logits, then a training step's loss and every parameter gradient.
 
 # %%
-from flashcore.studies.e2e import build_model, compare_logits, compare_training_step
+from flashcore.studies.models import deepseek_v3_check
 
-ds_config = deepseek_v3_config()
-ds_model = build_model(ds_config, DEVICE, torch.float32)
-ds_ids = torch.randint(1, 64, (2, 17), generator=torch.Generator().manual_seed(3)).to(DEVICE)
-ds_logits = compare_logits(ds_model, ds_ids)
-ds_step = compare_training_step(DEVICE, torch.float32, batch=2, seqlen=17, config=ds_config)
-print(f"logits pass: {ds_logits['passed']}")
+ds = deepseek_v3_check(DEVICE)  # batch 2, 17 tokens (studies/models.py)
+print(f"logits pass: {ds['logits']['passed']}")
 print(
-    f"training step: {ds_step['parameters']} parameter gradients pass: {ds_step['passed']}; "
-    f"loss passes: {ds_step['loss']['passed']}"
+    f"training step: {ds['parameters']} parameter gradients pass: {ds['gradients_passed']}; "
+    f"loss passes: {ds['loss_passed']}"
 )
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print(
     "DeepSeek-V3 through flashcore: logits and a training step pass the rule:",
-    ds_logits["passed"] and ds_step["passed"] and ds_step["loss"]["passed"],
+    ds["passed"] and ds["loss_passed"],
 )
 
 # %% [markdown]
@@ -388,6 +384,61 @@ print(
 )
 
 # %% [markdown]
+# ### The models on the H100: checks and generation speed (recorded)
+#
+# `python -m flashcore models --record` (`results/<gpu>/models.json`): the two checks above on
+# the GPU, then greedy generation in bf16 (prompt 512, 128 new tokens, B1 and B8) at mid-size
+# configs with each model's real attention shapes (`models.speed_configs`: gpt-oss with 16/4
+# heads of dim 64, sinks, sliding window 128 on every other layer; DeepSeek-V3 with MLA, q.k
+# over 192 dims and v over 128), random init, flashcore against the attention transformers
+# picks by default (gpt-oss has no SDPA path, so eager; DeepSeek-V3: sdpa). Paired rounds as in
+# notebook 03; `ratio` is the median of the rounds' own ratios. The CPU profile renders the
+# record.
+
+# %%
+from flashcore.studies.records import status_line_for
+
+models_record = results.read_result("models", RECORDED_GPU)
+print("recorded on", results.describe(models_record))
+print(status_line_for("models", RECORDED_GPU))
+print(
+    "fp32 checks on the GPU pass the rule: gpt-oss",
+    models_record["gpt_oss"]["passed"],
+    "| DeepSeek-V3",
+    models_record["deepseek_v3"]["passed"],
+)
+gen = models_record["generation"]
+for r in gen:  # the record keeps the default's numbers under e2e's "sdpa" keys
+    r["tokens_per_s_default"] = r["tokens_per_s_sdpa"]
+    r["rounds"] = ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
+print(
+    table(
+        gen,
+        ["model", "batch", "default_attention", "tokens_per_s_flashcore", "tokens_per_s_default",
+         "ratio", "rounds"],
+        {"tokens_per_s_flashcore": "{:.0f}", "tokens_per_s_default": "{:.0f}", "ratio": "{:.2f}"},
+    )
+)  # fmt: skip
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for model_name in ("gpt-oss", "deepseek-v3"):
+    print(
+        f"{model_name}: generation at least as fast as its default attention at every batch:",
+        all(r["ratio"] >= 1.0 for r in gen if r["model"] == model_name),
+    )
+
+# %% [markdown]
+# gpt-oss generates faster through flashcore than through eager attention at both batches
+# (the table: 1.05 at B1, where one of three rounds is below 1, and 1.36 at B8). DeepSeek-V3
+# misses the target at both: 0.80 at B1 and 0.71 at B8 against SDPA, every round below 1. Not
+# measured, so not claimed: which part of flashcore's path costs the time. On CUDA, D_v != D
+# runs the zero-padded route (each call copies v into a zero-padded tensor of 192 columns and
+# the kernel reads and multiplies the padded columns: `flashcore.attention`'s docstring), and
+# the host cost of flashcore's decode call is above SDPA's (notebook 03's host profile); both
+# are candidates, neither is measured here.
+
+# %% [markdown]
 # ## 5. What is measured, and what is not yet
 #
 # Measured on the H100 (2026-11-25), through the tests above and the logs of section 2: the
@@ -398,8 +449,9 @@ print(
 # issue 28: the sinks' cost over the same call without them (target ≤ 3%); D 192/128 forward
 # and backward against FA4 at S ≥ 4K (target ≥ 0.95x; the padded route will cost the
 # padded columns); paged decode against the copy ceiling and FA4's paged decode
-# (`python -m flashcore bench --suite paged`); gpt-oss and DeepSeek-V3 bf16 generation speed
-# against their default attention. None of these has run. This notebook's GPU profile ran on
+# (`python -m flashcore bench --suite paged`). None of these has run. gpt-oss's and
+# DeepSeek-V3's bf16 generation speed against their default attention was recorded on
+# 2026-11-26 (the section above). This notebook's GPU profile ran on
 # the H100 on 2026-11-26 (papermill, 71.6 s, every cell passing; `reproduce_timing.json`). The
 # padded route exists because the D_v kernel mode fails compiled on sm_90 when q/k's head dim is
 # padded; the GPU runs of 2026-11-26 traced that to V's shared buffer reusing K's slot with

@@ -123,6 +123,7 @@ def deepseek_v3_check(device, *, batch: int = 2, seqlen: int = 17, seed: int = 3
         "logits": {"ratio": logits["ratio"], "passed": logits["passed"]},
         "loss_passed": step["loss"]["passed"],
         "parameters": step["parameters"],
+        "gradients_passed": step["passed"],
         "passed": logits["passed"] and step["passed"],
     }
 
