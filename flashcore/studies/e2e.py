@@ -88,18 +88,25 @@ def compare_logits(model, input_ids) -> dict:
     }
 
 
-def greedy_tokens(model, impl, input_ids, steps):
+def _generate_greedy(model, input_ids, new_tokens, **extra):
+    """Exactly ``new_tokens`` greedy tokens with the KV cache (``extra``: more generate
+    arguments, e.g. the attention mask or the scores)."""
     with torch.no_grad():
-        out = _with_impl(model, impl).generate(
+        return model.generate(
             input_ids,
-            max_new_tokens=steps,
-            min_new_tokens=steps,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
             do_sample=False,
             use_cache=True,
-            output_scores=True,
-            return_dict_in_generate=True,
             pad_token_id=0,
+            **extra,
         )
+
+
+def greedy_tokens(model, impl, input_ids, steps):
+    out = _generate_greedy(
+        _with_impl(model, impl), input_ids, steps, output_scores=True, return_dict_in_generate=True
+    )
     tokens = out.sequences[:, input_ids.shape[1] :]
     # margin between the top two logits at each step: how close a greedy choice was
     margins = [
@@ -251,25 +258,6 @@ def counted_lines(counted) -> list[str]:
             f"ratio): {failed}"
         )
     return lines
-
-
-def tokens_per_second(model, impl, input_ids, new_tokens=128, repeats=3) -> float:
-    best = 0.0
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            _with_impl(model, impl).generate(
-                input_ids,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                do_sample=False,
-                use_cache=True,
-                pad_token_id=0,
-            )
-        torch.cuda.synchronize()
-        best = max(best, input_ids.shape[0] * new_tokens / (time.perf_counter() - t0))
-    return best
 
 
 def run_e2e(device, dtype, *, prompt_len=24, steps=32, batch=1, seed=0) -> dict:
@@ -485,50 +473,37 @@ def issue_generation_speed(
             "new_tokens": new_tokens,
             "prompt_lengths": lengths if padded else None,
         }
-        rounds = paired_generation_rounds(
-            model, ids, mask, {"flashcore": name, "sdpa": "sdpa"}, new_tokens, repeats
-        )
-        for label, samples in rounds.items():
-            row[f"tokens_per_s_{label}_repeats"] = samples
-        row["ratio_rounds"] = [
-            f / s
-            for f, s in zip(row["tokens_per_s_flashcore_repeats"], row["tokens_per_s_sdpa_repeats"])
-        ]
-        rows.append(generation_medians(row))
+        rows.append(row | paired_generation(model, ids, mask, name, "sdpa", new_tokens, repeats))
     return rows
 
 
-def paired_generation_rounds(
-    model, ids, mask, impls: dict[str, str], new_tokens: int, repeats: int
-) -> dict[str, list[float]]:
-    """Greedy generation tokens/s of ``model`` under each attention implementation of
-    ``impls`` (label -> transformers ``attn_implementation``), ``repeats`` rounds after one
-    warm-up round (compiles, allocator). Within a round the implementations run back to
-    back, in alternating order from round to round, so the host's drift between rounds
-    cancels in each round's ratio. Returns {label: [tokens/s per round]}."""
+def paired_generation(model, ids, mask, ours: str, theirs: str, new_tokens: int, repeats: int):
+    """Greedy generation tokens/s of ``model`` with flashcore (``attn_implementation`` ``ours``)
+    and a baseline (``theirs``), ``repeats`` rounds after one warm-up round (compiles,
+    allocator). Within a round the two run back to back, in alternating order from round to
+    round, so the host's drift between rounds cancels in each round's ratio. Returns the row
+    fields: ``tokens_per_s_{flashcore,sdpa}_repeats`` (the baseline's under ``sdpa``, the name
+    of the first baseline), ``ratio_rounds`` and their medians (``generation_medians``)."""
     batch = ids.shape[0]
-    labels = list(impls)
     sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
-    out: dict[str, list[float]] = {label: [] for label in labels}
+    impls = {"flashcore": ours, "sdpa": theirs}
+    samples: dict[str, list[float]] = {"flashcore": [], "sdpa": []}
     for rep in range(repeats + 1):
-        for label in labels if rep % 2 == 0 else labels[::-1]:
+        for label in ("flashcore", "sdpa") if rep % 2 == 0 else ("sdpa", "flashcore"):
             _with_impl(model, impls[label])
             sync()
             t0 = time.perf_counter()
-            with torch.no_grad():
-                model.generate(
-                    ids,
-                    attention_mask=mask,
-                    max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
-                    do_sample=False,
-                    use_cache=True,
-                    pad_token_id=0,
-                )
+            _generate_greedy(model, ids, new_tokens, attention_mask=mask)
             sync()
             if rep:
-                out[label].append(batch * new_tokens / (time.perf_counter() - t0))
-    return out
+                samples[label].append(batch * new_tokens / (time.perf_counter() - t0))
+    return generation_medians(
+        {
+            "tokens_per_s_flashcore_repeats": samples["flashcore"],
+            "tokens_per_s_sdpa_repeats": samples["sdpa"],
+            "ratio_rounds": [f / b for f, b in zip(samples["flashcore"], samples["sdpa"])],
+        }
+    )
 
 
 def generation_medians(row: dict) -> dict:

@@ -158,11 +158,11 @@ def generation_speed(
 ) -> list[dict]:
     """Greedy generation tokens/s in bf16, flashcore against each model's default attention
     in transformers (gpt-oss: eager, the model has no SDPA path; DeepSeek-V3: sdpa), same
-    process, paired rounds (``e2e.paired_generation_rounds``), medians of the rounds
-    (``e2e.generation_medians``, whose ``sdpa`` columns hold the default's numbers)."""
+    process, paired rounds and their medians (``e2e.paired_generation``, whose ``sdpa``
+    columns hold the default's numbers)."""
     import flashcore.ops
 
-    from .e2e import build_model, generation_medians, paired_generation_rounds
+    from .e2e import build_model, paired_generation
 
     name = flashcore.ops.register_transformers()
     rows = []
@@ -176,21 +176,17 @@ def generation_speed(
                 (batch, prompt_len),
                 generator=torch.Generator().manual_seed(batch),
             ).to(device)
-            rounds = paired_generation_rounds(
-                model, ids, torch.ones_like(ids), {"flashcore": name, "sdpa": default},
-                new_tokens, repeats,
-            )  # fmt: skip
             row = {
                 "model": model_name,
                 "default_attention": default,
                 "batch": batch,
                 "prompt_len": prompt_len,
                 "new_tokens": new_tokens,
-                "tokens_per_s_flashcore_repeats": rounds["flashcore"],
-                "tokens_per_s_sdpa_repeats": rounds["sdpa"],
-                "ratio_rounds": [f / d for f, d in zip(rounds["flashcore"], rounds["sdpa"])],
             }
-            rows.append(generation_medians(row))
+            mask = torch.ones_like(ids)
+            rows.append(
+                row | paired_generation(model, ids, mask, name, default, new_tokens, repeats)
+            )
         del model
         torch.cuda.empty_cache()
     return rows
