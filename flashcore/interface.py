@@ -75,8 +75,7 @@ def attention(
     Args:
         q: ``(B, Hq, Sq, D)``; k: ``(B, Hkv, Sk, D)``; v: ``(B, Hkv, Sk, D_v)``, where v's
             head dim D_v may differ from q/k's D (DeepSeek-V3's MLA: D = 192, D_v = 128;
-            either smaller or larger; compiled, it runs on operands zero-padded to the
-            wider head dim: ``kernels/_launch.py`` says why). Any strides (e.g. a
+            either smaller or larger). Any strides (e.g. a
             ``(B, S, H, D)`` tensor
             transposed to ``(B, H, S, D)``).
         causal: apply a causal mask.
@@ -113,9 +112,8 @@ def attention(
     of two run unpadded, others are padded in registers to the next power of two (at least
     16) with masked loads. The default scale is ``1 / sqrt(D)`` (q/k's head dim). A call
     with D_v != D always runs the Triton kernel (the Gluon one has one head dim), with the
-    launch config of the wider head dim; on CUDA as the one-head-dim kernel on zero-padded
-    q/k or v (exact; the copies and padded columns cost time), since the kernel's own
-    D_v mode fails compiled (``kernels/_launch.py``).
+    launch config of the wider head dim, V's tile and the accumulator D_v wide
+    (``kernels/_launch.py`` tells the history of that mode on the H100).
 
     GQA/MQA: ``Hq`` must be a multiple of ``Hkv``; query head h reads KV head
     ``h // (Hq // Hkv)``.

@@ -458,16 +458,17 @@ def nvmma_layout(block_shape: tuple, dtype):
 
 
 # ------------------------------------------------- v's own head dim on compiled kernels
-# D_v != D (DeepSeek's MLA) through the kernels' HEAD_DIM_V mode passes every interpreter
-# test but, compiled for the H100, gives wrong outputs and illegal memory accesses whenever
-# q/k's head dim is padded (D 40 / D_v 24: forward error 229x the bound; D 24/8 and 192/128
-# fail too, while D 64 / D_v 24 and D_v = D = 40 pass; tools/dv_gpu_diagnose.py, 2026-11-25).
-# Until that is found, compiled launches run such a call as the one-head-dim kernel on
-# operands zero-padded to the wider head dim: zero columns of q and k add nothing to q.k,
-# zero columns of v give zero output columns, so the result is exact, at the cost of the
-# copies and of the padded columns' FLOPs. Device types listed here take that route (tests
-# add "cpu" to run it under the interpreter).
-PAD_VALUE_HEAD_DIM_ON = {"cuda"}
+# D_v != D (DeepSeek's MLA) runs the kernels' own HEAD_DIM_V mode: V's tile and the
+# accumulator are D_v wide, so P.V costs D_v's FLOPs, not the wider head dim's. Its H100 grid
+# of 2026-11-25 had failed (D 40 / D_v 24: forward error 229x the bound and illegal memory
+# accesses; 24/8 too) because V's tile, loaded after q.k^T when it is not pipelined, was
+# placed in K's shared-memory slot with another shape and swizzle (the 64/24 one-stage
+# control faulted the same way; tools/dv_offline/REPORT.md). The forward now loads V before
+# q.k^T in that mode, so V has a buffer of its own. The zero-padded route below (exact: zero
+# columns of q and k add nothing to q.k, zero columns of v give zero output columns; it
+# costs the copies and the padded columns' FLOPs) stays as a switch: device types listed
+# here take it (tests and notebook 09 set it to compare the two routes).
+PAD_VALUE_HEAD_DIM_ON: set[str] = set()
 
 
 def pads_value_head_dim(t: torch.Tensor) -> bool:

@@ -1321,7 +1321,7 @@ def _launch_backward(
     batch, num_q_heads, _, head_dim = q.shape
     num_kv_heads, head_dim_v = k.shape[1], v.shape[3]
     if head_dim_v != head_dim and pads_value_head_dim(q):
-        # Compiled kernels: v's own head dim as zero-padded operands (see _launch.py); the
+        # The zero-padded route, where switched on (PAD_VALUE_HEAD_DIM_ON in _launch.py); the
         # padded columns of dQ/dK/dV come out zero and are dropped.
         width = max(head_dim, head_dim_v)
         padded = [pad_head_dim(t, width) for t in (grad_out, q, k, v, out, dq, dk, dv, dq_acc)]

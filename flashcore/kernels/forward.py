@@ -154,6 +154,24 @@ def _attend_key_tiles(
             USE_TMA=USE_TMA,
             MASKED=APPLY_MASK or PADDED,
         )
+        if OWN_V:
+            # V's own head dim: issued before q.k^T, so V is live across that dot and gets a
+            # shared buffer of its own. Loaded after it, an unpipelined V tile took K's slot
+            # with another shape and swizzle, which faulted or raced on sm_90 (40/24 and the
+            # 64/24 one-stage control; tools/dv_offline/REPORT.md).
+            v = _load_kv_tile(
+                ptrs=v_ptrs,
+                desc=v_desc,
+                batch=batch,
+                kv_head=kv_head,
+                start_n=start_n,
+                stride_n=stride_vn,
+                kv_mask=(cols[:, None] < seqlen_k) & (offs_dv[None, :] < HEAD_DIM_V),
+                BLOCK_N=BLOCK_N,
+                HEAD_DIM=HEAD_DIM_V_PADDED,
+                USE_TMA=USE_TMA,
+                MASKED=APPLY_MASK or PADDED_V,
+            )
         if FP32_IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -177,21 +195,20 @@ def _attend_key_tiles(
         p, alpha, m_new, l_i = online_softmax_tile(s, m_i, l_i, qk_scale, APPLY_MASK)
         acc = acc * alpha[:, None]
 
-        v = _load_kv_tile(
-            ptrs=v_ptrs,
-            desc=v_desc,
-            batch=batch,
-            kv_head=kv_head,
-            start_n=start_n,
-            stride_n=stride_vn,
-            kv_mask=((cols[:, None] < seqlen_k) & (offs_dv[None, :] < HEAD_DIM_V))
-            if OWN_V
-            else kv_mask,
-            BLOCK_N=BLOCK_N,
-            HEAD_DIM=HEAD_DIM_V_PADDED if OWN_V else HEAD_DIM_PADDED,
-            USE_TMA=USE_TMA,
-            MASKED=APPLY_MASK or PADDED_V,
-        )
+        if not OWN_V:
+            v = _load_kv_tile(
+                ptrs=v_ptrs,
+                desc=v_desc,
+                batch=batch,
+                kv_head=kv_head,
+                start_n=start_n,
+                stride_n=stride_vn,
+                kv_mask=kv_mask,
+                BLOCK_N=BLOCK_N,
+                HEAD_DIM=HEAD_DIM_PADDED,
+                USE_TMA=USE_TMA,
+                MASKED=APPLY_MASK or PADDED_V,
+            )
         if FP32_IEEE:
             acc = tl.dot(p, v, acc, input_precision="ieee")
         else:
@@ -725,7 +742,7 @@ def launch_forward(
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
     if head_dim_v != head_dim and launch.pads_value_head_dim(q):
-        # Compiled kernels: v's own head dim as zero-padded operands (see _launch.py).
+        # The zero-padded route, where switched on (PAD_VALUE_HEAD_DIM_ON in _launch.py).
         width = max(head_dim, head_dim_v)
         padded_out = launch.pad_head_dim(out, width)
         launch_forward(
