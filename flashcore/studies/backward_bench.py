@@ -22,7 +22,15 @@ from __future__ import annotations
 
 import torch
 
-from .bench import TOKENS_PER_BATCH, attention_flops, geomean, make_flex, make_sdpa, time_launches
+from .bench import (
+    TOKENS_PER_BATCH,
+    attention_flops,
+    geomean,
+    make_fa4,
+    make_flex,
+    make_sdpa,
+    time_launches,
+)
 
 
 def backward_shapes(
@@ -48,6 +56,8 @@ def _forward_fn(impl, causal, q, k):
         return lambda q, k, v: attention(q, k, v, causal=causal)
     if impl == "flex":
         return make_flex(causal, q.shape, k.shape, "cuda")
+    if impl == "fa4":
+        return make_fa4(causal)
     if impl.startswith("sdpa_"):
         return make_sdpa(impl[len("sdpa_") :], causal, q.shape[1] != k.shape[1])
     raise ValueError(f"unknown implementation {impl!r}")
@@ -67,9 +77,11 @@ def bench_backward_shape(
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=gen)
     k = torch.randn(B, Hkv, S, D, device="cuda", dtype=dtype, generator=gen)
-    v = torch.randn(B, Hkv, S, D, device="cuda", dtype=dtype, generator=gen)
-    do = torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=gen)
-    flops = 2.5 * attention_flops(B, H, S, S, D, causal)
+    Dv = shape.get("Dv", D)  # v's head dim (DeepSeek's MLA: D 192, Dv 128)
+    v = torch.randn(B, Hkv, S, Dv, device="cuda", dtype=dtype, generator=gen)
+    do = torch.randn(B, H, S, Dv, device="cuda", dtype=dtype, generator=gen)
+    # q.k^T over D and P.V over Dv: the FLOPs of one head dim of (D + Dv) / 2.
+    flops = 2.5 * attention_flops(B, H, S, S, (D + Dv) / 2, causal)
     rows, ref_dq = [], None
     for impl in impls:
         row = {**shape, "Hkv": Hkv, "impl": impl, "flops": flops}

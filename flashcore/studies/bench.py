@@ -250,6 +250,22 @@ def make_flex(causal: bool, shape_q, shape_k, device):
     return run
 
 
+def make_fa4(causal: bool):
+    """FlashAttention-4 (``flash_attn.cute``: its sm90 path on Hopper, CuTe DSL) on the same
+    (B, H, S, D) tensors, given as the (B, S, H, D) views FA4's layout names (unit head-dim
+    stride: no copy); returns its output as a (B, H, S, D) view. Differentiable. Raises
+    ImportError where FA4 is not installed (the row then records the error)."""
+    from flash_attn.cute import flash_attn_func
+
+    def run(q, k, v):
+        out = flash_attn_func(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal
+        )
+        return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
+
+    return run
+
+
 def make_flashcore_decode(lengths: torch.Tensor):
     """Split-KV decode over a cache holding exactly Sk tokens (nothing appended; lengths
     trusted, so no host sync: the same work SDPA does)."""
@@ -298,8 +314,9 @@ def bench_attention_shape(
         shape["D"],
     )
     Sk = shape.get("Sk", S)
+    Dv = shape.get("Dv", D)  # v's head dim (DeepSeek's MLA: D 192, Dv 128)
     causal, dtype = shape["causal"], getattr(torch, shape["dtype"])
-    per_set = (B * Hq * S * D + 2 * B * Hkv * Sk * D) * torch.finfo(dtype).bits // 8
+    per_set = (B * Hq * S * D + B * Hkv * Sk * (D + Dv)) * torch.finfo(dtype).bits // 8
     free, _ = torch.cuda.mem_get_info()
     n_sets = rotation_count(per_set, budget_bytes=int(0.25 * free))
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -307,11 +324,12 @@ def bench_attention_shape(
         (
             torch.randn(B, Hq, S, D, device="cuda", dtype=dtype, generator=gen),
             torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen),
-            torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen),
+            torch.randn(B, Hkv, Sk, Dv, device="cuda", dtype=dtype, generator=gen),
         )
         for _ in range(n_sets)
     ]
-    flops = attention_flops(B, Hq, S, Sk, D, causal)
+    # q.k^T over D and P.V over Dv: the FLOPs of one head dim of (D + Dv) / 2.
+    flops = attention_flops(B, Hq, S, Sk, (D + Dv) / 2, causal)
     rows, fns = [], {}
     reference_out = None
     for impl in impls:
@@ -330,6 +348,8 @@ def bench_attention_shape(
                 fn = make_flashcore_decode(torch.full((B,), Sk, dtype=torch.int32, device="cuda"))
             elif impl == "flex":
                 fn = make_flex(causal, sets[0][0].shape, sets[0][1].shape, "cuda")
+            elif impl == "fa4":
+                fn = make_fa4(causal)
             elif impl.startswith("sdpa_"):
                 name = impl[len("sdpa_") :]
                 if name == "math" and not math_fits(B, Hq, S, Sk, dtype):

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# FlashAttention-4 beside flashcore, in device calls made back to back on one warm machine
+# (FA4 is unpacked into the machine's /root/fa4site by the first two calls; see
+# ../shared/tools/fa4-wheels.sh for how its two halves travel):
+#   check     (carry .fa4a) unpack FA4's compiler library; the GPU tests of v's own head dim
+#             (the HEAD_DIM_V mode, no padded route), sharded
+#   dv        (carry .fa4b) finish FA4's install; the flash_attn door's GPU tests (the same
+#             calls through FA4, both under the rule); D 192 / D_v 128 forward and backward beside
+#             FA4, SDPA and the padded route (value_head_dim_speed.json); paged decode beside
+#             FA4's paged varlen (paged_decode.json)
+#   forward   the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
+#             and decode (perf.json)
+#   backward  the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
+#             forward + backward too (backward.json's speed rows; merged with the grid part
+#             by tools/merge_backward_records.py)
+# Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
+set -u
+part=$1; out=$2
+mkdir -p "$out/results"
+export FLASHCORE_RESULTS_DIR="$out/results"
+. tools/device_prefix.sh
+. tools/stage.sh
+fa4site=/root/fa4site
+if [ "$part" = dv ]; then
+  # shellcheck disable=SC1091
+  source .fa4b/install.sh
+elif [ -d "$fa4site" ]; then
+  export PYTHONPATH=$fa4site:$fa4site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+fi
+python3 -c 'import flash_attn.cute, importlib.metadata as m; print("fa4", m.version("flash-attn-4"))' \
+  2>&1 | tail -n 1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+case "$part" in
+  check)
+    bash .fa4a/install.sh
+    bash tools/gpu_test_shards.sh "$out/tests" 400 "dv:8:-m gpu tests/test_value_head_dim.py"
+    ;;
+  dv)
+    bash tools/gpu_test_shards.sh "$out/tests" 150 "doors:4:-m gpu tests/test_flash_attn_interface.py"
+    TAIL=40 stage dv_speed 330 python3 -m flashcore.studies.value_head_dim_speed --record
+    TAIL=20 stage paged 200 python3 -m flashcore bench --suite paged --record
+    ;;
+  forward)
+    TAIL=40 STAGE_HIDE="it/s\]" stage perf 560 python3 -m flashcore bench --suite all \
+      --dtype bfloat16 --s 1024 2048 4096 8192 16384 \
+      --impls flashcore flashcore_triton sdpa_flash sdpa_cudnn flex fa4 \
+      --decode-impls flashcore_decode sdpa_flash sdpa_cudnn --reps 32 --record
+    ;;
+  backward)
+    TAIL=70 STAGE_HIDE="gradients\|UserWarning\|return Variable" stage backward_speed 560 \
+      python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
+      --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
+      --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
+    ;;
+  *) echo "unknown part $part" >&2; exit 2 ;;
+esac
+tar -czf "$out/records.tar.gz" -C "$out" results && echo "records: $(tar -tzf "$out/records.tar.gz" | grep -c json)"
