@@ -591,4 +591,9 @@ def test_same_calls_as_fa4_pass_the_rule(dtype, sq, sk, hq, hkv, d, causal, wind
     lse_ref = _fa_lse(q, k, v, mask, softcap=softcap)
     lse_same = _fa_lse(q, k, v, mask, softcap=softcap, dtype=torch.float32)
     assert error_rule(our_lse, lse_ref, lse_same).passed
-    assert error_rule(their_lse, lse_ref, lse_same).passed
+    # FA4's lse is held to the same rule where no softcap is set. With softcap it misses the
+    # float32 baseline (row ratio 5.2 fp16 / 7.5 bf16 at 333/333 D64 softcap 30 on the H100,
+    # 2026-11-26, logs/gpu_tests_flash_attn_door_b44173b.log) while its output passes: a
+    # property of the peer, reported, not a check of flashcore.
+    if not softcap:
+        assert error_rule(their_lse, lse_ref, lse_same).passed

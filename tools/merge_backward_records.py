@@ -22,12 +22,16 @@ def main():
     pg, ps = grid["provenance"], speed["provenance"]
     if pg["commit"] != ps["commit"]:
         raise SystemExit(f"records from different commits: {pg['commit']} vs {ps['commit']}")
+    fg, fs = grid.get("kernel_fingerprint"), speed.get("kernel_fingerprint")
+    if (fg or {}).get("sha256") != (fs or {}).get("sha256"):
+        raise SystemExit("records of different kernel sources: their fingerprints differ")
     rows = speed.get("speed", []) + grid.get("speed", [])
     keys = sorted({(r["dtype"], r["D"]) for r in rows})
     merged = {
         "topic": "backward",
         "provenance": pg,
         "provenance_speed_session": ps,
+        "kernel_fingerprint": fg,
         "method": grid["method"],
         "stages_done": sorted(set(grid["stages_done"]) | set(speed["stages_done"])),
         "determinism": grid["determinism"],
@@ -35,6 +39,7 @@ def main():
         "summary": grid.get("summary"),
         "cases": grid.get("cases"),
         "memory": grid.get("memory"),
+        "tuning": grid.get("tuning"),
         "speed": rows,
         "speed_summary": {f"{dt} D{d}": speed_summary(rows, d, dt) for dt, d in keys},
         "fwd_bwd_summary": {
