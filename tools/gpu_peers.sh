@@ -10,6 +10,10 @@
 #             FA4's paged varlen (paged_decode.json)
 #   forward   the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
 #             and decode (perf.json)
+#   stale     (carry .fa4a) unpack FA4's compiler library; the records no FA4 run needs that
+#             went stale with the D_v change: varlen.json, decode.json, decode_splits.json
+#   ncu       (carry .fa4b) Nsight Compute on flashcore, cuDNN and FA4, forward and backward
+#             (tools/gpu_ncu_compare.sh: ncu_compare.json)
 #   backward  the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
 #             forward + backward too (backward.json's speed rows; merged with the grid part
 #             by tools/merge_backward_records.py)
@@ -21,7 +25,7 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
 . tools/stage.sh
 fa4site=/root/fa4site
-if [ "$part" = dv ]; then
+if [ "$part" = dv ] || [ "$part" = ncu ]; then
   # shellcheck disable=SC1091
   source .fa4b/install.sh
 elif [ -d "$fa4site" ]; then
@@ -34,6 +38,16 @@ case "$part" in
   check)
     bash .fa4a/install.sh
     bash tools/gpu_test_shards.sh "$out/tests" 400 "dv:8:-m gpu tests/test_value_head_dim.py"
+    ;;
+  stale)
+    bash .fa4a/install.sh
+    cli() { local name=$1 secs=$2; shift 2; stage "$name" "$secs" python3 -m flashcore "$@"; }
+    TAIL=6 cli varlen 200 varlen --record
+    TAIL=16 STAGE_HIDE="it/s\]" cli decode 150 bench --suite decode --topic decode --record
+    TAIL=12 stage decode_splits 150 python3 tools/decode_splits.py --record
+    ;;
+  ncu)
+    TAIL=30 stage ncu 560 bash tools/gpu_ncu_compare.sh "$out/ncu"
     ;;
   dv)
     bash tools/gpu_test_shards.sh "$out/tests" 150 "doors:4:-m gpu tests/test_flash_attn_interface.py"

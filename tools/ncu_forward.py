@@ -54,14 +54,16 @@ METRICS = {
 }
 
 
-def parse_csv(text: str) -> dict:
-    """The one profiled kernel of an ``ncu --csv --page raw`` dump (ncu's own lines dropped)."""
+def parse_csv_rows(text: str) -> list[dict]:
+    """Every profiled kernel of an ``ncu --csv --page raw`` dump (ncu's own lines dropped;
+    the row after the header holds the units)."""
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith('"ID"'))
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
-    header, values = rows[0], rows[2]
-    raw = dict(zip(header, values))
+    return [_kernel_metrics(dict(zip(rows[0], values))) for values in rows[2:] if values]
 
+
+def _kernel_metrics(raw: dict) -> dict:
     def num(key):
         v = raw.get(key, "").replace(",", "")
         try:
@@ -75,6 +77,11 @@ def parse_csv(text: str) -> dict:
         s: num(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio") for s in STALLS
     }
     return out
+
+
+def parse_csv(text: str) -> dict:
+    """The one profiled kernel of an ``ncu --csv --page raw`` dump."""
+    return parse_csv_rows(text)[0]
 
 
 def record(folder):
@@ -108,40 +115,44 @@ NCU_COMMAND = (
 )
 
 
-if __name__ == "__main__" and sys.argv[1] == "--record":
-    record(sys.argv[2])
-    sys.exit(0)
+def run(impl: str, causal: bool) -> None:
+    """Four launches of ``impl`` (ncu profiles the fourth: --launch-skip 3)."""
+    import torch
 
-import torch  # noqa: E402
+    from flashcore import dispatch, interface
+    from flashcore.studies import bench
 
-from flashcore import dispatch, interface  # noqa: E402
-from flashcore.studies import bench  # noqa: E402
+    if impl == "triton":
+        os.environ["FLASHCORE_FORWARD_HOPPER"] = "never"  # read per call by flashcore.dispatch
+    B, H, S, D = 2, 16, 8192, 128
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for _ in range(3)
+    )
+    if impl in ("hopper", "triton"):
+        ran = dispatch.forward_kernel(q, k, v, causal=causal)
+        if ran != {"hopper": "gluon", "triton": "triton"}[impl]:
+            sys.exit(
+                f"flashcore.attention dispatches this shape to {ran}, not the kernel {impl!r} names"
+            )
 
-impl = sys.argv[1]
-causal = "--causal" in sys.argv
-if impl == "triton":
-    os.environ["FLASHCORE_FORWARD_HOPPER"] = "never"  # read per call by flashcore.dispatch
-B, H, S, D = 2, 16, 8192, 128
-gen = torch.Generator(device="cuda").manual_seed(0)
-q, k, v = (
-    torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3)
-)
-if impl in ("hopper", "triton"):
-    ran = dispatch.forward_kernel(q, k, v, causal=causal)
-    if ran != {"hopper": "gluon", "triton": "triton"}[impl]:
-        sys.exit(
-            f"flashcore.attention dispatches this shape to {ran}, not the kernel {impl!r} names"
-        )
+        def fn():
+            interface.attention(q, k, v, causal=causal)
+    else:
+        sdpa = bench.make_sdpa("cudnn", causal, False)
 
-    def fn():
-        interface.attention(q, k, v, causal=causal)
-else:
-    sdpa = bench.make_sdpa("cudnn", causal, False)
+        def fn():
+            sdpa(q, k, v)
 
-    def fn():
-        sdpa(q, k, v)
+    for _ in range(4):
+        fn()
+    torch.cuda.synchronize()
 
 
-for _ in range(4):
-    fn()
-torch.cuda.synchronize()
+if __name__ == "__main__":
+    sys.path.insert(0, ".")
+    if sys.argv[1] == "--record":
+        record(sys.argv[2])
+    else:
+        run(sys.argv[1], "--causal" in sys.argv)

@@ -1,0 +1,138 @@
+"""Nsight Compute on flashcore's kernels beside SDPA cuDNN and FlashAttention-4, forward at D
+64/128/256 and backward at D 64/128: where the tensor pipe idles and why (issue stalls,
+registers, shared memory, occupancy). bf16, B * S = 16K tokens (S = 8192, B = 2), H = 2048 / D.
+
+    python tools/ncu_compare.py run PHASE IMPL D [--causal]   (under ncu, GPU)
+    python tools/ncu_compare.py record DIR                      (parse, on the same GPU)
+
+PHASE ``forward``: IMPL ``flashcore`` (``flashcore.attention`` as it ships; the kernel its
+dispatch picks is recorded), ``triton`` (FLASHCORE_FORWARD_HOPPER=never), ``cudnn`` (SDPA),
+``fa4`` (``flash_attn.cute``, its sm90 path). PHASE ``backward``: ``flashcore`` (the Triton
+backward autograd runs by default), ``gluon`` (FLASHCORE_BACKWARD_HOPPER=always: the opt-in
+Gluon backward), ``cudnn``, ``fa4``; the forward runs before the profiled range.
+
+Each run makes three warm-up calls, then one call inside the NVTX range ``profiled``; ncu
+profiles every kernel in that range (``--nvtx --nvtx-include profiled/``), so a backward's
+preprocessing, main and dQ kernels each get a row. ``record`` reads DIR/ncu_*.csv (``ncu --csv
+--page raw``; the metrics and stalls of tools/ncu_forward.py) and writes
+results/<gpu>/ncu_compare.json through ``write_result`` (provenance and the kernel fingerprint
+computed on the machine that ran ncu). ``tools/gpu_ncu_compare.sh`` runs both forms."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from ncu_forward import parse_csv_rows
+
+CASES = [("forward", impl, d) for d in (128, 64, 256) for impl in ("flashcore", "cudnn", "fa4")]
+CASES += [("forward", "triton", 128)]
+BACKWARD_IMPLS = ("flashcore", "gluon", "cudnn", "fa4")
+CASES += [("backward", impl, d) for d in (128, 64) for impl in BACKWARD_IMPLS]
+NCU_COMMAND = (
+    "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis "
+    "--section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled/ --csv --page raw"
+)
+
+
+def csv_name(phase: str, impl: str, d: int) -> str:
+    return f"ncu_{phase}_{impl}_d{d}.csv"
+
+
+def run(phase: str, impl: str, d: int, causal: bool) -> None:
+    import torch
+
+    if impl == "triton":
+        os.environ["FLASHCORE_FORWARD_HOPPER"] = "never"  # read per call by flashcore.dispatch
+    if impl == "gluon":
+        os.environ["FLASHCORE_BACKWARD_HOPPER"] = "always"
+    from flashcore import dispatch, interface
+    from flashcore.studies import bench
+
+    b, h, s = 2, 2048 // d, 8192
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (
+        torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for _ in range(4)
+    )
+    if impl in ("flashcore", "triton", "gluon"):
+        print("forward kernel:", dispatch.forward_kernel(q, k, v, causal=causal), file=sys.stderr)
+        fwd = lambda q, k, v: interface.attention(q, k, v, causal=causal)  # noqa: E731
+    elif impl == "cudnn":
+        fwd = bench.make_sdpa("cudnn", causal, False)
+    elif impl == "fa4":
+        fwd = bench.make_fa4(causal)
+    else:
+        raise SystemExit(f"unknown implementation {impl!r}")
+    leaves = [t.detach().requires_grad_(phase == "backward") for t in (q, k, v)]
+
+    def once(profiled: bool) -> None:
+        if phase == "forward":
+            if profiled:
+                torch.cuda.nvtx.range_push("profiled")
+            with torch.no_grad():
+                fwd(*leaves)
+        else:
+            out = fwd(*leaves)  # the forward stays outside the profiled range
+            torch.cuda.synchronize()
+            if profiled:
+                torch.cuda.nvtx.range_push("profiled")
+            torch.autograd.grad(out, leaves, do)
+        if profiled:
+            torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+
+    for profiled in (False, False, False, True):
+        once(profiled)
+
+
+def record(folder: str) -> None:
+    sys.path.insert(0, ".")
+    from flashcore.kernels import backward, backward_hopper, forward, forward_hopper  # noqa: F401
+    from flashcore.results import write_result
+
+    rows = []
+    for phase, impl, d in CASES:
+        path = os.path.join(folder, csv_name(phase, impl, d))
+        row = dict(phase=phase, impl=impl, D=d, causal=False)
+        try:
+            kernels = parse_csv_rows(open(path).read())
+        except (OSError, StopIteration, IndexError) as exc:
+            row["error"] = f"no ncu rows ({type(exc).__name__})"
+        else:
+            row["kernels"] = kernels
+            # The kernel that takes the time: the row the comparison reads.
+            main = max(kernels, key=lambda k: k["duration_ns"] or 0.0)
+            row["main_kernel"] = main
+            row["kernel_ns_total"] = sum(k["duration_ns"] or 0.0 for k in kernels)
+        rows.append(row)
+    leftover = sorted(
+        set(map(os.path.basename, glob.glob(os.path.join(folder, "ncu_*.csv"))))
+        - {csv_name(*c) for c in CASES}
+    )
+    payload = {
+        "method": __doc__.strip(),
+        "shape": {"B": 2, "S": 8192, "H": "2048 / D", "dtype": "bfloat16", "causal": False},
+        "ncu": NCU_COMMAND,
+        "rows": rows,
+        "unparsed_files": leftover,
+    }
+    command = "bash tools/gpu_ncu_compare.sh OUT"
+    print("wrote", write_result("ncu_compare", payload, command=command))
+    for r in rows:
+        m = r.get("main_kernel")
+        what = r.get("error") or (
+            f"tensor pipe {m['tensor_pipe_pct_of_peak_active']:.1f}% active, "
+            f"{m['registers_per_thread']:.0f} regs, {m['duration_ns'] / 1e3:.0f} us of "
+            f"{r['kernel_ns_total'] / 1e3:.0f} us ({len(r['kernels'])} kernels): {m['kernel'][:60]}"
+        )
+        print(f"{r['phase']:<8} D{r['D']:<3} {r['impl']:<9} {what}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ".")
+    if sys.argv[1] == "record":
+        record(sys.argv[2])
+    else:
+        run(sys.argv[2], sys.argv[3], int(sys.argv[4]), "--causal" in sys.argv)
