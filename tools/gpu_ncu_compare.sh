@@ -7,7 +7,7 @@ set -u
 out=$1; mkdir -p "$out"
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 NCU=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis
-  --section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled/ --csv --page raw)
+  --section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled --csv --page raw)
 python3 -c 'import sys; sys.path.insert(0, "tools"); import ncu_compare as n
 for c in n.CASES: print(*c)' | while read -r phase impl d; do
   f="$out/ncu_${phase}_${impl}_d${d}.csv"

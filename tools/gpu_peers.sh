@@ -13,7 +13,7 @@
 #   stale     (carry .fa4a) unpack FA4's compiler library; the records no FA4 run needs that
 #             went stale with the D_v change: varlen.json, decode.json, decode_splits.json
 #   ncu       (carry .fa4b) Nsight Compute on flashcore, cuDNN and FA4, forward and backward
-#             (tools/gpu_ncu_compare.sh: ncu_compare.json)
+#             (tools/gpu_ncu_compare.sh: ncu_compare.json); the FP8 study (fp8.json)
 #   backward  the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
 #             forward + backward too (backward.json's speed rows; merged with the grid part
 #             by tools/merge_backward_records.py)
@@ -47,7 +47,8 @@ case "$part" in
     TAIL=12 stage decode_splits 150 python3 tools/decode_splits.py --record
     ;;
   ncu)
-    TAIL=30 stage ncu 560 bash tools/gpu_ncu_compare.sh "$out/ncu"
+    TAIL=30 stage ncu 300 bash tools/gpu_ncu_compare.sh "$out/ncu"
+    TAIL=20 stage fp8 270 python3 -m flashcore fp8 --record
     ;;
   dv)
     bash tools/gpu_test_shards.sh "$out/tests" 150 "doors:4:-m gpu tests/test_flash_attn_interface.py"

@@ -11,10 +11,13 @@ dispatch picks is recorded), ``triton`` (FLASHCORE_FORWARD_HOPPER=never), ``cudn
 backward autograd runs by default), ``gluon`` (FLASHCORE_BACKWARD_HOPPER=always: the opt-in
 Gluon backward), ``cudnn``, ``fa4``; the forward runs before the profiled range.
 
-Each run makes three warm-up calls, then one call inside the NVTX range ``profiled``; ncu
-profiles every kernel in that range (``--nvtx --nvtx-include profiled/``), so a backward's
-preprocessing, main and dQ kernels each get a row. ``record`` reads DIR/ncu_*.csv (``ncu --csv
---page raw``; the metrics and stalls of tools/ncu_forward.py) and writes
+Each run makes three warm-up calls, then one call inside the NVTX start/end range
+``profiled``; ncu profiles every kernel in that range (``--nvtx --nvtx-include profiled``), so a
+backward's preprocessing, main and dQ kernels each get a row. A start/end range, not push/pop:
+autograd launches the backward from its own device thread, outside a push/pop range of the
+calling thread (the first H100 run, with push/pop, profiled no backward kernel). ``record``
+reads DIR/ncu_*.csv (``ncu --csv --page raw``; the metrics and stalls of tools/ncu_forward.py)
+and writes
 results/<gpu>/ncu_compare.json through ``write_result`` (provenance and the kernel fingerprint
 computed on the machine that ran ncu). ``tools/gpu_ncu_compare.sh`` runs both forms."""
 
@@ -32,7 +35,7 @@ BACKWARD_IMPLS = ("flashcore", "gluon", "cudnn", "fa4")
 CASES += [("backward", impl, d) for d in (128, 64) for impl in BACKWARD_IMPLS]
 NCU_COMMAND = (
     "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis "
-    "--section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled/ --csv --page raw"
+    "--section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled --csv --page raw"
 )
 
 
@@ -68,20 +71,19 @@ def run(phase: str, impl: str, d: int, causal: bool) -> None:
     leaves = [t.detach().requires_grad_(phase == "backward") for t in (q, k, v)]
 
     def once(profiled: bool) -> None:
+        out = None
+        if phase == "backward":
+            out = fwd(*leaves)  # the forward stays outside the profiled range
+            torch.cuda.synchronize()
+        rng = torch.cuda.nvtx.range_start("profiled") if profiled else None
         if phase == "forward":
-            if profiled:
-                torch.cuda.nvtx.range_push("profiled")
             with torch.no_grad():
                 fwd(*leaves)
         else:
-            out = fwd(*leaves)  # the forward stays outside the profiled range
-            torch.cuda.synchronize()
-            if profiled:
-                torch.cuda.nvtx.range_push("profiled")
             torch.autograd.grad(out, leaves, do)
-        if profiled:
-            torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
+        if profiled:
+            torch.cuda.nvtx.range_end(rng)
 
     for profiled in (False, False, False, True):
         once(profiled)
