@@ -12,8 +12,10 @@
 #             and decode (perf.json)
 #   stale     (carry .fa4a) unpack FA4's compiler library; the records no FA4 run needs that
 #             went stale with the D_v change: varlen.json, decode.json, decode_splits.json
+#   varlen    (carry .fa4a) unpack FA4's compiler library; varlen.json alone
 #   ncu       (carry .fa4b) Nsight Compute on flashcore, cuDNN and FA4, forward and backward
 #             (tools/gpu_ncu_compare.sh: ncu_compare.json); the FP8 study (fp8.json)
+#   ncu_fa4   (carry .fa4b) FA4's Nsight Compute cases alone (merged with tools/merge_ncu_compare.py)
 #   backward  the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
 #             forward + backward too (backward.json's speed rows; merged with the grid part
 #             by tools/merge_backward_records.py)
@@ -25,7 +27,7 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
 . tools/stage.sh
 fa4site=/root/fa4site
-if [ "$part" = dv ] || [ "$part" = ncu ]; then
+if [ "$part" = dv ] || [ "$part" = ncu ] || [ "$part" = ncu_fa4 ]; then
   # shellcheck disable=SC1091
   source .fa4b/install.sh
 elif [ -d "$fa4site" ]; then
@@ -42,13 +44,20 @@ case "$part" in
   stale)
     bash .fa4a/install.sh
     cli() { local name=$1 secs=$2; shift 2; stage "$name" "$secs" python3 -m flashcore "$@"; }
-    TAIL=6 cli varlen 200 varlen --record
+    TAIL=6 cli varlen 330 varlen --record
     TAIL=16 STAGE_HIDE="it/s\]" cli decode 150 bench --suite decode --topic decode --record
     TAIL=12 stage decode_splits 150 python3 tools/decode_splits.py --record
+    ;;
+  varlen)
+    bash .fa4a/install.sh
+    TAIL=6 stage varlen 330 python3 -m flashcore varlen --record
     ;;
   ncu)
     TAIL=30 stage ncu 300 bash tools/gpu_ncu_compare.sh "$out/ncu"
     TAIL=20 stage fp8 270 python3 -m flashcore fp8 --record
+    ;;
+  ncu_fa4)  # (carry .fa4b) FA4's ncu cases alone, after a session that ran the others
+    TAIL=30 NCU_ONLY=fa4 stage ncu 200 bash tools/gpu_ncu_compare.sh "$out/ncu"
     ;;
   dv)
     bash tools/gpu_test_shards.sh "$out/tests" 150 "doors:4:-m gpu tests/test_flash_attn_interface.py"
