@@ -1,0 +1,161 @@
+"""The tools that turn device runs into records: the Nsight Compute CSV parser, the join of
+ncu_compare records from two sessions, the join of the backward record's two sessions, and
+the D_v study's flashcore / FA4 summary. CPU only: synthetic inputs of the shapes the GPU
+runs write, each test built so that the defect it guards against makes it fail."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from ncu_forward import parse_csv, parse_csv_rows  # noqa: E402
+
+from flashcore.studies import value_head_dim_speed  # noqa: E402
+
+NCU_CSV = "\n".join(
+    [
+        "==PROF== Connected to process 1",
+        '"ID","Kernel Name","gpu__time_duration.sum","launch__registers_per_thread",'
+        '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"',
+        '"","","ns","register/thread","ratio"',
+        '"0","_bwd_preprocess","1,500","32","0.10"',
+        '"1","_bwd_dkdv_kernel","3,548,000","255","2.34"',
+        '"2","_bwd_dq_kernel","2,400,000","255","1.90"',
+    ]
+)
+
+
+def test_ncu_parser_reads_every_kernel_row_with_units_skipped():
+    rows = parse_csv_rows(NCU_CSV)
+    assert [r["kernel"] for r in rows] == ["_bwd_preprocess", "_bwd_dkdv_kernel", "_bwd_dq_kernel"]
+    assert rows[1]["duration_ns"] == 3_548_000.0  # thousands separators dropped
+    assert rows[1]["registers_per_thread"] == 255.0
+    assert rows[2]["stalls_per_issue"]["barrier"] == 1.90
+    assert rows[0]["stalls_per_issue"]["wait"] is None  # a metric the dump lacks is None, not 0
+    assert parse_csv(NCU_CSV)["kernel"] == "_bwd_preprocess"
+
+
+def _ncu_record(commit, fingerprint, profiled):
+    rows = []
+    for phase, impl, d in [("forward", "flashcore", 128), ("forward", "fa4", 128)]:
+        row = dict(phase=phase, impl=impl, D=d, causal=False)
+        if impl in profiled:
+            row["kernels"] = [{"kernel": f"{impl}_{commit}", "duration_ns": 1.0}]
+            row["main_kernel"] = row["kernels"][0]
+        else:
+            row["error"] = "no ncu rows (FileNotFoundError)"
+        rows.append(row)
+    return {
+        "topic": "ncu_compare",
+        "provenance": {"commit": commit},
+        "kernel_fingerprint": {"sha256": fingerprint},
+        "rows": rows,
+    }
+
+
+def _merge(tmp_path, *records):
+    paths = []
+    for i, rec in enumerate(records):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(rec))
+    out = tmp_path / "merged.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "merge_ncu_compare.py"), *map(str, paths), str(out)],
+        capture_output=True,
+        text=True,
+    )
+    return done, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_ncu_join_takes_each_row_from_the_session_that_profiled_it(tmp_path):
+    first = _ncu_record("aaa", "same", profiled={"flashcore"})
+    second = _ncu_record("bbb", "same", profiled={"fa4"})
+    done, merged = _merge(tmp_path, first, second)
+    assert done.returncode == 0, done.stderr
+    by = {r["impl"]: r for r in merged["rows"]}
+    assert by["flashcore"]["session"] == 0 and by["fa4"]["session"] == 1
+    assert by["flashcore"]["kernels"][0]["kernel"] == "flashcore_aaa"
+    assert by["fa4"]["kernels"][0]["kernel"] == "fa4_bbb"
+    assert [s["commit"] for s in merged["sessions"]] == ["aaa", "bbb"]
+
+
+def test_ncu_join_refuses_records_of_different_kernel_sources(tmp_path):
+    done, merged = _merge(
+        tmp_path,
+        _ncu_record("aaa", "one", profiled={"flashcore"}),
+        _ncu_record("bbb", "two", profiled={"fa4"}),
+    )
+    assert done.returncode != 0 and merged is None
+    assert "different" in done.stderr
+
+
+def _backward_record(commit, fingerprint, speed_rows, **extra):
+    return {
+        "provenance": {"commit": commit},
+        "kernel_fingerprint": {"sha256": fingerprint},
+        "method": "m",
+        "stages_done": ["speed"],
+        "determinism": [],
+        "speed": speed_rows,
+        **extra,
+    }
+
+
+def _speed_row(impl, tflops, causal=False):
+    return dict(dtype="bfloat16", D=128, S=4096, causal=causal, impl=impl, tflops=tflops)
+
+
+def test_backward_join_keeps_fingerprint_tuning_and_refuses_mixed_sources(tmp_path):
+    grid = _backward_record(
+        "c1", "fp", [], grid="full", summary={"failed": 0}, cases=[], tuning=[{"x": 1}]
+    )
+    speed = _backward_record("c1", "fp", [_speed_row("flashcore", 200.0), _speed_row("fa4", 400.0)])
+    paths = [tmp_path / "g.json", tmp_path / "s.json"]
+    for p, rec in zip(paths, (grid, speed)):
+        p.write_text(json.dumps(rec))
+    out = tmp_path / "b.json"
+    tool = str(ROOT / "tools" / "merge_backward_records.py")
+    done = subprocess.run(
+        [sys.executable, tool, *map(str, paths), str(out)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    merged = json.loads(out.read_text())
+    assert merged["kernel_fingerprint"] == {"sha256": "fp"} and merged["tuning"] == [{"x": 1}]
+    assert merged["speed_summary"]["bfloat16 D128"]["fa4"]["geomean"] == pytest.approx(0.5)
+    speed["kernel_fingerprint"] = {"sha256": "other"}
+    paths[1].write_text(json.dumps(speed))
+    done = subprocess.run(
+        [sys.executable, tool, *map(str, paths), str(out)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode != 0
+
+
+def test_value_head_dim_summary_is_flashcore_over_fa4_per_shape():
+    def row(s, causal, impl, tflops):
+        return dict(S=s, causal=causal, impl=impl, tflops=tflops)
+
+    forward = [
+        row(4096, False, "flashcore", 100.0),
+        row(4096, False, "fa4", 400.0),
+        row(8192, True, "flashcore", 300.0),
+        row(8192, True, "fa4", 300.0),
+        row(8192, True, "sdpa_flash", None),  # a peer that refused: no tflops
+    ]
+    backward = [row(4096, False, "flashcore", 50.0), dict(S=4096, causal=False, impl="fa4")]
+    out = value_head_dim_speed.summary(forward, backward)
+    assert out["forward"]["flashcore_over_fa4"] == {"S4096 full": 0.25, "S8192 causal": 1.0}
+    assert out["forward"]["geomean"] == pytest.approx(0.5)
+    # FA4 did not run the backward: no ratio, no geomean, rather than a made-up one
+    assert out["backward"] == {"flashcore_over_fa4": {}, "geomean": None}
+
+
+def test_value_head_dim_shapes_are_mla_head_dims_at_the_sweeps_token_budget():
+    shapes = value_head_dim_speed.shapes()
+    assert {(s["D"], s["Dv"]) for s in shapes} == {(192, 128)}
+    assert all(s["B"] * s["S"] == 16384 for s in shapes)
+    assert {s["causal"] for s in shapes} == {False, True}
