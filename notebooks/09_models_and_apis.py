@@ -12,28 +12,34 @@
 # reference computes, under the project's error rule, forward and (where it has one)
 # backward; a planted bug of each kind fails the same check; the two small models run through
 # flashcore within the rule of their own eager attention. Every verdict prints `False` when
-# the measurement says so. Speed is not claimed here: what was and was not measured is listed
-# at the end.
+# the measurement says so. Speed is not claimed from this notebook's own runs: the H100
+# records rendered below (sinks' cost, D 192 / D_v 128 beside FlashAttention-4, paged decode
+# beside FA4 and the copy ceiling, the models' generation, the host cost per call) are
+# checked against issue 28's targets, each verdict computed from its record.
 #
-# Sections: (1) sinks: the gradient derived, checked in float64, then flashcore and gpt-oss;
-# (2) D_v ≠ D: why zero padding is exact, the kernel, DeepSeek-V3, the GPU grid;
-# (3) paged KV; (4) the doors; (5) what is not yet measured.
+# Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
+# the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
+# how the mode failed on the H100 and the fix, its speed; (3) paged KV and paged decode's
+# speed; (4) the doors, and the models' generation speed; (5) what is not yet measured.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
-RECORDED_GPU = "nvidia-h100-80gb-hbm3"  # whose GPU test logs section 2 shows
+RECORDED_GPU = "nvidia-h100-80gb-hbm3"  # whose records and GPU test logs are rendered
 
 # %%
 from flashcore.notebook import setup, table
 
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+import json
 import math
+import re
 
 import torch
 
 import flashcore
 from flashcore import results
 from flashcore.reference import attention_reference, kvcache_reference
+from flashcore.studies.records import status_line_for
 from flashcore.validate import error_rule
 
 # The interpreter cannot run bfloat16 (flashcore._checks says why): float32 there.
@@ -148,21 +154,70 @@ print(
 )
 
 # %% [markdown]
+# ### The sinks' cost on the H100 (recorded)
+#
+# `feature_costs.json`: bf16, H·D = 2048, each call timed beside the same call without sinks
+# in one process, alternating, forward and forward + backward (`ratio` = with / without).
+# Sinks run on the Triton kernel only. Where the call without them takes the Gluon kernel
+# (D128 from S 1-2K; `kernel_without` = gluon), a `sinks` row prices the sinks *and* leaving
+# the Gluon kernel; the `sinks_vs_triton` rows pin the call without sinks to the Triton kernel
+# too, so they, and the D64 `sinks` rows (Triton on both sides), give the sinks' own cost.
+# Issue 28's target: that cost ≤ 3%.
+
+# %%
+costs_record = results.read_result("feature_costs", RECORDED_GPU)
+print("recorded on", results.describe(costs_record))
+print(status_line_for("feature_costs", RECORDED_GPU))
+sink_cost_rows = [r for r in costs_record["rows"] if r["feature"] in ("sinks", "sinks_vs_triton")]
+print(
+    table(
+        sink_cost_rows,
+        ["feature", "D", "S", "B", "H", "causal", "kernel_with", "kernel_without",
+         "forward_ratio", "forward_backward_ratio"],
+        {"forward_ratio": "{:.3f}", "forward_backward_ratio": "{:.3f}"},
+    )
+)  # fmt: skip
+same_kernel = [r for r in sink_cost_rows if r["kernel_with"] == r["kernel_without"]]
+across = [r for r in sink_cost_rows if r["kernel_with"] != r["kernel_without"]]
+own_cost = [r[p] for r in same_kernel for p in ("forward_ratio", "forward_backward_ratio")]
+print(
+    f"sinks' own cost (same kernel both sides, {len(same_kernel)} rows): ratios "
+    f"{min(own_cost):.3f} to {max(own_cost):.3f}"
+)
+print(
+    f"sinks on Triton against the Gluon kernel without them ({len(across)} rows): forward "
+    f"{min(r['forward_ratio'] for r in across):.2f}-{max(r['forward_ratio'] for r in across):.2f}"
+    f", forward + backward {min(r['forward_backward_ratio'] for r in across):.2f}-"
+    f"{max(r['forward_backward_ratio'] for r in across):.2f}"
+)
+over = [
+    f"D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} {p.split('_ratio')[0]} {r[p]:.3f}"
+    for r in same_kernel
+    for p in ("forward_ratio", "forward_backward_ratio")
+    if r[p] > 1.03
+]
+print("same-kernel ratios over 1.03:", "; ".join(over) or "none")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("issue 28: the sinks cost <= 3% over the same call without them:", max(own_cost) <= 1.03)
+
+# %% [markdown]
+# The target is computed over the same-kernel rows, forward and forward + backward. The larger
+# cost a user sees at D128 is the kernel change: the Gluon forward, which has no sinks, is
+# faster than the Triton one at those shapes (the `sinks` rows against the `sinks_vs_triton`
+# rows of the same shape).
+
+# %% [markdown]
 # ## 2. A value head dim of its own (D_v ≠ D)
 #
 # DeepSeek-V3's MLA attends with q.k over $D = 192$ dims and v over $D_v = 128$. The Triton
-# kernels carry a mode for it (`HEAD_DIM_V`: a V tile and accumulator $D_v$ wide). Under the
-# interpreter that mode passes every test; compiled for the H100 it gave a wrong output at
-# D 40 / D_v 24 and an illegal memory access at 24 / 8 (and at 40 / 24 without softcap, in a
-# process that also ran the backward), and passed at D 64 / D_v 24 and where $D_v = D$
-# (tools/dv_gpu_diagnose.py, its log below; failures at 192/128 in an earlier run came after
-# an illegal access had poisoned the process, and are not evidence). An offline sm_90 analysis
-# (`tools/dv_offline/REPORT.md`) found one difference that separates the failing compiles: V
-# placed in K's shared-memory slot with another shape and swizzle, which happens when neither
-# is pipelined (strides that are not multiples of 16, as at D 40 and D_v 24); it is a
-# correlation until a GPU run confirms it. Meanwhile compiled launches take another route,
-# exact by construction: pad the narrower operand with zero columns to $W = \max(D, D_v)$ and
-# run the one-head-dim kernel.
+# kernels carry a mode for it (`HEAD_DIM_V`: V's tile and the accumulator $D_v$ wide, so
+# $PV$ costs $D_v$'s FLOPs, not the wider head dim's). Compiled and interpreted launches both
+# run that mode. A second route, exact by construction, stays as a switch
+# (`kernels/_launch.py`'s `PAD_VALUE_HEAD_DIM_ON`, empty by default; the tests and this
+# notebook switch it on to compare): pad the narrower operand with zero columns to
+# $W = \max(D, D_v)$ and run the one-head-dim kernel.
 #
 # * $D_v < D$: $v' = [v, 0]$. Then $O' = P v' = [P v, P\,0] = [O, 0]$: drop the last
 #   $D - D_v$ columns. Backward: $dV' = P^\top dO'$ with $dO' = [dO, 0]$ gives $[dV, 0]$;
@@ -171,9 +226,9 @@ print(
 # * $D_v > D$: $q' = [q, 0]$, $k' = [k, 0]$: $q' k'^\top = q k^\top$, so $P$ and $O$ are
 #   unchanged (the scale stays $1/\sqrt{D}$, passed explicitly); $dQ' = dS\, k' = [dQ, 0]$.
 #
-# The cost is the copies and the padded columns' FLOPs (at 192/128 the P V product is 1.5x
-# as wide). Below, both routes on the CPU (the mode itself, and the padded route the GPU takes)
-# against float64, then DeepSeek-V3.
+# The padded route costs the copies and the padded columns' FLOPs (at 192/128 the $PV$
+# product is 1.5x as wide). Below, both routes on this device against float64, then
+# DeepSeek-V3.
 
 # %%
 from flashcore.kernels import _launch
@@ -181,7 +236,7 @@ from flashcore.kernels.backward import attention_backward
 from flashcore.validate_backward_softcap_varlen import softcap_rule
 
 dv_rows = []
-routes = ["padded"] if DEVICE == "cuda" else ["HEAD_DIM_V mode", "padded"]
+routes = ["HEAD_DIM_V mode", "padded"]
 for d, dv, causal, softcap in [(192, 128, True, None), (40, 24, True, 5.0), (32, 64, False, None)]:
     g = torch.Generator().manual_seed(d + dv)
     q, k = torch.randn(1, 4, 49, d, generator=g), torch.randn(1, 2, 61, d, generator=g)
@@ -212,7 +267,7 @@ print(table([{k: (v if k in ("D / D_v", "route") else ("pass" if v <= 1 else "FA
              for r in dv_rows], list(dv_rows[0]), {}))  # fmt: skip
 same_route = all(
     a[n] == b[n] for a, b in zip(dv_rows[::2], dv_rows[1::2]) for n in ("out", "dq", "dk", "dv")
-) if len(routes) == 2 else None  # fmt: skip
+)
 print("the two routes give bitwise the same ratios (same outputs to the rule):", same_route)
 
 # %%
@@ -245,19 +300,136 @@ print(
 )
 
 # %% [markdown]
-# On the H100 (2026-11-25): the diagnosis of the mode itself (each variant changes one thing
-# of the failing case; the run stopped at its time limit after five), then the GPU test grids
-# at commit `34c60c8`, through the padded route: `tests/test_value_head_dim.py`'s 156 dense
-# cases (D/D_v 192/128, 64/32, 128/64, 40/24, 32/64, 256/128; bf16 and fp16; S up to 2K,
-# ragged, windows, softcap) and 20 varlen cases in 8 shards, and the paged-KV and launch
-# tests. These are test logs, not records: they carry no kernel fingerprint.
+# ### How the mode failed on the H100, and the fix
+#
+# Under the interpreter the mode passed every test, but compiled for the H100 (2026-11-25) it
+# gave a wrong output at D 40 / D_v 24 (softcap) and an illegal memory access at 40/24
+# without softcap and at 24/8, while D 64 / D_v 24 and $D_v = D$ passed (the first log below:
+# each variant changes one thing of the failing case). Until the cause was found, compiled
+# launches took the zero-padded route. An offline sm_90 analysis of the compiled kernels
+# (`tools/dv_offline/REPORT.md`) found one difference that separates the failing compiles:
+# the V tile, loaded after $q k^\top$ and not pipelined (row strides that are not multiples of
+# 16, as at D 40 and D_v 24), was placed in K's shared-memory slot with another shape and
+# swizzle. The GPU runs of 2026-11-26 (commit `382853b`, the table below) confirmed it: the
+# failure is not reproducible run to run (a race, not a miscompute), the unpadded control
+# 64/24 faults exactly when its V tile sits over K's slot (one stage) and passes at three, and
+# the kernel with V loaded before $q k^\top$ (`V hoisted`: a buffer of its own) passes with and
+# without softcap. That is the fix now in `kernels/forward.py`: in the `HEAD_DIM_V` mode V is
+# loaded before $q k^\top$; kernels with $D_v = D$ are unchanged.
 
 # %%
 logs = results.RESULTS_DIR / RECORDED_GPU / "logs"
-for name in ("dv_variants_d231668.log", "gpu_tests_dv_paged_launch_34c60c8.txt"):
-    path = logs / name
-    print(f"--- {name}")
-    print(path.read_text().strip() if path.exists() else "(not in this checkout)")
+path = logs / "dv_variants_d231668.log"
+print(f"--- {path.name}")
+print(path.read_text().strip() if path.exists() else "(not in this checkout)")
+root_cause_path = logs / "dv_root_cause_382853b.json"
+if root_cause_path.exists():
+    root_cause = json.loads(root_cause_path.read_text())
+    print(f"--- {root_cause_path.name}:", results.describe(root_cause))
+    cause_rows = []
+    for c in root_cause["cases"]:
+        if "forward" in c:
+            result = f"forward ratio {c['forward']['ratio']:.3g}"
+            if "backward" in c:
+                result += ", dq/dk/dv " + "/".join(
+                    f"{b['ratio']:.2f}" for b in c["backward"].values()
+                )
+            if c.get("forward_repeat_bitwise_identical") is False:
+                result += "; two runs differ bitwise"
+        else:
+            result = (c.get("error") or "").strip().splitlines()[-1].split(": ", 1)[-1]
+        cause_rows.append({"case": c["case"][0], "D / D_v": f"{c['case'][6]} / {c['case'][7]}",
+                           "passed": c["passed"], "result": result})  # fmt: skip
+    print(table(cause_rows, ["case", "D / D_v", "passed", "result"]))
+else:
+    print(f"--- {root_cause_path.name}: (not in this checkout)")
+
+# %% [markdown]
+# The evidence after the fix: `tests/test_value_head_dim.py -m gpu` through the mode itself on
+# the H100 at commit `b44173b`, 178 tests (156 dense cases: D/D_v 192/128, 64/32, 128/64,
+# 40/24, 32/64, 256/128, bf16 and fp16, S up to 2K, ragged, windows, softcap; 20 varlen
+# cases; 2 tests of the dispatch and the launch cache), in 8 pytest processes. A test log, not
+# a record (no kernel fingerprint). Below, the summary lines the committed log holds, one per
+# process it kept, and their sum: the log keeps 7 of the 8 processes' output, so it shows
+# fewer than the 178 tests as passed and none failed. Before the fix the same grid passed
+# through the padded route (commit `34c60c8`, the second log).
+
+# %%
+dv_log = logs / "gpu_tests_dv_b44173b.log"
+if dv_log.exists():
+    summaries = [ln for ln in dv_log.read_text().splitlines() if " passed" in ln or " failed" in ln]
+    count = lambda word: sum(int(m) for ln in summaries for m in re.findall(rf"(\d+) {word}", ln))  # noqa: E731
+    print(f"--- {dv_log.name}")
+    print("\n".join(summaries))
+    print(f"{len(summaries)} summary lines: {count('passed')} passed, {count('failed')} failed")
+else:
+    print(f"--- {dv_log.name}: (not in this checkout)")
+padded_log = logs / "gpu_tests_dv_paged_launch_34c60c8.txt"
+print(f"--- {padded_log.name}")
+print(padded_log.read_text().strip() if padded_log.exists() else "(not in this checkout)")
+
+# %% [markdown]
+# ### D 192 / D_v 128 at speed, beside FlashAttention-4 (recorded)
+#
+# `value_head_dim_speed.json`: bf16, H 16, B·S = 16K tokens, S 4K/8K/16K, causal and not;
+# forward, backward and forward + backward in TFLOP/s (FLOPs of one head dim $(D + D_v)/2$;
+# the backward's are 2.5x the forward's): flashcore's mode, FA4, SDPA's cuDNN and flash
+# backends, and flashcore with the padded route switched on (`padded`). Issue 28's target:
+# forward and backward ≥ 0.95x FA4 at S ≥ 4K.
+
+# %%
+dv_speed = results.read_result("value_head_dim_speed", RECORDED_GPU)
+print("recorded on", results.describe(dv_speed))
+print(status_line_for("value_head_dim_speed", RECORDED_GPU))
+dv_key = lambda r: (r["S"], r["causal"])  # noqa: E731
+dv_tf = {(ph, r["impl"], *dv_key(r)): r.get("tflops") for ph in ("forward", "backward")
+         for r in dv_speed[ph]}  # fmt: skip
+dv_tf |= {("fwd_bwd", r["impl"], *dv_key(r)): r.get("fwd_bwd_tflops") for r in dv_speed["backward"]}
+dv_tf |= {(r["phase"], "padded", *dv_key(r)): r["tflops"] for r in dv_speed["padded_route"]}
+dv_tf |= {("fwd_bwd", "padded", *dv_key(r)): r["fwd_bwd_tflops"]
+          for r in dv_speed["padded_route"] if r["phase"] == "backward"}  # fmt: skip
+refusals = {r["error"] for ph in ("forward", "backward") for r in dv_speed[ph]
+            if r["impl"] == "sdpa_flash" and "error" in r}  # fmt: skip
+shapes = sorted({dv_key(r) for r in dv_speed["forward"]})
+speed_rows = []
+for phase in ("forward", "backward", "fwd_bwd"):
+    for s, causal in shapes:
+        tf = {impl: dv_tf.get((phase, impl, s, causal)) for impl in
+              ("flashcore", "padded", "fa4", "sdpa_cudnn")}  # fmt: skip
+        speed_rows.append({"phase": phase, "S": s, "causal": causal} | tf
+                       | {"vs FA4": tf["flashcore"] / tf["fa4"]})  # fmt: skip
+print(table(speed_rows, ["phase", "S", "causal", "flashcore", "padded", "fa4", "sdpa_cudnn", "vs FA4"],
+            {c: "{:.0f}" for c in ("flashcore", "padded", "fa4", "sdpa_cudnn")} | {"vs FA4": "{:.3f}"}))  # fmt: skip
+print("sdpa_flash:", "; ".join(sorted(refusals)))
+geo = {ph: dv_speed["summary"][ph]["geomean"] for ph in ("forward", "backward")}
+print(
+    f"flashcore / FA4, geomean over the shapes: forward {geo['forward']:.3f}, backward {geo['backward']:.3f}"
+)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+target_rows = [r for r in speed_rows if r["phase"] in ("forward", "backward") and r["S"] >= 4096]
+print(
+    "issue 28: D 192/128 forward and backward >= 0.95x FA4 at S >= 4K:",
+    all(r["vs FA4"] >= 0.95 for r in target_rows),
+)
+own_vs_padded = {
+    ph: [r["flashcore"] / r["padded"] for r in speed_rows if r["phase"] == ph]
+    for ph in ("forward", "backward")
+}
+print(
+    "the mode is faster than the padded route in every backward row:",
+    all(x > 1 for x in own_vs_padded["backward"]),
+)
+
+# %% [markdown]
+# Missed by far. What the code shows about why (none of it measured apart): a call with
+# $D_v \ne D$ always runs the Triton kernel, since the Gluon kernel (the FA3-structured one
+# that serves $D_v = D$ at D128) has one head dim; q/k's 192 columns are padded to 256 in
+# registers (`tl.arange` needs powers of two), so $q k^\top$ runs a third wider than its
+# FLOPs; and the mode reads K/V through pointers, not TMA (`launch_forward`: `use_tma` is off
+# where v has its own head dim). Against its own padded route (the `padded` column) the mode
+# is faster in the backward and level in the forward.
 
 # %% [markdown]
 # ## 3. Paged KV
@@ -343,6 +515,60 @@ print(
 print("a table that points one page at the wrong page fails the rule:", not planted_report.passed)
 
 # %% [markdown]
+# ### Paged decode at speed, beside dense decode and FA4 (recorded)
+#
+# `paged_decode.json`: one query per sequence, bf16, D 128, GQA 32/8, caches of 8K to 128K
+# tokens, pages of 16, 64 and 256 tokens in a shuffled pool; CUDA-graph replay times (GPU time
+# without the host). `of_copy` is the K + V bytes read per second over the device-copy ceiling
+# measured in the same process; `vs dense` the dense call's time over this one's; `FA4 / ours`
+# FA4's paged call (`flash_attn_varlen_func` with `page_table`, same pages in its layout) over
+# flashcore's paged call. Issue 28's targets: paged decode ≥ 0.95 of the copy ceiling from
+# 32K, and at least as fast as FA4's paged decode.
+
+# %%
+paged_record = results.read_result("paged_decode", RECORDED_GPU)
+print("recorded on", results.describe(paged_record))
+print(status_line_for("paged_decode", RECORDED_GPU))
+ceiling = paged_record["copy_ceiling"]
+print(f"copy ceiling: {ceiling['what']}, {ceiling['tbps']:.2f} TB/s")
+by_impl = {(r["B"], r["Sk"], r["impl"]): r for r in paged_record["rows"]}
+us = lambda r: 1e3 * r["graph_timing"]["median_ms"] if "graph_timing" in r else float("nan")  # noqa: E731
+paged_rows = []
+for (b, sk, impl), r in by_impl.items():
+    if not impl.startswith("paged_"):
+        continue
+    dense, peer = by_impl[(b, sk, "dense")], by_impl.get((b, sk, f"fa4_{impl}"), {})
+    paged_rows.append({
+        "B": b, "Sk": sk, "page": r["page_size"], "dense us": us(dense), "dense of_copy": dense["of_copy"],
+        "paged us": us(r), "of_copy": r["of_copy"], "vs dense": r["vs_dense"],
+        "FA4 us": us(peer) if peer else float("nan"), "FA4 of_copy": peer.get("of_copy", float("nan")),
+        "FA4 / ours": us(peer) / us(r) if peer else float("nan"),
+    })  # fmt: skip
+fmt = {c: "{:.1f}" for c in ("dense us", "paged us", "FA4 us")}
+fmt |= {c: "{:.2f}" for c in ("dense of_copy", "of_copy", "vs dense", "FA4 of_copy", "FA4 / ours")}
+print(table(paged_rows, list(paged_rows[0]), fmt))
+peer_errors = {
+    r["error"] for r in paged_record["rows"] if r["impl"].startswith("fa4") and "error" in r
+}
+print("FA4 rows with an error instead of a time:", sorted(peer_errors) or "none")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from_32k = [r for r in paged_rows if r["Sk"] >= 32768]
+print(
+    "issue 28: paged decode >= 0.95 of the copy ceiling from 32K:",
+    all(r["of_copy"] >= 0.95 for r in from_32k),
+)
+print("issue 28: paged decode at least as fast as FA4's paged decode at every shape:",
+      all(r["FA4 / ours"] >= 1.0 for r in paged_rows))  # fmt: skip
+
+# %% [markdown]
+# flashcore's paged call stays well below the copy-ceiling target, and below its own dense
+# call at every page size (the `vs dense` column): reading K/V through the block table costs it
+# time. FA4's paged call, its varlen entry point with one query per sequence, is slower than
+# flashcore's at every shape here (the `FA4 / ours` column).
+
+# %% [markdown]
 # ## 4. The doors
 #
 # `flashcore.flash_attn_func`, `flash_attn_varlen_func` and `flash_attn_with_kvcache` take
@@ -384,6 +610,37 @@ print(
 )
 
 # %% [markdown]
+# On the H100 (commit `b44173b`), the same `flash_attn_func` calls on flashcore and on
+# FlashAttention-4 (`tests/test_flash_attn_interface.py::test_same_calls_as_fa4_pass_the_rule`:
+# causal, sliding window, GQA, softcap 30; fp16 and bf16), each output under the rule against
+# float64 and each lse under the rule against a float32 logsumexp. The test asserts, in order,
+# flashcore's output, FA4's output, flashcore's lse, FA4's lse; the log below names the
+# assertion each failure stopped at and FA4's lse row ratio there. A failure at FA4's lse
+# means the three before it passed. (The test now asserts FA4's lse only without softcap: a
+# property of the peer, not a check of flashcore.)
+
+# %%
+door_log = logs / "gpu_tests_flash_attn_door_b44173b.log"
+if door_log.exists():
+    text = door_log.read_text()
+    failures = []
+    print(f"--- {door_log.name}")
+    print("\n".join(ln for ln in text.splitlines() if re.search(r"\d+ (passed|failed)", ln)))
+    for head, body in re.findall(
+        r"^_+ (test_\S+) _+$(.*?)(?=^_+ test_|^=+ warnings)", text, re.S | re.M
+    ):
+        stopped = re.search(r"^>\s+assert (.*)$", body, re.M).group(1)
+        ratio = re.search(r"row_ratio=([\d.]+)", body).group(1)
+        print(f"FAILED {head}: stopped at `assert {stopped}`, row ratio {float(ratio):.1f}")
+        failures.append(stopped)
+    print(
+        "every failure is FA4's lse (flashcore's output and lse pass in every case of the log):",
+        all(f.startswith("error_rule(their_lse") for f in failures),
+    )
+else:
+    print(f"--- {door_log.name}: (not in this checkout)")
+
+# %% [markdown]
 # ### The models on the H100: checks and generation speed (recorded)
 #
 # `python -m flashcore models --record` (`results/<gpu>/models.json`): the two checks above on
@@ -396,8 +653,6 @@ print(
 # record.
 
 # %%
-from flashcore.studies.records import status_line_for
-
 models_record = results.read_result("models", RECORDED_GPU)
 print("recorded on", results.describe(models_record))
 print(status_line_for("models", RECORDED_GPU))
@@ -429,30 +684,62 @@ for model_name in ("gpt-oss", "deepseek-v3"):
     )
 
 # %% [markdown]
-# gpt-oss generates faster through flashcore than through eager attention at both batches
-# (the table: 1.05 at B1, where one of three rounds is below 1, and 1.36 at B8). DeepSeek-V3
-# misses the target at both: 0.80 at B1 and 0.71 at B8 against SDPA, every round below 1. Not
-# measured, so not claimed: which part of flashcore's path costs the time. On CUDA, D_v != D
-# runs the zero-padded route (each call copies v into a zero-padded tensor of 192 columns and
-# the kernel reads and multiplies the padded columns: `flashcore.attention`'s docstring), and
-# the host cost of flashcore's decode call is above SDPA's (notebook 03's host profile); both
-# are candidates, neither is measured here.
+# At commit `b44173b` gpt-oss generates faster through flashcore than through eager attention
+# at both batches, and DeepSeek-V3, now on the `HEAD_DIM_V` mode, is at or above SDPA at B1
+# and below it at B8 (the table; single rounds scatter on both sides of 1). The record of
+# commit `cb05ce9`, when D_v ≠ D took the padded route on CUDA, had DeepSeek-V3 at 0.80 (B1)
+# and 0.71 (B8). Not measured, so not claimed: which part of flashcore's path costs the time
+# at B8. Candidates: the mode's kernel speed (section 2's table) and flashcore's host cost
+# per call (section 5).
 
 # %% [markdown]
 # ## 5. What is measured, and what is not yet
 #
-# Measured on the H100 (2026-11-25), through the tests above and the logs of section 2: the
-# D_v grid (156 dense + 20 varlen cases, padded route), paged KV (199 tests: page sizes 16-256,
-# D 64/128/256, shared pages, the flash_attn door's `page_table`), sinks (26 tests), the op,
-# the flash_attn door (91 tests) and the SDPA door (31 tests), all passing
-# (`results/nvidia-h100-80gb-hbm3/logs/gpu_tests_*`). Not yet measured, each a target of
-# issue 28: the sinks' cost over the same call without them (target ≤ 3%); D 192/128 forward
-# and backward against FA4 at S ≥ 4K (target ≥ 0.95x; the padded route will cost the
-# padded columns); paged decode against the copy ceiling and FA4's paged decode
-# (`python -m flashcore bench --suite paged`). None of these has run. gpt-oss's and
-# DeepSeek-V3's bf16 generation speed against their default attention was recorded on
-# 2026-11-26 (the section above). This notebook's GPU profile ran on
-# the H100 on 2026-11-26 (papermill, 71.6 s, every cell passing; `reproduce_timing.json`). The
-# padded route exists because the D_v kernel mode fails compiled on sm_90 when q/k's head dim is
-# padded; the GPU runs of 2026-11-26 traced that to V's shared buffer reusing K's slot with
-# another shape and swizzle (`tools/dv_offline/REPORT.md`); the fix is not yet applied.
+# Measured on the H100 through tests (logs, not records, under `results/<gpu>/logs/`): the
+# D_v grid through the mode (commit `b44173b`, section 2); paged KV (199 tests: page sizes
+# 16-256, D 64/128/256, shared pages, the flash_attn door's `page_table`; `34c60c8`); sinks
+# (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`),
+# all passing; and the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
+# with a record, their verdicts printed above: the sinks' cost (section 1), D 192/128 beside
+# FA4 (section 2), paged decode against the copy ceiling and FA4's paged decode (section 3),
+# the models' generation against their default attention (section 4).
+#
+# One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
+# `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
+# transformers makes) against SDPA's default backend; below, the ratios per shape. The
+# flash_attn and SDPA doors' own host cost has no current record.
+
+# %%
+launch_record = results.read_result("launch", RECORDED_GPU)
+print("recorded on", results.describe(launch_record))
+print(status_line_for("launch", RECORDED_GPU))
+eager = {(r["shape"], r["impl"]): r["eager_us_per_call"] for r in launch_record["rows"]}
+host_rows = [
+    {"shape": shape, "sdpa default us": sdpa_us}
+    | {f"{impl} / sdpa": eager[(shape, impl)] / sdpa_us for impl in ("flashcore", "flashcore op")}
+    for (shape, impl), sdpa_us in eager.items()
+    if impl == "sdpa default"
+]
+print(table(host_rows, list(host_rows[0]),
+            {"sdpa default us": "{:.1f}", "flashcore / sdpa": "{:.2f}", "flashcore op / sdpa": "{:.2f}"}))  # fmt: skip
+for impl in ("flashcore", "flashcore op"):
+    met = sum(r[f"{impl} / sdpa"] <= 1.10 for r in host_rows)
+    print(f"{impl}: host cost <= 1.10x SDPA's at {met} of {len(host_rows)} shapes")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(
+    "issue 28: host cost <= 1.10x SDPA's at every shape of the launch record (function and op):",
+    all(r[f"{i} / sdpa"] <= 1.10 for r in host_rows for i in ("flashcore", "flashcore op")),
+)
+
+# %% [markdown]
+# This notebook's GPU profile last ran on the H100 in its previous version (before the record
+# sections above were added); that run, from `reproduce_timing.json`:
+
+# %%
+timing = results.read_result("reproduce_timing", RECORDED_GPU)
+mine = [r for r in timing["rows"] if r["notebook"] == "09_models_and_apis"]
+for r in mine:
+    print(f"{r['notebook']}: profile {r['profile']}, {r['seconds']} s, status {r['status']}, "
+          f"commit {r['commit']}, {r['date'][:10]}")  # fmt: skip
