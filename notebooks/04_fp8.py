@@ -400,11 +400,11 @@ ratios = [l["x_bf16"] for l in long]
 print(
     f"fp8 / bf16 throughput at D=128, S>=4096: per shape {min(ratios):.2f}-{max(ratios):.2f}, geomean {geomean(ratios):.2f}"
 )
-# The same measurement in another process (the quick record; same kernels when its status
-# line says current): how much of the spread is run-to-run noise.
-later = read_result("fp8_quick", RECORDED_GPU)
-o = [l["x_bf16"] for l in F.speed_table(later["speed"]) if l["S"] >= 4096]
-print(f"  later quick run ({describe(later)}): {min(o):.2f}-{max(o):.2f}, geomean {geomean(o):.2f}")
+# The same measurement in another process (the quick record): a measure of run-to-run noise
+# only when its status line says current (same kernels); stale, it measured another version.
+quick = read_result("fp8_quick", RECORDED_GPU)
+o = [l["x_bf16"] for l in F.speed_table(quick["speed"]) if l["S"] >= 4096]
+print(f"  quick record ({describe(quick)}): {min(o):.2f}-{max(o):.2f}, geomean {geomean(o):.2f}")
 print("  " + status_line_for("fp8_quick", RECORDED_GPU))
 print("target: >= 1.5x bf16 at every shape:", all(r >= 1.5 for r in ratios))
 for causal in (False, True):
@@ -423,15 +423,17 @@ for causal in (False, True):
 # **Verdict on the targets** (the lines above; every one at D = 128, S ≥ 4096):
 #
 # * **≥ 1.5× bf16: missed at every shape** (the verdict prints False). fp8 per_block over
-#   flashcore's bf16: non-causal 1.17 (S = 4096), 1.24 (8192), 1.24 (16384); causal 1.14
-#   (4096), 1.16 (8192), 1.24 (16384); geomean 1.20. Why, from the table in section 6: the
-#   fp8 kernel runs at 636–740 TFLOP/s there and the bf16 side, the Gluon forward at these
-#   shapes, at 556–630. The `later quick run` line above is another process's run
-#   (`fp8_quick.json`, commit 34c60c8, current, same kernel fingerprint as this record); it gives
-#   1.15–1.22, geomean 1.18, close to this record's 1.14–1.24 and 1.20. The same fp8 kernel
-#   timed twice per shape (`fp8_naive` and `fp8_per_block` differ only in a constant) differs
-#   by up to 678 against 636 TFLOP/s (causal S = 4096); no shape comes within that spread
-#   of 1.5×.
+#   flashcore's bf16: non-causal 1.15 (S = 4096), 1.26 (8192), 1.23 (16384); causal 1.15
+#   (4096), 1.23 (8192), 1.26 (16384); geomean 1.21. Why, from the table in section 6: the
+#   fp8 kernel runs at 643–736 TFLOP/s there and the bf16 side, the Gluon forward at these
+#   shapes, at 560–631. The `quick record` line above is another process's run
+#   (`fp8_quick.json`, commit 34c60c8), and its status line says **stale**: it measured the
+#   kernels before the kernel change of commit 7c97b1b, another kernel version by the
+#   fingerprint, so its 1.15–1.22 (geomean 1.18) is no longer a run-to-run check of this
+#   record's 1.15–1.26 (geomean 1.21), only a look at the earlier version. Within this record,
+#   the same fp8 kernel timed twice per shape (`fp8_naive` and `fp8_per_block` differ only in
+#   a constant) differs by up to 714 against 671 TFLOP/s (causal S = 8192); no shape comes
+#   within that spread of 1.5×.
 # * **RMSE ≤ 9.1e-3 on the outlier inputs, every seed: met** at S = 4096 non-causal (worst
 #   seed 8.61e-03) and causal (worst seed 8.84e-03).
 # * **≥ 2.5× below per-tensor: missed in both cases** (prints False): the ratio is 2.29
@@ -444,7 +446,7 @@ for causal in (False, True):
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
-# commit 382853b, current.)
+# commit f862749, current: recorded after the kernel change of commit 7c97b1b.)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this
@@ -461,22 +463,22 @@ for causal in (False, True):
 #   2.5× target is missed in both. On massive-channel activations the rotation's gain is
 #   larger: median RMSE 4.27e-02 against per-tensor 1.50e-01 (non-causal) and 5.24e-02 against
 #   1.81e-01 (causal).
-# * **Speed.** One fp8 kernel in Triton reaches 1.14–1.24× flashcore's bf16 throughput at
-#   S ≥ 4096 (geomean 1.20; fp8 geomean 710 TFLOP/s against bf16's 592, 1.11–1.33× cuDNN's
-#   bf16 there). No shape reaches 1.5× (the best is 1.24), and the later quick run
-#   (1.15–1.22, geomean 1.18) agrees, so the target is missed; the trade-off curve above is
-#   the honest statement. The bf16 side at these shapes is the shipped Gluon forward.
+# * **Speed.** One fp8 kernel in Triton reaches 1.15–1.26× flashcore's bf16 throughput at
+#   S ≥ 4096 (geomean 1.21; fp8 geomean 713 TFLOP/s against bf16's 588, 1.09–1.21× cuDNN's
+#   bf16 there). No shape reaches 1.5× (the best is 1.26), so the target is missed (the quick
+#   record's 1.15–1.22 is stale, another kernel version, and not counted here); the
+#   trade-off curve above is the honest statement. The bf16 side at these shapes is the shipped Gluon forward.
 #   Triton's warp specialization did not help: the `ws` rows of the sweep are within a few
-#   TFLOP/s of the same config without it (704 against 706, 551 against 542 non-causal; 650
-#   against 646, 517 against 516 causal), and the sweep's best config (64x128 w4 s3: 803
+#   TFLOP/s of the same config without it (709 against 709, 547 against 552 non-causal; 652
+#   against 652, 520 against 525 causal), and the sweep's best config (64x128 w4 s3: 798
 #   non-causal, 738 causal) has no `ws` run, a known compile failure. (The sweep times one
 #   input set, the speed table rotates several; at the sweep's shape, S = 8192, the table
-#   shows 719 and 714 for the same config.) FlashAttention-3's ~1 PFLOP/s fp8 uses the
+#   shows 736 and 714 for the same config.) FlashAttention-3's ~1 PFLOP/s fp8 uses the
 #   structure the shipped bf16 forward has (warpgroup ping-pong, softmax/GEMM overlap, written
 #   in Gluon) and the Triton fp8 kernel lacks, plus in-register fp8 layout shuffles for p. An
-#   unfused `quantize` from bf16 costs 0.75× the fp8 attention time at best (non-causal
-#   S = 16K) and up to 13.46× (short S); counting it, fp8's geomean at S ≥ 4096 drops to
-#   225 TFLOP/s, below bf16's 592, so fp8 pays only when the producer already emits fp8.
+#   unfused `quantize` from bf16 costs 0.74× the fp8 attention time at best (non-causal
+#   S = 16K) and up to 13.49× (short S); counting it, fp8's geomean at S ≥ 4096 drops to
+#   225 TFLOP/s, below bf16's 588, so fp8 pays only when the producer already emits fp8.
 # * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
 #   p-rounding bound), live and in the record, so the errors above belong to the format, not
 #   to kernel bugs.

@@ -12,6 +12,13 @@
 # to 1M, with SDPA's flash, cuDNN and math backends in the same process
 # (`python -m flashcore long --record`, `results/<gpu>/long_context.json`). The CPU profile
 # renders that record; the correctness parts run live.
+#
+# **The H100 record is stale.** `long_context.json` was recorded at commit `382853b`, before
+# the kernel change of commit `7c97b1b` (a V head dim different from Q/K's now runs the
+# kernels' own `HEAD_DIM_V` mode). That change touched only the own-V branch, which no call
+# here takes (D_v = D = 128), but the record's kernel fingerprint covers the whole kernel
+# source files, so its status line below reads stale, and no re-record has run since. Every
+# number below that comes from this record is the kernels' as of `382853b`.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "gpu": measure live and record; "cpu": render the record
@@ -110,10 +117,11 @@ for row in report.launch_table(launch):
 # work is shorter than its launch path, so the times there are launch overhead, not kernel time: in this record
 # flashcore's S=1K call takes longer than its S=2K call (82 against 81 µs, first line above). At
 # S=4K (115 µs, 596 TFLOP/s) the kernel's time dominates again. What a call costs on the host is
-# in notebook 03's launch record (same commit, `382853b`), whose rows are printed above: at the
-# smallest shape the eager wall time per call is several times the GPU time, for flashcore (33
-# against 5 µs) and SDPA alike (29.2 against 6.3 µs in that record). That is the regime of
-# notebook 03, not of this one. flashcore's non-causal 1M point was skipped: its 512K call took
+# in notebook 03's launch record (`launch.json`, commit `b44173b`, current: recorded after the
+# kernel change, so a later kernel version than this record's), whose rows are printed above: at
+# the smallest shape (B1 H8 S128 D64) the eager wall time per call is several times the GPU
+# time, for flashcore (21 against 4 µs, graph replay) and SDPA alike (19.1 against 6.2 µs in
+# that record). That is the regime of notebook 03, not of this one. flashcore's non-causal 1M point was skipped: its 512K call took
 # 2.0 s (2026.832 ms), and the quadratic law puts the 1M call at about four times that, more
 # than the few seconds per point this sweep allows.
 #
@@ -152,7 +160,8 @@ print(
 )
 
 # %% [markdown]
-# The non-causal efficiency target is missed: flashcore falls from 662 TFLOP/s at S=8K to 623
+# In this record (commit `382853b`, stale: see the top) the non-causal efficiency target is
+# missed: flashcore falls from 662 TFLOP/s at S=8K to 623
 # at S=128K (-5.9%), outside the 5% the check allows, and further to 587 at 256K and 555 at
 # 512K. cuDNN's non-causal row falls the same way in this record (678 to 621 to 582). Why was not
 # measured. Causal holds (610 to 608, -0.3%). Memory beyond inputs and output is 0 bytes at
@@ -367,7 +376,7 @@ print(
 # %% [markdown]
 # From 512K tokens on, every kernel streams the cache at 3.02-3.15 TB/s (flashcore 3.11-3.15,
 # cuDNN 3.09-3.13, SDPA flash 3.02-3.08). That is about the HBM read bandwidth: the copy
-# ceiling in `perf.json` (3.02 TB/s, another run at the same commit on the same GPU model)
+# ceiling in `perf.json` (3.02 TB/s, another run on the same GPU model, at commit `b44173b`)
 # counts a read and a write. flashcore's split-KV kernel is ahead of cuDNN at every cache
 # length here, by 1.004x-1.023x (the line above). Long-cache decode is a solved problem for
 # exact attention.
@@ -397,6 +406,10 @@ print(
 
 # %% [markdown]
 # ## Conclusion
+#
+# (Measured numbers are from `long_context.json`, commit `382853b`: stale, the kernels before
+# the change of commit `7c97b1b`, which touched only the own-V branch that these calls do not
+# take; not re-recorded.)
 #
 # The prior report measured a real kernel problem and drew the wrong conclusion. Its kernel
 # grew faster than S² and failed at 32K because its tile grew with S. Tiling the keys fixes
