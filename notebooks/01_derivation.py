@@ -31,7 +31,11 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # section that shows it, whether today's kernels still match that record (a stale record's
 # verdict is a stale verdict until it is re-recorded), and a verdict: **holds**, **refuted**,
 # **reframed** (the number can be reproduced but does not mean what the report said), or **not
-# testable**. Each record's status line follows the table.
+# testable**. Each record's status line follows the table, and the last line names the claims
+# whose record is stale. The kernel sources change after some records are made (the latest
+# change gave v its own head dim on the GPU kernels), and a record not re-recorded since keeps
+# the numbers of the kernels it measured: its claim's measurement and verdict are those
+# kernels', not necessarily today's.
 
 # %%
 from flashcore.studies import claims
@@ -42,6 +46,10 @@ print(claims.text(claim_rows))
 print()
 for topic in claims.TOPICS:
     print(status_line_for(topic, claims.RECORDED_GPU))
+stale_claims = [
+    f"{r['report']} ({r['record'].split(' (')[0]})" for r in claim_rows if "(stale)" in r["record"]
+]
+print("claims resting on a stale record:", ", ".join(stale_claims) or "none")
 
 # %%
 # NBVAL_CHECK_OUTPUT

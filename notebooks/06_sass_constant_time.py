@@ -102,8 +102,10 @@ for name, r in sass_report["kernels"].items():
 # from the lengths in `interface.FORWARD_GLUON_FROM`), prints False and says why beside it; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, its `forward_hopper` runs: the workers' entry reads against these
-# stores), and nothing in the K/V ring, Q buffers or mbarriers.
+# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit b44173b, its
+# `forward_hopper` runs: 5 hazards each, the count of the run at `f2502d2` whose hazards were
+# traced to the workers' entry reads against these stores; notebook 02 renders that record),
+# and nothing in the K/V ring, Q buffers or mbarriers.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -180,7 +182,8 @@ print(ctrl["data_branches"][0]["text"], "  <- predicate derived from loaded q va
 # Gluon kernel serves (D128 S2048 bf16, non-causal and causal: rows named `… (Gluon)`; the run
 # checks that `interface.forward_kernel` picks the Gluon kernel for them, and the last verdict
 # line below checks that the record has those rows). The record's status line is printed above
-# its table.
+# its table: the record measures the kernels of the commit it names, which are not always the
+# kernels compiled above (the end of this notebook says which).
 
 # %%
 MEASURE_TIMING = MEASURE_TIMING or SWEEP == "full"
@@ -457,8 +460,13 @@ if power:
 # record, so another machine or run can come out otherwise.
 #
 # These numbers come from `timing_leak.json` and `timing_power.json`, both recorded on the H100
-# at commit 382853b with the kernels this notebook compiles (their status lines above say
-# current). The timing test includes the Gluon kernel's shapes; the power study does not.
+# at commit 382853b, so they are the numbers of that commit's kernels. The kernel sources have
+# changed since (v's own head dim, $D_v \ne D$, now runs the Triton kernel's own mode on the
+# GPU, with V loaded before $q k^\top$), and neither record was re-recorded after that change:
+# their status lines above say stale. The SASS section compiles today's kernels; the timing
+# and power numbers are not re-measured on them, so whether today's kernels time the same is not
+# established here (the verdict lines recompute from whatever record is committed). The timing
+# test includes the Gluon kernel's shapes; the power study does not.
 #
 # So the prior reports' "constant-time" claim fails on the first measurement that could test
 # it, and its largest part, which cuBLAS shares, is not in anybody's code. A timing-sensitive

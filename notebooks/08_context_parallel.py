@@ -18,6 +18,14 @@
 # `context_parallel` around SDPA. Every verdict below prints `False` when the measurement says
 # so.
 #
+# The two-GPU records rendered here (`context_parallel.json` and
+# `context_parallel_torch_check.json`, two H100s, commit `382853b`) measure the kernels of
+# that commit. The kernel sources changed after it (v's own head dim, $D_v \ne D$, runs the
+# Triton kernel's own mode on the GPU, with V loaded before $q k^\top$), and the two-GPU runs
+# were not repeated after that change, so their status lines say stale: their verdicts and
+# numbers are those of `382853b`'s kernels, and whether today's kernels give the same is not
+# measured. Sections 1, 2 and 3a run live on today's code.
+#
 # Sections: (1) the merge identity, derived and checked; (2) the ring and the zigzag load
 # balance; (3) correctness: 2 processes live on CPU, the recorded GPU grid; (4) speed on two
 # GPUs: scaling, overlap, memory, and PyTorch's context parallelism.
@@ -442,7 +450,8 @@ else:
 # re-run on the two H200s (commit `eb435d7`) and again on the two H100s rendered here
 # (`tools/gpu_cp.sh <out> torch-check`, i.e. `torchrun --nproc-per-node 2 -m
 # flashcore.studies.context_parallel --seqlen 131072 --record`, commit `382853b`): its record,
-# `context_parallel_torch_check.json`, is the last verdict of the next cell. The H100 bench
+# `context_parallel_torch_check.json` (stale since, like the bench record: see the
+# introduction), is the last verdict of the next cell. The H100 bench
 # record's own `torch_cp_checks`, made after the fix, are the verdicts before it.
 
 # %%
@@ -530,8 +539,10 @@ if recorded:
 # single-device reference under the error rule for every sharding, mask, GQA ratio and
 # uneven length checked, forward and backward, while each planted bug fails the same check.
 # The zigzag sharding balances causal work to within a fraction of a percent at N = 2, 4 and
-# 8 (max/min 1.000). The verdicts above come from the recorded two-GPU run; its provenance
-# line gives the device (two H100s), date and commit (`382853b`). In the recorded run:
+# 8 (max/min 1.000). The verdicts of sections 3b and 4 come from the recorded two-GPU run; its
+# provenance line gives the device (two H100s), date and commit (`382853b`). That run measured
+# the kernels before the latest change to their sources and was not repeated after it (its
+# status lines say stale), so what follows describes `382853b`'s kernels. In the recorded run:
 #
 # - **Scaling.** The target is met where it was measured: 1.051 (full) and 1.024 (causal) at
 #   512K, the only S ≥ 512K in this record; 1M and 2M were not measured (skipped by the
