@@ -350,8 +350,8 @@ else:
 # 40/24, 32/64, 256/128, bf16 and fp16, S up to 2K, ragged, windows, softcap; 20 varlen
 # cases; 2 tests of the dispatch and the launch cache), in 8 pytest processes. A test log, not
 # a record (no kernel fingerprint). Below, the summary lines the committed log holds, one per
-# process it kept, and their sum: the log keeps 7 of the 8 processes' output, so it shows
-# fewer than the 178 tests as passed and none failed. Before the fix the same grid passed
+# process, and their sum. Seven processes' logs came back whole; the eighth's did not, and its
+# summary line is the one the same call printed (marked in the log). Before the fix the same grid passed
 # through the padded route (commit `34c60c8`, the second log).
 
 # %%
