@@ -12,7 +12,6 @@
 #             and decode (perf.json)
 #   stale     (carry .fa4a) unpack FA4's compiler library; the records no FA4 run needs that
 #             went stale with the D_v change: varlen.json, decode.json, decode_splits.json
-#   varlen    (carry .fa4a) unpack FA4's compiler library; varlen.json alone
 #   ncu       (carry .fa4b) Nsight Compute on flashcore, cuDNN and FA4, forward and backward
 #             (tools/gpu_ncu_compare.sh: ncu_compare.json); the FP8 study (fp8.json)
 #   ncu_fa4   (carry .fa4b) FA4's Nsight Compute cases alone (merged with tools/merge_ncu_compare.py)
@@ -45,12 +44,8 @@ case "$part" in
     bash .fa4a/install.sh
     cli() { local name=$1 secs=$2; shift 2; stage "$name" "$secs" python3 -m flashcore "$@"; }
     TAIL=6 cli varlen 330 varlen --record
-    TAIL=16 STAGE_HIDE="it/s\]" cli decode 150 bench --suite decode --topic decode --record
-    TAIL=12 stage decode_splits 150 python3 tools/decode_splits.py --record
-    ;;
-  varlen)
-    bash .fa4a/install.sh
-    TAIL=6 stage varlen 330 python3 -m flashcore varlen --record
+    TAIL=16 STAGE_HIDE="it/s\]" cli decode 120 bench --suite decode --topic decode --record
+    TAIL=12 stage decode_splits 60 python3 tools/decode_splits.py --record
     ;;
   ncu)
     TAIL=30 stage ncu 300 bash tools/gpu_ncu_compare.sh "$out/ncu"

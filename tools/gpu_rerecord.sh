@@ -4,7 +4,8 @@
 # costs its own time only). Records written by the flashcore commands go to <outdir>/results;
 # the notebooks' go through tools/gpu_reproduce_timing.sh (its <outdir>/records.tar.gz).
 #   notebooks  the GPU profiles of notebooks 09 and 02 (reproduce_timing.json rows), Nsight
-#              Compute on the shipped forward (ncu_forward.json), the transformers e2e record
+#              Compute on flashcore and cuDNN, forward and backward (ncu_compare.json; FA4's rows
+#              need tools/gpu_peers.sh ncu_fa4 and tools/merge_ncu_compare.py), the transformers e2e record
 #              (e2e_transformers.json: the counted float32 checks and generation speed)
 #   host       host cost per call (launch.json), the dudect timing test over every forward
 #              kernel, Gluon included (timing_leak.json), NVML power/clock (timing_power.json)
@@ -26,7 +27,7 @@ case "$part" in
   notebooks)
     BUDGET=330 NB_TIMEOUT=240 bash tools/gpu_reproduce_timing.sh "$out/nb" \
       notebooks/09_*.ipynb notebooks/02_*.ipynb | tail -n 12
-    TAIL=8 FLASHCORE_RESULTS_DIR="$out/results" stage ncu 150 bash tools/gpu_ncu_forward.sh "$out/ncu"
+    TAIL=8 FLASHCORE_RESULTS_DIR="$out/results" stage ncu 300 bash tools/gpu_ncu_compare.sh "$out/ncu"
     TAIL=14 cli e2e 170 e2e --record
     ;;
   host)

@@ -16,18 +16,79 @@ Each run makes three warm-up calls, then one call inside the NVTX start/end rang
 backward's preprocessing, main and dQ kernels each get a row. A start/end range, not push/pop:
 autograd launches the backward from its own device thread, outside a push/pop range of the
 calling thread (the first H100 run, with push/pop, profiled no backward kernel). ``record``
-reads DIR/ncu_*.csv (``ncu --csv --page raw``; the metrics and stalls of tools/ncu_forward.py)
-and writes
+reads DIR/ncu_*.csv (``ncu --csv --page raw``: ``METRICS`` and the stall reasons ``STALLS`` of
+every kernel) and writes
 results/<gpu>/ncu_compare.json through ``write_result`` (provenance and the kernel fingerprint
 computed on the machine that ran ncu). ``tools/gpu_ncu_compare.sh`` runs both forms."""
 
 from __future__ import annotations
 
+import csv
 import glob
+import io
 import os
 import sys
 
-from ncu_forward import parse_csv_rows
+STALLS = (
+    "barrier",
+    "branch_resolving",
+    "dispatch_stall",
+    "drain",
+    "gmma",
+    "imc_miss",
+    "lg_throttle",
+    "long_scoreboard",
+    "math_pipe_throttle",
+    "membar",
+    "mio_throttle",
+    "misc",
+    "no_instruction",
+    "not_selected",
+    "selected",
+    "short_scoreboard",
+    "sleeping",
+    "tex_throttle",
+    "wait",
+)
+TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained"  # HGMMA counts here
+METRICS = {
+    "duration_ns": "gpu__time_duration.sum",
+    "tensor_pipe_pct_of_peak_active": TENSOR_PIPE + "_active",
+    "tensor_pipe_pct_of_peak_elapsed": TENSOR_PIPE + "_elapsed",
+    "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "issue_active_per_cycle": "smsp__issue_active.avg.per_cycle_active",
+    "warps_active_per_scheduler": "smsp__warps_active.avg.per_cycle_active",
+    "registers_per_thread": "launch__registers_per_thread",
+    "block_size": "launch__block_size",
+    "grid_size": "launch__grid_size",
+    "shared_mem_per_block": "launch__shared_mem_per_block_dynamic",
+}
+
+
+def parse_csv_rows(text: str) -> list[dict]:
+    """Every profiled kernel of an ``ncu --csv --page raw`` dump (ncu's own lines dropped;
+    the row after the header holds the units)."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith('"ID"'))
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    return [_kernel_metrics(dict(zip(rows[0], values))) for values in rows[2:] if values]
+
+
+def _kernel_metrics(raw: dict) -> dict:
+    def num(key):
+        v = raw.get(key, "").replace(",", "")
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+    out = {"kernel": raw.get("Kernel Name")}
+    out.update({name: num(key) for name, key in METRICS.items()})
+    out["stalls_per_issue"] = {
+        s: num(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio") for s in STALLS
+    }
+    return out
+
 
 CASES = [("forward", impl, d) for d in (128, 64, 256) for impl in ("flashcore", "cudnn", "fa4")]
 CASES += [("forward", "triton", 128)]
