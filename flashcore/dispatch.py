@@ -53,14 +53,9 @@ def _forward_mode() -> str:
 
 def forward_kernel(q, k, v, *, causal: bool, window=None, softcap=None, sinks=None) -> str:
     """``"gluon"`` or ``"triton"``: the forward kernel ``flashcore.attention`` runs these
-    (validated) inputs on. Softcap and sinks run on the Triton kernel only."""
+    (validated) inputs on. Softcap runs on the Triton kernel only; sinks run on both."""
     mode = _forward_mode()
-    if (
-        mode == "never"
-        or softcap is not None
-        or sinks is not None
-        or not _hopper.supports(q, k, v, window=window)
-    ):
+    if mode == "never" or softcap is not None or not _hopper.supports(q, k, v, window=window):
         return "triton"
     if mode == "always":
         return "gluon"

@@ -240,6 +240,7 @@ def _attention_forward(
             is_causal=bool(causal),
             qk_scale=(1.0 / math.sqrt(head_dim) if scale is None else scale) * LOG2E,
             store_lse=return_lse,
+            sinks=sinks,
         )
         _hopper.attention_hopper(q, k, v, out, lse, **options)
         if key is not None:

@@ -38,7 +38,7 @@ def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed):
     return rand(hq, sq), rand(hkv, sk), rand(hkv, sk)
 
 
-def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None, **grid):
+def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None, sinks=None, **grid):
     sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
     lse_t = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
@@ -55,6 +55,7 @@ def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None, **grid)
         store_lse=lse,
         pingpong=pingpong,
         num_wg=num_wg,
+        sinks=sinks,
         **grid,
     )
     return out, lse_t
@@ -155,6 +156,34 @@ def test_bitwise_deterministic(grid):
     # The grid only decides which program computes a tile, never how: bitwise the same.
     other, _ = _run(q, k, v, causal=True, alignment="top_left", pingpong=True, persistent=False)
     assert torch.equal(first, other)
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid", ["persistent", "3-programs"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
+def test_sinks_error_rule(case, dtype, grid):
+    """Learnable sinks (gpt-oss) on the Gluon kernel: out and lse against the float64
+    reference, rows that see no key included (zeros, lse = the sink). The sinks carry most
+    of each row's mass, so the same call without them fails this reference."""
+    b, hq, hkv, sq, sk, d, causal, alignment, layout = case
+    q, k, v = _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed=200 + CASES.index(case))
+    gen = torch.Generator().manual_seed(300 + CASES.index(case))
+    # log(Sk) + 2..4: the sink outweighs the keys' sum (about 1.6 Sk at these scores)
+    sinks = (torch.rand(hq, generator=gen) * 2 + 2 + math.log(sk)).to("cuda")
+    kw = dict(causal=causal, causal_alignment=alignment)
+    out, lse = _run(q, k, v, alignment=alignment, causal=causal, pingpong=True, sinks=sinks,
+                    **GRIDS[grid])  # fmt: skip
+    ref64, lse64 = attention_reference(
+        q, k, v, compute_dtype=torch.float64, return_lse=True, sinks=sinks, **kw
+    )
+    same = attention_reference(q, k, v, compute_dtype=dtype, sinks=sinks, **kw)
+    report = error_rule(out, ref64, same)
+    assert report.passed, report
+    assert torch.allclose(lse.double(), lse64, rtol=0, atol=1e-4)
+    plain, _ = _run(q, k, v, alignment=alignment, causal=causal, pingpong=True, **GRIDS[grid])
+    assert not error_rule(plain, ref64, same).passed
 
 
 @needs_hopper

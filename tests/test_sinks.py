@@ -145,11 +145,19 @@ def test_bad_sinks_raise_before_writing(sinks, exc, msg):
     assert torch.equal(kc, before)  # the cache is untouched
 
 
-def test_sinks_never_take_the_gluon_kernel():
+def test_sinks_take_the_kernel_the_call_without_them_takes():
+    """Sinks run on both forward kernels (the Gluon one since it starts each row at the
+    sink), so they never change which kernel serves a call; softcap still forces Triton."""
     from flashcore.interface import forward_kernel
 
-    q = torch.randn(1, 2, 4096, 128, device=DEVICE)
-    assert forward_kernel(q, q, q, causal=False, sinks=torch.zeros(2)) == "triton"
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+    sinks = torch.zeros(2, device=DEVICE)
+    for d, s in ((64, 4096), (128, 512), (128, 4096), (256, 2048)):
+        q = torch.randn(1, 2, s, d, device=DEVICE, dtype=dtype)
+        for causal in (False, True):
+            plain = forward_kernel(q, q, q, causal=causal)
+            assert forward_kernel(q, q, q, causal=causal, sinks=sinks) == plain
+        assert forward_kernel(q, q, q, causal=False, softcap=5.0, sinks=sinks) == "triton"
 
 
 # ------------------------------------------------------------------------------ gradients

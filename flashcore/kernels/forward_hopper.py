@@ -66,6 +66,7 @@ from ._softmax import LOG2E
 try:  # Gluon is experimental; its API moves between triton releases.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier,
         tma,
@@ -103,6 +104,19 @@ VARIANTS = {
 PERSISTENT = {False: True, True: True}
 
 if GLUON_AVAILABLE:
+    # Threads of a consumer warpgroup: each arrives on the barriers it releases (_release).
+    WG_THREADS = gl.constexpr(128)
+
+    @gluon.jit
+    def _release(bar):
+        """This thread's arrival on `bar` (its count is one per consumer thread). A plain
+        mbarrier.arrive is one thread's, and the compiler, which cannot tell which shared
+        memory the arrival publishes, puts a bar.sync of the warpgroup before it and before
+        the next shared-memory access: four per key tile, the kernel's barrier stalls. The
+        arrive of cp.async (no cp.async is in flight, so it lands at once) is every thread's
+        own and needs no bar.sync; each thread arrives after its own wgmma wait, as
+        CUTLASS's pipelines release a stage without a warpgroup barrier."""
+        async_copy.mbarrier_arrive(bar, increment_count=False)
 
     @gluon.jit
     def _work_unit(u, sched):
@@ -244,14 +258,14 @@ if GLUON_AVAILABLE:
     @gluon.jit
     def _take_turn(turn, wg: gl.constexpr, turn_phase, PINGPONG: gl.constexpr):
         if PINGPONG:
-            mbarrier.wait(turn.index(wg), turn_phase)
+            mbarrier.wait(turn[wg].index(0), turn_phase)
         return turn_phase ^ 1
 
     @gluon.jit
     def _pass_turn(turn, wg: gl.constexpr, PINGPONG: gl.constexpr):
-        NUM_WG: gl.constexpr = turn.shape[0]
+        NUM_WG: gl.constexpr = len(turn)
         if PINGPONG:
-            mbarrier.arrive(turn.index((wg + 1) % NUM_WG), count=1)
+            _release(turn[(wg + 1) % NUM_WG].index(0))
 
     @gluon.jit
     def _attend_tiles(
@@ -278,13 +292,13 @@ if GLUON_AVAILABLE:
             _pass_turn(turn, wg, PINGPONG)
             # Groups retire in order: one outstanding means S_j is done, P V may run on.
             s = warpgroup_mma_wait(1, deps=(s_tok,))
-            mbarrier.arrive(k_empty.index(stage), count=1)
+            _release(k_empty.index(stage))
             p, alpha, m_i, l_i = _softmax_step(
                 s, m_i, l_i, qk_scale, rows, j * BLOCK_N, seqlen_k, causal_offset,
                 s_layout, BLOCK_N, MASKED, IS_CAUSAL,
             )  # fmt: skip
             acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-            mbarrier.arrive(v_empty.index(prev), count=1)
+            _release(v_empty.index(prev))
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p_op = gl.convert_layout(p.to(q_tile.dtype), p_op.type.layout)
         return acc, p_op, m_i, l_i, turn_phase
@@ -293,10 +307,11 @@ if GLUON_AVAILABLE:
     def _consumer(
         wg: gl.constexpr, args, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
+        HAS_SINKS: gl.constexpr,
     ):  # fmt: skip
         """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program."""
         outputs, qbuf, ring, turn, sched, qk_scale = args
-        Out, Lse, stride_oz, stride_oh, stride_om, stride_ok = outputs
+        Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok = outputs
         q_smem, q_ready, q_empty = qbuf
         k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         (
@@ -334,8 +349,17 @@ if GLUON_AVAILABLE:
                     batch_head, tile_m, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
                 )
                 rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
-                m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-                l_i = gl.zeros([ROWS], gl.float32, row_layout)
+                if HAS_SINKS:
+                    # A learnable sink (gpt-oss) is one more logit of every row with no value
+                    # row: start each row as if it had seen it, with running max the sink (log2
+                    # units) and denominator exp2(0) = 1. A row that sees no key returns zeros
+                    # and lse = the sink.
+                    sink = gl.load(Sinks + q_head).to(gl.float32) * 1.4426950408889634
+                    m_i = gl.full([ROWS], 0.0, gl.float32, row_layout) + sink
+                    l_i = gl.full([ROWS], 1.0, gl.float32, row_layout)
+                else:
+                    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+                    l_i = gl.zeros([ROWS], gl.float32, row_layout)
                 acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
                 mbarrier.wait(q_ready.index(wg), local & 1)
 
@@ -352,7 +376,7 @@ if GLUON_AVAILABLE:
                 )
                 _pass_turn(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
-                mbarrier.arrive(k_empty.index(stage), count=1)
+                _release(k_empty.index(stage))
                 p, alpha, m_i, l_i = _softmax_step(
                 s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
                 s_layout, BLOCK_N, True, IS_CAUSAL,
@@ -373,7 +397,7 @@ if GLUON_AVAILABLE:
             )  # fmt: skip
                 # Every Q K^T of this work tile has completed: the producer may load the next Q
                 # while the last P V and the store below run.
-                mbarrier.arrive(q_empty.index(wg), count=1)
+                _release(q_empty.index(wg))
 
                 # The last P V.
                 g = it + n_tiles - 1
@@ -382,7 +406,7 @@ if GLUON_AVAILABLE:
                 o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
                 _pass_turn(turn, wg, PINGPONG)
                 acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-                mbarrier.arrive(v_empty.index(g % STAGES), count=1)
+                _release(v_empty.index(g % STAGES))
 
                 # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
                 sees_nothing = l_i == 0.0
@@ -411,12 +435,12 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _fa3_fwd_kernel(
-        q_desc, k_desc, v_desc, Out, Lse,
+        q_desc, k_desc, v_desc, Out, Lse, Sinks,
         stride_oz, stride_oh, stride_om, stride_ok,
         num_q_heads, gqa_group_size, num_batch_heads, seqlen_q, seqlen_k, causal_offset, qk_scale,
         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-        CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2,
+        CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2, HAS_SINKS: gl.constexpr = False,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
@@ -434,22 +458,34 @@ if GLUON_AVAILABLE:
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
         q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-        turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+        # One allocation per warpgroup's turn barrier: waiting on one's own and arriving on
+        # the next one's then touch different buffers, which needs no bar.sync between them.
+        turn0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        turn1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        if NUM_WG == 3:
+            turn = (
+                turn0,
+                turn1,
+                gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout()),
+            )
+        else:
+            turn = (turn0, turn1)
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NUM_WG):
             mbarrier.init(q_ready.index(i), count=1)
-            mbarrier.init(q_empty.index(i), count=1)
-            mbarrier.init(turn.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=WG_THREADS)
+            mbarrier.init(turn[i].index(0), count=WG_THREADS)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=NUM_WG)  # every consumer warpgroup releases
-            mbarrier.init(v_empty.index(i), count=NUM_WG)
+            # every thread of every consumer warpgroup releases (_release)
+            mbarrier.init(k_empty.index(i), count=NUM_WG * WG_THREADS)
+            mbarrier.init(v_empty.index(i), count=NUM_WG * WG_THREADS)
         if PINGPONG:
-            mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
+            mbarrier.arrive(turn0.index(0), count=WG_THREADS)  # warpgroup 0 issues first
 
         sched = (
             gl.cdiv(seqlen_q, NUM_WG * ROWS), num_batch_heads, num_q_heads, gqa_group_size,
@@ -457,7 +493,7 @@ if GLUON_AVAILABLE:
         )  # fmt: skip
         qbuf = (q_smem, q_ready, q_empty)
         ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
-        outputs = (Out, Lse, stride_oz, stride_oh, stride_om, stride_ok)
+        outputs = (Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok)
         consumer = (outputs, qbuf, ring, turn, sched, qk_scale)
         loads = ((q_desc, k_desc, v_desc), qbuf, ring, sched)
         # Every partition gets the tile config as constexpr arguments (a tuple would turn
@@ -467,15 +503,45 @@ if GLUON_AVAILABLE:
                 [
                     (
                         _consumer,
-                        (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
+                        (
+                            0,
+                            consumer,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                            HAS_SINKS,
+                        ),
                     ),
                     (
                         _consumer,
-                        (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
+                        (
+                            1,
+                            consumer,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                            HAS_SINKS,
+                        ),
                     ),
                     (
                         _consumer,
-                        (2, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
+                        (
+                            2,
+                            consumer,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                            HAS_SINKS,
+                        ),
                     ),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
@@ -487,11 +553,31 @@ if GLUON_AVAILABLE:
                 [
                     (
                         _consumer,
-                        (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
+                        (
+                            0,
+                            consumer,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                            HAS_SINKS,
+                        ),
                     ),
                     (
                         _consumer,
-                        (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE, PINGPONG),
+                        (
+                            1,
+                            consumer,
+                            HEAD_DIM,
+                            BLOCK_N,
+                            STAGES,
+                            IS_CAUSAL,
+                            STORE_LSE,
+                            PINGPONG,
+                            HAS_SINKS,
+                        ),
                     ),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
@@ -532,8 +618,8 @@ def _descriptor(t, block_rows, head_dim):
 
 
 def _launch_args(
-    q, k, v, out, lse, *, causal_offset, is_causal, qk_scale, store_lse, block_n=None,
-    stages=None, pingpong=True, num_wg=None, consumer_regs=None, persistent=None,
+    q, k, v, out, lse, *, causal_offset, is_causal, qk_scale, store_lse, sinks=None,
+    block_n=None, stages=None, pingpong=True, num_wg=None, consumer_regs=None, persistent=None,
     max_programs=None,
 ):  # fmt: skip
     """The grid, positional and keyword arguments of one launch (see ``attention_hopper``)."""
@@ -556,7 +642,7 @@ def _launch_args(
     programs = max_programs or _num_sms(q.device.index)
     grid = (min(work_units, programs) if persistent else work_units,)
     args = (
-        q_desc, k_desc, v_desc, out, lse, *out.stride(), num_q_heads,
+        q_desc, k_desc, v_desc, out, lse, sinks, *out.stride(), num_q_heads,
         num_q_heads // num_kv_heads, batch * num_q_heads, seqlen_q, seqlen_k, causal_offset,
         qk_scale,
     )  # fmt: skip
@@ -569,6 +655,7 @@ def _launch_args(
         PINGPONG=bool(pingpong),
         CONSUMER_REGS=consumer_regs,
         NUM_WG=num_wg,
+        HAS_SINKS=sinks is not None,
         num_warps=4,
     )
     return grid, args, kwargs
@@ -578,7 +665,7 @@ def attention_hopper(q, k, v, out, lse, **options):
     """Launch the Gluon kernel on validated inputs (``supports`` true). ``out`` (B, Hq, Sq, D)
     any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
     Options (keywords): ``causal_offset``, ``is_causal``, ``qk_scale`` = softmax scale *
-    log2(e), ``store_lse``; for tuning and tests ``block_n``, ``stages``, ``pingpong``,
+    log2(e), ``store_lse``, ``sinks`` ((Hq,) float32 contiguous, or None); for tuning and tests ``block_n``, ``stages``, ``pingpong``,
     ``num_wg``, ``consumer_regs``, ``persistent`` (default: the ``PERSISTENT`` table) and
     ``max_programs``, which caps the persistent grid below the SM count so tests can make
     every program walk many work tiles."""
@@ -600,7 +687,9 @@ class LeanHopperLaunch:
         self.direct, self.grid, values, _desc_slots = frozen
         # Positions of the values a repeated call changes; everything else follows from the
         # signature the forward's cache keys the entry on (shapes, strides, dtypes, flags).
-        self.slots = tuple(_fa3_fwd_kernel.arg_names.index(n) for n in ("Out", "Lse", "qk_scale"))
+        self.slots = tuple(
+            _fa3_fwd_kernel.arg_names.index(n) for n in ("Out", "Lse", "Sinks", "qk_scale")
+        )
         for slot in self.slots:
             values[slot] = None
         self.template, self.blocks = tuple(values), blocks
@@ -617,8 +706,8 @@ class LeanHopperLaunch:
             else torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         )
         args = list(self.template)
-        out_slot, lse_slot, scale_slot = self.slots
-        args[out_slot], args[lse_slot] = out, lse
+        out_slot, lse_slot, sinks_slot, scale_slot = self.slots
+        args[out_slot], args[lse_slot], args[sinks_slot] = out, lse, sinks
         args[scale_slot] = (self.default if scale is None else scale) * LOG2E
         q_block, kv_block = self.blocks
         descs = (

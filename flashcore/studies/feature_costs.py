@@ -7,9 +7,11 @@ writes results/<gpu>/feature_costs.json (rows: feature, shape, the kernel each s
 forward and forward + backward milliseconds, the ratio with/without). bf16, H*D = 2048.
 
 * sinks: ``flashcore.attention(..., sinks=)`` against the same call without sinks. Sinks run
-  on the Triton kernel; without them D128/D256 from S 1-2K take the Gluon kernel, so the
-  ratio there is the sinks' cost plus the kernels' difference (both kernels are named).
-* softcap: the same, with ``softcap=50`` (Gemma 2), also Triton-only.
+  on whichever forward kernel the call without them takes (both kernels start each row at
+  the sink); the rows name the kernel of each side. Where that is the Gluon kernel, a
+  ``sinks_vs_triton`` row also gives the sinks' own cost on the Triton kernel.
+* softcap: the same, with ``softcap=50`` (Gemma 2), Triton-only: where the call without it
+  takes the Gluon kernel, the ratio is softcap's cost plus the kernels' difference.
 * varlen: ``attention_varlen`` over B sequences of S tokens packed into one (total, H, D)
   tensor against ``attention`` over the same tokens as (B, H, S, D): the cost of the VARLEN
   mode alone (equal lengths), forward and forward + backward.
@@ -102,7 +104,7 @@ def run_feature_costs_record(quick: bool = False, rounds: int = 5) -> dict:
             kern_plain = forward_kernel(q, k, v, causal=causal)
             for feature, extra in (("sinks", dict(sinks=sinks)), ("softcap", dict(softcap=50.0))):
                 with_calls = _calls(dense(False, causal, **extra))
-                kernels = ("triton", kern_plain)
+                kernels = (forward_kernel(q, k, v, causal=causal, **extra), kern_plain)
                 rows.append(_pair_rows(feature, shape, with_calls, plain, kernels, rounds))
                 print(rows[-1], flush=True)
 
@@ -126,7 +128,7 @@ def run_feature_costs_record(quick: bool = False, rounds: int = 5) -> dict:
             if kern_plain == "gluon":  # the VARLEN mode's own cost: against the Triton dense
                 plain_triton = _calls(dense(False, causal, triton_only=True))
                 for feature, calls in (
-                    ("sinks_vs_triton", _calls(dense(False, causal, sinks=sinks))),
+                    ("sinks_vs_triton", _calls(dense(False, causal, True, sinks=sinks))),
                     ("varlen_vs_triton", _calls(varlen_call)),
                 ):
                     kernels = ("triton", "triton")
