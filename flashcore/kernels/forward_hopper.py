@@ -66,7 +66,6 @@ from ._softmax import LOG2E
 try:  # Gluon is experimental; its API moves between triton releases.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier,
         tma,
@@ -104,19 +103,6 @@ VARIANTS = {
 PERSISTENT = {False: True, True: True}
 
 if GLUON_AVAILABLE:
-    # Threads of a consumer warpgroup: each arrives on the barriers it releases (_release).
-    WG_THREADS = gl.constexpr(128)
-
-    @gluon.jit
-    def _release(bar):
-        """This thread's arrival on `bar` (its count is one per consumer thread). A plain
-        mbarrier.arrive is one thread's, and the compiler, which cannot tell which shared
-        memory the arrival publishes, puts a bar.sync of the warpgroup before it and before
-        the next shared-memory access: four per key tile, the kernel's barrier stalls. The
-        arrive of cp.async (no cp.async is in flight, so it lands at once) is every thread's
-        own and needs no bar.sync; each thread arrives after its own wgmma wait, as
-        CUTLASS's pipelines release a stage without a warpgroup barrier."""
-        async_copy.mbarrier_arrive(bar, increment_count=False)
 
     @gluon.jit
     def _work_unit(u, sched):
@@ -258,14 +244,14 @@ if GLUON_AVAILABLE:
     @gluon.jit
     def _take_turn(turn, wg: gl.constexpr, turn_phase, PINGPONG: gl.constexpr):
         if PINGPONG:
-            mbarrier.wait(turn[wg].index(0), turn_phase)
+            mbarrier.wait(turn.index(wg), turn_phase)
         return turn_phase ^ 1
 
     @gluon.jit
     def _pass_turn(turn, wg: gl.constexpr, PINGPONG: gl.constexpr):
-        NUM_WG: gl.constexpr = len(turn)
+        NUM_WG: gl.constexpr = turn.shape[0]
         if PINGPONG:
-            _release(turn[(wg + 1) % NUM_WG].index(0))
+            mbarrier.arrive(turn.index((wg + 1) % NUM_WG), count=1)
 
     @gluon.jit
     def _attend_tiles(
@@ -292,13 +278,13 @@ if GLUON_AVAILABLE:
             _pass_turn(turn, wg, PINGPONG)
             # Groups retire in order: one outstanding means S_j is done, P V may run on.
             s = warpgroup_mma_wait(1, deps=(s_tok,))
-            _release(k_empty.index(stage))
+            mbarrier.arrive(k_empty.index(stage), count=1)
             p, alpha, m_i, l_i = _softmax_step(
                 s, m_i, l_i, qk_scale, rows, j * BLOCK_N, seqlen_k, causal_offset,
                 s_layout, BLOCK_N, MASKED, IS_CAUSAL,
             )  # fmt: skip
             acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-            _release(v_empty.index(prev))
+            mbarrier.arrive(v_empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p_op = gl.convert_layout(p.to(q_tile.dtype), p_op.type.layout)
         return acc, p_op, m_i, l_i, turn_phase
@@ -376,7 +362,7 @@ if GLUON_AVAILABLE:
                 )
                 _pass_turn(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
-                _release(k_empty.index(stage))
+                mbarrier.arrive(k_empty.index(stage), count=1)
                 p, alpha, m_i, l_i = _softmax_step(
                 s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
                 s_layout, BLOCK_N, True, IS_CAUSAL,
@@ -397,7 +383,7 @@ if GLUON_AVAILABLE:
             )  # fmt: skip
                 # Every Q K^T of this work tile has completed: the producer may load the next Q
                 # while the last P V and the store below run.
-                _release(q_empty.index(wg))
+                mbarrier.arrive(q_empty.index(wg), count=1)
 
                 # The last P V.
                 g = it + n_tiles - 1
@@ -406,7 +392,7 @@ if GLUON_AVAILABLE:
                 o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
                 _pass_turn(turn, wg, PINGPONG)
                 acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-                _release(v_empty.index(g % STAGES))
+                mbarrier.arrive(v_empty.index(g % STAGES), count=1)
 
                 # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
                 sees_nothing = l_i == 0.0
@@ -458,34 +444,22 @@ if GLUON_AVAILABLE:
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
         q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-        # One allocation per warpgroup's turn barrier: waiting on one's own and arriving on
-        # the next one's then touch different buffers, which needs no bar.sync between them.
-        turn0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        turn1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        if NUM_WG == 3:
-            turn = (
-                turn0,
-                turn1,
-                gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout()),
-            )
-        else:
-            turn = (turn0, turn1)
+        turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NUM_WG):
             mbarrier.init(q_ready.index(i), count=1)
-            mbarrier.init(q_empty.index(i), count=WG_THREADS)
-            mbarrier.init(turn[i].index(0), count=WG_THREADS)
+            mbarrier.init(q_empty.index(i), count=1)
+            mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
-            # every thread of every consumer warpgroup releases (_release)
-            mbarrier.init(k_empty.index(i), count=NUM_WG * WG_THREADS)
-            mbarrier.init(v_empty.index(i), count=NUM_WG * WG_THREADS)
+            mbarrier.init(k_empty.index(i), count=NUM_WG)  # every consumer warpgroup releases
+            mbarrier.init(v_empty.index(i), count=NUM_WG)
         if PINGPONG:
-            mbarrier.arrive(turn0.index(0), count=WG_THREADS)  # warpgroup 0 issues first
+            mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
 
         sched = (
             gl.cdiv(seqlen_q, NUM_WG * ROWS), num_batch_heads, num_q_heads, gqa_group_size,
@@ -501,89 +475,29 @@ if GLUON_AVAILABLE:
         if NUM_WG == 3:
             gl.warp_specialize(
                 [
-                    (
-                        _consumer,
-                        (
-                            0,
-                            consumer,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                            HAS_SINKS,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            1,
-                            consumer,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                            HAS_SINKS,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            2,
-                            consumer,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                            HAS_SINKS,
-                        ),
-                    ),
+                    (_consumer, (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS)),
+                    (_consumer, (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS)),
+                    (_consumer, (2, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS)),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, 24],
-            )
+            )  # fmt: skip
         else:
             gl.warp_specialize(
                 [
-                    (
-                        _consumer,
-                        (
-                            0,
-                            consumer,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                            HAS_SINKS,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            1,
-                            consumer,
-                            HEAD_DIM,
-                            BLOCK_N,
-                            STAGES,
-                            IS_CAUSAL,
-                            STORE_LSE,
-                            PINGPONG,
-                            HAS_SINKS,
-                        ),
-                    ),
+                    (_consumer, (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS)),
+                    (_consumer, (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS)),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, 24],
-            )
+            )  # fmt: skip
 
     # Launched through the launch cache: on a hit the compiled kernel's launcher is called
     # directly, with the TMA descriptors encoded once per (address, shape, strides, block).
