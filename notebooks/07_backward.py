@@ -679,6 +679,18 @@ if record is not None and "speed" in record:
 # stage: the launch table in `kernels/backward.py`) to fit the registers. Section 10 measures
 # where the D=128 and D=64 time goes.
 #
+# **The atomic mode since 044ea55.** The rows above ran per-element fp32 atomics for dQ. Since
+# commit 044ea55 the atomic mode adds each dQ tile with one TMA bulk reduce-add
+# (`cp.reduce.async.bulk`) on the descriptor path, which is how FA3 sums dQ. A probe on the H100
+# at that commit (`results/nvidia-h100-80gb-hbm3/logs/backward_atomic_probe_044ea55.json`,
+# `tools/backward_atomic_probe.py`: direct calls of `attention_backward`, the atomic mode's
+# dK/dV configs beside the deterministic mode and cuDNN, bf16, S 4K and 16K) measured atomic /
+# deterministic 0.92-1.02 at D=64, 0.68-0.90 at D=128 and 0.88-0.95 at D=256, against 0.77-0.88,
+# 0.56-0.81 and 0.87-0.93 for the per-element atomics in `backward.json` (through autograd: a
+# different harness, so the comparison is rough). The bulk reduce narrows the gap, but in this
+# Triton structure the deterministic second pass stays the faster mode at D=128 and D=256: it
+# stays the default, and dQ inside one kernel remains work for a Gluon backward (section 10).
+#
 # **The launch table** comes from timing, not register reports: in the sweep of section 6
 # (recorded with the grid at `b44173b`) the deterministic mode's fastest dK/dV tile is 64×64
 # with 4 warps (one warpgroup per tile) at all four tuned shapes, and the atomic mode's

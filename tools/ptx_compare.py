@@ -1,0 +1,125 @@
+"""Offline (no GPU): do two source trees compile the same kernels? Compiles, for sm_90, the
+Gluon forward (D 64/128/256, causal and not, bf16, lse, no sinks) and the Triton backward's
+dK/dV and dQ kernels (D 64/128/256, causal and not, bf16, deterministic mode, TMA path) from
+this checkout and from another tree, each in its own process, and compares their PTX with the
+debug sections and source-line markers removed.
+
+    git archive <commit> flashcore | tar -x -C .ab/other
+    python tools/ptx_compare.py --other .ab/other
+
+Prints one line per kernel: identical, or the first differing line. A kernel change whose
+compiled code differs only where a new option is on (sinks, atomic dQ) leaves the calls
+without that option running the same machine code as before; the records stay marked stale
+all the same (their fingerprint names the source files), but this says which of them a
+re-record could change."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+WORKER = r"""
+import json, os, sys
+os.environ.pop("TRITON_INTERPRET", None)
+sys.path.insert(0, os.getcwd())
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import create_function_from_signature
+TARGET = GPUTarget("cuda", 90, 32)
+
+def compile_jit(fn, args, kw, source_cls):
+    allkw = dict(zip(fn.arg_names, args)); allkw.update(kw)
+    backend = make_backend(TARGET)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, spec, _ = binder(**allkw)
+    options, signature, constexprs, attrs = fn._pack_args(backend, allkw, bound, spec, {})
+    src = source_cls(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=TARGET, options=options.__dict__).asm["ptx"]
+
+out = {}
+from flashcore.kernels import forward_hopper as fh
+from triton.experimental.gluon._runtime import GluonASTSource
+for d in (64, 128, 256):
+    for causal in (False, True):
+        q = torch.empty(2, 16, 4096, d, dtype=torch.bfloat16)
+        lse = torch.empty(2, 16, 4096)
+        grid, args, kw = fh._launch_args(q, q, q, q, lse, causal_offset=0, is_causal=causal,
+                                         qk_scale=0.1, store_lse=True, max_programs=132)
+        out[f"gluon forward D{d} causal={causal}"] = compile_jit(
+            fh._fa3_fwd_kernel, args, kw, GluonASTSource)
+
+from flashcore.kernels import backward as bw
+class Cap:
+    def __getitem__(self, grid):
+        def call(*a, **k): self.last = (a, k)
+        return call
+bw.tma_compatible = lambda *a: True
+bw.on_interpreter = lambda t: False
+real = {n: getattr(bw, n) for n in ("_bwd_dkdv_kernel", "_bwd_dq_kernel", "_bwd_preprocess")}
+for d in (64, 128, 256):
+    for causal in (False, True):
+        caps = {n: Cap() for n in real}
+        for n, c in caps.items(): setattr(bw, n, c)
+        q = torch.empty(1, 4, 1024, d, dtype=torch.bfloat16)
+        lse = torch.empty(1, 4, 1024)
+        bw._launch_backward(q, q, q, q, q, lse, lse, q, q, q, None, seqs=None, varlen=0,
+            causal=causal, causal_offset=0, window=None, softcap=None, scale=None, config=None)
+        for n in ("_bwd_dkdv_kernel", "_bwd_dq_kernel"):
+            a, k = caps[n].last
+            out[f"backward {n} D{d} causal={causal}"] = compile_jit(real[n], a, k, ASTSource)
+        for n, f in real.items(): setattr(bw, n, f)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def strip_debug(ptx: str) -> list[str]:
+    """PTX lines without source-line markers, comments and the DWARF sections."""
+    body = re.split(r"^\s*\.section\s+\.debug", ptx, maxsplit=1, flags=re.M)[0]
+    lines = []
+    for line in body.splitlines():
+        line = line.split("//")[0].rstrip()
+        if not line or line.lstrip().startswith(".loc") or line.lstrip().startswith(".file"):
+            continue
+        lines.append(line)
+    return lines
+
+
+def compile_tree(tree: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER], cwd=tree, env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"compiling in {tree} failed:\n{proc.stderr[-2000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--other", type=Path, required=True, help="the other source tree")
+    args = ap.parse_args()
+    here = compile_tree(Path(__file__).resolve().parents[1])
+    other = compile_tree(args.other.resolve())
+    differ = 0
+    for name in here:
+        a, b = strip_debug(here[name]), strip_debug(other.get(name, ""))
+        if a == b:
+            print(f"{name}: identical ({len(a)} PTX lines)")
+            continue
+        differ += 1
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        print(f"{name}: differs at line {first}: {a[first : first + 1]} vs {b[first : first + 1]}")
+    print(f"{len(here) - differ} of {len(here)} kernels identical")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
