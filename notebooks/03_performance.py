@@ -242,13 +242,14 @@ save_figure(fig, "03_fa3_timeline")
 # D=128 and D=256 and the Triton kernel, `_attn_fwd_kernel`, at D=64), `triton` the same call
 # with `FLASHCORE_FORWARD_HOPPER=never` (the Triton kernel at its default config, D=128 only),
 # `cudnn` SDPA's cuDNN backend, `fa4` FlashAttention-4's sm90 kernel. Each row is the call's
-# main kernel. `tensor_pipe_pct`: tensor-pipe busy cycles as a share of peak over the active
-# cycles; `regs` registers per thread; `smem_kib` shared memory per block; `warps_active` active
-# warps per scheduler (`-` where the record holds none); `issue_per_cycle` the share of cycles
-# that issue an instruction; `top_stalls` warps stalled per issued instruction, the three
-# largest. The rows come from two device sessions at the same kernel sources (the record's
-# `sessions`, listed below; the `session` column says which): FA4's rows from the second, the
-# others from the first. The notebook reads the record (ncu is not re-run). The earlier
+# main kernel. `tensor %`: tensor-pipe busy cycles as a share of peak over the active
+# cycles; `regs` registers per thread; `smem KiB` shared memory per block; `warps_active` active
+# warps per scheduler (`-` where the record holds none); `issue/cyc` the share of cycles that
+# issue an instruction; `top stalls per issue` warps stalled per issued instruction, the three
+# largest (the columns and `top_stalls` are `flashcore.studies.report`'s, which notebook 07's
+# backward table shares). The rows come from two device sessions at the same kernel sources
+# (the record's `sessions`, listed below; the `session` column says which): FA4's rows from
+# the second, the others from the first. The notebook reads the record (ncu is not re-run). The earlier
 # profile, `ncu_forward.json`, held D=128 only (the Gluon kernel, the Triton kernel and cuDNN);
 # its status line below says whether it still matches today's kernels, and it is not rendered.
 
@@ -259,14 +260,6 @@ print(status_line_for("ncu_compare", RECORDED_GPU))
 for i, sess in enumerate(ncu["sessions"]):
     print(f"  session {i}: commit {sess['commit']}, {sess['date']}, {sess['device']}")
 print("earlier D=128-only profile:", status_line_for("ncu_forward", RECORDED_GPU))
-
-
-def top_stalls(kernel, n=3):
-    stalls = sorted(
-        ((v or 0.0, s) for s, v in kernel["stalls_per_issue"].items() if s != "selected"),
-        reverse=True,
-    )
-    return ", ".join(f"{s} {v:.2f}" for v, s in stalls[:n])
 
 
 NCU_ORDER = {"flashcore": 0, "triton": 1, "cudnn": 2, "fa4": 3}
@@ -282,14 +275,9 @@ ncu_table = [
             if r["phase"] == "forward" and (r["D"], r["impl"]) == (d, impl)
         ),
         "us": k["duration_ns"] / 1e3,
-        "tensor_pipe_pct": k["tensor_pipe_pct_of_peak_active"],
-        "regs": k["registers_per_thread"],
-        "smem_kib": k["shared_mem_per_block"] / 1024,
-        "threads": k["block_size"],
         "grid": k["grid_size"],
         "warps_active": k["warps_active_per_scheduler"],
-        "issue_per_cycle": k["issue_active_per_cycle"],
-        "top_stalls": top_stalls(k),
+        **report.ncu_kernel_columns(k),
     }
     for (d, impl), k in sorted(ncu_fwd.items(), key=lambda kv: (kv[0][0], NCU_ORDER[kv[0][1]]))
 ]
@@ -299,13 +287,9 @@ print(
         list(ncu_table[0]),
         {
             "us": "{:.0f}",
-            "tensor_pipe_pct": "{:.1f}",
-            "regs": "{:.0f}",
-            "smem_kib": "{:.1f}",
-            "threads": "{:.0f}",
             "grid": "{:.0f}",
             "warps_active": lambda v: "-" if v is None else f"{v:.2f}",
-            "issue_per_cycle": "{:.2f}",
+            **report.NCU_FORMATS,
         },
     )
 )

@@ -44,6 +44,7 @@ import torch
 from flashcore import validate_backward as VB
 from flashcore.plots import DTYPE_COLORS, save_figure
 from flashcore.results import describe, read_result, recorded_devices, write_result
+from flashcore.studies import report
 from flashcore.studies.records import status_line_for
 from flashcore.validate import AttentionCase
 
@@ -834,11 +835,6 @@ def short_kernel(name):
     return name[:30]
 
 
-def top_stalls(kernel, n=3):
-    st = {k: v for k, v in kernel["stalls_per_issue"].items() if k != "selected"}
-    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(st.items(), key=lambda kv: -kv[1])[:n])
-
-
 for head_dim in (128, 64):
     rows = []
     for impl in ("flashcore", "gluon", "cudnn", "fa4"):
@@ -854,12 +850,7 @@ for head_dim in (128, 64):
                     "kernel": short_kernel(kern["kernel"]),
                     "share": kern["duration_ns"] / r["kernel_ns_total"],
                     "ms": kern["duration_ns"] / 1e6,
-                    "tensor %": kern["tensor_pipe_pct_of_peak_active"],
-                    "regs": kern["registers_per_thread"],
-                    "smem KiB": kern["shared_mem_per_block"] / 1024,
-                    "threads": kern["block_size"],
-                    "issue/cyc": kern["issue_active_per_cycle"],
-                    "top stalls per issue": top_stalls(kern),
+                    **report.ncu_kernel_columns(kern),
                     "kernels": len(r["kernels"]),
                     "call ms": r["kernel_ns_total"] / 1e6,
                 }
@@ -883,16 +874,7 @@ for head_dim in (128, 64):
                     "call ms",
                     "top stalls per issue",
                 ],
-                {
-                    "share": "{:.1%}",
-                    "ms": "{:.2f}",
-                    "tensor %": "{:.1f}",
-                    "regs": "{:.0f}",
-                    "smem KiB": "{:.0f}",
-                    "threads": "{:.0f}",
-                    "issue/cyc": "{:.2f}",
-                    "call ms": "{:.2f}",
-                },
+                {"share": "{:.1%}", "ms": "{:.2f}", "call ms": "{:.2f}", **report.NCU_FORMATS},
             )
         )
 

@@ -732,10 +732,12 @@ print(
 
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 in its previous version (before the record
-# sections above were added); that run, from `reproduce_timing.json`:
+# sections above were added); that run, from `reproduce_timing.json` (its status line says
+# whether the kernels it ran are today's):
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
+print(status_line_for("reproduce_timing", RECORDED_GPU))
 mine = [r for r in timing["rows"] if r["notebook"] == "09_models_and_apis"]
 for r in mine:
     print(f"{r['notebook']}: profile {r['profile']}, {r['seconds']} s, status {r['status']}, "

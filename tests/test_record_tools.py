@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from ncu_compare import parse_csv_rows  # noqa: E402
 from ptx_compare import strip_debug  # noqa: E402
 
-from flashcore.studies import value_head_dim_speed  # noqa: E402
+from flashcore.studies import report, value_head_dim_speed  # noqa: E402
 
 NCU_CSV = "\n".join(
     [
@@ -192,3 +192,12 @@ def test_ptx_compare_ignores_line_markers_and_debug_sections_only():
     # So is an operand: a barrier count, a register.
     assert strip_debug(PTX.replace("0, 128", "0, 256")) != strip_debug(PTX)
     assert strip_debug(PTX.replace("%r2447", "%r2448")) != strip_debug(PTX)
+
+
+def test_ncu_top_stalls_rank_the_largest_and_count_a_missing_metric_as_zero():
+    kernel = {
+        "stalls_per_issue": {"wait": None, "barrier": 2.0, "selected": 5.0, "long_scoreboard": 1.0}
+    }
+    # "selected" is the issuing warp, not a stall; None (a metric the dump lacks) sorts as 0
+    assert report.top_stalls(kernel) == "barrier 2.00, long_scoreboard 1.00, wait 0.00"
+    assert report.top_stalls(kernel, n=1) == "barrier 2.00"

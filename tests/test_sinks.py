@@ -145,19 +145,25 @@ def test_bad_sinks_raise_before_writing(sinks, exc, msg):
     assert torch.equal(kc, before)  # the cache is untouched
 
 
-def test_sinks_take_the_kernel_the_call_without_them_takes():
+def test_sinks_take_the_kernel_the_call_without_them_takes(monkeypatch):
     """Sinks run on both forward kernels (the Gluon one since it starts each row at the
-    sink), so they never change which kernel serves a call; softcap still forces Triton."""
-    from flashcore.interface import forward_kernel
+    sink), so they never change which kernel serves a call; softcap still forces Triton.
+    The Gluon kernel's own support test is stubbed to "yes", so that the dispatch table
+    decides here as on a Hopper GPU, on any machine: the table sends D128 S4096 to Gluon."""
+    import flashcore.dispatch as dispatch
 
-    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
-    sinks = torch.zeros(2, device=DEVICE)
+    monkeypatch.setattr(dispatch._hopper, "supports", lambda q, k, v, window=None: True)
+    monkeypatch.delenv("FLASHCORE_FORWARD_HOPPER", raising=False)
+    sinks = torch.zeros(2)
+    kernels = set()
     for d, s in ((64, 4096), (128, 512), (128, 4096), (256, 2048)):
-        q = torch.randn(1, 2, s, d, device=DEVICE, dtype=dtype)
+        q = torch.empty(1, 2, s, d, dtype=torch.float16)
         for causal in (False, True):
-            plain = forward_kernel(q, q, q, causal=causal)
-            assert forward_kernel(q, q, q, causal=causal, sinks=sinks) == plain
-        assert forward_kernel(q, q, q, causal=False, softcap=5.0, sinks=sinks) == "triton"
+            plain = dispatch.forward_kernel(q, q, q, causal=causal)
+            assert dispatch.forward_kernel(q, q, q, causal=causal, sinks=sinks) == plain
+            kernels.add(plain)
+        assert dispatch.forward_kernel(q, q, q, causal=False, softcap=5.0, sinks=sinks) == "triton"
+    assert kernels == {"gluon", "triton"}  # both kernels were asked about
 
 
 # ------------------------------------------------------------------------------ gradients

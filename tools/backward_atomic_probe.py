@@ -4,9 +4,9 @@ one process, bf16, B*S = 16K tokens, H*D = 2048 (the backward record's shapes).
 
     python tools/backward_atomic_probe.py OUT.json [--d 128 64 256] [--s 4096 16384]
 
-Writes OUT.json (rows: shape, mode, config, median ms, TFLOP/s; FLOPs = 2.5 x forward) and
-prints one line per row. The candidates: every dkdv config of ``tuning_configs`` plus the
-atomic table's own."""
+Writes OUT.json (provenance: device, commit, command, versions; the kernel fingerprint; rows:
+shape, mode, config, median ms, TFLOP/s; FLOPs = 2.5 x forward) and prints one line per row.
+The candidates: every dkdv config of ``tuning_configs`` plus the atomic table's own."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.getcwd())
 
+from flashcore import results  # noqa: E402
 from flashcore.interface import attention  # noqa: E402
 from flashcore.kernels.backward import _pick_config, attention_backward  # noqa: E402
 from flashcore.studies.backward_bench import tuning_configs  # noqa: E402
@@ -85,8 +86,14 @@ def main() -> int:
                 rows.append(row)
                 print(row, flush=True)
                 torch.cuda.empty_cache()
+        record = dict(
+            topic="backward_atomic_probe",
+            provenance=results.provenance(),
+            kernel_fingerprint=results.kernel_fingerprint(),
+            rows=rows,
+        )
         with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(record, f, indent=1)
     return 0
 
 

@@ -25,22 +25,16 @@ from pathlib import Path
 
 WORKER = r"""
 import json, os, sys
-os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, os.getcwd())
-import torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import create_function_from_signature
-TARGET = GPUTarget("cuda", 90, 32)
+sys.path.insert(0, os.environ["PTX_COMPARE_TOOLS"])  # this checkout's tools/: sm90_compile
+import torch
+from triton.compiler import ASTSource
+from sm90_compile import compile_launch
 
 def compile_jit(fn, args, kw, source_cls):
-    allkw = dict(zip(fn.arg_names, args)); allkw.update(kw)
-    backend = make_backend(TARGET)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, spec, _ = binder(**allkw)
-    options, signature, constexprs, attrs = fn._pack_args(backend, allkw, bound, spec, {})
-    src = source_cls(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=TARGET, options=options.__dict__).asm["ptx"]
+    allkw = dict(zip(fn.arg_names, args))
+    allkw.update(kw)
+    return compile_launch(fn, allkw, source_cls).asm["ptx"]
 
 out = {}
 from flashcore.kernels import forward_hopper as fh
@@ -91,7 +85,7 @@ def strip_debug(ptx: str) -> list[str]:
 
 
 def compile_tree(tree: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), PTX_COMPARE_TOOLS=str(Path(__file__).parent))
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run(
         [sys.executable, "-c", WORKER], cwd=tree, env=env, capture_output=True, text=True

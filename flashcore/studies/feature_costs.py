@@ -127,8 +127,9 @@ def run_feature_costs_record(quick: bool = False, rounds: int = 5) -> dict:
             print(rows[-1], flush=True)
             if kern_plain == "gluon":  # the VARLEN mode's own cost: against the Triton dense
                 plain_triton = _calls(dense(False, causal, triton_only=True))
+                sinks_triton = dense(False, causal, triton_only=True, sinks=sinks)
                 for feature, calls in (
-                    ("sinks_vs_triton", _calls(dense(False, causal, True, sinks=sinks))),
+                    ("sinks_vs_triton", _calls(sinks_triton)),
                     ("varlen_vs_triton", _calls(varlen_call)),
                 ):
                     kernels = ("triton", "triton")

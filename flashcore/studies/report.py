@@ -548,3 +548,36 @@ def plot_cfg(ranges, edges, kinds, title):
     ax.set_title(title, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# --- Nsight Compute tables (ncu_compare.json): notebooks 03 (forward) and 07 (backward) ---
+NCU_FORMATS = {
+    "tensor %": "{:.1f}",
+    "regs": "{:.0f}",
+    "smem KiB": "{:.1f}",
+    "threads": "{:.0f}",
+    "issue/cyc": "{:.2f}",
+}
+
+
+def top_stalls(kernel, n=3):
+    """The n largest stall reasons of an ncu_compare kernel row, warps stalled per issued
+    instruction ("selected" is the issuing warp, not a stall); a metric the profile lacks
+    counts as 0, so a missing one never breaks the sort."""
+    stalls = sorted(
+        ((v or 0.0, s) for s, v in kernel["stalls_per_issue"].items() if s != "selected"),
+        reverse=True,
+    )
+    return ", ".join(f"{s} {v:.2f}" for v, s in stalls[:n])
+
+
+def ncu_kernel_columns(kernel):
+    """The columns every ncu table shows for one kernel row (formats: ``NCU_FORMATS``)."""
+    return {
+        "tensor %": kernel["tensor_pipe_pct_of_peak_active"],
+        "regs": kernel["registers_per_thread"],
+        "smem KiB": kernel["shared_mem_per_block"] / 1024,
+        "threads": kernel["block_size"],
+        "issue/cyc": kernel["issue_active_per_cycle"],
+        "top stalls per issue": top_stalls(kernel),
+    }

@@ -5,9 +5,9 @@ would launch it, for the D != D_v mode and its passing neighbours. Dumps every I
     DV_VARIANT=hoist_v python tools/dv_offline/compile_dv.py OUTDIR CASE   # the V-hoist variant
 
 launch_forward is called on CPU tensors with on_interpreter patched to False, and the
-kernel's [grid] call is intercepted: its kwargs go through Triton's own binder
-(native specialization: 16-byte alignment, ints == 1, divisibility by 16) with an sm_90
-backend, then triton.compile(target=GPUTarget("cuda", 90, 32)).
+kernel's [grid] call is intercepted and its kwargs compiled for sm_90 as Triton's launcher
+would specialize them (tools/sm90_compile.py: 16-byte alignment, ints == 1, divisibility by
+16).
 """
 
 import os
@@ -18,11 +18,10 @@ os.environ.pop("TRITON_INTERPRET", None)
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "tools"))
+
 import torch  # noqa: E402
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource, make_backend  # noqa: E402
-from triton.runtime.jit import create_function_from_signature  # noqa: E402
+from sm90_compile import compile_launch  # noqa: E402
 
 if os.environ.get("DV_VARIANT") == "hoist_v":
     # forward.py with V's load moved above q @ k^T (hoist_v.py builds it from the patch)
@@ -33,7 +32,6 @@ if os.environ.get("DV_VARIANT") == "hoist_v":
 else:
     from flashcore.kernels import forward as fwd  # noqa: E402
 
-TARGET = GPUTarget("cuda", 90, 32)
 REAL = fwd._attn_fwd_kernel
 
 
@@ -90,14 +88,9 @@ def compile_case(
         fwd._attn_fwd_kernel = REAL
     grid, kw = _Capture.last
     kw.update(overrides or {})
-    backend = make_backend(TARGET)
-    binder = create_function_from_signature(REAL.signature, REAL.params, backend)
-    bound, spec, _ = binder(**kw)
-    options, signature, constexprs, attrs = REAL._pack_args(backend, kw, bound, spec, {})
-    src = ASTSource(REAL, signature, constexprs, attrs)
-    compiled = triton.compile(src, target=TARGET, options=options.__dict__)
+    compiled = compile_launch(REAL, kw)
     meta = {n: v for n, v in kw.items() if not isinstance(v, torch.Tensor)}
-    return compiled, grid, meta, signature, attrs
+    return compiled, grid, meta
 
 
 CASES = {
@@ -121,7 +114,7 @@ if __name__ == "__main__":
     outdir = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "ir")
     only = sys.argv[2:] or list(CASES)
     for name in only:
-        c, grid, meta, sig, attrs = compile_case(**CASES[name])
+        c, grid, meta = compile_case(**CASES[name])
         d = outdir / name
         d.mkdir(parents=True, exist_ok=True)
         for ext in ("ttir", "ttgir", "llir", "ptx"):
@@ -134,8 +127,8 @@ if __name__ == "__main__":
             shared=c.metadata.shared,
             num_warps=c.metadata.num_warps,
             num_stages=c.metadata.num_stages,
-            signature=sig,
-            attrs={str(k): v for k, v in attrs.items()},
+            signature=c.src.signature,
+            attrs={str(k): v for k, v in c.src.attrs.items()},
             meta={k: v for k, v in meta.items() if k not in ("k_desc", "v_desc")},
         )
         (d / "info.txt").write_text(repr(info))
