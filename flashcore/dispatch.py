@@ -27,9 +27,10 @@ from .kernels import forward_hopper as _hopper
 #   D=256 full   S=1K 504 vs 425 ... ;  causal S=1K 354 vs 317 ... S=16K 710 vs 490
 # (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
 # the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
+# D=192 is MLA's pair (v 128; the only D_v != D the Gluon kernel computes): MEASURED_192.
 # Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
-# float32, other head dims, a v head dim different from q/k's, non-TMA strides, not
-# Hopper) and calls with an explicit ``config`` always run the Triton kernel.
+# float32, other head dims or pairs, non-TMA strides, not Hopper) and calls with an explicit
+# ``config`` always run the Triton kernel.
 FORWARD_GLUON_FROM = {
     (64, False): None,
     (64, True): None,
@@ -37,6 +38,8 @@ FORWARD_GLUON_FROM = {
     (128, True): 2048,
     (256, False): 1024,
     (256, True): 1024,
+    (192, False): 1024,
+    (192, True): 1024,
 }
 
 
@@ -76,8 +79,8 @@ def describe_dispatch() -> str:
         for (d, c), t in FORWARD_GLUON_FROM.items()
     )
     return (
-        f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules}; "
-        "v head dim != q/k's: Triton"
+        f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules} "
+        "(D192: v 128, MLA); other v head dims != q/k's: Triton"
     )
 
 

@@ -110,8 +110,9 @@ def attention(
 
     Head dims 1..256 (D and D_v each; ValueError naming v's head dim for D_v > 256); powers
     of two run unpadded, others are padded in registers to the next power of two (at least
-    16) with masked loads. The default scale is ``1 / sqrt(D)`` (q/k's head dim). A call
-    with D_v != D always runs the Triton kernel (the Gluon one has one head dim), with the
+    16) with masked loads. The default scale is ``1 / sqrt(D)`` (q/k's head dim). MLA's pair
+    (D = 192, D_v = 128) runs the Gluon kernel on Hopper where the dispatch table says
+    (q/k loaded as 128 + 64 columns); every other D_v != D runs the Triton kernel, with the
     launch config of the wider head dim, V's tile and the accumulator D_v wide
     (``kernels/_launch.py`` tells the history of that mode on the H100).
 

@@ -27,20 +27,20 @@ def test_import_guard_never_breaks_flashcore():
     assert not fh.supports(q, q, q)  # CPU tensors never take the Gluon path
 
 
-def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed):
+def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed, dv=None):
     gen = torch.Generator(device="cpu").manual_seed(seed)
 
-    def rand(h, s):
+    def rand(h, s, width=d):
         if layout == "bshd":
-            return torch.randn(b, s, h, d, generator=gen).to("cuda", dtype).transpose(1, 2)
-        return torch.randn(b, h, s, d, generator=gen).to("cuda", dtype)
+            return torch.randn(b, s, h, width, generator=gen).to("cuda", dtype).transpose(1, 2)
+        return torch.randn(b, h, s, width, generator=gen).to("cuda", dtype)
 
-    return rand(hq, sq), rand(hkv, sk), rand(hkv, sk)
+    return rand(hq, sq), rand(hkv, sk), rand(hkv, sk, dv or d)
 
 
 def _run(q, k, v, *, causal, alignment, pingpong, lse=True, num_wg=None, sinks=None, **grid):
     sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
+    out = torch.full((*q.shape[:3], v.shape[3]), float("nan"), dtype=q.dtype, device="cuda")
     lse_t = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
     off = causal_offset(sq, sk, alignment) if causal else 0
     fh.attention_hopper(
@@ -188,6 +188,51 @@ def test_sinks_error_rule(case, dtype, grid):
 
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("grid", list(GRIDS))
+@pytest.mark.parametrize("pingpong", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
+def test_mla_head_dims_error_rule(case, dtype, pingpong, grid):
+    """DeepSeek-V3's MLA pair on the Gluon kernel: q/k 192 wide (loaded as 128 + 64 columns,
+    Q K^T as two wgmma groups), v and the output 128, every geometry of CASES; out and lse
+    against the float64 reference. The tail's columns carry a third of every score, so a
+    kernel that dropped or misplaced them fails this reference."""
+    b, hq, hkv, sq, sk, _, causal, alignment, layout = case
+    q, k, v = _inputs(b, hq, hkv, sq, sk, 192, dtype, layout, seed=400 + CASES.index(case), dv=128)
+    out, lse = _run(q, k, v, causal=causal, alignment=alignment, pingpong=pingpong, **GRIDS[grid])
+    assert out.shape == (*q.shape[:3], 128)
+    kw = dict(causal=causal, causal_alignment=alignment)
+    ref64, lse64 = attention_reference(q, k, v, compute_dtype=torch.float64, return_lse=True, **kw)
+    same = attention_reference(q, k, v, compute_dtype=dtype, **kw)
+    report = error_rule(out, ref64, same)
+    assert report.passed, report
+    seen = torch.isfinite(lse64)
+    assert torch.equal(torch.isneginf(lse), ~seen)
+    assert torch.allclose(lse[seen].double(), lse64[seen], rtol=0, atol=1e-4)
+
+
+@pytest.mark.skipif(not fh.GLUON_AVAILABLE, reason="needs triton with Gluon")
+def test_mla_head_dims_load_through_two_descriptors():
+    """(CPU: descriptors only.) q/k 192 wide: a 128-column descriptor and a 64-column tail
+    descriptor of the same tensor, V's 128 wide; a head dim of one power of two has no tail
+    and passes no tail descriptor (its kernel compiles as before)."""
+    q = torch.empty(1, 2, 256, 192, dtype=torch.bfloat16)
+    v = torch.empty(1, 2, 256, 128, dtype=torch.bfloat16)
+    lse = torch.empty(1, 2, 256)
+    opts = dict(causal_offset=0, is_causal=True, qk_scale=0.1, store_lse=True, max_programs=4)
+    _, args, kw = fh._launch_args(q, q, v, v.clone(), lse, **opts)
+    assert [list(d.block_shape) for d in args[:3]] == [[1, 1, 64, 128], [1, 1, 128, 128],
+                                                       [1, 1, 128, 128]]  # fmt: skip
+    assert kw["QK_TAIL"] == 64 and kw["HEAD_DIM"] == 192 and kw["HEAD_DIM_V"] == 128
+    assert list(kw["q_tail_desc"].block_shape) == [1, 1, 64, 64]
+    assert list(kw["k_tail_desc"].block_shape) == [1, 1, 128, 64]
+    assert kw["q_tail_desc"].base is q and kw["k_tail_desc"].base is q
+    _, _, kw128 = fh._launch_args(v, v, v, v.clone(), lse, **opts)
+    assert "QK_TAIL" not in kw128 and "q_tail_desc" not in kw128 and kw128["HEAD_DIM_V"] == 0
+
+
+@needs_hopper
+@pytest.mark.gpu
 def test_supports_routes_the_rest():
     q = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.bfloat16)
     assert fh.supports(q, q, q)
@@ -195,6 +240,10 @@ def test_supports_routes_the_rest():
     assert not fh.supports(q, q, q, window=16)
     q96 = torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.bfloat16)
     assert not fh.supports(q96, q96, q96)
+    q192 = torch.randn(1, 2, 64, 192, device="cuda", dtype=torch.bfloat16)
+    assert fh.supports(q192, q192, q)  # MLA: 192 for q.k, 128 for v
+    assert not fh.supports(q192, q192, q192)  # 192 for v: no tile config fits
+    assert not fh.supports(q, q, q96[..., :64])  # other pairs: Triton
     strided = torch.randn(1, 2, 64, 256, device="cuda", dtype=torch.bfloat16)[..., ::2]
     assert not fh.supports(strided, strided, strided)
     broadcast = torch.randn(1, 1, 64, 128, device="cuda", dtype=torch.bfloat16).expand(

@@ -186,6 +186,11 @@ def test_ptx_compare_ignores_line_markers_and_debug_sections_only():
     moved = PTX.replace("271 44", "290 12").replace("/somewhere", "/elsewhere")
     moved = moved.replace(".b8 209", ".b8 199")
     assert strip_debug(moved) == strip_debug(PTX)
+    # An inlined helper's scope labels (referenced by the DWARF only) are not code either...
+    scoped = PTX.replace("\tbar.sync", "$L__tmp39:\n\tbar.sync")
+    assert strip_debug(scoped) == strip_debug(PTX)
+    # ...but a branch target is.
+    assert strip_debug(PTX.replace("\tbar.sync", "$L__BB0_3:\n\tbar.sync")) != strip_debug(PTX)
     # One instruction more (the reverted trial's bar.sync changes) is a difference.
     extra = PTX.replace("\tret;", "\tbar.sync \t0, 128;\n\tret;")
     assert strip_debug(extra) != strip_debug(PTX)

@@ -351,7 +351,9 @@ def test_describe_dispatch_says_where_dv_runs():
     from flashcore.kernels import forward_hopper
 
     if forward_hopper.GLUON_AVAILABLE:
-        assert "v head dim != q/k's: Triton" in fc_interface.describe_dispatch()
+        assert "(D192: v 128, MLA); other v head dims != q/k's: Triton" in (
+            fc_interface.describe_dispatch()
+        )
     q, k, v = _t(1, 2, 8, 128), _t(1, 2, 8, 128), _t(1, 2, 8, 64)
     assert fc_interface.forward_kernel(q, k, v, causal=False) == "triton"
 
@@ -473,8 +475,36 @@ def test_gpu_launch_cache_never_serves_a_dv_call_from_a_d_entry(poisoned):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-def test_gpu_dv_never_takes_the_gluon_kernel(monkeypatch):
+def test_gpu_dv_takes_the_gluon_kernel_for_mla_only(monkeypatch):
     monkeypatch.setenv("FLASHCORE_FORWARD_HOPPER", "always")
     q = torch.randn(1, 4, 4096, 128, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(1, 4, 4096, 64, device="cuda", dtype=torch.bfloat16)
     assert fc_interface.forward_kernel(q, q, v, causal=True) == "triton"
+    q192 = torch.randn(1, 4, 4096, 192, device="cuda", dtype=torch.bfloat16)
+    hopper = torch.cuda.get_device_capability()[0] == 9
+    assert fc_interface.forward_kernel(q192, q192, q, causal=True) == (
+        "gluon" if hopper else "triton"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_gpu_mla_lean_relaunch_fills_every_descriptor(monkeypatch, poisoned):
+    """MLA on the Gluon kernel through flashcore.attention: the second call of a signature
+    runs from the launch cache (five TMA descriptors: q, k, v and q's and k's tails) on new
+    data and new outputs; each result under the rule, lse included."""
+    from flashcore.kernels.forward import _FORWARD_LAUNCHES
+
+    monkeypatch.setenv("FLASHCORE_FORWARD_HOPPER", "always")
+    _FORWARD_LAUNCHES.clear()
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(3):
+        q = _randn(gen, (2, 4, 300, 192), torch.bfloat16, DEVICE)
+        k = _randn(gen, (2, 2, 300, 192), torch.bfloat16, DEVICE)
+        v = _randn(gen, (2, 2, 300, 128), torch.bfloat16, DEVICE)
+        out, lse = attention(q, k, v, causal=True, return_lse=True)
+        ref, lse64 = attention_reference(q, k, v, causal=True, return_lse=True)
+        same = attention_reference(q, k, v, causal=True, compute_dtype=q.dtype)
+        assert error_rule(out, ref, same).passed
+        assert torch.allclose(lse.double(), lse64.double(), rtol=0, atol=1e-4)
+    assert len(_FORWARD_LAUNCHES) == 1 and _FORWARD_LAUNCHES.hits == 2

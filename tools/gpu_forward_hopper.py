@@ -1,9 +1,11 @@
 """Side-by-side sweep of the Gluon Hopper forward kernel's variants against today's Triton
 kernel and SDPA cuDNN (one process, rotated inputs, CUDA events; the perf.json harness).
 
-    python tools/gpu_forward_hopper.py OUT.json [--quick] [--dtypes bfloat16,float16]
+    python tools/gpu_forward_hopper.py OUT.json [--dtypes bfloat16,float16]
+        [--head-dims 64,128,256,192/128]
 
-Writes per shape and implementation the median time and TFLOP/s, and prints a table."""
+Writes per shape and implementation the median time and TFLOP/s, and prints a table. A head
+dim "D/Dv" gives v a head dim of its own (MLA: 192/128); H = 2048 / Dv, FLOPs over (D + Dv)/2."""
 
 import argparse
 import json
@@ -35,12 +37,16 @@ VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three co
         "tile_bn64_s2": dict(block_n=64, stages=2, persistent=False),
         "pers_bn64_s2": dict(block_n=64, stages=2, persistent=True),
     },
+    192: {  # with v's 128 (MLA)
+        "tile_bn128_s2": dict(block_n=128, stages=2, persistent=False),
+        "pers_bn128_s2": dict(block_n=128, stages=2, persistent=True),
+    },
 }
 
 
 def hopper_fn(causal, kw):
     def run(q, k, v):
-        out = torch.empty_like(q)
+        out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
         return fh.attention_hopper(
             q,
             k,
@@ -109,24 +115,25 @@ def main():
     rows = []
     t0 = time.time()
     for dtype in args.dtypes.split(","):
-        for d in [int(x) for x in args.head_dims.split(",")]:
+        for pair in args.head_dims.split(","):
+            d, dv = (int(x) for x in (pair.split("/") if "/" in pair else (pair, pair)))
             for s in seqlens:
                 for causal in (False, True):
-                    h = 2048 // d
+                    h = 2048 // dv
                     b = max(1, bench.TOKENS_PER_BATCH // s)
-                    shape = dict(B=b, Hq=h, S=s, D=d, causal=causal, dtype=dtype)
+                    shape = dict(B=b, Hq=h, S=s, D=d, Dv=dv, causal=causal, dtype=dtype)
                     dt = getattr(torch, dtype)
                     gen = torch.Generator(device="cuda").manual_seed(0)
-                    per_set = 3 * b * h * s * d * 2
+                    per_set = b * h * s * (2 * d + dv) * 2
                     n_sets = bench.rotation_count(per_set)
                     sets = [
                         tuple(
-                            torch.randn(b, h, s, d, device="cuda", dtype=dt, generator=gen)
-                            for _ in range(3)
+                            torch.randn(b, h, s, width, device="cuda", dtype=dt, generator=gen)
+                            for width in (d, d, dv)
                         )
                         for _ in range(n_sets)
                     ]
-                    flops = bench.attention_flops(b, h, s, s, d, causal)
+                    flops = bench.attention_flops(b, h, s, s, (d + dv) / 2, causal)
                     # "triton": today's kernel (an explicit config bypasses the dispatch);
                     # "flashcore": what flashcore.attention runs now (the dispatch table).
                     cfg = default_config(sets[0][0], sets[0][1], causal)

@@ -73,12 +73,16 @@ print("RESULT " + json.dumps(out))
 
 
 def strip_debug(ptx: str) -> list[str]:
-    """PTX lines without source-line markers, comments and the DWARF sections."""
+    """PTX lines without source-line markers, comments, the DWARF sections and the labels only
+    they refer to (``$L__tmpN:``, which mark inlined calls' scopes; branch targets are
+    ``$L__BB``)."""
     body = re.split(r"^\s*\.section\s+\.debug", ptx, maxsplit=1, flags=re.M)[0]
     lines = []
     for line in body.splitlines():
         line = line.split("//")[0].rstrip()
         if not line or line.lstrip().startswith(".loc") or line.lstrip().startswith(".file"):
+            continue
+        if re.fullmatch(r"\$L__tmp\d+:", line.strip()):
             continue
         lines.append(line)
     return lines

@@ -30,13 +30,15 @@ forward.py, with the same numerics contract):
 - CUDA device of compute capability 9.x (Hopper) and a triton with Gluon's Hopper API
   (``GLUON_AVAILABLE``; when the import fails, flashcore imports fine and never dispatches
   here);
-- float16 or bfloat16; head dim 64, 128 or 256;
+- float16 or bfloat16; head dim 64, 128 or 256 for q, k and v, or DeepSeek-V3's MLA pair
+  (192 for q and k, 128 for v: Q K^T reduces over 192, V's tile and the accumulator are 128
+  wide, so neither product pays for a padded head dim);
 - q, k, v with unit stride along D, 16-byte aligned base pointers and every other stride a
   nonzero multiple of 16 bytes (TMA descriptors); ``out`` any strides (pointer stores);
 - any Sq, Sk >= 1 (TMA zero-fills rows past the end; keys past Sk are masked), GQA/MQA
   (query head h reads KV head h // (Hq // Hkv)), non-causal and both causal alignments
   (``causal_offset`` as in forward.py), ``return_lse``;
-- not: sliding windows, softcap, float32, other head dims, calls with an explicit
+- not: sliding windows, softcap, float32, other head dims or pairs, calls with an explicit
   ``config`` (forward.py takes them).
 
 Offsets: TMA coordinates are per-dimension int32 (B, H, S, D each < 2^31), addresses
@@ -78,19 +80,25 @@ try:  # Gluon is experimental; its API moves between triton releases.
 except Exception:  # pragma: no cover - depends on the installed triton
     GLUON_AVAILABLE = False
 
-HEAD_DIMS = (64, 128, 256)
+# q/k head dim -> the v head dims computed with it: the same one, or MLA's 128 with 192.
+HEAD_DIMS = {64: (64,), 128: (128,), 192: (128,), 256: (256,)}
+# A TMA block's sides are powers of two: q/k head dims that are not load their last QK_TAIL
+# columns through a second descriptor, and Q K^T is two wgmma groups (main, then tail).
+QK_TAIL = {192: 64}
 BLOCK_M_WG = 64  # query rows per consumer warpgroup (wgmma's M per warpgroup)
 # setmaxnreg budget per consumer thread: 64K registers shared by the consumer warpgroups and
 # the producer's warpgroup (24 per thread), in multiples of 8.
 CONSUMER_REGS = {2: 240, 3: 160}
 
-# Tile configs per head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared memory:
-# Q NUM_WG*64*D, ring 2*STAGES*BN*D elements; D=256 with BN=64 and 2 stages uses 192 KB of 227.
+# Tile configs per q/k head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared
+# memory: Q NUM_WG*64*D, ring STAGES*BN*(D + D_v) elements; D=256 with BN=64 and 2 stages uses
+# 192 KB of 227, D=192 (D_v=128) with BN=128 and 2 stages 208 KB.
 # (Three warpgroups at D=64, 192-row tiles, measured no faster than two with 3 stages and
 # spill at 160 registers a thread; they stay selectable, num_wg=3.)
 VARIANTS = {
     64: dict(BLOCK_N=128, STAGES=3),
     128: dict(BLOCK_N=128, STAGES=2),
+    192: dict(BLOCK_N=128, STAGES=2),
     256: dict(BLOCK_N=64, STAGES=2),
 }
 # Grid per causal mode: persistent (one program per SM walks the work units, so the next
@@ -160,15 +168,21 @@ if GLUON_AVAILABLE:
         )
 
     @gluon.jit
-    def _producer(loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    def _producer(
+        loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+        QK_TAIL: gl.constexpr,
+    ):  # fmt: skip
         """One warp: TMA loads only, for every work tile of this program in turn. A Q buffer
         is refilled once its warpgroup has issued its last Q K^T of the previous tile; a K/V
         stage once every consumer warpgroup released it. `it` counts K/V tiles over the whole
-        program, so ring positions and barrier phases carry across work tiles."""
+        program, so ring positions and barrier phases carry across work tiles. QK_TAIL > 0:
+        Q's and K's last QK_TAIL columns come through descriptors of their own into buffers
+        of their own, on the same barriers."""
         descs, qbuf, ring, sched = loads
-        q_desc, k_desc, v_desc = descs
-        q_smem, q_ready, q_empty = qbuf
-        k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+        q_desc, k_desc, v_desc, q_tail_desc, k_tail_desc = descs
+        q_smem, q_tail, q_ready, q_empty = qbuf
+        k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+        MAIN: gl.constexpr = q_smem.shape[2]
         NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
         num_units = sched[1] * ((sched[0] + 1) // 2)
@@ -185,7 +199,19 @@ if GLUON_AVAILABLE:
                 # every buffer starts empty.
                 for wg in gl.static_range(NUM_WG):
                     mbarrier.wait(q_empty.index(wg), (local & 1) ^ 1)
-                    mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+                    if QK_TAIL > 0:
+                        mbarrier.expect(
+                            q_ready.index(wg),
+                            q_desc.block_type.nbytes + q_tail_desc.block_type.nbytes,
+                        )
+                        tma.async_copy_global_to_shared(
+                            q_tail_desc,
+                            [batch, q_head, q_row0 + wg * ROWS, MAIN],
+                            q_ready.index(wg),
+                            q_tail.index(wg),
+                        )
+                    else:
+                        mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(
                         q_desc,
                         [batch, q_head, q_row0 + wg * ROWS, 0],
@@ -196,7 +222,19 @@ if GLUON_AVAILABLE:
                     stage = (it + j) % STAGES
                     empty_phase = (((it + j) // STAGES) & 1) ^ 1
                     mbarrier.wait(k_empty.index(stage), empty_phase)
-                    mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+                    if QK_TAIL > 0:
+                        mbarrier.expect(
+                            k_ready.index(stage),
+                            k_desc.block_type.nbytes + k_tail_desc.block_type.nbytes,
+                        )
+                        tma.async_copy_global_to_shared(
+                            k_tail_desc,
+                            [batch, kv_head, j * BLOCK_N, MAIN],
+                            k_ready.index(stage),
+                            k_tail.index(stage),
+                        )
+                    else:
+                        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(
                         k_desc,
                         [batch, kv_head, j * BLOCK_N, 0],
@@ -242,6 +280,19 @@ if GLUON_AVAILABLE:
         return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
     @gluon.jit
+    def _issue_qk(q_tiles, k_tiles, stage, zero_s, QK_TAIL: gl.constexpr):
+        """Issue S = Q K_stage^T (async). QK_TAIL > 0: over the main columns, then the tail's
+        into the same accumulator (two wgmma groups; waits count them both)."""
+        q_tile, q_tail = q_tiles
+        k_smem, k_tail = k_tiles
+        s_tok = warpgroup_mma(
+            q_tile, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True
+        )
+        if QK_TAIL > 0:
+            s_tok = warpgroup_mma(q_tail, k_tail.index(stage).permute((1, 0)), s_tok, is_async=True)
+        return s_tok
+
+    @gluon.jit
     def _take_turn(turn, wg: gl.constexpr, turn_phase, PINGPONG: gl.constexpr):
         if PINGPONG:
             mbarrier.wait(turn.index(wg), turn_phase)
@@ -255,14 +306,16 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _attend_tiles(
-        acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, first, last,
+        acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, first, last,
         seqlen_k, causal_offset, qk_scale, wg: gl.constexpr, s_layout: gl.constexpr,
         o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+        QK_TAIL: gl.constexpr,
     ):  # fmt: skip
         """Key tiles [first, last) of one warpgroup's work tile, whose key tile 0 sits at ring
         position `it`; tile j's softmax overlaps P_{j-1} V_{j-1}."""
-        k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+        k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+        q_tile = q_tiles[0]
         ROWS: gl.constexpr = q_tile.shape[0]
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         for j in range(first, last):
@@ -271,12 +324,11 @@ if GLUON_AVAILABLE:
             mbarrier.wait(k_ready.index(stage), ((it + j) // STAGES) & 1)
             mbarrier.wait(v_ready.index(prev), ((it + j - 1) // STAGES) & 1)
             turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-            s_tok = warpgroup_mma(
-                q_tile, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True
-            )
+            s_tok = _issue_qk(q_tiles, (k_smem, k_tail), stage, zero_s, QK_TAIL)
             o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
             _pass_turn(turn, wg, PINGPONG)
             # Groups retire in order: one outstanding means S_j is done, P V may run on.
+            # (With a tail S_j is two groups, issued before P V's: the same wait.)
             s = warpgroup_mma_wait(1, deps=(s_tok,))
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, alpha, m_i, l_i = _softmax_step(
@@ -291,15 +343,16 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _consumer(
-        wg: gl.constexpr, args, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        wg: gl.constexpr, args, HEAD_DIM_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-        HAS_SINKS: gl.constexpr,
+        HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr,
     ):  # fmt: skip
-        """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program."""
+        """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program.
+        Q K^T reduces over q's head dim (the shared tiles' width); the output is HEAD_DIM_V wide."""
         outputs, qbuf, ring, turn, sched, qk_scale = args
         Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok = outputs
-        q_smem, q_ready, q_empty = qbuf
-        k_smem, v_smem, k_ready, k_empty, v_ready, v_empty = ring
+        q_smem, q_tail, q_ready, q_empty = qbuf
+        k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         (
             num_m_tiles,
             num_batch_heads,
@@ -316,11 +369,12 @@ if GLUON_AVAILABLE:
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
         )
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM_V, 16]
         )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         q_tile = q_smem.index(wg)
+        q_tiles = (q_tile, q_tail.index(wg))
 
         turn_phase = 0
         it = 0  # ring position of this work tile's key tile 0
@@ -346,20 +400,17 @@ if GLUON_AVAILABLE:
                 else:
                     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
                     l_i = gl.zeros([ROWS], gl.float32, row_layout)
-                acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+                acc = gl.zeros([ROWS, HEAD_DIM_V], gl.float32, o_layout)
                 mbarrier.wait(q_ready.index(wg), local & 1)
 
                 # Key tile 0 (always masked: it may be the only tile, or cross the diagonal).
                 stage = it % STAGES
                 mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
                 turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-                s_tok = warpgroup_mma(
-                    q_tile,
-                    k_smem.index(stage).permute((1, 0)),
-                    gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
-                    use_acc=False,
-                    is_async=True,
-                )
+                s_tok = _issue_qk(
+                    q_tiles, (k_smem, k_tail), stage,
+                    gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), QK_TAIL,
+                )  # fmt: skip
                 _pass_turn(turn, wg, PINGPONG)
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
                 mbarrier.arrive(k_empty.index(stage), count=1)
@@ -372,14 +423,14 @@ if GLUON_AVAILABLE:
                 # Key tiles every row sees whole, then the tiles that need a mask.
                 mid = gl.maximum(n_unmasked, 1)
                 acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-                acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, 1, mid,
+                acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, 1, mid,
                 seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
-                False, IS_CAUSAL, PINGPONG,
+                False, IS_CAUSAL, PINGPONG, QK_TAIL,
             )  # fmt: skip
                 acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-                acc, p_op, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, mid, n_tiles,
+                acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, mid, n_tiles,
                 seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
-                True, IS_CAUSAL, PINGPONG,
+                True, IS_CAUSAL, PINGPONG, QK_TAIL,
             )  # fmt: skip
                 # Every Q K^T of this work tile has completed: the producer may load the next Q
                 # while the last P V and the store below run.
@@ -401,14 +452,16 @@ if GLUON_AVAILABLE:
                     gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1
                 )
                 o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-                o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+                o_cols = gl.arange(0, HEAD_DIM_V, layout=gl.SliceLayout(0, o_layout))
                 o_ptrs = (
                     Out
                     + (batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh)
                     + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
                     + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
                 )
-                o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
+                o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(
+                    o_cols < HEAD_DIM_V, 0
+                )
                 gl.store(o_ptrs, out.to(dtype), mask=o_mask)
                 if STORE_LSE:
                     lse = gl.where(
@@ -427,21 +480,47 @@ if GLUON_AVAILABLE:
         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
         CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2, HAS_SINKS: gl.constexpr = False,
+        HEAD_DIM_V: gl.constexpr = 0, QK_TAIL: gl.constexpr = 0, q_tail_desc=None,
+        k_tail_desc=None,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
         lets the producer load the next tile's Q and K/V while the consumers finish the last
-        P V and store the output of the current one."""
+        P V and store the output of the current one.
+
+        HEAD_DIM: q's and k's head dim. HEAD_DIM_V: v's where it differs (0: the same).
+        QK_TAIL > 0: a head dim that is no power of two (a TMA block's sides are) is loaded as
+        HEAD_DIM - QK_TAIL columns through q_desc/k_desc and the last QK_TAIL through
+        q_tail_desc/k_tail_desc (MLA's 192 = 128 + 64)."""
         ROWS: gl.constexpr = 64
+        DV: gl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
+        MAIN: gl.constexpr = HEAD_DIM - QK_TAIL
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(
             dtype,
-            [NUM_WG, ROWS, HEAD_DIM],
-            gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype),
+            [NUM_WG, ROWS, MAIN],
+            gl.NVMMASharedLayout.get_default_for([ROWS, MAIN], dtype),
         )
-        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, MAIN], dtype)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, MAIN], kv_layout)
+        if QK_TAIL > 0:
+            q_tail = gl.allocate_shared_memory(
+                dtype,
+                [NUM_WG, ROWS, QK_TAIL],
+                gl.NVMMASharedLayout.get_default_for([ROWS, QK_TAIL], dtype),
+            )
+            k_tail = gl.allocate_shared_memory(
+                dtype,
+                [STAGES, BLOCK_N, QK_TAIL],
+                gl.NVMMASharedLayout.get_default_for([BLOCK_N, QK_TAIL], dtype),
+            )
+            descs = (q_desc, k_desc, v_desc, q_tail_desc, k_tail_desc)
+        else:  # unused stand-ins, so every partition unpacks the same tuples
+            q_tail = q_smem
+            k_tail = k_smem
+            descs = (q_desc, k_desc, v_desc, q_desc, k_desc)
+        v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DV], v_layout)
         q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
@@ -465,23 +544,23 @@ if GLUON_AVAILABLE:
             gl.cdiv(seqlen_q, NUM_WG * ROWS), num_batch_heads, num_q_heads, gqa_group_size,
             seqlen_q, seqlen_k, causal_offset,
         )  # fmt: skip
-        qbuf = (q_smem, q_ready, q_empty)
-        ring = (k_smem, v_smem, k_ready, k_empty, v_ready, v_empty)
+        qbuf = (q_smem, q_tail, q_ready, q_empty)
+        ring = (k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty)
         outputs = (Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok)
         consumer = (outputs, qbuf, ring, turn, sched, qk_scale)
-        loads = ((q_desc, k_desc, v_desc), qbuf, ring, sched)
+        loads = (descs, qbuf, ring, sched)
         # Every partition gets the tile config as constexpr arguments (a tuple would turn
         # them into run-time values).
         if NUM_WG == 3:
             gl.warp_specialize(
                 [
-                    (_consumer, (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS)),
-                    (_consumer, (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS)),
-                    (_consumer, (2, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                    (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                    (_consumer, (2, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, 24],
@@ -489,11 +568,11 @@ if GLUON_AVAILABLE:
         else:
             gl.warp_specialize(
                 [
-                    (_consumer, (0, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS)),
-                    (_consumer, (1, consumer, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                    (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, 24],
@@ -513,9 +592,9 @@ def supports(q, k, v, *, window=None) -> bool:
     """True when this kernel computes these inputs (see the module docstring)."""
     if not GLUON_AVAILABLE or q.device.type != "cuda" or window is not None:
         return False
-    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in HEAD_DIMS:
+    if q.dtype not in (torch.float16, torch.bfloat16):
         return False
-    if v.shape[3] != q.shape[3]:  # one head dim for q.k and P.V (MLA's 192/128: Triton)
+    if v.shape[3] not in HEAD_DIMS.get(q.shape[3], ()):
         return False
     if not _is_hopper(q.device.index):
         return False
@@ -538,15 +617,16 @@ def _launch_args(
 ):  # fmt: skip
     """The grid, positional and keyword arguments of one launch (see ``attention_hopper``)."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
-    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    num_kv_heads, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
     cfg = VARIANTS[head_dim]
     block_n = block_n or cfg["BLOCK_N"]
     stages = stages or cfg["STAGES"]
     num_wg = num_wg or cfg.get("NUM_WG", 2)
     consumer_regs = consumer_regs or CONSUMER_REGS[num_wg]
-    q_desc = _descriptor(q, BLOCK_M_WG, head_dim)
-    k_desc = _descriptor(k, block_n, head_dim)
-    v_desc = _descriptor(v, block_n, head_dim)
+    qk_tail = QK_TAIL.get(head_dim, 0)
+    q_desc = _descriptor(q, BLOCK_M_WG, head_dim - qk_tail)
+    k_desc = _descriptor(k, block_n, head_dim - qk_tail)
+    v_desc = _descriptor(v, block_n, head_dim_v)
     # Work units: pairs of query tiles of one head (_work_unit), the grid's unit of balance.
     work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
     persistent = PERSISTENT[bool(is_causal)] if persistent is None else persistent
@@ -570,8 +650,16 @@ def _launch_args(
         CONSUMER_REGS=consumer_regs,
         NUM_WG=num_wg,
         HAS_SINKS=sinks is not None,
+        # 0 where v's head dim is q/k's, so those kernels compile exactly as before.
+        HEAD_DIM_V=head_dim_v if head_dim_v != head_dim else 0,
         num_warps=4,
     )
+    if qk_tail:  # (kernels without a tail get None there, as before: no descriptor to encode)
+        kwargs.update(
+            QK_TAIL=qk_tail,
+            q_tail_desc=_descriptor(q, BLOCK_M_WG, qk_tail),
+            k_tail_desc=_descriptor(k, block_n, qk_tail),
+        )
     return grid, args, kwargs
 
 
@@ -591,9 +679,11 @@ def attention_hopper(q, k, v, out, lse, **options):
 class LeanHopperLaunch:
     """One call signature's launch, frozen after its first (checked) call: the compiled
     kernel's direct launcher, the grid and the argument list, with the output, lse, scale
-    and the three TMA descriptors filled in per call (the descriptors encoded once per
-    address, shape and strides, see ``_launch.DirectKernel``). Lives in the forward's
-    launch cache (``forward.cached_launch``), keyed there on everything this freezes."""
+    and the TMA descriptors (q, k, v, and q's and k's tails where QK_TAIL) filled in per call
+    (the descriptors encoded once per address, shape and strides, see
+    ``_launch.DirectKernel``). Lives in the forward's launch cache (``forward.cached_launch``),
+    keyed there on everything this freezes. ``blocks``: per descriptor slot, which of q, k,
+    v (0, 1, 2) it describes and its block."""
 
     __slots__ = ("direct", "grid", "template", "slots", "blocks", "lse_shape", "default")
 
@@ -613,7 +703,7 @@ class LeanHopperLaunch:
     def launch(self, q, k, v, out, seqs, scale, softcap, sinks):
         """Same contract as the forward's cached Triton entries: returns (out, lse)."""
         if out is None:
-            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
         lse = (
             out
             if self.lse_shape is None
@@ -623,11 +713,9 @@ class LeanHopperLaunch:
         out_slot, lse_slot, sinks_slot, scale_slot = self.slots
         args[out_slot], args[lse_slot], args[sinks_slot] = out, lse, sinks
         args[scale_slot] = (self.default if scale is None else scale) * LOG2E
-        q_block, kv_block = self.blocks
-        descs = (
-            (q, q.shape, q.stride(), q_block),
-            (k, k.shape, k.stride(), kv_block),
-            (v, v.shape, v.stride(), kv_block),
+        tensors = (q, k, v)
+        descs = tuple(
+            (tensors[i], tensors[i].shape, tensors[i].stride(), block) for i, block in self.blocks
         )
         self.direct(self.grid, torch._C._cuda_getCurrentRawStream(q.device.index), args, descs)
         return out, lse
@@ -639,9 +727,14 @@ def lean_launch(q, k, v, out, lse, *, store_lse, default_scale, **options):
     grid, args, kwargs = _launch_args(q, k, v, out, lse, store_lse=store_lse, **options)
     freeze = getattr(_FA3_LAUNCH, "freeze", None)  # None: a plain @jit kernel (tests)
     frozen = freeze(grid, args, kwargs) if freeze is not None else None
-    if frozen is None or tuple(frozen[3]) != (0, 1, 2):
+    if frozen is None:
         return None
-    blocks = tuple(tuple(args[i].block_shape) for i in (0, 1))
+    named = dict(zip(_fa3_fwd_kernel.arg_names, args), **kwargs)
+    describes = dict(q_desc=0, k_desc=1, v_desc=2, q_tail_desc=0, k_tail_desc=1)
+    names = [_fa3_fwd_kernel.arg_names[slot] for slot in frozen[3]]
+    if sorted(names) != sorted(n for n in describes if named.get(n) is not None):
+        return None
+    blocks = tuple((describes[n], tuple(named[n].block_shape)) for n in names)
     return LeanHopperLaunch(frozen, blocks, tuple(lse.shape), store_lse, default_scale)
 
 

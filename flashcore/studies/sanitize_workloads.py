@@ -1,10 +1,12 @@
 """Small workloads for compute-sanitizer beyond the forward grid: the backward (Triton,
 both dQ modes, softcap, varlen), the varlen forward, KV-cache decode (dense and paged,
-split and single, sinks, softcap, window) and the Gluon backward, on awkward sizes. Every
+split and single, sinks, softcap, window), the Gluon backward, and MLA's head dims (q/k 192,
+v 128) on the forward the dispatch picks (``python -m flashcore sanitize`` runs that one
+forced onto the Gluon kernel with 3 programs), on awkward sizes. Every
 call's result goes under its rule as well, so a run shows both the tool's verdict and
 that the calls computed what they should.
 
-    python -m flashcore.studies.sanitize_workloads backward|varlen|decode|backward_hopper
+    python -m flashcore.studies.sanitize_workloads backward|varlen|decode|backward_hopper|mla
 
 Prints one line per family and then "N cases, M failed" (the line ``python -m flashcore
 sanitize`` keeps). Sizes are small: under memcheck and racecheck a kernel runs orders of
@@ -97,7 +99,36 @@ def _decode(device) -> list[dict]:
     return rows
 
 
+def _mla(device) -> list[dict]:
+    from ..interface import attention
+    from ..reference import attention_reference
+    from ..validate import error_rule
+
+    rows = []
+    # (B, Hq, Hkv, Sq, Sk, causal, alignment): one row, ragged tails, rows that see no key
+    cases = [
+        (1, 2, 1, 1, 1, False, "top_left"),
+        (2, 4, 2, 113, 239, True, "bottom_right"),
+        (1, 4, 2, 239, 113, True, "bottom_right"),
+        (1, 2, 2, 300, 300, False, "top_left"),
+        (1, 3, 1, 65, 700, True, "top_left"),
+    ]
+    for i, (b, hq, hkv, sq, sk, causal, alignment) in enumerate(cases):
+        gen = torch.Generator(device=device).manual_seed(500 + i)
+        dtype = _half(device)
+        q = torch.randn(b, hq, sq, 192, device=device, dtype=dtype, generator=gen)
+        k = torch.randn(b, hkv, sk, 192, device=device, dtype=dtype, generator=gen)
+        v = torch.randn(b, hkv, sk, 128, device=device, dtype=dtype, generator=gen)
+        opts = dict(causal=causal, causal_alignment=alignment)
+        out = attention(q, k, v, **opts)
+        ref = attention_reference(q, k, v, **opts)
+        same = attention_reference(q, k, v, compute_dtype=dtype, **opts)
+        rows.append({"family": "mla 192/128", "passed": error_rule(out, ref, same).passed})
+    return rows
+
+
 WORKLOADS = {
+    "mla": _mla,
     "backward": _backward,
     "backward_hopper": _backward_hopper,
     "varlen": _varlen,

@@ -137,6 +137,7 @@ SANITIZER_WORKLOADS = [
     "fp8",
     "forward_hopper",
     "forward_hopper_walk",
+    "forward_hopper_mla",
     "backward",
     "backward_hopper",
     "varlen",
@@ -188,6 +189,8 @@ def run_sanitize(args) -> int:
         # then forced onto it with 3 programs, so every program walks many work tiles.
         "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"],
         "forward_hopper_walk": ["validate", "--grid", "sanitizer", "--quiet"],
+        # MLA's head dims (q/k 192 as 128 + 64 columns, v 128) forced onto it, 3 programs.
+        "forward_hopper_mla": ["-m", "flashcore.studies.sanitize_workloads", "mla"],
         # Every other kernel family on small awkward sizes (studies/sanitize_workloads.py).
         **{
             name: ["-m", "flashcore.studies.sanitize_workloads", name]
@@ -205,7 +208,7 @@ def run_sanitize(args) -> int:
     def one(tool, workload):
         hopper = workload.startswith("forward_hopper")
         run_env = dict(env, FLASHCORE_FORWARD_HOPPER="always" if hopper else "never")
-        if workload == "forward_hopper_walk":
+        if workload in ("forward_hopper_walk", "forward_hopper_mla"):
             run_env.update(FLASHCORE_HOPPER_MAX_PROGRAMS="3")
         if workload == "backward_hopper":
             run_env.update(FLASHCORE_BACKWARD_HOPPER="always")
