@@ -27,7 +27,11 @@ from .kernels import forward_hopper as _hopper
 #   D=256 full   S=1K 504 vs 425 ... ;  causal S=1K 354 vs 317 ... S=16K 710 vs 490
 # (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
 # the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
-# D=192 is MLA's pair (v 128; the only D_v != D the Gluon kernel computes): MEASURED_192.
+# D=192 is MLA's pair (v 128; the only D_v != D the Gluon kernel computes), measured at
+# commit 98e26a3 (tools/gpu_forward_hopper.py --head-dims 192/128, H = 16, bf16, 3 rounds;
+# logs/mla_forward_probe_98e26a3.json), TFLOP/s Gluon vs Triton:
+#   D=192 full   S=1K 563 vs 167, S=4K 700 vs 179, S=16K 740 vs 197
+#   D=192 causal S=1K 394 vs 182, S=4K 626 vs 236, S=16K 712 vs 246
 # Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
 # float32, other head dims or pairs, non-TMA strides, not Hopper) and calls with an explicit
 # ``config`` always run the Triton kernel.
