@@ -146,11 +146,14 @@ def test_value_head_dim_summary_is_flashcore_over_fa4_per_shape():
         row(8192, True, "flashcore", 300.0),
         row(8192, True, "fa4", 300.0),
         row(8192, True, "sdpa_flash", None),  # a peer that refused: no tflops
+        row(4096, False, "flashcore_triton", 50.0),
     ]
     backward = [row(4096, False, "flashcore", 50.0), dict(S=4096, causal=False, impl="fa4")]
     out = value_head_dim_speed.summary(forward, backward)
     assert out["forward"]["flashcore_over_fa4"] == {"S4096 full": 0.25, "S8192 causal": 1.0}
     assert out["forward"]["geomean"] == pytest.approx(0.5)
+    # what the Gluon path bought over the Triton kernel, where both ran
+    assert out["forward"]["flashcore_over_triton"] == {"S4096 full": 2.0}
     # FA4 did not run the backward: no ratio, no geomean, rather than a made-up one
     assert out["backward"] == {"flashcore_over_fa4": {}, "geomean": None}
 

@@ -8,14 +8,19 @@ writes results/<gpu>/value_head_dim_speed.json. bf16, B * S = 16K tokens, H = 16
 128 heads scaled to the sweep's token budget), S 4K, 8K, 16K, causal and not.
 
 * ``forward``: ``bench.bench_attention_shape`` (same rotated inputs, interleaved rounds,
-  medians) over ``flashcore`` (the kernel's HEAD_DIM_V mode), ``fa4`` (FlashAttention-4's
-  ``flash_attn.cute``, where installed), ``sdpa_cudnn`` and ``sdpa_flash`` (a backend that
-  refuses D_v != D records the error);
+  medians) over ``flashcore`` (what ``flashcore.attention`` runs: the Gluon kernel on Hopper,
+  q/k loaded as 128 + 64 columns), ``flashcore_triton`` (the Triton kernel's HEAD_DIM_V mode,
+  an explicit config skipping the dispatch), ``fa4`` (FlashAttention-4's ``flash_attn.cute``,
+  where installed), ``sdpa_cudnn`` and ``sdpa_flash`` (a backend that refuses D_v != D
+  records the error);
 * ``backward``: ``backward_bench.bench_backward_shape`` (autograd of each implementation,
-  fixed dO; forward + backward too) over the same implementations;
-* ``padded_route``: flashcore with ``_launch.PAD_VALUE_HEAD_DIM_ON`` switched on (q/k/v
-  zero-padded to 192 columns, output sliced), forward and backward, timed in a pass of its
-  own right after: what loading V into a buffer of its own (the HEAD_DIM_V mode's fix) bought.
+  fixed dO; forward + backward too) over the same implementations but ``flashcore_triton``
+  (the backward is the Triton kernel's either way);
+* ``padded_route``: the Triton kernel with ``_launch.PAD_VALUE_HEAD_DIM_ON`` switched on
+  (q/k/v zero-padded to 192 columns, output sliced; the route exists on the Triton kernel
+  only), forward (``flashcore_triton``) and backward (autograd: the dispatch's forward, the
+  padded backward), timed in a pass of its own right after: what loading V into a buffer of
+  its own (the HEAD_DIM_V mode's fix) bought.
 
 FLOPs count q.k^T over D and P.V over D_v (one head dim of (D + D_v) / 2); the backward's
 are 2.5x the forward's, as everywhere in this project.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 
 IMPLS = ("flashcore", "fa4", "sdpa_cudnn", "sdpa_flash")
+FORWARD_IMPLS = ("flashcore", "flashcore_triton", "fa4", "sdpa_cudnn", "sdpa_flash")
 HEADS = 16
 
 
@@ -53,21 +59,21 @@ def run_record(quick: bool = False, reps: int = 40, log=print) -> dict:
 
     forward, backward, padded = [], [], []
     for shape in shapes(quick):
-        forward += bench_attention_shape(shape, list(IMPLS), reps=reps)
+        forward += bench_attention_shape(shape, list(FORWARD_IMPLS), reps=reps)
         backward += bench_backward_shape(shape, list(IMPLS), reps=reps, with_forward=True)
         _padded_route(True)
         try:
-            for r in bench_attention_shape(shape, ["flashcore"], reps=reps):
+            for r in bench_attention_shape(shape, ["flashcore_triton"], reps=reps):
                 padded.append(dict(r, impl="flashcore_padded_route", phase="forward"))
             for r in bench_backward_shape(shape, ["flashcore"], reps=reps, with_forward=True):
                 padded.append(dict(r, impl="flashcore_padded_route", phase="backward"))
         finally:
             _padded_route(False)
-        for r in forward[-len(IMPLS) :] + backward[-len(IMPLS) :] + padded[-2:]:
+        for r in forward[-len(FORWARD_IMPLS) :] + backward[-len(IMPLS) :] + padded[-2:]:
             log(row_line(r))
     return {
         "method": __doc__.strip(),
-        "impls": list(IMPLS),
+        "impls": list(FORWARD_IMPLS),
         "forward": forward,
         "backward": backward,
         "padded_route": padded,
@@ -87,7 +93,8 @@ def row_line(r: dict) -> str:
 
 def summary(forward: list[dict], backward: list[dict]) -> dict:
     """flashcore / FA4 per shape and their geomean, forward and backward (the issue's target:
-    >= 0.95 at S >= 4K); None where FA4 did not run."""
+    >= 0.95 at S >= 4K); None where FA4 did not run. Forward also flashcore / its Triton
+    kernel (what the Gluon path bought)."""
     from .bench import geomean
 
     out = {}
@@ -102,6 +109,13 @@ def summary(forward: list[dict], backward: list[dict]) -> dict:
             "flashcore_over_fa4": ratios,
             "geomean": geomean(list(ratios.values())) if ratios else None,
         }
+        own = {
+            f"S{s} {'causal' if c else 'full'}": by[(s, c, "flashcore")] / by[(s, c, impl)]
+            for (s, c, impl) in by
+            if impl == "flashcore_triton" and by[(s, c, impl)] and by.get((s, c, "flashcore"))
+        }
+        if own:
+            out[phase]["flashcore_over_triton"] = own
     return out
 
 
