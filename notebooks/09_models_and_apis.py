@@ -759,8 +759,8 @@ print(
 )
 
 # %% [markdown]
-# This notebook's GPU profile last ran on the H100 in its previous version (before the record
-# sections above were added); that run, from `reproduce_timing.json` (its status line says
+# This notebook's GPU profile last ran on the H100 at commit `814a2e4` (this version, the MLA
+# forward's table included); that run, from `reproduce_timing.json` (its status line says
 # whether the kernels it ran are today's):
 
 # %%
