@@ -98,12 +98,13 @@ for name, r in sass_report["kernels"].items():
 # the branches cannot depend on q, k or v. The analysis still counts them because it treats
 # every shared-memory load as data; proving it would take a shared-memory alias analysis (a TMA
 # write's extent is in its tensor map, not in the instruction). So the verdict below, which covers
-# every forward kernel that ships (`flashcore.attention` runs the Gluon kernel at D128 and D256
-# from the lengths in `interface.FORWARD_GLUON_FROM`), prints False and says why beside it; the
+# every forward kernel that ships (`flashcore.attention` runs the Gluon kernel at D128 and D256,
+# and at MLA's q/k 192 with v 128, from the lengths in `interface.FORWARD_GLUON_FROM`), prints
+# False and says why beside it; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit b44173b, its
-# `forward_hopper` runs: 5 hazards each, the count of the run at `f2502d2` whose hazards were
+# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit 833b4cf, its
+# `forward_hopper` runs, MLA's included: 5 hazards each, the count of the run at `f2502d2` whose hazards were
 # traced to the workers' entry reads against these stores; notebook 02 renders that record),
 # and nothing in the K/V ring, Q buffers or mbarriers.
 

@@ -109,17 +109,19 @@ def _variants():
             num_stages=st,
         )
 
-    def gluon_forward(d, causal):
-        # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships.
+    def gluon_forward(d, causal, dv=None):
+        # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships; dv:
+        # v's head dim where it differs (MLA's 192/128: q/k through a main and a tail descriptor).
         from triton.experimental.gluon import language as gl
 
         from ..kernels import forward_hopper as fh
 
         cfg = fh.VARIANTS[d]
         layout = gl.NVMMASharedLayout.get_default_for
+        tail = fh.QK_TAIL.get(d, 0)
 
-        def desc(rows):
-            return f"tensordesc<bf16[1,1,{rows},{d}],{layout([rows, d], gl.bfloat16)!r}>"
+        def desc(rows, cols=d - tail):
+            return f"tensordesc<bf16[1,1,{rows},{cols}],{layout([rows, cols], gl.bfloat16)!r}>"
 
         consts = dict(
             HEAD_DIM=d,
@@ -130,6 +132,13 @@ def _variants():
             PINGPONG=True,
             NUM_WG=cfg.get("NUM_WG", 2),
             CONSUMER_REGS=fh.CONSUMER_REGS[cfg.get("NUM_WG", 2)],
+            HEAD_DIM_V=dv or 0,
+            QK_TAIL=tail,
+        )
+        tails = (
+            {"q_tail_desc": desc(fh.BLOCK_M_WG, tail), "k_tail_desc": desc(cfg["BLOCK_N"], tail)}
+            if tail
+            else {"q_tail_desc": None, "k_tail_desc": None}
         )
         return dict(
             fn=fh._fa3_fwd_kernel,
@@ -142,7 +151,8 @@ def _variants():
             descs={
                 "q_desc": desc(fh.BLOCK_M_WG),
                 "k_desc": desc(cfg["BLOCK_N"]),
-                "v_desc": desc(cfg["BLOCK_N"]),
+                "v_desc": desc(cfg["BLOCK_N"], dv or d),
+                **tails,
             },
         )
 
@@ -244,6 +254,10 @@ def _variants():
             ),
             "forward D256 non-causal (Gluon, warp-specialized)": (
                 gluon_forward(256, False),
+                "shipped (Gluon)",
+            ),
+            "forward D192/128 causal (Gluon, MLA)": (
+                gluon_forward(192, True, dv=128),
                 "shipped (Gluon)",
             ),
         }
@@ -452,6 +466,7 @@ def analyze_variants(keep_sass: bool = False) -> dict:
 
 # The forward kernels flashcore's public forward functions can run: the Triton kernel's
 # variants ("shipped"), the Gluon kernel that flashcore.attention dispatches to at D128/D256
+# and MLA's D192/128
 # (interface.FORWARD_GLUON_FROM, "shipped (Gluon)") and the fp8 forward.
 DISPATCHED_ROLES = ("shipped", "shipped (Gluon)")
 GLUON_DISPATCH_REASON = "warp_specialize's partition dispatch, not proven public by this analysis"
