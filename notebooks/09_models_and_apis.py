@@ -439,20 +439,53 @@ print(
 
 # %% [markdown]
 # Missed, both ways, by different margins. **Forward:** the Gluon kernel runs MLA's pair
-# 2.6-3.5x faster than the Triton mode and ahead of cuDNN, but 0.84-0.91x FA4 in this record
-# (0.86-0.96x in the first run at `833b4cf`, `logs/mla_forward_probe_98e26a3.json` beside
-# cuDNN only): the same gap the Gluon forward has to FA4 at D128 (issue 26), not one of the
-# pair. **Backward:** still the Triton mode, at about a third of FA4. Why it is slow, from the
-# code (not measured apart): q/k's 192 columns are padded to 256 in registers (`tl.arange`
-# needs powers of two), so $q k^\top$ runs a third wider than its FLOPs, and the mode reads
-# K/V through pointers, not TMA. The Gluon backward (`kernels/backward_hopper.py`, D64/128,
-# opt-in) has no 192/128 variant. Against its own padded route (the `padded` column) the
-# Triton mode is faster in the backward and level in the forward.
+# 2.6-3.5x faster than the Triton mode and ahead of cuDNN, but 0.84-0.91x FA4 in this record.
+# An earlier run of the same study at `833b4cf` had 0.84-0.96x (its record was replaced: its
+# `padded` forward rows had timed the Gluon kernel, see the notes of that stop), so the
+# per-shape ratio moves by a few percent run to run. The tile is not the difference:
+# FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
+# in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
+# shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
+# 26); no profile of the 192 kernel exists yet. **Backward:** still the Triton mode, at about
+# a third of FA4. Why it is slow, from the code (not measured apart): q/k's 192 columns are
+# padded to 256 in registers (`tl.arange` needs powers of two), so $q k^\top$ runs a third
+# wider than its FLOPs, and the mode reads K/V through pointers, not TMA. The Gluon backward
+# (`kernels/backward_hopper.py`, D64/128, opt-in) has no 192/128 variant. Against its own
+# padded route (the `padded` column) the Triton mode is faster in both directions (the ratios
+# below).
 #
-# The dispatch sends 192/128 to the Gluon kernel from S = 1K, where it was first measured;
-# `logs/mla_forward_probe_short_4e9f906.json` has it faster than the Triton mode at S 128,
-# 256 and 512 as well (the table was left as it is in this stop, so that the records above
-# stay current; lowering it is a one-line change with a re-record).
+# The dispatch sends 192/128 to the Gluon kernel from S = 1K, the shortest length of the first
+# probe. The probes (logs, not records: the Gluon kernel called directly, beside the Triton
+# mode and cuDNN, 3 rotated rounds) have it 1.24-3.87x the Triton mode at every length from
+# S = 256 (1.46x and 1.07x at S = 128, full and causal), and behind cuDNN below 1K (the table
+# below). The table was left as it is in this stop, so that the records above stay current;
+# lowering it is a one-line change with a re-record.
+
+# %%
+mode_over_padded = {
+    ph: [r["triton" if ph == "forward" else "flashcore"] / r["padded"]
+         for r in speed_rows if r["phase"] == ph]
+    for ph in ("forward", "backward")
+}  # fmt: skip
+print("the Triton mode / its padded route: " + ", ".join(
+    f"{ph} {min(v):.2f}-{max(v):.2f}x" for ph, v in mode_over_padded.items()))  # fmt: skip
+probe_rows = []
+for name in ("mla_forward_probe_short_4e9f906.json", "mla_forward_probe_98e26a3.json"):
+    path = logs / name
+    if not path.exists():
+        print(f"--- {name}: (not in this checkout)")
+        continue
+    probe = json.loads(path.read_text())
+    by = {(r["S"], r["causal"], r["impl"]): r.get("tflops") for r in probe["rows"]}
+    for s, causal in sorted({(r["S"], r["causal"]) for r in probe["rows"]}):
+        gluon = by.get((s, causal, "pers_bn128_s2"))
+        probe_rows.append({"log": name.split("_")[-1][:-5], "S": s, "causal": causal,
+                           "gluon": gluon, "triton": by.get((s, causal, "triton")),
+                           "cudnn": by.get((s, causal, "cudnn"))})  # fmt: skip
+for r in probe_rows:
+    r["gluon / triton"] = r["gluon"] / r["triton"]
+print(table(probe_rows, ["log", "S", "causal", "gluon", "triton", "cudnn", "gluon / triton"],
+            {c: "{:.0f}" for c in ("gluon", "triton", "cudnn")} | {"gluon / triton": "{:.2f}"}))  # fmt: skip
 
 # %% [markdown]
 # ## 3. Paged KV
