@@ -741,14 +741,16 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 
 # %% [markdown]
 # At commit `833b4cf` gpt-oss generates faster through flashcore than through eager attention
-# at both batches (1.09x, 1.02x; `044ea55` had 1.34x, 1.11x), and DeepSeek-V3, its 512-token
-# prefill now on the Gluon kernel, is at 0.98x (B1) and 0.96x (B8) SDPA: a miss, inside the
-# spread of its single rounds (the table). Earlier records: 0.99x/0.99x (`044ea55`, prefill on
-# the Triton mode), 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). The
-# generation is mostly decode steps (128 new tokens, one query row each), which the Gluon
-# prefill does not touch. Not measured, so not claimed: which part of flashcore's path costs
-# the time. Candidates: the decode path with MLA's head dims (the KV-cache kernel has one head
-# dim, so these steps run the dense forward) and flashcore's host cost per call (section 5).
+# at both batches (1.09x, 1.02x; `044ea55` had 1.34x, 1.11x), and DeepSeek-V3 is at 0.98x (B1)
+# and 0.96x (B8) SDPA: a miss, inside the spread of its single rounds (the table). Earlier
+# records: 0.99x/0.99x (`044ea55`), 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded
+# route). None of this run's DeepSeek-V3 attention ran on the Gluon kernel: its 512-token
+# prompt is below the dispatch table's 1K for D192, so the prefill took the Triton mode, as at
+# `044ea55` (the probe table in section 2 has the Gluon kernel 1.65-2.89x the Triton mode at
+# S = 512); and its 128 decode steps (one query row each) run the dense forward on the Triton
+# kernel, since the KV-cache kernel has one head dim. Not measured, so not claimed: which part
+# of flashcore's path costs the time. Candidates: those Triton calls and flashcore's host cost
+# per call (section 5).
 
 # %% [markdown]
 # ## 5. What is measured, and what is not yet
