@@ -15,6 +15,16 @@
 #   ncu       (carry .fa4b) Nsight Compute on flashcore, cuDNN and FA4, forward and backward
 #             (tools/gpu_ncu_compare.sh: ncu_compare.json); the FP8 study (fp8.json)
 #   ncu_fa4   (carry .fa4b) FA4's Nsight Compute cases alone (merged with tools/merge_ncu_compare.py)
+#   current_a (carry .fa4a) unpack FA4's compiler library; then every record the kernel
+#             fingerprint makes stale that needs no FA4 (each stage's time at 833b4cf in
+#             brackets): correctness, correctness_gluon and sanitizer (tools/gpu_evidence.sh,
+#             240 s), feature_costs.json (170 s), decode.json (55 s), decode_splits.json (20 s);
+#             about 490 s, so the stages' own timeouts (which add up past a call's 600 s) only
+#             stop a hang
+#   current_b (carry .fa4b and .whl, right after current_a) the ones that need FA4 or
+#             Jupyter: value_head_dim_speed.json (105 s), models.json (115 s),
+#             paged_decode.json (45 s), the GPU profiles of notebooks 09 and 02
+#             (reproduce_timing.json, correctness_quick.json; 100 + 95 s); about 455 s
 #   backward  the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
 #             forward + backward too (backward.json's speed rows; merged with the grid part
 #             by tools/merge_backward_records.py)
@@ -26,7 +36,7 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
 . tools/stage.sh
 fa4site=/root/fa4site
-if [ "$part" = dv ] || [ "$part" = ncu ] || [ "$part" = ncu_fa4 ]; then
+if [ "$part" = dv ] || [ "$part" = ncu ] || [ "$part" = ncu_fa4 ] || [ "$part" = current_b ]; then
   # shellcheck disable=SC1091
   source .fa4b/install.sh
 elif [ -d "$fa4site" ]; then
@@ -46,6 +56,23 @@ case "$part" in
     TAIL=6 cli varlen 330 varlen --record
     TAIL=16 STAGE_HIDE="it/s\]" cli decode 120 bench --suite decode --topic decode --record
     TAIL=12 stage decode_splits 60 python3 tools/decode_splits.py --record
+    ;;
+  current_a)
+    bash .fa4a/install.sh
+    # (its records follow FLASHCORE_RESULTS_DIR, exported above, like every stage's)
+    TAIL=40 stage evidence 330 bash tools/gpu_evidence.sh "$out/evidence" 300
+    TAIL=6 stage feature_costs 220 python3 flashcore/studies/feature_costs.py --record
+    TAIL=6 STAGE_HIDE="it/s\]" stage decode 100 python3 -m flashcore bench --suite decode --topic decode --record
+    TAIL=4 stage decode_splits 50 python3 tools/decode_splits.py --record
+    ;;
+  current_b)
+    TAIL=12 stage dv_speed 180 python3 -m flashcore.studies.value_head_dim_speed --record
+    TAIL=8 stage models 170 python3 -m flashcore models --record
+    TAIL=4 STAGE_HIDE="it/s\]" stage paged 90 python3 -m flashcore bench --suite paged --record
+    # The notebooks read the committed records: this stage writes into the tree's results/.
+    env -u FLASHCORE_RESULTS_DIR BUDGET=230 NB_TIMEOUT=140 bash tools/gpu_reproduce_timing.sh "$out/nb" \
+      notebooks/09_*.ipynb notebooks/02_*.ipynb | tail -n 6
+    tar -xzf "$out/nb/records.tar.gz" -C "$out" 2>/dev/null  # results/<gpu>/... beside the rest
     ;;
   ncu)
     TAIL=30 stage ncu 300 bash tools/gpu_ncu_compare.sh "$out/ncu"
