@@ -86,12 +86,24 @@ GRIDS = {
 }
 
 
-@needs_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("grid", list(GRIDS))
-@pytest.mark.parametrize("pingpong", [True, False])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
+def _every_case_dtype_schedule_and_grid(test):
+    """Parametrize a GPU test over CASES x bf16/fp16 x ping-pong on/off x GRIDS (Hopper only)."""
+    marks = (
+        pytest.mark.parametrize(
+            "case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c)
+        ),
+        pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16]),
+        pytest.mark.parametrize("pingpong", [True, False]),
+        pytest.mark.parametrize("grid", list(GRIDS)),
+        pytest.mark.gpu,
+        needs_hopper,
+    )
+    for mark in marks:  # innermost first, as stacked decorators apply
+        test = mark(test)
+    return test
+
+
+@_every_case_dtype_schedule_and_grid
 def test_error_rule(case, dtype, pingpong, grid):
     b, hq, hkv, sq, sk, d, causal, alignment, layout = case
     q, k, v = _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed=CASES.index(case))
@@ -191,12 +203,7 @@ def test_sinks_error_rule(case, dtype, grid):
     assert not error_rule(plain, ref64, same).passed
 
 
-@needs_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("grid", list(GRIDS))
-@pytest.mark.parametrize("pingpong", [True, False])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
+@_every_case_dtype_schedule_and_grid
 def test_mla_head_dims_error_rule(case, dtype, pingpong, grid):
     """DeepSeek-V3's MLA pair on the Gluon kernel: q/k 192 wide (loaded as 128 + 64 columns,
     Q K^T as two wgmma groups), v and the output 128, every geometry of CASES; out and lse
