@@ -756,7 +756,9 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # ## 5. What is measured, and what is not yet
 #
 # Measured on the H100 through tests (logs, not records, under `results/<gpu>/logs/`): the
-# D_v grid through the mode (commit `b44173b`, section 2); paged KV (199 tests: page sizes
+# D_v grid through the mode (commit `b44173b`, section 2) and again with the Gluon kernel
+# forced, beside the Gluon kernel's own MLA grid of 120 cases (`98e26a3`, repeated at
+# `814a2e4`; section 2); the Gluon kernel's sinks grid (40 cases, `98e26a3`); paged KV (199 tests: page sizes
 # 16-256, D 64/128/256, shared pages, the flash_attn door's `page_table`; `34c60c8`); sinks
 # (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`),
 # all passing; and the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
