@@ -465,9 +465,8 @@ def analyze_variants(keep_sass: bool = False) -> dict:
 
 
 # The forward kernels flashcore's public forward functions can run: the Triton kernel's
-# variants ("shipped"), the Gluon kernel that flashcore.attention dispatches to at D128/D256
-# and MLA's D192/128
-# (interface.FORWARD_GLUON_FROM, "shipped (Gluon)") and the fp8 forward.
+# variants ("shipped"), the Gluon kernel that flashcore.attention dispatches to at D128, D256
+# and MLA's D192/128 (interface.FORWARD_GLUON_FROM, "shipped (Gluon)") and the fp8 forward.
 DISPATCHED_ROLES = ("shipped", "shipped (Gluon)")
 GLUON_DISPATCH_REASON = "warp_specialize's partition dispatch, not proven public by this analysis"
 
