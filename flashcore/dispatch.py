@@ -32,6 +32,10 @@ from .kernels import forward_hopper as _hopper
 # logs/mla_forward_probe_98e26a3.json), TFLOP/s Gluon vs Triton:
 #   D=192 full   S=1K 563 vs 167, S=4K 700 vs 179, S=16K 740 vs 197
 #   D=192 causal S=1K 394 vs 182, S=4K 626 vs 236, S=16K 712 vs 246
+# and below 1K at commit 4e9f906 (--seqlens 128,256,512; logs/mla_forward_probe_short_4e9f906.json):
+#   D=192 full   S=128 150 vs 95 (pers 139), S=256 251 vs 121, S=512 417 vs 144
+#   D=192 causal S=128 70 vs 65, S=256 134 vs 103, S=512 237 vs 144
+# S=128 is the shortest measured: shorter calls stay on the Triton kernel.
 # Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
 # float32, other head dims or pairs, non-TMA strides, not Hopper) and calls with an explicit
 # ``config`` always run the Triton kernel.
@@ -42,8 +46,8 @@ FORWARD_GLUON_FROM = {
     (128, True): 2048,
     (256, False): 1024,
     (256, True): 1024,
-    (192, False): 1024,
-    (192, True): 1024,
+    (192, False): 128,
+    (192, True): 128,
 }
 
 
