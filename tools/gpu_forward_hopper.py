@@ -40,6 +40,7 @@ VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three co
     256: {
         "tile_bn64_s2": dict(block_n=64, stages=2, persistent=False),
         "pers_bn64_s2": dict(block_n=64, stages=2, persistent=True),
+        "pers_bn80_s2": dict(block_n=80, stages=2, persistent=True),  # 64 + 16 keys
     },
     192: {  # with v's 128 (MLA)
         "tile_bn128_s2": dict(block_n=128, stages=2, persistent=False),
