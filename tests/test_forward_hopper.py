@@ -216,26 +216,6 @@ def test_mla_head_dims_error_rule(case, dtype, pingpong, grid):
     _check_out_and_lse(out, lse, q, k, v, causal=causal, causal_alignment=alignment)
 
 
-@needs_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("grid", ["persistent", "3-programs"])
-@pytest.mark.parametrize("block_n", [80, 160, 192])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c))
-def test_split_key_tiles_error_rule(case, dtype, block_n, grid):
-    """Key tiles of no power of two (80 = 64 + 16, 160 = 128 + 32, 192 = 128 + 64 keys: two
-    buffers, two score accumulators sharing one online softmax, P V as two wgmma groups),
-    every geometry of CASES at its head dim. D256 takes 80 only (wider tiles do not fit its
-    shared memory); D64/D128 take 160 and 192."""
-    b, hq, hkv, sq, sk, d, causal, alignment, layout = case
-    if (d == 256) != (block_n == 80):
-        pytest.skip("key tile not built for this head dim")
-    q, k, v = _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed=600 + CASES.index(case))
-    out, lse = _run(q, k, v, causal=causal, alignment=alignment, pingpong=True,
-                    block_n=block_n, **GRIDS[grid])  # fmt: skip
-    _check_out_and_lse(out, lse, q, k, v, causal=causal, causal_alignment=alignment)
-
-
 @pytest.mark.skipif(not fh.GLUON_AVAILABLE, reason="needs triton with Gluon")
 def test_mla_head_dims_load_through_two_descriptors():
     """(CPU: descriptors only.) q/k 192 wide: a 128-column descriptor and a 64-column tail

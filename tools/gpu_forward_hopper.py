@@ -28,19 +28,14 @@ VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three co
     64: {
         "tile_bn128_s3": dict(block_n=128, stages=3, persistent=False),
         "pers_bn128_s3": dict(block_n=128, stages=3, persistent=True),
-        "pers_bn192_s3": dict(block_n=192, stages=3, persistent=True),
     },
     128: {
         "tile_bn128_s2": dict(block_n=128, stages=2, persistent=False),
         "pers_bn128_s2": dict(block_n=128, stages=2, persistent=True),
-        # key tiles as two buffers (KEY_SPLIT): 128 + 32 and 128 + 64 keys
-        "pers_bn160_s2": dict(block_n=160, stages=2, persistent=True),
-        "pers_bn192_s2": dict(block_n=192, stages=2, persistent=True),
     },
     256: {
         "tile_bn64_s2": dict(block_n=64, stages=2, persistent=False),
         "pers_bn64_s2": dict(block_n=64, stages=2, persistent=True),
-        "pers_bn80_s2": dict(block_n=80, stages=2, persistent=True),  # 64 + 16 keys
     },
     192: {  # with v's 128 (MLA)
         "tile_bn128_s2": dict(block_n=128, stages=2, persistent=False),

@@ -90,16 +90,16 @@ BLOCK_M_WG = 64  # query rows per consumer warpgroup (wgmma's M per warpgroup)
 # the producer's warpgroup (24 per thread), in multiples of 8.
 CONSUMER_REGS = {2: 240, 3: 160}
 
-# A BLOCK_N that is no power of two (block_n=160 or 192, tuning option only) holds each key
-# tile as two buffers (KEY_SPLIT = its last 32 or 64 rows): S as two accumulators under one
-# online softmax, P V as two wgmma groups. Offline sm_90 compile (branch wip/forward-split-
-# key-tiles): D128 160 keys 197 KB shared, no spills; D128 192 keys 230 KB, 32 B (full) and
-# 68 B (causal) of spills; D64 192 keys no spills. Not yet run on a GPU.
 # Tile configs per q/k head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared
 # memory: Q NUM_WG*64*D, ring STAGES*BN*(D + D_v) elements; D=256 with BN=64 and 2 stages uses
 # 192 KB of 227, D=192 (D_v=128) with BN=128 and 2 stages 208 KB.
 # (Three warpgroups at D=64, 192-row tiles, measured no faster than two with 3 stages and
 # spill at 160 registers a thread; they stay selectable, num_wg=3.)
+# (Key tiles of FA3's widths, which are no powers of two, held as two buffers with two score
+# accumulators under one softmax, were slower at all but two shapes: D128 160 and 192 keys
+# 0.85-0.99 and 0.69-1.00 of 128 at S 2K-16K, D256 80 keys 0.88-0.93 of 64, D64 192 keys 0.63-1.02 of
+# 128; correct, 72 of 72 GPU cases (H100, 2026-11-27, logs/split_ab_0430849.json). The code
+# is on branch wip/forward-split-key-tiles.)
 VARIANTS = {
     64: dict(BLOCK_N=128, STAGES=3),
     128: dict(BLOCK_N=128, STAGES=2),
@@ -175,7 +175,7 @@ if GLUON_AVAILABLE:
     @gluon.jit
     def _producer(
         loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-        QK_TAIL: gl.constexpr, KEY_SPLIT: gl.constexpr,
+        QK_TAIL: gl.constexpr,
     ):  # fmt: skip
         """One warp: TMA loads only, for every work tile of this program in turn. A Q buffer
         is refilled once its warpgroup has issued its last Q K^T of the previous tile; a K/V
@@ -184,9 +184,9 @@ if GLUON_AVAILABLE:
         Q's and K's last QK_TAIL columns come through descriptors of their own into buffers
         of their own, on the same barriers."""
         descs, qbuf, ring, sched = loads
-        q_desc, k_desc, v_desc, q_tail_desc, k_tail_desc, k_rows_desc, v_rows_desc = descs
+        q_desc, k_desc, v_desc, q_tail_desc, k_tail_desc = descs
         q_smem, q_tail, q_ready, q_empty = qbuf
-        k_smem, k_tail, k2, v_smem, v2, k_ready, k_empty, v_ready, v_empty = ring
+        k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         MAIN: gl.constexpr = q_smem.shape[2]
         NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
@@ -238,18 +238,6 @@ if GLUON_AVAILABLE:
                             k_ready.index(stage),
                             k_tail.index(stage),
                         )
-                    elif KEY_SPLIT > 0:
-                        # a key tile of BLOCK_N rows as two buffers: the last KEY_SPLIT rows
-                        mbarrier.expect(
-                            k_ready.index(stage),
-                            k_desc.block_type.nbytes + k_rows_desc.block_type.nbytes,
-                        )
-                        tma.async_copy_global_to_shared(
-                            k_rows_desc,
-                            [batch, kv_head, j * BLOCK_N + BLOCK_N - KEY_SPLIT, 0],
-                            k_ready.index(stage),
-                            k2.index(stage),
-                        )
                     else:
                         mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(
@@ -259,19 +247,7 @@ if GLUON_AVAILABLE:
                         k_smem.index(stage),
                     )
                     mbarrier.wait(v_empty.index(stage), empty_phase)
-                    if KEY_SPLIT > 0:
-                        mbarrier.expect(
-                            v_ready.index(stage),
-                            v_desc.block_type.nbytes + v_rows_desc.block_type.nbytes,
-                        )
-                        tma.async_copy_global_to_shared(
-                            v_rows_desc,
-                            [batch, kv_head, j * BLOCK_N + BLOCK_N - KEY_SPLIT, 0],
-                            v_ready.index(stage),
-                            v2.index(stage),
-                        )
-                    else:
-                        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                    mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(
                         v_desc,
                         [batch, kv_head, j * BLOCK_N, 0],
@@ -322,102 +298,6 @@ if GLUON_AVAILABLE:
         return s_tok
 
     @gluon.jit
-    def _issue_qk_split(q_tile, k_smem, k2, stage, zero1, zero2):
-        """Issue S = Q K^T over a key tile held as two buffers: two accumulators (async)."""
-        s1 = warpgroup_mma(
-            q_tile, k_smem.index(stage).permute((1, 0)), zero1, use_acc=False, is_async=True
-        )
-        s2 = warpgroup_mma(
-            q_tile, k2.index(stage).permute((1, 0)), zero2, use_acc=False, is_async=True
-        )
-        return s1, s2
-
-    @gluon.jit
-    def _visible(s, rows, cols, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
-        visible = gl.expand_dims(cols < seqlen_k, 0)
-        if IS_CAUSAL:
-            visible = visible & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_offset, 1))
-        return visible
-
-    @gluon.jit
-    def _softmax_step_split(
-        s1, s2, m_i, l_i, qk_scale, rows, start_n, seqlen_k, causal_offset,
-        s_layout: gl.constexpr, s2_layout: gl.constexpr, N1: gl.constexpr, N2: gl.constexpr,
-        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    ):  # fmt: skip
-        """_softmax_step over a key tile held as two score tiles (N1 then N2 keys): one running
-        max and denominator for both."""
-        row1: gl.constexpr = gl.SliceLayout(1, s_layout)
-        row2: gl.constexpr = gl.SliceLayout(1, s2_layout)
-        if MASKED:
-            cols1 = start_n + gl.arange(0, N1, layout=gl.SliceLayout(0, s_layout))
-            cols2 = start_n + N1 + gl.arange(0, N2, layout=gl.SliceLayout(0, s2_layout))
-            rows2 = gl.convert_layout(rows, row2)
-            s1 = gl.where(
-                _visible(s1, rows, cols1, seqlen_k, causal_offset, IS_CAUSAL), s1 * qk_scale,
-                float("-inf"),
-            )  # fmt: skip
-            s2 = gl.where(
-                _visible(s2, rows2, cols2, seqlen_k, causal_offset, IS_CAUSAL), s2 * qk_scale,
-                float("-inf"),
-            )  # fmt: skip
-            m_new = gl.maximum(
-                m_i, gl.maximum(gl.max(s1, 1), gl.convert_layout(gl.max(s2, 1), row1))
-            )
-            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-            p1 = gl.exp2(s1 - gl.expand_dims(m_use, 1))
-            p2 = gl.exp2(s2 - gl.expand_dims(gl.convert_layout(m_use, row2), 1))
-        else:
-            top = gl.maximum(gl.max(s1, 1), gl.convert_layout(gl.max(s2, 1), row1))
-            m_new = gl.maximum(m_i, top * qk_scale)
-            m_use = m_new
-            p1 = gl.exp2(s1 * qk_scale - gl.expand_dims(m_use, 1))
-            p2 = gl.exp2(s2 * qk_scale - gl.expand_dims(gl.convert_layout(m_use, row2), 1))
-        alpha = gl.exp2(m_i - m_use)
-        l_new = l_i * alpha + gl.sum(p1, 1) + gl.convert_layout(gl.sum(p2, 1), row1)
-        return p1, p2, alpha, m_new, l_new
-
-    @gluon.jit
-    def _attend_tiles_split(
-        acc, p_ops, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, first, last,
-        seqlen_k, causal_offset, qk_scale, wg: gl.constexpr, s_layout: gl.constexpr,
-        s2_layout: gl.constexpr, o_layout: gl.constexpr, BLOCK_N: gl.constexpr,
-        KEY_SPLIT: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-        IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-    ):  # fmt: skip
-        """_attend_tiles with each key tile as two buffers (BLOCK_N - KEY_SPLIT, KEY_SPLIT rows):
-        S as two accumulators, P V as two wgmma groups into one O. Per iteration the groups go
-        S1, S2, PV1, PV2: two outstanding means S_j is done."""
-        k_smem, k_tail, k2, v_smem, v2, k_ready, k_empty, v_ready, v_empty = ring
-        ROWS: gl.constexpr = q_tile.shape[0]
-        N1: gl.constexpr = BLOCK_N - KEY_SPLIT
-        zero1 = gl.zeros([ROWS, N1], gl.float32, s_layout)
-        zero2 = gl.zeros([ROWS, KEY_SPLIT], gl.float32, s2_layout)
-        p1_op, p2_op = p_ops
-        for j in range(first, last):
-            stage = (it + j) % STAGES
-            prev = (it + j - 1) % STAGES
-            mbarrier.wait(k_ready.index(stage), ((it + j) // STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), ((it + j - 1) // STAGES) & 1)
-            turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-            s1_tok, s2_tok = _issue_qk_split(q_tile, k_smem, k2, stage, zero1, zero2)
-            o_tok = warpgroup_mma(p1_op, v_smem.index(prev), acc, is_async=True)
-            o_tok = warpgroup_mma(p2_op, v2.index(prev), o_tok, is_async=True)
-            _pass_turn(turn, wg, PINGPONG)
-            s1, s2 = warpgroup_mma_wait(2, deps=(s1_tok, s2_tok))
-            mbarrier.arrive(k_empty.index(stage), count=1)
-            p1, p2, alpha, m_i, l_i = _softmax_step_split(
-                s1, s2, m_i, l_i, qk_scale, rows, j * BLOCK_N, seqlen_k, causal_offset,
-                s_layout, s2_layout, N1, KEY_SPLIT, MASKED, IS_CAUSAL,
-            )  # fmt: skip
-            acc, p1_op, p2_op = warpgroup_mma_wait(0, deps=(o_tok, p1_op, p2_op))
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            p1_op = gl.convert_layout(p1.to(q_tile.dtype), p1_op.type.layout)
-            p2_op = gl.convert_layout(p2.to(q_tile.dtype), p2_op.type.layout)
-        return acc, (p1_op, p2_op), m_i, l_i, turn_phase
-
-    @gluon.jit
     def _take_turn(turn, wg: gl.constexpr, turn_phase, PINGPONG: gl.constexpr):
         if PINGPONG:
             mbarrier.wait(turn.index(wg), turn_phase)
@@ -439,7 +319,7 @@ if GLUON_AVAILABLE:
     ):  # fmt: skip
         """Key tiles [first, last) of one warpgroup's work tile, whose key tile 0 sits at ring
         position `it`; tile j's softmax overlaps P_{j-1} V_{j-1}."""
-        k_smem, k_tail, k2, v_smem, v2, k_ready, k_empty, v_ready, v_empty = ring
+        k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         q_tile = q_tiles[0]
         ROWS: gl.constexpr = q_tile.shape[0]
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
@@ -470,14 +350,14 @@ if GLUON_AVAILABLE:
     def _consumer(
         wg: gl.constexpr, args, HEAD_DIM_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-        HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr, KEY_SPLIT: gl.constexpr,
+        HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr,
     ):  # fmt: skip
         """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program.
         Q K^T reduces over q's head dim (the shared tiles' width); the output is HEAD_DIM_V wide."""
         outputs, qbuf, ring, turn, sched, qk_scale = args
         Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok = outputs
         q_smem, q_tail, q_ready, q_empty = qbuf
-        k_smem, k_tail, k2, v_smem, v2, k_ready, k_empty, v_ready, v_empty = ring
+        k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         (
             num_m_tiles,
             num_batch_heads,
@@ -490,14 +370,8 @@ if GLUON_AVAILABLE:
         NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
         dtype: gl.constexpr = q_smem.dtype
-        N1: gl.constexpr = BLOCK_N - KEY_SPLIT  # a key tile's first buffer (all of it: no split)
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N1, 16]
-        )
-        s2_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0],
-            warps_per_cta=[4, 1],
-            instr_shape=[16, KEY_SPLIT if KEY_SPLIT > 0 else N1, 16],
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
         )
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM_V, 16]
@@ -534,86 +408,47 @@ if GLUON_AVAILABLE:
                 acc = gl.zeros([ROWS, HEAD_DIM_V], gl.float32, o_layout)
                 mbarrier.wait(q_ready.index(wg), local & 1)
 
-                if KEY_SPLIT > 0:
-                    stage = it % STAGES
-                    mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
-                    turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-                    s1_tok, s2_tok = _issue_qk_split(
-                        q_tile, k_smem, k2, stage, gl.zeros([ROWS, N1], gl.float32, s_layout),
-                        gl.zeros([ROWS, KEY_SPLIT], gl.float32, s2_layout),
-                    )  # fmt: skip
-                    _pass_turn(turn, wg, PINGPONG)
-                    s1, s2 = warpgroup_mma_wait(0, deps=(s1_tok, s2_tok))
-                    mbarrier.arrive(k_empty.index(stage), count=1)
-                    p1, p2, alpha, m_i, l_i = _softmax_step_split(
-                        s1, s2, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
-                        s_layout, s2_layout, N1, KEY_SPLIT, True, IS_CAUSAL,
-                    )  # fmt: skip
-                    p_ops = (gl.convert_layout(p1.to(dtype), p_layout),
-                             gl.convert_layout(p2.to(dtype), p_layout))  # fmt: skip
-                    mid = gl.maximum(n_unmasked, 1)
-                    acc, p_ops, m_i, l_i, turn_phase = _attend_tiles_split(
-                        acc, p_ops, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, 1, mid,
-                        seqlen_k, causal_offset, qk_scale, wg, s_layout, s2_layout, o_layout,
-                        BLOCK_N, KEY_SPLIT, STAGES, False, IS_CAUSAL, PINGPONG,
-                    )  # fmt: skip
-                    acc, p_ops, m_i, l_i, turn_phase = _attend_tiles_split(
-                        acc, p_ops, m_i, l_i, turn_phase, q_tile, ring, turn, rows, it, mid,
-                        n_tiles, seqlen_k, causal_offset, qk_scale, wg, s_layout, s2_layout,
-                        o_layout, BLOCK_N, KEY_SPLIT, STAGES, True, IS_CAUSAL, PINGPONG,
-                    )  # fmt: skip
-                    mbarrier.arrive(q_empty.index(wg), count=1)
-                    g = it + n_tiles - 1
-                    mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
-                    turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-                    p1_op, p2_op = p_ops
-                    o_tok = warpgroup_mma(p1_op, v_smem.index(g % STAGES), acc, is_async=True)
-                    o_tok = warpgroup_mma(p2_op, v2.index(g % STAGES), o_tok, is_async=True)
-                    _pass_turn(turn, wg, PINGPONG)
-                    acc, p1_op, p2_op = warpgroup_mma_wait(0, deps=(o_tok, p1_op, p2_op))
-                    mbarrier.arrive(v_empty.index(g % STAGES), count=1)
-                else:
-                    # Key tile 0 (always masked: it may be the only tile, or cross the diagonal).
-                    stage = it % STAGES
-                    mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
-                    turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-                    s_tok = _issue_qk(
-                        q_tiles, (k_smem, k_tail), stage,
-                        gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), QK_TAIL,
-                    )  # fmt: skip
-                    _pass_turn(turn, wg, PINGPONG)
-                    s = warpgroup_mma_wait(0, deps=(s_tok,))
-                    mbarrier.arrive(k_empty.index(stage), count=1)
-                    p, alpha, m_i, l_i = _softmax_step(
-                    s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
-                    s_layout, BLOCK_N, True, IS_CAUSAL,
+                # Key tile 0 (always masked: it may be the only tile, or cross the diagonal).
+                stage = it % STAGES
+                mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
+                turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+                s_tok = _issue_qk(
+                    q_tiles, (k_smem, k_tail), stage,
+                    gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), QK_TAIL,
                 )  # fmt: skip
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                _pass_turn(turn, wg, PINGPONG)
+                s = warpgroup_mma_wait(0, deps=(s_tok,))
+                mbarrier.arrive(k_empty.index(stage), count=1)
+                p, alpha, m_i, l_i = _softmax_step(
+                s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
+                s_layout, BLOCK_N, True, IS_CAUSAL,
+            )  # fmt: skip
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
 
-                    # Key tiles every row sees whole, then the tiles that need a mask.
-                    mid = gl.maximum(n_unmasked, 1)
-                    acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-                    acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, 1, mid,
-                    seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
-                    False, IS_CAUSAL, PINGPONG, QK_TAIL,
-                )  # fmt: skip
-                    acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
-                    acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, mid, n_tiles,
-                    seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
-                    True, IS_CAUSAL, PINGPONG, QK_TAIL,
-                )  # fmt: skip
-                    # Every Q K^T of this work tile has completed: the producer may load the next Q
-                    # while the last P V and the store below run.
-                    mbarrier.arrive(q_empty.index(wg), count=1)
+                # Key tiles every row sees whole, then the tiles that need a mask.
+                mid = gl.maximum(n_unmasked, 1)
+                acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+                acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, 1, mid,
+                seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
+                False, IS_CAUSAL, PINGPONG, QK_TAIL,
+            )  # fmt: skip
+                acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
+                acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, mid, n_tiles,
+                seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
+                True, IS_CAUSAL, PINGPONG, QK_TAIL,
+            )  # fmt: skip
+                # Every Q K^T of this work tile has completed: the producer may load the next Q
+                # while the last P V and the store below run.
+                mbarrier.arrive(q_empty.index(wg), count=1)
 
-                    # The last P V.
-                    g = it + n_tiles - 1
-                    mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
-                    turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-                    o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
-                    _pass_turn(turn, wg, PINGPONG)
-                    acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
-                    mbarrier.arrive(v_empty.index(g % STAGES), count=1)
+                # The last P V.
+                g = it + n_tiles - 1
+                mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
+                turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
+                o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
+                _pass_turn(turn, wg, PINGPONG)
+                acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
+                mbarrier.arrive(v_empty.index(g % STAGES), count=1)
 
                 # Rows that saw no key have l = 0 and acc = 0: divide by 1 so they return zeros.
                 sees_nothing = l_i == 0.0
@@ -651,7 +486,7 @@ if GLUON_AVAILABLE:
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
         CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2, HAS_SINKS: gl.constexpr = False,
         HEAD_DIM_V: gl.constexpr = 0, QK_TAIL: gl.constexpr = 0, q_tail_desc=None,
-        k_tail_desc=None, KEY_SPLIT: gl.constexpr = 0, k_rows_desc=None, v_rows_desc=None,
+        k_tail_desc=None,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
@@ -671,9 +506,8 @@ if GLUON_AVAILABLE:
             [NUM_WG, ROWS, MAIN],
             gl.NVMMASharedLayout.get_default_for([ROWS, MAIN], dtype),
         )
-        N1: gl.constexpr = BLOCK_N - KEY_SPLIT
-        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([N1, MAIN], dtype)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, N1, MAIN], kv_layout)
+        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, MAIN], dtype)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, MAIN], kv_layout)
         if QK_TAIL > 0:
             q_tail = gl.allocate_shared_memory(
                 dtype,
@@ -685,28 +519,13 @@ if GLUON_AVAILABLE:
                 [STAGES, BLOCK_N, QK_TAIL],
                 gl.NVMMASharedLayout.get_default_for([BLOCK_N, QK_TAIL], dtype),
             )
-            descs = (q_desc, k_desc, v_desc, q_tail_desc, k_tail_desc, k_desc, v_desc)
+            descs = (q_desc, k_desc, v_desc, q_tail_desc, k_tail_desc)
         else:  # unused stand-ins, so every partition unpacks the same tuples
             q_tail = q_smem
             k_tail = k_smem
-            if KEY_SPLIT > 0:
-                descs = (q_desc, k_desc, v_desc, q_desc, k_desc, k_rows_desc, v_rows_desc)
-            else:
-                descs = (q_desc, k_desc, v_desc, q_desc, k_desc, k_desc, v_desc)
-        v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([N1, DV], dtype)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, N1, DV], v_layout)
-        if KEY_SPLIT > 0:
-            k2 = gl.allocate_shared_memory(
-                dtype, [STAGES, KEY_SPLIT, MAIN],
-                gl.NVMMASharedLayout.get_default_for([KEY_SPLIT, MAIN], dtype),
-            )  # fmt: skip
-            v2 = gl.allocate_shared_memory(
-                dtype, [STAGES, KEY_SPLIT, DV],
-                gl.NVMMASharedLayout.get_default_for([KEY_SPLIT, DV], dtype),
-            )  # fmt: skip
-        else:
-            k2 = k_smem
-            v2 = v_smem
+            descs = (q_desc, k_desc, v_desc, q_desc, k_desc)
+        v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DV], v_layout)
         q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
@@ -731,7 +550,7 @@ if GLUON_AVAILABLE:
             seqlen_q, seqlen_k, causal_offset,
         )  # fmt: skip
         qbuf = (q_smem, q_tail, q_ready, q_empty)
-        ring = (k_smem, k_tail, k2, v_smem, v2, k_ready, k_empty, v_ready, v_empty)
+        ring = (k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty)
         outputs = (Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok)
         consumer = (outputs, qbuf, ring, turn, sched, qk_scale)
         loads = (descs, qbuf, ring, sched)
@@ -741,12 +560,12 @@ if GLUON_AVAILABLE:
             gl.warp_specialize(
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, KEY_SPLIT)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, KEY_SPLIT)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
                     (_consumer, (2, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, KEY_SPLIT)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, KEY_SPLIT)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, 24],
@@ -755,10 +574,10 @@ if GLUON_AVAILABLE:
             gl.warp_specialize(
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, KEY_SPLIT)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, KEY_SPLIT)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, KEY_SPLIT)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, 24],
@@ -810,11 +629,9 @@ def _launch_args(
     num_wg = num_wg or cfg.get("NUM_WG", 2)
     consumer_regs = consumer_regs or CONSUMER_REGS[num_wg]
     qk_tail = QK_TAIL.get(head_dim, 0)
-    # A key tile of no power of two (192 = 128 + 64, 160 = 128 + 32) is two buffers.
-    key_split = block_n - (1 << (block_n.bit_length() - 1))
     q_desc = _descriptor(q, BLOCK_M_WG, head_dim - qk_tail)
-    k_desc = _descriptor(k, block_n - key_split, head_dim - qk_tail)
-    v_desc = _descriptor(v, block_n - key_split, head_dim_v)
+    k_desc = _descriptor(k, block_n, head_dim - qk_tail)
+    v_desc = _descriptor(v, block_n, head_dim_v)
     # Work units: pairs of query tiles of one head (_work_unit), the grid's unit of balance.
     work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
     persistent = PERSISTENT[bool(is_causal)] if persistent is None else persistent
@@ -842,12 +659,6 @@ def _launch_args(
         HEAD_DIM_V=head_dim_v if head_dim_v != head_dim else 0,
         num_warps=4,
     )
-    if key_split:
-        kwargs.update(
-            KEY_SPLIT=key_split,
-            k_rows_desc=_descriptor(k, key_split, head_dim),
-            v_rows_desc=_descriptor(v, key_split, head_dim_v),
-        )
     if qk_tail:  # (kernels without a tail get None there, as before: no descriptor to encode)
         kwargs.update(
             QK_TAIL=qk_tail,
@@ -924,9 +735,7 @@ def lean_launch(q, k, v, out, lse, *, store_lse, default_scale, **options):
     if frozen is None:
         return None
     named = dict(zip(_fa3_fwd_kernel.arg_names, args), **kwargs)
-    describes = dict(
-        q_desc=0, k_desc=1, v_desc=2, q_tail_desc=0, k_tail_desc=1, k_rows_desc=1, v_rows_desc=2
-    )
+    describes = dict(q_desc=0, k_desc=1, v_desc=2, q_tail_desc=0, k_tail_desc=1)
     names = [_fa3_fwd_kernel.arg_names[slot] for slot in frozen[3]]
     if sorted(names) != sorted(n for n in describes if named.get(n) is not None):
         return None
