@@ -97,9 +97,9 @@ CONSUMER_REGS = {2: 240, 3: 160}
 # spill at 160 registers a thread; they stay selectable, num_wg=3.)
 # (Key tiles of FA3's widths, which are no powers of two, held as two buffers with two score
 # accumulators under one softmax, were slower at all but two shapes: D128 160 and 192 keys
-# 0.85-0.99 and 0.69-1.00 of 128 at S 2K-16K, D256 80 keys 0.88-0.93 of 64, D64 192 keys 0.63-1.02 of
-# 128; correct, 72 of 72 GPU cases (H100, 2026-11-27, logs/split_ab_0430849.json). The code
-# is on branch wip/forward-split-key-tiles.)
+# 0.85-0.99 and 0.69-1.00 of 128 at S 2K-16K, D256 80 keys 0.88-0.93 of 64, D64 192 keys
+# 0.63-1.02 of 128; correct, 72 of 72 GPU cases (H100, 2026-11-27,
+# logs/split_ab_0430849.json). The trial's code is commit 0430849.)
 VARIANTS = {
     64: dict(BLOCK_N=128, STAGES=3),
     128: dict(BLOCK_N=128, STAGES=2),
