@@ -1,0 +1,153 @@
+"""Launch-config sweep of the Triton backward for MLA's pair (q/k 192, v 128) on a CUDA
+machine: the deterministic backward (the dK/dV kernel, then the dQ kernel) with one kernel's
+config varied at a time, the other at the shipped one (which is the D256 bucket's: the pair's
+widest padded head dim is 256).
+
+Usage: python tools/dv_backward_probe.py OUT.json [--seqlens 4096 8192]
+bf16, B * S = 16K tokens, H = 16 (value_head_dim_speed's shapes), causal and not; every
+config is compiled first in a process pool, then timed (CUDA events, median of 10 after 2
+warm-ups). Writes OUT.json (rows and the best config per kernel by geomean) and prints a line
+per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections import defaultdict
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+
+D, DV, H = 192, 128, 16
+# (BLOCK_M, BLOCK_N, warps, stages); first = shipped (kernels/backward.py, D256 bucket).
+DKDV = [
+    (64, 64, 8, 1),
+    (64, 64, 8, 2),
+    (64, 64, 8, 3),
+    (64, 64, 4, 1),
+    (64, 64, 4, 2),
+    (32, 64, 4, 2),
+    (32, 64, 4, 3),
+    (64, 128, 8, 1),
+    (64, 128, 8, 2),
+    (32, 128, 8, 2),
+    (128, 64, 8, 1),
+    (128, 64, 8, 2),
+]
+DQ = [
+    (64, 32, 4, 1),
+    (64, 32, 4, 2),
+    (64, 32, 4, 3),
+    (64, 64, 4, 1),
+    (64, 64, 4, 2),
+    (64, 64, 8, 2),
+    (128, 32, 8, 2),
+    (128, 64, 8, 1),
+    (128, 64, 8, 2),
+]
+
+
+def _runs():
+    runs = [dict(dkdv=c, dq=DQ[0]) for c in DKDV]
+    runs += [dict(dkdv=DKDV[0], dq=c) for c in DQ[1:]]
+    return runs
+
+
+def _inputs(b, s, causal, seed=0):
+    from flashcore.interface import attention
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, do = (
+        torch.randn(b, H, s, width, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for width in (D, D, DV, DV)
+    )
+    with torch.no_grad():
+        out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    return q, k, v, do, out, lse
+
+
+def _compile(job):
+    """Compile one config (a small call with the sweep's constexprs); the error or None."""
+    from flashcore.kernels.backward import attention_backward
+
+    causal, cfg, s = job
+    try:
+        q, k, v, do, out, lse = _inputs(1, s, causal)
+        attention_backward(do, q, k, v, out, lse, causal=causal, config=cfg)
+        torch.cuda.synchronize()
+        return None
+    except Exception as exc:  # a config that does not fit is a result, not a crash
+        return f"{type(exc).__name__}: {str(exc)[:160]}"
+
+
+def main():
+    from flashcore.kernels.backward import attention_backward
+    from flashcore.studies.bench import TOKENS_PER_BATCH, attention_flops, time_launches
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192])
+    ap.add_argument("--jobs", type=int, default=12)
+    args = ap.parse_args()
+    t0 = time.time()
+    jobs = [(c, cfg, s) for s in args.seqlens[:1] for c in (False, True) for cfg in _runs()]
+    with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        errors = {repr(j[:2]): e for j, e in zip(jobs, pool.map(_compile, jobs)) if e}
+    print(f"compiled {len(jobs)} in {time.time() - t0:.0f} s; errors: {errors}", flush=True)
+    rows = []
+    for s in args.seqlens:
+        b = max(1, TOKENS_PER_BATCH // s)
+        for causal in (False, True):
+            q, k, v, do, out, lse = _inputs(b, s, causal)
+            # FLOPs: the forward's over one head dim of (D + D_v) / 2, times 2.5
+            flops = 2.5 * attention_flops(b, H, s, s, (D + DV) // 2, causal)
+            for cfg in _runs():
+                row = dict(B=b, H=H, S=s, D=D, Dv=DV, causal=causal, **cfg)
+                if repr((causal, cfg)) in errors:
+                    row["error"] = errors[repr((causal, cfg))]
+                else:
+                    t = time_launches(
+                        lambda i, cfg=cfg: attention_backward(
+                            do, q, k, v, out, lse, causal=causal, config=cfg
+                        ),
+                        1,
+                        warmup=2,
+                        reps=10,
+                    )
+                    row["median_ms"] = t.median_ms
+                    row["tflops"] = flops / t.median_ms / 1e9
+                rows.append(row)
+                print(
+                    f"S{s} {'causal' if causal else 'full  '} dkdv={cfg['dkdv']} dq={cfg['dq']}: "
+                    f"{row.get('tflops', row.get('error'))}",
+                    flush=True,
+                )
+            torch.cuda.empty_cache()
+    best = {}
+    for kernel, shipped_other in (("dkdv", ("dq", DQ[0])), ("dq", ("dkdv", DKDV[0]))):
+        groups = defaultdict(list)
+        for r in rows:
+            if "tflops" in r and tuple(r[shipped_other[0]]) == shipped_other[1]:
+                groups[tuple(r[kernel])].append(r["tflops"])
+        n = max(len(g) for g in groups.values())
+        ranked = sorted(
+            (math.exp(sum(map(math.log, g)) / len(g)), c) for c, g in groups.items() if len(g) == n
+        )[::-1]
+        best[kernel] = [dict(config=c, geomean_tflops=g) for g, c in ranked]
+        for g, c in ranked:
+            print(f"{kernel:<4} {str(c):<18} geomean {g:6.1f} TFLOP/s", flush=True)
+    with open(args.out, "w") as f:
+        json.dump(dict(rows=rows, ranked=best, compile_errors=errors), f, indent=1)
+    print(f"done in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
