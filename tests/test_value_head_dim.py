@@ -347,6 +347,21 @@ def test_launch_cache_keys_differ_with_vs_head_dim():
     assert keys[0] != keys[1]
 
 
+def test_mla_backward_takes_its_own_launch_configs():
+    """The backward's configs for q/k padded to 256 with v at 128 (MLA's 192/128) are their
+    own (measured); D256 with v of q/k's width keeps the D256 bucket's, and so does any pair
+    without an entry."""
+    from flashcore.kernels import backward as bw
+
+    mla = bw._pick_config(256, torch.bfloat16, False, 128)
+    d256 = bw._pick_config(256, torch.bfloat16, False)
+    assert mla["dkdv"] == bw._HOPPER_TABLE_OWN_V[(256, 128)][0] != d256["dkdv"]
+    assert d256["dkdv"] == bw._HOPPER_TABLE[256][0]
+    assert bw._pick_config(128, torch.bfloat16, False, 64) == bw._pick_config(
+        128, torch.bfloat16, False
+    )
+
+
 def test_describe_dispatch_says_where_dv_runs():
     from flashcore.kernels import forward_hopper
 

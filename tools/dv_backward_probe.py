@@ -1,9 +1,9 @@
-"""Launch-config sweep of the Triton backward for MLA's pair (q/k 192, v 128) on a CUDA
-machine: the deterministic backward (the dK/dV kernel, then the dQ kernel) with one kernel's
-config varied at a time, the other at the shipped one (which is the D256 bucket's: the pair's
-widest padded head dim is 256).
+"""Launch-config sweep of the Triton backward for MLA's pair (q/k 192, v 128; another pair
+with --pair, e.g. 256/256) on a CUDA machine: the deterministic backward (the dK/dV kernel,
+then the dQ kernel) with one kernel's config varied at a time, the other at the shipped one
+(the D256 bucket's: the pair's widest padded head dim is 256).
 
-Usage: python tools/dv_backward_probe.py OUT.json [--seqlens 4096 8192]
+Usage: python tools/dv_backward_probe.py OUT.json [--seqlens 4096 8192] [--pair 192/128]
 bf16, B * S = 16K tokens, H = 16 (value_head_dim_speed's shapes), causal and not; every
 config is compiled first in a process pool, then timed (CUDA events, median of 10 after 2
 warm-ups). Writes OUT.json (rows and the best config per kernel by geomean) and prints a line
@@ -61,13 +61,14 @@ def _runs():
     return runs
 
 
-def _inputs(b, s, causal, seed=0):
+def _inputs(b, h, s, causal, pair, seed=0):
     from flashcore.interface import attention
 
+    d, dv = pair
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v, do = (
-        torch.randn(b, H, s, width, device="cuda", dtype=torch.bfloat16, generator=gen)
-        for width in (D, D, DV, DV)
+        torch.randn(b, h, s, width, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for width in (d, d, dv, dv)
     )
     with torch.no_grad():
         out, lse = attention(q, k, v, causal=causal, return_lse=True)
@@ -78,9 +79,9 @@ def _compile(job):
     """Compile one config (a small call with the sweep's constexprs); the error or None."""
     from flashcore.kernels.backward import attention_backward
 
-    causal, cfg, s = job
+    causal, cfg, s, pair = job
     try:
-        q, k, v, do, out, lse = _inputs(1, s, causal)
+        q, k, v, do, out, lse = _inputs(1, 1, s, causal, pair)
         attention_backward(do, q, k, v, out, lse, causal=causal, config=cfg)
         torch.cuda.synchronize()
         return None
@@ -96,9 +97,12 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192])
     ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--pair", default=f"{D}/{DV}", help="q/k head dim / v head dim")
     args = ap.parse_args()
+    pair = tuple(int(x) for x in args.pair.split("/"))
+    h = 2048 // pair[1] if pair[1] > 128 else H  # H * D_v = 2048 past 128, as the speed rows
     t0 = time.time()
-    jobs = [(c, cfg, s) for s in args.seqlens[:1] for c in (False, True) for cfg in _runs()]
+    jobs = [(c, cfg, s, pair) for s in args.seqlens[:1] for c in (False, True) for cfg in _runs()]
     with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
         errors = {repr(j[:2]): e for j, e in zip(jobs, pool.map(_compile, jobs)) if e}
     print(f"compiled {len(jobs)} in {time.time() - t0:.0f} s; errors: {errors}", flush=True)
@@ -106,11 +110,11 @@ def main():
     for s in args.seqlens:
         b = max(1, TOKENS_PER_BATCH // s)
         for causal in (False, True):
-            q, k, v, do, out, lse = _inputs(b, s, causal)
+            q, k, v, do, out, lse = _inputs(b, h, s, causal, pair)
             # FLOPs: the forward's over one head dim of (D + D_v) / 2, times 2.5
-            flops = 2.5 * attention_flops(b, H, s, s, (D + DV) // 2, causal)
+            flops = 2.5 * attention_flops(b, h, s, s, sum(pair) // 2, causal)
             for cfg in _runs():
-                row = dict(B=b, H=H, S=s, D=D, Dv=DV, causal=causal, **cfg)
+                row = dict(B=b, H=h, S=s, D=pair[0], Dv=pair[1], causal=causal, **cfg)
                 if repr((causal, cfg)) in errors:
                     row["error"] = errors[repr((causal, cfg))]
                 else:

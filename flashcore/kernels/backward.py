@@ -1057,9 +1057,22 @@ _HOPPER_TABLE = {
     128: ((64, 64, 4, 2), (64, 128, 8, 3), (128, 64, 8, 3)),
     256: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 32, 4, 1)),
 }
+# v with a head dim of its own, by (padded q/k head dim, padded v head dim): MLA's 192/128
+# pads to 256/128, where dV, dO and O are half the D256 bucket's width. Picked by timing on
+# the H100 (tools/dv_backward_probe.py, log results/<gpu>/logs/dv_backward_probe_3669f4a.*;
+# S 4K/8K, causal and not, geomean TFLOP/s): dK/dV (32, 128, 8, 2) 230 against the D256
+# bucket's (64, 64, 8, 1) 166; dQ (128, 64, 8, 2) 184 against (64, 32, 4, 1) 166. The atomic
+# dK/dV config was not swept and stays the D256 bucket's.
+_HOPPER_TABLE_OWN_V = {
+    (256, 128): ((32, 128, 8, 2), (64, 64, 8, 1), (128, 64, 8, 2)),
+}
 
 
-def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) -> dict:
+def _pick_config(
+    head_dim_padded: int, dtype: torch.dtype, interpreted: bool, head_dim_v_padded: int = 0
+) -> dict:
+    """Launch configs by padded head dim (q/k's, or the wider of q/k's and v's), and v's
+    padded head dim where it differs from q/k's (0: it does not)."""
     if interpreted:
         return dict(dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
     if dtype == torch.float32:  # IEEE fp32 dots: small tiles (untuned, correct)
@@ -1067,7 +1080,8 @@ def _pick_config(head_dim_padded: int, dtype: torch.dtype, interpreted: bool) ->
             return dict(dkdv=(32, 64, 4, 1), dq=(64, 32, 4, 1))
         return dict(dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
     bucket = 64 if head_dim_padded <= 64 else head_dim_padded
-    dkdv, dkdv_atomic, dq = _HOPPER_TABLE[bucket]
+    own_v = _HOPPER_TABLE_OWN_V.get((bucket, head_dim_v_padded))
+    dkdv, dkdv_atomic, dq = own_v or _HOPPER_TABLE[bucket]
     return dict(dkdv=dkdv, dkdv_atomic=dkdv_atomic, dq=dq)
 
 
@@ -1360,7 +1374,13 @@ def _launch_backward(
     own_v = head_dim_v != head_dim
     head_dim_v_padded = max(16, triton.next_power_of_2(head_dim_v))
     widest_padded = max(head_dim_padded, head_dim_v_padded)
-    cfg = config if config is not None else _pick_config(widest_padded, q.dtype, on_interpreter(q))
+    cfg = (
+        config
+        if config is not None
+        else _pick_config(
+            widest_padded, q.dtype, on_interpreter(q), head_dim_v_padded if own_v else 0
+        )
+    )
     deterministic = dq_acc is None
     # Varlen reads rows through per-sequence offsets (a descriptor's zero-filled tail would
     # be the next sequence's rows): the pointer path; so does a v of its own head dim.
