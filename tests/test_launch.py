@@ -419,6 +419,49 @@ def test_cached_kernel_passes_bound_arguments_and_descriptors(monkeypatch):
     assert len(jit_calls) == 3 and len(launched) == 1
 
 
+def test_cached_kernel_caches_the_kernels_first_call_in_the_process(monkeypatch):
+    """The JIT creates a kernel's binder on its first call in the process: that call's
+    launcher is cached too, so the second call is direct and ``freeze`` finds it (the lean
+    Gluon forward relies on this: its first call must leave a launch to remember)."""
+    launched, jit_calls = [], []
+
+    class Direct:
+        desc_slots = ()
+
+        def __call__(self, grid, stream, values, descs):
+            launched.append(values)
+
+    def binder(a, n, **options):
+        return {"a": a, "n": n}, [("*fp32", "D"), ("i32", _launch.int_class(n))], options
+
+    class Kernel:
+        debug = False
+        device_caches = {}
+
+        def __getitem__(self, grid):
+            def call(*a, **kw):
+                jit_calls.append(a)
+                self.device_caches[0] = (None, None, None, None, binder)
+                return "compiled"
+
+            return call
+
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    monkeypatch.setattr(_launch, "_hooks_installed", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(_launch, "current_stream", lambda device: 0)
+    monkeypatch.setattr(_launch, "direct_kernel", lambda compiled, slots: Direct())
+    cached = _launch.CachedKernel(Kernel())
+    a = torch.empty(4)
+    assert cached.freeze((1,), (a, 32), {}) is None  # nothing has run
+    cached[(1,)](a, 32)
+    assert len(jit_calls) == 1 and len(cached.cache) == 1
+    assert cached.freeze((1,), (a, 32), {}) is not None
+    cached[(1,)](a, 48)
+    assert len(jit_calls) == 1 and launched == [[a, 48]]
+
+
 # ------------------------------------------------------------------- decode on the GPU
 
 

@@ -380,6 +380,15 @@ class CachedKernel:
             return None  # the first call goes through the JIT, which creates the binder
         return caches[device][4]
 
+    def _bind(self, binder, device, args, kwargs):
+        """(bound values, cache key) of a call: the options exactly as JITFunction.run
+        completes them before binding."""
+        kwargs = dict(kwargs)
+        kwargs["debug"] = kwargs.get("debug", self.kernel.debug) or _knobs.runtime.debug
+        kwargs["instrumentation_mode"] = _knobs.compilation.instrumentation_mode
+        bound, spec, options = binder(*args, **kwargs)
+        return bound, (device, tuple(spec), tuple(options.items()))
+
     def run(self, grid, args, kwargs):
         kernel = self.kernel
         if not ENABLED or callable(grid) or _hooks_installed() or not torch.cuda.is_available():
@@ -387,13 +396,14 @@ class CachedKernel:
         device = torch.cuda.current_device()
         binder = self._binder(device)
         if binder is None:
-            return self._miss(None, grid, args, kwargs)
-        # The options exactly as JITFunction.run completes them before binding.
-        kwargs = dict(kwargs)
-        kwargs["debug"] = kwargs.get("debug", kernel.debug) or _knobs.runtime.debug
-        kwargs["instrumentation_mode"] = _knobs.compilation.instrumentation_mode
-        bound, spec, options = binder(*args, **kwargs)
-        key = (device, tuple(spec), tuple(options.items()))
+            # The kernel's first call in this process: the JIT runs it and creates the
+            # binder, so this call's launcher is cached too (a later freeze finds it).
+            compiled = kernel[grid](*args, **kwargs)
+            binder = self._binder(device)
+            if binder is not None:
+                self._store(self._bind(binder, device, args, kwargs)[1], compiled)
+            return compiled
+        bound, key = self._bind(binder, device, args, kwargs)
         entry = self.cache.get(key)
         if entry is None:
             return self._miss(key, grid, args, kwargs)
@@ -422,11 +432,8 @@ class CachedKernel:
         binder = self._binder(device)
         if binder is None:
             return None
-        kwargs = dict(kwargs)
-        kwargs["debug"] = kwargs.get("debug", self.kernel.debug) or _knobs.runtime.debug
-        kwargs["instrumentation_mode"] = _knobs.compilation.instrumentation_mode
-        bound, spec, options = binder(*args, **kwargs)
-        entry = self.cache.get((device, tuple(spec), tuple(options.items())))
+        bound, key = self._bind(binder, device, args, kwargs)
+        entry = self.cache.get(key)
         if entry is None:
             return None
         values = list(bound.values())
@@ -438,13 +445,14 @@ class CachedKernel:
 
     def _miss(self, key, grid, args, kwargs):
         compiled = self.kernel[grid](*args, **kwargs)
-        if key is None:
-            return compiled
+        self._store(key, compiled)
+        return compiled
+
+    def _store(self, key, compiled) -> None:
         slots = tuple(i for i, (kind, _) in enumerate(key[1]) if str(kind).startswith("tensordesc"))
         direct = direct_kernel(compiled, slots)
         if direct is not None:
             self.cache.put(key, direct)
-        return compiled
 
 
 @functools.lru_cache(maxsize=256)
