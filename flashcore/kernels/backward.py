@@ -1052,10 +1052,15 @@ def _bwd_dq_kernel(
 # splits a 64-key tile over two warpgroups; one warpgroup per tile (4 warps) spills by the
 # report yet runs the dK/dV pass in about half the time (backward 233 -> 407 TFLOP/s,
 # geomean). Atomic mode wants 128-key tiles at D=128 (its dQ matmul and atomics ride along).
+# D=256's deterministic configs were re-swept with pipelined loads, which that sweep had not
+# tried (tools/dv_backward_probe.py --pair 256/256, log results/<gpu>/logs/
+# d256_backward_probe_d444f79.*; S 4K/8K, H 8, geomean TFLOP/s of the whole backward with
+# one kernel varied): dK/dV (64, 64, 8, 2) 234 against (64, 64, 8, 1) 188; dQ (64, 32, 4, 3)
+# 207 against (64, 32, 4, 1) 188. Its atomic config was not re-swept.
 _HOPPER_TABLE = {
     64: ((64, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 3)),
     128: ((64, 64, 4, 2), (64, 128, 8, 3), (128, 64, 8, 3)),
-    256: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 32, 4, 1)),
+    256: ((64, 64, 8, 2), (64, 64, 8, 1), (64, 32, 4, 3)),
 }
 # v with a head dim of its own, by (padded q/k head dim, padded v head dim): MLA's 192/128
 # pads to 256/128, where dV, dO and O are half the D256 bucket's width. Picked by timing on

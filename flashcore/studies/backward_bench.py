@@ -210,8 +210,8 @@ def tuning_configs(head_dim: int) -> list[dict]:
     # First of each list: the shipped config (kernels/backward.py's _HOPPER_TABLE, chosen by
     # timing a wider sweep: tools/backward_probe.py); the rest its measured neighbours.
     if head_dim >= 256:
-        dkdv = [(64, 64, 8, 1), (64, 32, 8, 1), (64, 64, 4, 1)]
-        dq = [(64, 32, 4, 1), (64, 64, 8, 1), (32, 32, 4, 1)]
+        dkdv = [(64, 64, 8, 2), (64, 64, 8, 1), (64, 32, 8, 1)]
+        dq = [(64, 32, 4, 3), (64, 32, 4, 1), (64, 64, 8, 1)]
     elif head_dim >= 128:
         dkdv = [(64, 64, 4, 2), (64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 32, 4, 2)]
         dq = [(128, 64, 8, 3), (64, 64, 4, 2), (128, 128, 8, 2), (128, 64, 8, 4)]
