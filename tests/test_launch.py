@@ -371,6 +371,17 @@ def test_full_cache_decode_errors():
         decode.attend_full_cache(q, kc.float(), kc.float())
 
 
+def _fake_gpu_launch(monkeypatch, direct_cls, stream):
+    """CachedKernel's environment without a GPU: launches enabled, no hooks, device 0, a
+    fixed stream, and ``direct_cls()`` as every compiled kernel's direct launcher."""
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    monkeypatch.setattr(_launch, "_hooks_installed", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(_launch, "current_stream", lambda device: stream)
+    monkeypatch.setattr(_launch, "direct_kernel", lambda compiled, slots: direct_cls())
+
+
 def test_cached_kernel_passes_bound_arguments_and_descriptors(monkeypatch):
     """CachedKernel (the generic cached launch, e.g. for the Gluon kernel): the first call
     goes through kernel[grid]; a second call with the same specialization calls the
@@ -398,12 +409,7 @@ def test_cached_kernel_passes_bound_arguments_and_descriptors(monkeypatch):
         def __getitem__(self, grid):
             return lambda *a, **kw: jit_calls.append((grid, a, kw)) or "compiled"
 
-    monkeypatch.setattr(_launch, "ENABLED", True)
-    monkeypatch.setattr(_launch, "_hooks_installed", lambda: False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(_launch, "current_stream", lambda device: 77)
-    monkeypatch.setattr(_launch, "direct_kernel", lambda compiled, slots: Direct())
+    _fake_gpu_launch(monkeypatch, Direct, stream=77)
     cached = _launch.CachedKernel(Kernel())
     a, t = torch.empty(4), torch.empty(32, 16)
     desc = TensorDescriptor(t, [32, 16], [16, 1], [16, 16])
@@ -446,12 +452,7 @@ def test_cached_kernel_caches_the_kernels_first_call_in_the_process(monkeypatch)
 
             return call
 
-    monkeypatch.setattr(_launch, "ENABLED", True)
-    monkeypatch.setattr(_launch, "_hooks_installed", lambda: False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(_launch, "current_stream", lambda device: 0)
-    monkeypatch.setattr(_launch, "direct_kernel", lambda compiled, slots: Direct())
+    _fake_gpu_launch(monkeypatch, Direct, stream=0)
     cached = _launch.CachedKernel(Kernel())
     a = torch.empty(4)
     assert cached.freeze((1,), (a, 32), {}) is None  # nothing has run
