@@ -423,17 +423,17 @@ for causal in (False, True):
 # **Verdict on the targets** (the lines above; every one at D = 128, S ≥ 4096):
 #
 # * **≥ 1.5× bf16: missed at every shape** (the verdict prints False). fp8 per_block over
-#   flashcore's bf16: non-causal 1.15 (S = 4096), 1.26 (8192), 1.23 (16384); causal 1.15
-#   (4096), 1.23 (8192), 1.26 (16384); geomean 1.21. Why, from the table in section 6: the
-#   fp8 kernel runs at 643–736 TFLOP/s there and the bf16 side, the Gluon forward at these
-#   shapes, at 560–631. The `quick record` line above is another process's run
+#   flashcore's bf16: non-causal 1.12 (S = 4096), 1.15 (8192), 1.22 (16384); causal 1.16
+#   (4096), 1.16 (8192), 1.25 (16384); geomean 1.18. Why, from the table in section 6: the
+#   fp8 kernel runs at 660–751 TFLOP/s there and the bf16 side, the Gluon forward at these
+#   shapes, at 570–652. The `quick record` line above is another process's run
 #   (`fp8_quick.json`, commit 34c60c8), and its status line says **stale**: it measured the
-#   kernels before the kernel change of commit 7c97b1b, another kernel version by the
-#   fingerprint, so its 1.15–1.22 (geomean 1.18) is no longer a run-to-run check of this
-#   record's 1.15–1.26 (geomean 1.21), only a look at the earlier version. Within this record,
+#   kernels before the kernel changes that began with commit 7c97b1b, another kernel version
+#   by the fingerprint, so its 1.15–1.22 (geomean 1.18) is no run-to-run check of this
+#   record's 1.12–1.25 (geomean 1.18), only a look at the earlier version. Within this record,
 #   the same fp8 kernel timed twice per shape (`fp8_naive` and `fp8_per_block` differ only in
-#   a constant) differs by up to 714 against 671 TFLOP/s (causal S = 8192); no shape comes
-#   within that spread of 1.5×.
+#   a constant) differs by up to 782 against 748 TFLOP/s (non-causal S = 16384); no shape
+#   comes within that spread of 1.5×.
 # * **RMSE ≤ 9.1e-3 on the outlier inputs, every seed: met** at S = 4096 non-causal (worst
 #   seed 8.61e-03) and causal (worst seed 8.84e-03).
 # * **≥ 2.5× below per-tensor: missed in both cases** (prints False): the ratio is 2.29
@@ -446,7 +446,9 @@ for causal in (False, True):
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
-# commit f862749, current: recorded after the kernel change of commit 7c97b1b.)
+# commit 5aac3ce with the kernel sources of 6c8aae4, current. The previous record, commit
+# f862749, timed the same fp8 and bf16 machine code at these shapes, so its speed numbers
+# differ from these by run-to-run variation only.)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this
@@ -463,22 +465,23 @@ for causal in (False, True):
 #   2.5× target is missed in both. On massive-channel activations the rotation's gain is
 #   larger: median RMSE 4.27e-02 against per-tensor 1.50e-01 (non-causal) and 5.24e-02 against
 #   1.81e-01 (causal).
-# * **Speed.** One fp8 kernel in Triton reaches 1.15–1.26× flashcore's bf16 throughput at
-#   S ≥ 4096 (geomean 1.21; fp8 geomean 713 TFLOP/s against bf16's 588, 1.09–1.21× cuDNN's
-#   bf16 there). No shape reaches 1.5× (the best is 1.26), so the target is missed (the quick
+# * **Speed.** One fp8 kernel in Triton reaches 1.12–1.25× flashcore's bf16 throughput at
+#   S ≥ 4096 (geomean 1.18; fp8 geomean 722 TFLOP/s against bf16's 614, 1.08–1.32× cuDNN's
+#   bf16 there). No shape reaches 1.5× (the best is 1.25), so the target is missed (the quick
 #   record's 1.15–1.22 is stale, another kernel version, and not counted here); the
 #   trade-off curve above is the honest statement. The bf16 side at these shapes is the shipped Gluon forward.
-#   Triton's warp specialization did not help: the `ws` rows of the sweep are within a few
-#   TFLOP/s of the same config without it (709 against 709, 547 against 552 non-causal; 652
-#   against 652, 520 against 525 causal), and the sweep's best config (64x128 w4 s3: 798
-#   non-causal, 738 causal) has no `ws` run, a known compile failure. (The sweep times one
-#   input set, the speed table rotates several; at the sweep's shape, S = 8192, the table
-#   shows 736 and 714 for the same config.) FlashAttention-3's ~1 PFLOP/s fp8 uses the
+#   Triton's warp specialization did not help measurably: the `ws` rows of the sweep are within
+#   a few TFLOP/s of the same config without it (706 against 704, 552 against 547 non-causal;
+#   651 against 651, 520 against 520 causal), and the sweep's best config (64x128 w4 s3: 797
+#   non-causal, 737 causal) has no `ws` run, a known compile failure. (The sweep and the speed
+#   table time the same single input set at S = 8192 in separate passes; the table's
+#   `rotated_sets` is 1 at every shape. For the same config the table shows 751 and 718
+#   there, below the sweep's.) FlashAttention-3's ~1 PFLOP/s fp8 uses the
 #   structure the shipped bf16 forward has (warpgroup ping-pong, softmax/GEMM overlap, written
 #   in Gluon) and the Triton fp8 kernel lacks, plus in-register fp8 layout shuffles for p. An
-#   unfused `quantize` from bf16 costs 0.74× the fp8 attention time at best (non-causal
-#   S = 16K) and up to 13.49× (short S); counting it, fp8's geomean at S ≥ 4096 drops to
-#   225 TFLOP/s, below bf16's 588, so fp8 pays only when the producer already emits fp8.
+#   unfused `quantize` from bf16 costs 0.75× the fp8 attention time at best (non-causal
+#   S = 16K) and up to 13.41× (short S); counting it, fp8's geomean at S ≥ 4096 drops to
+#   227 TFLOP/s, below bf16's 614, so fp8 pays only when the producer already emits fp8.
 # * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
 #   p-rounding bound), live and in the record, so the errors above belong to the format, not
 #   to kernel bugs.
