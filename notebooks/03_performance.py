@@ -170,10 +170,10 @@ print(
 )
 
 # %% [markdown]
-# In this record (`perf.json`, commit `b44173b`, bf16 only) the two D=128 targets above are met
-# (geomean 1.81x SDPA flash, 0.95x cuDNN) and flashcore is ahead of FlexAttention (1.44x).
-# Beating cuDNN is not met at any head dim: 0.91x at D=64, 0.95x at D=128, 0.98x at D=256.
-# Against FlashAttention-4 (`vs fa4`) the geomeans are 0.80x, 0.87x and 0.88x: flashcore is
+# In this record (`perf.json`, commit `6c8aae4`, bf16 only) the two D=128 targets above are met
+# (geomean 1.81x SDPA flash, 0.94x cuDNN) and flashcore is ahead of FlexAttention (1.45x).
+# Beating cuDNN is not met at any head dim: 0.90x at D=64, 0.94x at D=128, 0.98x at D=256.
+# Against FlashAttention-4 (`vs fa4`) the geomeans are 0.80x, 0.87x and 0.86x: flashcore is
 # slower at every head dim (issue 26's section below gives it per shape).
 #
 # **Where the cuDNN target is missed, and why.** Until issue 12 the kernel was FlashAttention-2's
@@ -238,7 +238,7 @@ save_figure(fig, "03_fa3_timeline")
 # `ncu_compare.json`: one call of each implementation inside an NVTX range, every kernel in
 # that range profiled with `ncu --clock-control none` (`tools/ncu_compare.py`), bf16, B=2,
 # S=8192, H=2048/D, non-causal, forward at D 64, 128 and 256. `flashcore` is
-# `flashcore.attention` as it ships (its dispatch runs the Gluon kernel, `_fa3_fwd_kernel`, at
+# `flashcore.attention` as it shipped then (its dispatch runs the Gluon kernel, `_fa3_fwd_kernel`, at
 # D=128 and D=256 and the Triton kernel, `_attn_fwd_kernel`, at D=64), `triton` the same call
 # with `FLASHCORE_FORWARD_HOPPER=never` (the Triton kernel at its default config, D=128 only),
 # `cudnn` SDPA's cuDNN backend, `fa4` FlashAttention-4's sm90 kernel. Each row is the call's
@@ -249,9 +249,11 @@ save_figure(fig, "03_fa3_timeline")
 # largest (the columns and `top_stalls` are `flashcore.studies.report`'s, which notebook 07's
 # backward table shares). The rows come from two device sessions at the same kernel sources
 # (the record's `sessions`, listed below; the `session` column says which): FA4's rows from
-# the second, the others from the first. The notebook reads the record (ncu is not re-run). The earlier
-# profile, `ncu_forward.json`, held D=128 only (the Gluon kernel, the Triton kernel and cuDNN);
-# its status line below says whether it still matches today's kernels, and it is not rendered.
+# the second, the others from the first. The notebook reads the record (ncu is not re-run). The
+# record is stale (commit `f862749`; its status line below names the kernel files changed
+# since): it was not re-profiled with the `6c8aae4` records. The earlier profile,
+# `ncu_forward.json`, held D=128 only (the Gluon kernel, the Triton kernel and cuDNN); its
+# status line below says whether it still matches today's kernels, and it is not rendered.
 
 # %%
 ncu = read_result("ncu_compare", RECORDED_GPU)
@@ -319,7 +321,8 @@ print(
 )
 
 # %% [markdown]
-# Reading the profile (`ncu_compare.json`; the lines above print every number quoted here).
+# Reading the profile (`ncu_compare.json`, commit `f862749`, stale as above; the lines above
+# print every number quoted here).
 # At D=128 the Gluon kernel keeps the tensor pipe busy 74.7% of its active cycles, cuDNN's
 # kernel 77.2% and FA4's 84.8%; at D=256 87.1%, 83.5% and 96.5%; at D=64, where flashcore runs
 # the Triton kernel, 46.0%, 52.2% and 62.8%. flashcore's kernel is below FA4's at every head
@@ -385,7 +388,7 @@ print(
 # ### Issue 12's targets (against cuDNN only), from the performance record
 #
 # The performance record this notebook renders (`perf.json`, re-recorded on the H100 at commit
-# `b44173b`, bf16, with the Gluon kernel dispatched) times the dispatched `flashcore`, the
+# `6c8aae4`, bf16, with the Gluon kernel dispatched) times the dispatched `flashcore`, the
 # Triton kernel alone at its default config (`flashcore_triton`), cuDNN and FlashAttention-4 in
 # one process, interleaved over rounds. Per shape: flashcore's TFLOP/s over cuDNN's (in
 # brackets, over the Triton kernel's); then the targets: geomean over S 2K-16K × {causal, full}
@@ -431,12 +434,13 @@ for d, res in shipped.items():
     )
 
 # %% [markdown]
-# Every target of issue 12 is missed in this record (`perf.json`, commit `b44173b`), at every
-# head dim: the geomeans over S 2K-16K are 0.91x cuDNN at D=64, 0.95x at D=128 and 0.98x at
+# Every target of issue 12 is missed in this record (`perf.json`, commit `6c8aae4`), at every
+# head dim: the geomeans over S 2K-16K are 0.90x cuDNN at D=64, 0.94x at D=128 and 0.98x at
 # D=256 (the targets cell above the Gluon section prints them), the shapes below 0.95x are
-# listed above, and at S=1K flashcore reaches 0.89x and 0.91x of cuDNN at D=64, 0.82x and 0.81x
-# at D=128, 0.81x and 0.76x at D=256 (non-causal, causal). flashcore is ahead of cuDNN at D=128
-# only at c8K (1.07), and at D=256 at c4K (1.02), c8K (1.07) and c16K (1.04).
+# listed above, and at S=1K flashcore reaches 0.89x and 0.91x of cuDNN at D=64, 0.81x and 0.81x
+# at D=128, 0.81x and 0.77x at D=256 (non-causal, causal). flashcore is ahead of cuDNN at D=128
+# only at c8K (1.03), and at D=256 at c4K (1.04), c8K (1.10) and c16K (1.04); at D=64 at no
+# shape.
 #
 # **What the persistent grid bought, and three negative results** (runs `5a4f6ad` and
 # `f38c623` of the variant table, H100, 2026-11-23):
@@ -593,19 +597,20 @@ for d, res in targets26.items():
     )
 
 # %% [markdown]
-# Every target of issue 26 is missed in this record (`perf.json`, commit `b44173b`; the lines
+# Every target of issue 26 is missed in this record (`perf.json`, commit `6c8aae4`; the lines
 # above compute each). flashcore is slower than FA4 at every shape with S ≥ 2K; its TFLOP/s is
-# below FA4's by 4% to 26% at D=64 (geomean 0.80x), by 10% to 17% at D=128 (0.87x) and by 9% to
-# 16% at D=256 (0.88x). FA4 is
-# the best peer at every one of those shapes but D=64 causal S=2K, where cuDNN is, so the
-# best-peer geomeans are the same to two decimals (0.80x, 0.87x, 0.88x). At S=1K cuDNN is the
-# faster of cuDNN and FA4 at every head dim, and flashcore reaches 0.89x-0.91x of it at D=64,
-# 0.81x-0.82x at D=128 and 0.76x-0.81x at D=256; at S=1K causal, FA4 is the slowest of the
-# three at D=64 and D=128 (flashcore 1.21x and 1.22x FA4). At D=128 non-causal flashcore
-# reaches 611 TFLOP/s at S=8K and 622 at 16K, 78-79% of the 787 TFLOP/s matmul ceiling
-# measured in the same run; FA4 reaches 716 and 699 there (and 789 at D=256 non-causal S=8K,
-# at the measured matmul ceiling: that ceiling is one 8192³ matmul's rate, not a hard bound). The Nsight Compute section above is
-# the evidence on where the gap comes from at S=8K.
+# below FA4's by 5% to 28% at D=64 (geomean 0.80x), by 12% to 17% at D=128 (0.87x) and by 10%
+# to 16% at D=256 (0.86x). FA4 is the best peer at every one of those shapes but D=64 causal
+# S=2K, where cuDNN is, so the best-peer geomeans are the same to two decimals (0.80x, 0.87x,
+# 0.86x). At S=1K cuDNN is the faster of cuDNN and FA4 at every head dim, and flashcore
+# reaches 0.89x-0.91x of it at D=64, 0.81x at D=128 and 0.77x-0.81x at D=256; at S=1K causal,
+# FA4 is the slowest of the three at D=64 and D=128 (flashcore 1.20x and 1.09x FA4). At D=128
+# non-causal flashcore reaches 598 TFLOP/s at S=8K and 616 at 16K, 76-79% of the 782 TFLOP/s
+# matmul ceiling measured in the same run; FA4 reaches 723 and 709 there (and 794 at D=256
+# non-causal S=8K and 791 at causal S=16K, above the measured matmul ceiling: that ceiling is
+# one 8192³ matmul's rate, not a hard bound). The Nsight Compute section above is the evidence
+# on where the gap comes from at S=8K, from a profile of earlier kernel sources (stale by its
+# status line).
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
@@ -706,22 +711,22 @@ print(
 )
 
 # %% [markdown]
-# What the table says about the reports' numbers (`perf.json`, commit `b44173b`). "Per
+# What the table says about the reports' numbers (`perf.json`, commit `6c8aae4`). "Per
 # sequence" figures under 5 µs are real as throughput (graph time / B) for every backend,
 # flashcore included; none of them is a latency. At these sizes the eager time is mostly set by
 # the launch path, not the GPU work; the last line above gives each implementation's host time
 # per call. Through Triton's own launcher (`flashcore_triton`: argument binding and
-# specialization on every call) the kernel costs about four times flashcore's host time, on a
-# par with FlexAttention's; FA4's Python entry point costs as much or more (its 520 µs is the
-# first shape of the sweep). flashcore's cached launch path (`flashcore`, the public call)
+# specialization on every call) the kernel costs about four times flashcore's host time
+# (114-201 against 27-45 µs), on a par with FlexAttention's (102-183); FA4's Python entry point
+# costs as much or more (112-219). flashcore's cached launch path (`flashcore`, the public call)
 # reuses the compiled kernel's launcher and costs less host time than every SDPA backend at
-# every shape, so its eager loop is at least as fast as the fastest SDPA backend at 9 of 10
-# shapes; it is slower at B16 H96 S512 (eager ratio 0.84), where its kernel is the slower one
-# (graph 302.32 against cuDNN's 252.38 µs). Both "at every shape" lines print False. Under
-# graph replay, the kernel-against-kernel comparison, flashcore is ahead of the fastest SDPA
-# backend only at the three smallest shapes (B8 and B16 at S=128, B8 at S=256: 1.09-1.20) and
-# behind it at the other seven (0.81-0.93), where the fastest is cuDNN but for B32 H8 S128
-# (SDPA flash). The verdicts compare against SDPA's backends; FA4's rows are in the table
+# every shape, so its eager loop is at least as fast as the fastest SDPA backend at 8 of 10
+# shapes. It is slower at B16 H96 S512 (eager ratio 0.85) and B32 H8 S512 (0.99), where its
+# kernel is the slower one (graph 299.38 against cuDNN's 253.48 µs, and 55.46 against 48.28).
+# Both "at every shape" lines print False. Under graph replay, the kernel-against-kernel
+# comparison, flashcore is ahead of the fastest SDPA backend only at the three smallest shapes
+# (B8 and B16 at S=128, B8 at S=256: 1.09-1.19) and behind it at the other seven (0.82-0.93),
+# where the fastest is cuDNN but for B32 H8 S128 (SDPA flash). The verdicts compare against SDPA's backends; FA4's rows are in the table
 # beside them. CUDA graphs (or `torch.compile` with `mode="reduce-overhead"`) remove host cost
 # altogether.
 
@@ -791,16 +796,18 @@ if rows:
     )
 
 # %% [markdown]
-# In this record (`perf.json`, commit `b44173b`) decode is at least as fast as SDPA flash at
-# every shape under CUDA-graph replay (1.01x-1.47x) and at least as fast as SDPA cuDNN
-# (1.00x-1.07x), small margins against cuDNN: both read K and V at close to the copy ceiling
+# In this record (`perf.json`, commit `6c8aae4`) decode is at least as fast as SDPA flash at
+# every shape under CUDA-graph replay (1.02x-1.47x) and at least as fast as SDPA cuDNN
+# (1.00x-1.08x), small margins against cuDNN: both read K and V at close to the copy ceiling
 # on long caches. "At least 90% of the copy ceiling on caches ≥ 32K" prints False: B1 Hkv8
 # cache 32768 reaches 0.88. The short-cache, batch-1 GQA case (B1 Hkv8 cache 8192) reads too
 # few bytes per launch to approach the ceiling (0.63). The eager column carries flashcore's
-# Python launch cost. (`decode_splits.json`, a separate record, commit `01b11e3`, has two
+# Python launch cost. (`decode_splits.json`, a separate record, also commit `6c8aae4`, has two
 # short-cache shapes, B1 and B8 at Hkv4 cache 640, where the split count
-# `decode.choose_num_splits` picks, 1, loses to cuDNN: 8.68 against 6.41 µs and 8.84 against
-# 6.75, while 8 and 4 splits would beat it: 5.25 and 6.16 µs.)
+# `decode.choose_num_splits` picks, 1, loses to cuDNN: 8.53 against 6.42 µs and 8.83 against
+# 6.69, while 8 and 4 splits would beat it: 5.30 and 6.16 µs. At its other 12 shapes the chosen
+# count is the fastest one measured, and it beats cuDNN or ties it: 178.04 µs both at B32 Hkv8
+# cache 4096.)
 
 # %% [markdown]
 # ## Host cost per call, and generation end to end
@@ -938,19 +945,20 @@ _top("after", "B1 H8 S128 D64", "flashcore op")
 # (`native_specialize_impl`, 16 calls) on every call, because the forward's signature cache held
 # Triton entries only. With a lean entry for the Gluon kernel (the first call of a signature is
 # checked; later ones fill out, lse, scale and the descriptors into a frozen argument list and
-# call the compiled kernel's launcher) it is 46 µs, and in `launch.json` (commit `b44173b`)
-# the GQA prefill's eager time, 83.2 µs, is within 5% of its graph-replay time (80.6 µs) and
-# under SDPA's default (85.7 µs). The other rows of that record miss 1.10x of SDPA's default
-# (the launch table above; the verdict lines print False). Two of the misses are diagnosed by these profiles, neither fixed (a fix
-# changes the kernel modules, and every record just re-recorded would go stale):
+# call the compiled kernel's launcher) it is 46 µs, and in `launch.json` (commit `6c8aae4`)
+# the GQA prefill's eager time, 82.9 µs, is within 5% of its graph-replay time (80.2 µs) and
+# under SDPA's default (85.0 µs). Of the other rows of that record only B1 H8 S128 D64 is
+# within 1.10x of SDPA's default (1.08x); the other four miss it (the launch table above; the
+# verdict lines print False). Two of the misses are diagnosed by these profiles, neither fixed
+# (a fix changes the kernel modules, and every record just re-recorded would go stale):
 # * decode, 68 µs of host time against SDPA's 33: `launch_decode` plans the split per call in
 #   Python (own time 17-31 µs over the four decode profiles: the key, the split count, the
 #   grid), and allocates the output and the split partials (`torch.empty` twice, 9-15 µs); the
 #   combine is a second launch. The next step is an
 #   exact-size plan cache beside the specialization cache (the growing cache changes the size
 #   every step, so the plan must stay cheap to recompute, not only cached) and one allocation.
-# * the op, 20.0-33.3 µs of eager time over `flashcore.attention` in `launch.json` at every
-#   shape but the GPU-bound GQA prefill (83.6 against 83.2 µs; the last line of the launch
+# * the op, 13.4-38.1 µs of eager time over `flashcore.attention` in `launch.json` at every
+#   shape but the GPU-bound GQA prefill (83.0 against 82.9 µs; the last line of the launch
 #   verdicts prints each):
 #   `torch.ops.flashcore.attention` enters the dispatcher, then the Python autograd kernel `register_autograd` installs
 #   (`autograd_impl`, `forward_no_grad`, `redispatch`) even when nothing requires grad, before
@@ -1013,28 +1021,29 @@ print(
 )
 
 # %% [markdown]
-# What the records show (`launch.json` and `e2e_transformers.json`, H100, commit `b44173b`,
-# both current for today's kernels by their status lines). Host cost: the table above is
-# `launch.json` (300 calls x 5 repeats per row). `flashcore.attention` is within 1.10x of
-# SDPA's default eager time at one shape of six, the GQA prefill on the Gluon kernel (83.2
-# against 85.7 µs, 0.97x), so that verdict prints False. It misses at B1 H8 S128 D64 (21.4
-# against 19.1 µs, 1.12x), at B8 H16 S512 D64 (35.0 against 30.4, 1.15x; graph 24.5 against
-# 23.4), at B1 H32 S1024 D128 (38.6 against 32.0, 1.21x; graph 34.8 against 31.7, and in the
-# host profile above flashcore's host time is 43 µs against SDPA's 34: not profiled further),
-# at decode with a fixed cache (54.2 against 31.4, 1.73x) and with a growing cache (45.2
-# against 39.5, 1.14x), the decode causes diagnosed above. The op
-# (`torch.ops.flashcore.attention`) misses 1.10x at every shape but the GQA prefill (83.6
-# against 85.7): 41.4-87.5 µs against SDPA's 19.1-39.5, the Python autograd layer above. Since
-# `f2502d2` the op is defined on a `torch.library.Library` instead of
-# `torch.library.custom_op` (commit `b711573`): on a 2-core CPU the op layer costs 25 µs per
+# What the records show (`launch.json`, H100, commit `6c8aae4`, and `e2e_transformers.json`,
+# H100, commit `be540a8`, the same kernel sources by its fingerprint; both current for today's
+# kernels by their status lines). Host cost: the table above is `launch.json` (300 calls x 5
+# repeats per row). `flashcore.attention` is within 1.10x of SDPA's default eager time at two
+# shapes of six, B1 H8 S128 D64 (22.0 against 20.3 µs, 1.08x) and the GQA prefill on the Gluon
+# kernel (82.9 against 85.0 µs, 0.98x), so that verdict prints False. It misses at B8 H16 S512
+# D64 (26.7 against 23.5, 1.13x; graph 23.9 against 22.9), at B1 H32 S1024 D128 (35.7 against
+# 32.2, 1.11x; graph 34.7 against 31.6, and in the host profile above flashcore's host time is
+# 43 µs against SDPA's 34: not profiled further), at decode with a fixed cache (56.7 against
+# 31.8, 1.78x) and with a growing cache (48.8 against 41.4, 1.18x), the decode causes diagnosed
+# above. The op (`torch.ops.flashcore.attention`) misses 1.10x at every shape but the GQA
+# prefill (83.0 against 85.0): 39.5-94.8 µs against SDPA's 20.3-41.4 (1.70x-2.98x), the Python
+# autograd layer above. Since `f2502d2` the op is defined on a `torch.library.Library` instead
+# of `torch.library.custom_op` (commit `b711573`): on a 2-core CPU the op layer costs 25 µs per
 # call against 42 µs behind `custom_op` (`results/cpu-interpreter/logs/op_overhead_bce2507.json`);
 # on the H100 at `382853b`, 19.9 µs over the direct call against 27.0 behind `custom_op`
 # (`logs/op_overhead_382853b.json`, an earlier log than the records above).
 #
-# Generation: "at least as fast as SDPA in every row" prints False, because of batch 8. The
-# medians of the three recorded rounds are 1.04 at B1, 0.89 at B8, 1.15 with sliding windows
-# and 1.04 for the padded batch. At B8 all three rounds have flashcore slower (0.68-0.94). Each
-# other row has one round of three below 1 (B1 0.97, sliding windows 0.72, padded 0.81), and
-# the spread between rounds (up to 0.50, sliding windows) is larger than the differences the
-# medians show: only the B8 deficit holds in every round. Why flashcore is slower there was
-# not measured; generation at these sizes is host-bound (above).
+# Generation: "at least as fast as SDPA in every row" prints False, because of batch 1, batch 8
+# and the padded batch. The medians of the three recorded rounds are 0.98 at B1, 1.00 at B8
+# (0.998, just under), 1.18 with sliding windows and 0.93 for the padded batch. At B1 and for
+# the padded batch all three rounds have flashcore slower (0.96-1.00 and 0.80-0.93); at B8 two
+# of three (0.89 and 0.998, the third 1.03). With sliding windows flashcore is faster in every
+# round (1.17-1.20). The B1 and B8 medians are within 0.02 of 1, inside the spread of their
+# rounds (0.04 and 0.15); the padded batch's 0.93 is the clear deficit. Why flashcore is slower
+# there was not measured; generation at these sizes is host-bound (above).

@@ -13,12 +13,13 @@
 # (`python -m flashcore long --record`, `results/<gpu>/long_context.json`). The CPU profile
 # renders that record; the correctness parts run live.
 #
-# **The H100 record is stale.** `long_context.json` was recorded at commit `382853b`, before
-# the kernel change of commit `7c97b1b` (a V head dim different from Q/K's now runs the
-# kernels' own `HEAD_DIM_V` mode). That change touched only the own-V branch, which no call
-# here takes (D_v = D = 128), but the record's kernel fingerprint covers the whole kernel
-# source files, so its status line below reads stale, and no re-record has run since. Every
-# number below that comes from this record is the kernels' as of `382853b`.
+# **The H100 record is stale.** `long_context.json` was recorded at commit `382853b`. The
+# kernel sources have changed since (its status line below names the files): `7c97b1b` (a V
+# head dim different from Q/K's runs the kernels' own `HEAD_DIM_V` mode, a branch no call here
+# takes, D_v = D = 128), then up to `6c8aae4` the Gluon forward's sinks and MLA head dims, the
+# backward's dQ reduction and launch configs, MLA's dispatch and the launch cache. It was not
+# re-recorded with the `6c8aae4` records. Every number below that comes from this record is
+# the kernels' as of `382853b`.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "gpu": measure live and record; "cpu": render the record
@@ -117,11 +118,10 @@ for row in report.launch_table(launch):
 # work is shorter than its launch path, so the times there are launch overhead, not kernel time: in this record
 # flashcore's S=1K call takes longer than its S=2K call (82 against 81 µs, first line above). At
 # S=4K (115 µs, 596 TFLOP/s) the kernel's time dominates again. What a call costs on the host is
-# in notebook 03's launch record (`launch.json`, commit `b44173b`, current: recorded after the
-# kernel change, so a later kernel version than this record's), whose rows are printed above: at
-# the smallest shape (B1 H8 S128 D64) the eager wall time per call is several times the GPU
-# time, for flashcore (21 against 4 µs, graph replay) and SDPA alike (19.1 against 6.2 µs in
-# that record). That is the regime of notebook 03, not of this one. flashcore's non-causal 1M point was skipped: its 512K call took
+# in notebook 03's launch record (`launch.json`, commit `6c8aae4`, current, so a later kernel
+# version than this record's), whose rows are printed above: at the smallest shape (B1 H8 S128
+# D64) the eager wall time per call is several times the GPU time, for flashcore (22 against
+# 4 µs, graph replay) and SDPA alike (20.3 against 6.3 µs in that record). That is the regime of notebook 03, not of this one. flashcore's non-causal 1M point was skipped: its 512K call took
 # 2.0 s (2026.832 ms), and the quadratic law puts the 1M call at about four times that, more
 # than the few seconds per point this sweep allows.
 #
@@ -376,7 +376,7 @@ print(
 # %% [markdown]
 # From 512K tokens on, every kernel streams the cache at 3.02-3.15 TB/s (flashcore 3.11-3.15,
 # cuDNN 3.09-3.13, SDPA flash 3.02-3.08). That is about the HBM read bandwidth: the copy
-# ceiling in `perf.json` (3.02 TB/s, another run on the same GPU model, at commit `b44173b`)
+# ceiling in `perf.json` (3.02 TB/s, another run on the same GPU model, at commit `6c8aae4`)
 # counts a read and a write. flashcore's split-KV kernel is ahead of cuDNN at every cache
 # length here, by 1.004x-1.023x (the line above). Long-cache decode is a solved problem for
 # exact attention.
@@ -407,9 +407,8 @@ print(
 # %% [markdown]
 # ## Conclusion
 #
-# (Measured numbers are from `long_context.json`, commit `382853b`: stale, the kernels before
-# the change of commit `7c97b1b`, which touched only the own-V branch that these calls do not
-# take; not re-recorded.)
+# (Measured numbers are from `long_context.json`, commit `382853b`: stale, the kernels as of
+# that commit, before the changes listed at the top; not re-recorded.)
 #
 # The prior report measured a real kernel problem and drew the wrong conclusion. Its kernel
 # grew faster than S² and failed at 32K because its tile grew with S. Tiling the keys fixes

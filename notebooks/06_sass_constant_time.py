@@ -103,7 +103,7 @@ for name, r in sass_report["kernels"].items():
 # False and says why beside it; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit 833b4cf, its
+# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit 6c8aae4, its
 # `forward_hopper` runs, MLA's included: 5 hazards each, the count of the run at `f2502d2` whose hazards were
 # traced to the workers' entry reads against these stores; notebook 02 renders that record),
 # and nothing in the K/V ring, Q buffers or mbarriers.
@@ -463,8 +463,10 @@ if power:
 # These numbers come from `timing_leak.json` and `timing_power.json`, both recorded on the H100
 # at commit 382853b, so they are the numbers of that commit's kernels. The kernel sources have
 # changed since (v's own head dim, $D_v \ne D$, now runs the Triton kernel's own mode on the
-# GPU, with V loaded before $q k^\top$), and neither record was re-recorded after that change:
-# their status lines above say stale. The SASS section compiles today's kernels; the timing
+# GPU, with V loaded before $q k^\top$; later, up to 6c8aae4, the Gluon forward's sinks and MLA
+# head dims, the backward's dQ reduction and launch configs, MLA's dispatch and the launch
+# cache), and neither record was re-recorded with the 6c8aae4 records: their status lines
+# above say stale. The SASS section compiles today's kernels; the timing
 # and power numbers are not re-measured on them, so whether today's kernels time the same is not
 # established here (the verdict lines recompute from whatever record is committed). The timing
 # test includes the Gluon kernel's shapes; the power study does not.
