@@ -662,42 +662,55 @@ if record is not None and "speed" in record:
         print("  ", c["name"], {g: round(c[g]["ratio"], 3) for g in ("dq", "dk", "dv")})
 
 # %% [markdown] tags=[]
-# **Reading it.** The record of `b44173b` (its grid session and its bf16 speed session both
-# ran at that commit, and its kernel fingerprint matches today's sources): all 438 grid cases
-# pass (fp32 included; worst ratio 0.865), the default mode is bitwise reproducible, extra
-# memory grows linearly (S ×16, extra memory ×16).
+# **Reading it.** The record of `6c8aae4` (its grid session and its bf16 speed session both
+# ran at that commit, and its kernel fingerprint matches today's sources; logs
+# `backward_grid_6c8aae4.log`, `backward_speed_6c8aae4.log`): all 438 grid cases pass (fp32
+# included; worst ratio 0.865), the default mode is bitwise reproducible, extra memory grows
+# linearly (S ×16, extra memory ×16).
 #
-# **The FA4 targets are missed, by a wide margin, at every D.** Backward alone, flashcore /
-# FA4 geomean: x0.70 at D=128 (target 1.00), x0.70 at D=64 and x0.60 at D=256 (target 0.95).
-# Not one of the 24 bf16 shapes reaches 0.90× FA4: the best is x0.75, the worst x0.58
-# (D=256). Against cuDNN: x0.80 at D=128, x0.84 at D=64, x0.51 at D=256 (target 1.0 at each).
-# Forward+backward of one call at D=128: x0.80 of FA4 (target 1.0). The one target met is
-# determinism's cost: the deterministic default runs at x1.49 the atomic mode at D=128 (bar
+# **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.70 at
+# D=128 (target 1.00), x0.69 at D=64 and x0.83 at D=256 (target 0.95). Not one of the 24 bf16
+# shapes reaches 0.90× FA4: the best is x0.86 (D=256), the worst x0.65 (D=64). Against cuDNN:
+# x0.80 at D=128, x0.83 at D=64, x0.72 at D=256 (target 1.0 at each). Forward+backward of one
+# call at D=128: x0.78 of FA4 (target 1.0; x0.75 at D=64, x0.82 at D=256). The one target met
+# is determinism's cost: the deterministic default runs at x1.27 the atomic mode at D=128 (bar
 # 0.85), because the atomic mode is the slower one at every recorded shape, at every D. The
-# earlier bar holds: x1.43 SDPA flash in bf16, x1.42 in fp16, x1.04 FlexAttention (geomean; worst
-# x0.96, at D=128 S4096 full). D=256 is the worst case
-# everywhere: x0.78 of SDPA flash, x0.51 of cuDNN; its tiles are small (64×64, 8 warps, 1
-# stage: the launch table in `kernels/backward.py`) to fit the registers. Section 10 measures
-# where the D=128 and D=64 time goes.
+# earlier bar holds: x1.44 SDPA flash in bf16, x1.42 in fp16, x1.04 FlexAttention (geomean;
+# worst x0.98, at D=128 S4096 full).
 #
-# **The atomic mode since 044ea55.** The rows above ran per-element fp32 atomics for dQ. Since
-# commit 044ea55 the atomic mode adds each dQ tile with one TMA bulk reduce-add
-# (`cp.reduce.async.bulk`) on the descriptor path, which is how FA3 sums dQ. A probe on the H100
-# at that commit (`results/nvidia-h100-80gb-hbm3/logs/backward_atomic_probe_044ea55.json`,
+# **D=256 since `6c8aae4`.** The launch table's D=256 bucket now runs the deterministic
+# mode's dK/dV kernel at (64, 64, 8 warps, 2 stages) and its dQ kernel at (64, 32, 4, 3)
+# (both had 1 stage): picked by timing on the H100, the whole backward's geomean over S 4K/8K,
+# causal and not, 1.25× (dK/dV) and 1.11× (dQ) the old configs
+# (`logs/d256_backward_probe_d444f79.log`). Against the record of `b44173b` (D=256: x0.60 of
+# FA4, x0.51 of cuDNN, x0.78 of SDPA flash) D=256 went from the furthest of the three head
+# dims to the closest to FA4, x0.83; it is still the furthest from cuDNN (x0.72) and the least
+# ahead of SDPA flash (x1.07). Section 10 profiles the D=128 and D=64 time.
+#
+# **The atomic mode since 044ea55.** Since commit 044ea55 the atomic mode adds each dQ tile
+# with one TMA bulk reduce-add (`cp.reduce.async.bulk`) on the descriptor path, which is how
+# FA3 sums dQ; the record's `flashcore_atomic` rows (at `6c8aae4`) run it. A probe on the H100
+# at 044ea55 (`results/nvidia-h100-80gb-hbm3/logs/backward_atomic_probe_044ea55.json`,
 # `tools/backward_atomic_probe.py`: direct calls of `attention_backward`, the atomic mode's
 # dK/dV configs beside the deterministic mode and cuDNN, bf16, S 4K and 16K) measured atomic /
-# deterministic 0.92-1.02 at D=64, 0.68-0.90 at D=128 and 0.88-0.95 at D=256, against 0.77-0.88,
-# 0.56-0.81 and 0.87-0.93 for the per-element atomics in `backward.json` (through autograd: a
-# different harness, so the comparison is rough). The bulk reduce narrows the gap, but in this
-# Triton structure the deterministic second pass stays the faster mode at D=128 and D=256: it
-# stays the default, and dQ inside one kernel remains work for a Gluon backward (section 10).
+# deterministic 0.92-1.02 at D=64, 0.68-0.90 at D=128 and 0.88-0.95 at D=256, against
+# 0.77-0.88, 0.56-0.81 and 0.87-0.93 for the per-element atomics of the `b44173b` record at
+# the same S. In the current record, same S (the atomic mode timed directly, the default
+# through autograd: a different harness from the probe's, so the comparison is rough), atomic /
+# deterministic is 0.92-0.98 at D=64, 0.69-0.92 at D=128 and 0.62-0.68 at D=256: at D=256 the
+# deterministic configs were re-tuned at `6c8aae4` and the atomic mode's dK/dV config was not
+# (it stays (64, 64, 8, 1): `_HOPPER_TABLE` in `kernels/backward.py`). In this Triton
+# structure the deterministic second pass stays the faster mode at every D: it stays the
+# default, and dQ inside one kernel remains work for a Gluon backward (section 10).
 #
 # **The launch table** comes from timing, not register reports: in the sweep of section 6
-# (recorded with the grid at `b44173b`) the deterministic mode's fastest dK/dV tile is 64×64
-# with 4 warps (one warpgroup per tile) at all four tuned shapes, and the atomic mode's
-# fastest (64×128, 8 warps) is 1.27–1.58× slower than it. The older, larger sweep in
-# `backward_tuning.json` (`29013ed`) is stale (`python -m flashcore records`): kernel sources
-# changed since and it was not re-recorded.
+# (recorded with the grid at `6c8aae4`, D=128) the deterministic mode's fastest dK/dV tile is
+# 64×64 with 4 warps (one warpgroup per tile) at all four tuned shapes, and the atomic mode's
+# fastest (64×128, 8 warps) is 1.12–1.44× slower than it. The D=256 bucket and MLA's
+# 192/128 pair were tuned by the probes named above and in notebook 09
+# (`logs/d256_backward_probe_d444f79.log`, `logs/dv_backward_probe_3669f4a.log`), not by this
+# sweep. The older, larger sweep in `backward_tuning.json` (`29013ed`) is stale (`python -m
+# flashcore records`): kernel sources changed since and it was not re-recorded.
 #
 # The fp32 case that failed before (D=16, GQA 2:1, dK 1.1× the bound) was the order of a sum:
 # `tl.dot(a, b, acc)` on fp32 is one FMA chain through acc, so dK was a sequential sum of 478
@@ -720,8 +733,8 @@ if record is not None and "speed" in record:
 # rounds differently with AVX-512: there the D16 causal case fails at 0 of 400 seeds), so the
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
-# at commit `3a1d646`, at `382853b`, and again at `b44173b` (the record above): 438 cases, 0
-# failed each time.
+# at commit `3a1d646`, at `382853b`, at `b44173b`, and again at `6c8aae4` (the record above):
+# 438 cases, 0 failed each time.
 
 # %% [markdown] tags=[]
 # ## 9. A Gluon backward for Hopper (opt-in, not yet faster)
@@ -734,7 +747,7 @@ if record is not None and "speed" in record:
 # `FLASHCORE_BACKWARD_HOPPER=always`; autograd keeps the Triton backward by default, because
 # it is slower (the record below, and the profile of section 10). Both profiles render that
 # record (a GPU profile does not re-measure it: `python3 tools/backward_hopper_check.py
-# OUT.json` does; the recorded run, every 2nd grid case and 2 timing rounds, took 34 s by its
+# OUT.json` does; the recorded run, the whole grid and 3 timing rounds, took 124 s by its
 # `seconds`), with its status line.
 
 # %% tags=[]
@@ -750,7 +763,7 @@ else:
     print(status_line_for("backward_hopper_check", RECORDED_GPU))
     g = hopper_bwd["grid"]
     print(
-        f"gradient grid (every 2nd case of backward_grid('hopper')): {g['cases']} cases, "
+        f"gradient grid (backward_grid('hopper')): {g['cases']} cases, "
         f"{g['failed']} failed; worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
     )
     by_shape = {}
@@ -780,14 +793,15 @@ else:
     )
 
 # %% [markdown] tags=[]
-# **Reading it.** This record is from `382853b` and is **stale**: the status line above says
-# which kernel sources changed since, and it has not been re-recorded, so its numbers describe
-# the kernels of that commit, not today's. There the Gluon backward was correct on the grid it
-# ran (120 cases, 0 failed, worst ratio 0.870) and slower than the Triton backward at every one
-# of the 12 shapes (Gluon / Triton 0.83–0.95). The current evidence is the Nsight profile of
-# section 10, at today's kernel sources but one shape (bf16, S=8192, non-causal): the Gluon
-# call takes 7.19 ms of kernel time against the Triton backward's 6.06 ms at D=128, and
-# 8.74 ms against 6.77 ms at D=64; FA4's takes 4.14 ms and 4.80 ms. Offline, ptxas gives the
+# **Reading it.** This record is from `5aac3ce`, whose kernel sources are those of `6c8aae4`
+# (the status line above: current; log `bhc_5aac3ce.log`). The Gluon backward is correct on
+# the whole grid (240 cases, 0 failed, worst ratio 0.870) and slower than the Triton backward
+# at every one of the 12 shapes (Gluon / Triton 0.81–0.95), as in the record of `382853b`
+# before it (every 2nd case, 120, 0 failed; 0.83–0.95). The Nsight profile of section 10
+# shows where, at one shape (bf16, S=8192, non-causal), but it is from `f862749` and now stale
+# (section 10): there the Gluon call took 7.19 ms of kernel time against the Triton
+# backward's 6.06 ms at D=128, and 8.74 ms against 6.77 ms at D=64; FA4's 4.14 ms and
+# 4.80 ms. Offline, ptxas gives the
 # D=128 kernel 255 registers with no spills and the D=64 one 196
 # (`tests/test_backward_hopper.py` compiles both for sm_90 on any machine and prints the
 # counts); the profile reports the same 255 and 196.
@@ -948,7 +962,11 @@ if ncu_bwd:
 # **Why flashcore is slower, from these numbers.** The record's backward rows come from two
 # device sessions (listed above): flashcore, Gluon and cuDNN from the first (`f862749`), FA4's
 # from the second (`a86eb1e`), which had FA4 installed; nothing under `flashcore/` changed
-# between the two commits, and the record's kernel fingerprint is current.
+# between the two commits. The record is now **stale** (its status line above): since
+# `f862749` the backward gained the atomic mode's bulk dQ reduce and the launch table's new
+# D=256 and MLA entries, and the forward's Gluon kernel and dispatch changed. The
+# deterministic D=128 and D=64 configs profiled here are the launch table's still, but the
+# profile was not re-run, so the numbers below are those of `f862749`'s kernels.
 #
 # * **D=128.** FA4's backward kernel keeps the tensor pipe 78.7% active and is 96.1% of its
 #   4.14 ms call; cuDNN's 66.5% (4.73 ms). flashcore's call is two matmul kernels: dK/dV at

@@ -211,8 +211,10 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 # DeepSeek-V3's MLA attends with q.k over $D = 192$ dims and v over $D_v = 128$. The Triton
 # kernels carry a mode for it (`HEAD_DIM_V`: V's tile and the accumulator $D_v$ wide, so
 # $PV$ costs $D_v$'s FLOPs, not the wider head dim's). Compiled and interpreted launches both
-# run that mode. On Hopper, MLA's pair itself (192/128) runs the Gluon forward from commit
-# `98e26a3` (section "at speed" below); every other pair, and the backward, run the mode. A second route, exact by construction, stays as a switch
+# run that mode. On Hopper, MLA's pair itself (192/128) runs the Gluon forward (since commit
+# `98e26a3`, from S = 128 since `a075789`: section "at speed" below); every other pair, and
+# the backward, run the mode (the backward with launch configs of its own for 192/128 since
+# `d444f79`). A second route, exact by construction, stays as a switch
 # (`kernels/_launch.py`'s `PAD_VALUE_HEAD_DIM_ON`, empty by default; the tests and this
 # notebook switch it on to compare): pad the narrower operand with zero columns to
 # $W = \max(D, D_v)$ and run the one-head-dim kernel.
@@ -344,24 +346,36 @@ else:
 
 # %% [markdown]
 # The evidence after the fix: `tests/test_value_head_dim.py -m gpu` through the mode itself on
-# the H100 at commit `b44173b`, 178 tests (156 dense cases: D/D_v 192/128, 64/32, 128/64,
+# the H100. Now at commit `6c8aae4` (the backward's own 192/128 configs included): 179 tests in
+# 7 pytest processes, all passed; the same log holds `tests/test_launch.py -m gpu` (12 passed).
+# Before that at commit `b44173b`, 178 tests (156 dense cases: D/D_v 192/128, 64/32, 128/64,
 # 40/24, 32/64, 256/128, bf16 and fp16, S up to 2K, ragged, windows, softcap; 20 varlen
-# cases; 2 tests of the dispatch and the launch cache), in 8 pytest processes. A test log, not
-# a record (no kernel fingerprint). Below, the summary lines the committed log holds, one per
-# process, and their sum. Seven processes' logs came back whole; the eighth's did not, and its
-# summary line is the one the same call printed (marked in the log). Before the fix the same grid passed
-# through the padded route (commit `34c60c8`, the second log).
+# cases; 2 tests of the dispatch and the launch cache), in 8 pytest processes: seven
+# processes' logs came back whole; the eighth's did not, and its summary line is the one the
+# same call printed (marked in the log). Test logs, not records (no kernel fingerprint). Below,
+# the summary lines each committed log holds, one per process, and their sums. Before the fix
+# the same grid passed through the padded route (commit `34c60c8`, the third log).
 
 # %%
-dv_log = logs / "gpu_tests_dv_b44173b.log"
-if dv_log.exists():
+for dv_log in (logs / "gpu_tests_6c8aae4.txt", logs / "gpu_tests_dv_b44173b.log"):
+    if not dv_log.exists():
+        print(f"--- {dv_log.name}: (not in this checkout)")
+        continue
     summaries = [ln for ln in dv_log.read_text().splitlines() if " passed" in ln or " failed" in ln]
-    count = lambda word: sum(int(m) for ln in summaries for m in re.findall(rf"(\d+) {word}", ln))  # noqa: E731
     print(f"--- {dv_log.name}")
     print("\n".join(summaries))
-    print(f"{len(summaries)} summary lines: {count('passed')} passed, {count('failed')} failed")
-else:
-    print(f"--- {dv_log.name}: (not in this checkout)")
+    # gpu_tests_6c8aae4.txt names each pytest process's log (dv.N, launch.N); the older log's
+    # lines are all the D_v grid's
+    by_shard = {}
+    for ln in summaries:
+        shard = ln.split(".")[0] if ln.startswith(("dv.", "launch.")) else "dv"
+        by_shard.setdefault(shard, []).append(ln)
+    for shard, lines in by_shard.items():
+        n = {
+            w: sum(int(m) for ln in lines for m in re.findall(rf"(\d+) {w}", ln))
+            for w in ("passed", "failed")
+        }
+        print(f"{shard}: {len(lines)} summary lines, {n['passed']} passed, {n['failed']} failed")
 padded_log = logs / "gpu_tests_dv_paged_launch_34c60c8.txt"
 print(f"--- {padded_log.name}")
 print(padded_log.read_text().strip() if padded_log.exists() else "(not in this checkout)")
@@ -439,27 +453,37 @@ print(
 
 # %% [markdown]
 # Missed, both ways, by different margins. **Forward:** the Gluon kernel runs MLA's pair
-# 2.6-3.5x faster than the Triton mode and ahead of cuDNN, but 0.84-0.91x FA4 in this record.
-# An earlier run of the same study at `833b4cf` had 0.84-0.96x (its record was replaced: its
-# `padded` forward rows had timed the Gluon kernel, see the notes of that stop), so the
-# per-shape ratio moves by a few percent run to run. The tile is not the difference:
+# 2.65-3.72x faster than the Triton mode and ahead of cuDNN at every shape, but 0.86-0.96x FA4
+# (geomean 0.90) in this record (`6c8aae4`, log `dv_speed_6c8aae4.log`). The records of the
+# same study at `4e9f906` and `833b4cf` had 0.84-0.91x and 0.86-0.96x (the `833b4cf` one was
+# replaced: its `padded` forward rows had timed the Gluon kernel), so the per-shape ratio
+# moves by a few percent run to run. The tile is not the difference:
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
 # in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
 # shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
-# 26); no profile of the 192 kernel exists yet. **Backward:** still the Triton mode, at about
-# a third of FA4. Why it is slow, from the code (not measured apart): q/k's 192 columns are
-# padded to 256 in registers (`tl.arange` needs powers of two), so $q k^\top$ runs a third
-# wider than its FLOPs, and the mode reads K/V through pointers, not TMA. The Gluon backward
-# (`kernels/backward_hopper.py`, D64/128, opt-in) has no 192/128 variant. Against its own
-# padded route (the `padded` column) the Triton mode is faster in both directions (the ratios
+# 26); no profile of the 192 kernel exists yet. **Backward:** still the Triton mode, now
+# 0.56-0.61x FA4 (geomean 0.59), where the record of `4e9f906` had 0.32-0.42x (geomean 0.37).
+# What changed is its launch table: MLA's pair (q/k 192 padded to 256, v 128) ran the D256
+# bucket's configs and since `d444f79` has an entry of its own (`_HOPPER_TABLE_OWN_V` in
+# `kernels/backward.py`), dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2), picked by
+# timing on the H100: 1.39x (dK/dV) and 1.11x (dQ) the D256 bucket's configs before
+# `6c8aae4`, (64, 64, 8, 1) and (64, 32, 4, 1), in the whole backward's geomean over S 4K/8K,
+# causal and not (`logs/dv_backward_probe_3669f4a.log`). Against cuDNN the backward is level
+# without a mask and behind with the causal one (the table). Why the rest of the gap to FA4,
+# from the code (not measured apart): q/k's 192 columns are padded to 256 in registers
+# (`tl.arange` needs powers of two), so $q k^\top$ runs a third wider than its FLOPs, and the
+# mode reads K/V through pointers, not TMA. The Gluon backward (`kernels/backward_hopper.py`,
+# D64/128, opt-in) has no 192/128 variant. Against its own padded route (the `padded` column,
+# which runs the D256 bucket) the Triton mode is faster in both directions (the ratios
 # below).
 #
-# The dispatch sends 192/128 to the Gluon kernel from S = 1K, the shortest length of the first
-# probe. The probes (logs, not records: the Gluon kernel called directly, beside the Triton
-# mode and cuDNN, 3 rotated rounds) have it 1.24-3.87x the Triton mode at every length from
-# S = 256 (1.46x and 1.07x at S = 128, full and causal), and behind cuDNN below 1K (the table
-# below). The table was left as it is in this stop, so that the records above stay current;
-# lowering it is a one-line change with a re-record.
+# Since `a075789` the dispatch sends 192/128 to the Gluon kernel from S = 128
+# (`FORWARD_GLUON_FROM` in `flashcore/dispatch.py`; it was 1K, the shortest length of the
+# first probe). The probes (logs, not records: the Gluon kernel called directly, beside the
+# Triton mode and cuDNN, 3 rotated rounds) have it 1.24-3.87x the Triton mode at every length
+# from S = 256 and 1.46x and 1.07x at S = 128 (full and causal), and behind cuDNN up to 1K
+# (the table below). S = 128 is the shortest length measured: shorter calls stay on the Triton
+# kernel.
 
 # %%
 mode_over_padded = {
@@ -740,25 +764,29 @@ for model_name in ("gpt-oss", "deepseek-v3"):
     )
 
 # %% [markdown]
-# At commit `833b4cf` gpt-oss generates faster through flashcore than through eager attention
-# at both batches (1.09x, 1.02x; `044ea55` had 1.34x, 1.11x), and DeepSeek-V3 is at 0.98x (B1)
-# and 0.96x (B8) SDPA: a miss, inside the spread of its single rounds (the table). Earlier
-# records: 0.99x/0.99x (`044ea55`), 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded
-# route). None of this run's DeepSeek-V3 attention ran on the Gluon kernel: its 512-token
-# prompt is below the dispatch table's 1K for D192, so the prefill took the Triton mode, as at
-# `044ea55` (the probe table in section 2 has the Gluon kernel 1.65-2.89x the Triton mode at
-# S = 512); and its 128 decode steps (one query row each) run the dense forward on the Triton
-# kernel, since the KV-cache kernel has one head dim. Not measured, so not claimed: which part
-# of flashcore's path costs the time. Candidates: those Triton calls and flashcore's host cost
-# per call (section 5).
+# At commit `6c8aae4` (log `models_6c8aae4.log`) gpt-oss generates faster through flashcore
+# than through eager attention at B8 (1.18x) but not at B1 (0.90x: a miss, with single rounds
+# from 0.89x to 1.04x; `833b4cf` had 1.09x/1.02x, `044ea55` 1.34x/1.11x), and DeepSeek-V3 is at
+# 0.97x (B1) and 0.96x (B8) SDPA: a miss, inside the spread of its single rounds (the table).
+# Earlier DeepSeek-V3 records: 0.98x/0.96x (`833b4cf`), 0.99x/0.99x (`044ea55`), 1.07/0.94
+# (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). This is the first of these records
+# whose DeepSeek-V3 prefill takes the Gluon kernel, by the dispatch table (the run does not
+# log which kernel ran): its 512-token prompt is above the table's 128 for D192 (until
+# `a075789` it was below the 1K there, and the prefill took the Triton mode; the probe table
+# in section 2 has the Gluon kernel 1.65-2.89x the Triton mode at S = 512). The generation
+# ratio did not move beyond its rounds' spread. Its 128 decode steps (one query row each)
+# still run the dense forward on the Triton kernel, since the KV-cache kernel has one head
+# dim. Not measured, so not claimed: which part of flashcore's path costs the time.
+# Candidates: those Triton calls and flashcore's host cost per call (section 5).
 
 # %% [markdown]
 # ## 5. What is measured, and what is not yet
 #
 # Measured on the H100 through tests (logs, not records, under `results/<gpu>/logs/`): the
-# D_v grid through the mode (commit `b44173b`, section 2) and again with the Gluon kernel
-# forced, beside the Gluon kernel's own MLA grid of 120 cases (`98e26a3`, repeated at
-# `814a2e4`; section 2); the Gluon kernel's sinks grid (40 cases, `98e26a3`); paged KV (199 tests: page sizes
+# D_v grid through the mode (commit `b44173b`, again at `6c8aae4`: 179 tests; section 2) and
+# with the Gluon kernel forced, beside the Gluon kernel's own MLA grid of 120 cases
+# (`98e26a3`, repeated at `814a2e4`; section 2); the GPU tests of the launch cache (12,
+# `6c8aae4`); the Gluon kernel's sinks grid (40 cases, `98e26a3`); paged KV (199 tests: page sizes
 # 16-256, D 64/128/256, shared pages, the flash_attn door's `page_table`; `34c60c8`); sinks
 # (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`),
 # all passing; and the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
@@ -796,9 +824,8 @@ print(
 )
 
 # %% [markdown]
-# This notebook's GPU profile last ran on the H100 at commit `814a2e4` (this version, the MLA
-# forward's table included); that run, from `reproduce_timing.json` (its status line says
-# whether the kernels it ran are today's):
+# This notebook's GPU profile last ran on the H100 at commit `6c8aae4`; that run, from
+# `reproduce_timing.json` (its status line says whether the kernels it ran are today's):
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
