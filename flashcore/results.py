@@ -185,8 +185,10 @@ def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -
     (scope ``"imported"``), or every kernel source of the tree where it imported none (scope
     ``"tree"``: a run whose kernels ran in other processes, e.g. papermill's). Returns
     ``{"sha256", "scope", "files": {path: git object id}, "dirty_files"}``: ``sha256`` is
-    ``fingerprint_digest(files)``; ``dirty_files`` lists the files that differ from HEAD
-    (computed by git; None where there is no git).
+    ``fingerprint_digest(files)``; ``dirty_files`` lists the files that differ from the
+    commit the record names (FLASHCORE_COMMIT where set, else HEAD; computed by git, None
+    where git or that commit is not available: a GPU machine's copy of the tree may carry an
+    older ``.git``, against whose HEAD every later kernel change would read as dirty).
     """
     scope = "given"
     if files is None:
@@ -194,8 +196,8 @@ def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -
         if not files:
             files, scope = tree_kernel_files(root), "tree"
     blobs = file_blobs(sorted(files), root)
-    head = committed_blobs("HEAD", root)
-    dirty = None if head is None else sorted(p for p, b in blobs.items() if head.get(p) != b)
+    named = committed_blobs(os.environ.get("FLASHCORE_COMMIT") or "HEAD", root)
+    dirty = None if named is None else sorted(p for p, b in blobs.items() if named.get(p) != b)
     return {
         "sha256": fingerprint_digest(blobs),
         "scope": scope,

@@ -73,10 +73,10 @@ def test_write_result_fingerprints_the_imported_kernels_and_reads_back_current(
     assert fp["sha256"] == R.fingerprint_digest(fp["files"])
 
     prov = record["provenance"]
-    if prov["commit_source"] == "git":  # computed here, not declared
+    if prov["dirty"] is not None:  # computed here against the commit named, not declared
         assert isinstance(prov["dirty"], bool) and isinstance(fp["dirty_files"], list)
     else:
-        assert prov["dirty"] is None and fp["dirty_files"] is None
+        assert fp["dirty_files"] is None
 
     status = records.record_status(record)
     assert status.kind == "current" and not status.by_commit
@@ -166,6 +166,27 @@ def test_commit_and_dirty_come_from_git_where_there_is_git(repo, monkeypatch):
     assert fp["files"]["flashcore/kernels/decode.py"] == git(
         "hash-object", "flashcore/kernels/decode.py"
     )
+
+
+def test_dirty_files_are_against_the_commit_the_record_names(repo, monkeypatch):
+    """A GPU machine's copy of the tree may carry an older .git: with FLASHCORE_COMMIT set,
+    dirty_files compares the kernels with that commit, not with the copy's HEAD, and is None
+    where this repository lacks that commit."""
+    root, git = repo
+    files = R.tree_kernel_files(root)
+    old_head = git("rev-parse", "HEAD")
+    decode = root / "flashcore/kernels/decode.py"
+    append(decode)
+    git("commit", "-qam", "a kernel change")
+    new_head = git("rev-parse", "HEAD")
+    git("checkout", "-q", old_head)  # the copy's .git is older than its tree's files
+    decode.write_text(git("show", f"{new_head}:flashcore/kernels/decode.py") + "\n")
+    monkeypatch.setenv("FLASHCORE_COMMIT", new_head)
+    assert R.kernel_fingerprint(files, root)["dirty_files"] == []
+    monkeypatch.delenv("FLASHCORE_COMMIT")
+    assert R.kernel_fingerprint(files, root)["dirty_files"] == ["flashcore/kernels/decode.py"]
+    monkeypatch.setenv("FLASHCORE_COMMIT", "0000000")
+    assert R.kernel_fingerprint(files, root)["dirty_files"] is None
 
 
 def test_records_before_fingerprints_are_judged_by_their_commit(repo):
