@@ -1,13 +1,15 @@
 """Launch-config sweep of the Triton backward for MLA's pair (q/k 192, v 128; another pair
 with --pair, e.g. 256/256) on a CUDA machine: the deterministic backward (the dK/dV kernel,
-then the dQ kernel) with one kernel's config varied at a time, the other at the shipped one
-(the D256 bucket's: the pair's widest padded head dim is 256).
+then the dQ kernel) with one kernel's config varied at a time, the other at the first of its
+list: the D256 bucket's configs before commit 6c8aae4, which MLA's pair ran (its widest padded
+head dim is 256). The table kernels/backward.py ships took its MLA and D256 entries from this
+sweep.
 
 Usage: python tools/dv_backward_probe.py OUT.json [--seqlens 4096 8192] [--pair 192/128]
 bf16, B * S = 16K tokens, H = 16 (value_head_dim_speed's shapes), causal and not; every
 config is compiled first in a process pool, then timed (CUDA events, median of 10 after 2
-warm-ups). Writes OUT.json (rows and the best config per kernel by geomean) and prints a line
-per row.
+warm-ups). Writes OUT.json (provenance, kernel fingerprint, rows and the best config per
+kernel by geomean) and prints a line per row.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 sys.path.insert(0, os.getcwd())
 
 D, DV, H = 192, 128, 16
-# (BLOCK_M, BLOCK_N, warps, stages); first = shipped (kernels/backward.py, D256 bucket).
+# (BLOCK_M, BLOCK_N, warps, stages); first = the baseline (the D256 bucket before 6c8aae4).
 DKDV = [
     (64, 64, 8, 1),
     (64, 64, 8, 2),
@@ -91,6 +93,7 @@ def _compile(job):
 
 def main():
     from flashcore.kernels.backward import attention_backward
+    from flashcore.results import kernel_fingerprint, provenance
     from flashcore.studies.bench import TOKENS_PER_BATCH, attention_flops, time_launches
 
     ap = argparse.ArgumentParser()
@@ -136,10 +139,10 @@ def main():
                 )
             torch.cuda.empty_cache()
     best = {}
-    for kernel, shipped_other in (("dkdv", ("dq", DQ[0])), ("dq", ("dkdv", DKDV[0]))):
+    for kernel, baseline_other in (("dkdv", ("dq", DQ[0])), ("dq", ("dkdv", DKDV[0]))):
         groups = defaultdict(list)
         for r in rows:
-            if "tflops" in r and tuple(r[shipped_other[0]]) == shipped_other[1]:
+            if "tflops" in r and tuple(r[baseline_other[0]]) == baseline_other[1]:
                 groups[tuple(r[kernel])].append(r["tflops"])
         n = max(len(g) for g in groups.values())
         ranked = sorted(
@@ -149,7 +152,14 @@ def main():
         for g, c in ranked:
             print(f"{kernel:<4} {str(c):<18} geomean {g:6.1f} TFLOP/s", flush=True)
     with open(args.out, "w") as f:
-        json.dump(dict(rows=rows, ranked=best, compile_errors=errors), f, indent=1)
+        record = dict(
+            provenance=provenance(f"tools/dv_backward_probe.py OUT.json --pair {args.pair}"),
+            kernel_fingerprint=kernel_fingerprint(),
+            rows=rows,
+            ranked=best,
+            compile_errors=errors,
+        )
+        json.dump(record, f, indent=1)
     print(f"done in {time.time() - t0:.0f} s", flush=True)
 
 
