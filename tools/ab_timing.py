@@ -8,14 +8,19 @@ shape with ``triton.testing.do_bench`` (median) after a warm-up. The JSON writte
 round's times and, per shape, the median over rounds of B's time / A's time.
 
     git archive <commit> flashcore | tar -x -C .ab/other     # the B tree (ignored folder)
-    python tools/ab_timing.py TOPIC --other .ab/other [--rounds 5]
+    python tools/ab_timing.py TOPIC --other .ab/other [--rounds 5] [--suite paged]
 
 writes results/<gpu>/TOPIC.json (``write_result``: provenance and the kernel fingerprint
 of this checkout's kernel files).
 
-A is the checkout this script lives in. bf16, B*S = 16K tokens, H*D = 2048 (the perf.json
-harness's shapes); shapes chosen to reach both forward kernels (Triton at D64, Gluon at
-D128/D256 from S 1-2K) and the backward.
+A is the checkout this script lives in. Suites:
+
+* ``attention`` (default): bf16, B*S = 16K tokens, H*D = 2048 (the perf.json harness's
+  shapes); shapes chosen to reach both forward kernels (Triton at D64, Gluon at D128/D256
+  from S 1-2K) and the backward.
+* ``paged``: the decode kernel on paged and dense caches, paged_decode.json's harness
+  (``bench_paged_shape``: CUDA-graph replay, bf16 D128 GQA 32/8, pages of 16/64/256 in a
+  random order), at B 1 and 4, caches of 32K and 128K tokens.
 """
 
 from __future__ import annotations
@@ -67,11 +72,30 @@ for d, s, causal in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
+PAGED_SHAPES = [(1, 32768), (4, 32768), (1, 131072), (4, 131072)]  # (B, Sk)
 
-def run_tree(tree: Path, shapes) -> dict:
+PAGED_WORKER = r"""
+import json, sys
+from flashcore.studies.paged_decode import bench_paged_shape
+out = {}
+for b, sk in json.loads(sys.argv[1]):
+    shape = dict(B=b, Hq=32, Hkv=8, Sk=sk, D=128, dtype="bfloat16")
+    for r in bench_paged_shape(shape, reps=50):
+        if not r["impl"].startswith("fa4"):
+            out[f"B{b} Sk{sk} {r['impl']}"] = dict(graph_ms=r["graph_timing"]["median_ms"])
+print("RESULT " + json.dumps(out))
+"""
+
+SUITES = {  # worker, its shapes, the metrics it reports
+    "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),
+    "paged": (PAGED_WORKER, PAGED_SHAPES, ("graph_ms",)),
+}
+
+
+def run_tree(tree: Path, shapes, worker: str = WORKER) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run(
-        [sys.executable, "-c", WORKER, json.dumps(shapes)],
+        [sys.executable, "-c", worker, json.dumps(shapes)],
         env=env,
         cwd=tree,
         capture_output=True,
@@ -87,7 +111,9 @@ def main() -> int:
     parser.add_argument("topic", help="record name, e.g. refactor_ab_timing")
     parser.add_argument("--other", type=Path, required=True, help="the B source tree")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--suite", choices=sorted(SUITES), default="attention")
     args = parser.parse_args()
+    worker, shapes, metrics = SUITES[args.suite]
     here = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(here))
     from flashcore.results import write_result
@@ -97,25 +123,24 @@ def main() -> int:
         order = ("A", "B") if r % 2 == 0 else ("B", "A")
         for name in order:
             tree = here if name == "A" else args.other.resolve()
-            rounds[name].append(run_tree(tree, SHAPES))
+            rounds[name].append(run_tree(tree, shapes, worker))
             print(f"round {r} {name} done", flush=True)
     summary = {}
     for key in rounds["A"][0]:
-        row = {"kernel_A": rounds["A"][0][key]["kernel"], "kernel_B": rounds["B"][0][key]["kernel"]}
-        for metric in ("forward_ms", "forward_backward_ms"):
+        row = {f"kernel_{n}": rounds[n][0][key].get("kernel") for n in ("A", "B")}
+        for metric in metrics:
             ratios = [b[key][metric] / a[key][metric] for a, b in zip(rounds["A"], rounds["B"])]
             row[f"{metric}_A"] = statistics.median(x[key][metric] for x in rounds["A"])
             row[f"{metric}_B"] = statistics.median(x[key][metric] for x in rounds["B"])
             row[f"{metric}_B_over_A"] = statistics.median(ratios)
             row[f"{metric}_B_over_A_range"] = [min(ratios), max(ratios)]
         summary[key] = row
-        print(
-            f"{key:>18}: forward B/A {row['forward_ms_B_over_A']:.3f}, "
-            f"fwd+bwd B/A {row['forward_backward_ms_B_over_A']:.3f} "
-            f"(A {row['kernel_A']}, B {row['kernel_B']})"
-        )
+        ratios = ", ".join(f"{m} B/A {row[f'{m}_B_over_A']:.3f}" for m in metrics)
+        print(f"{key:>22}: {ratios} (A {row['kernel_A']}, B {row['kernel_B']})")
     other = str(args.other)
-    payload = dict(other_tree=other, rounds=rounds, summary=summary, shapes=SHAPES)
+    payload = dict(
+        other_tree=other, suite=args.suite, rounds=rounds, summary=summary, shapes=shapes
+    )
     print("recorded", write_result(args.topic, payload))
     return 0
 

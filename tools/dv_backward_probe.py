@@ -6,6 +6,9 @@ head dim is 256). The table kernels/backward.py ships took its MLA and D256 entr
 sweep.
 
 Usage: python tools/dv_backward_probe.py OUT.json [--seqlens 4096 8192] [--pair 192/128]
+                                          [--atomic]
+With --atomic, the atomic mode instead (dQ summed inside the dK/dV kernel, the mode varlen's
+backward runs): only the dK/dV config varies; the first is the atomic config both pairs ship.
 bf16, B * S = 16K tokens, H = 16 (value_head_dim_speed's shapes), causal and not; every
 config is compiled first in a process pool, then timed (CUDA events, median of 10 after 2
 warm-ups). Writes OUT.json (provenance, kernel fingerprint, rows and the best config per
@@ -57,9 +60,10 @@ DQ = [
 ]
 
 
-def _runs():
+def _runs(atomic=False):
     runs = [dict(dkdv=c, dq=DQ[0]) for c in DKDV]
-    runs += [dict(dkdv=DKDV[0], dq=c) for c in DQ[1:]]
+    if not atomic:
+        runs += [dict(dkdv=DKDV[0], dq=c) for c in DQ[1:]]
     return runs
 
 
@@ -81,10 +85,12 @@ def _compile(job):
     """Compile one config (a small call with the sweep's constexprs); the error or None."""
     from flashcore.kernels.backward import attention_backward
 
-    causal, cfg, s, pair = job
+    causal, cfg, s, pair, atomic = job
     try:
         q, k, v, do, out, lse = _inputs(1, 1, s, causal, pair)
-        attention_backward(do, q, k, v, out, lse, causal=causal, config=cfg)
+        attention_backward(
+            do, q, k, v, out, lse, causal=causal, config=cfg, deterministic=not atomic
+        )
         torch.cuda.synchronize()
         return None
     except Exception as exc:  # a config that does not fit is a result, not a crash
@@ -101,11 +107,18 @@ def main():
     ap.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192])
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--pair", default=f"{D}/{DV}", help="q/k head dim / v head dim")
+    ap.add_argument("--atomic", action="store_true", help="time the atomic mode's dK/dV kernel")
     args = ap.parse_args()
     pair = tuple(int(x) for x in args.pair.split("/"))
     h = 2048 // pair[1] if pair[1] > 128 else H  # H * D_v = 2048 past 128, as the speed rows
     t0 = time.time()
-    jobs = [(c, cfg, s, pair) for s in args.seqlens[:1] for c in (False, True) for cfg in _runs()]
+    runs = _runs(args.atomic)
+    jobs = [
+        (c, cfg, s, pair, args.atomic)
+        for s in args.seqlens[:1]
+        for c in (False, True)
+        for cfg in runs
+    ]
     with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
         errors = {repr(j[:2]): e for j, e in zip(jobs, pool.map(_compile, jobs)) if e}
     print(f"compiled {len(jobs)} in {time.time() - t0:.0f} s; errors: {errors}", flush=True)
@@ -116,14 +129,24 @@ def main():
             q, k, v, do, out, lse = _inputs(b, h, s, causal, pair)
             # FLOPs: the forward's over one head dim of (D + D_v) / 2, times 2.5
             flops = 2.5 * attention_flops(b, h, s, s, sum(pair) // 2, causal)
-            for cfg in _runs():
-                row = dict(B=b, H=h, S=s, D=pair[0], Dv=pair[1], causal=causal, **cfg)
+            for cfg in runs:
+                row = dict(
+                    B=b, H=h, S=s, D=pair[0], Dv=pair[1], causal=causal, atomic=args.atomic, **cfg
+                )
                 if repr((causal, cfg)) in errors:
                     row["error"] = errors[repr((causal, cfg))]
                 else:
                     t = time_launches(
                         lambda i, cfg=cfg: attention_backward(
-                            do, q, k, v, out, lse, causal=causal, config=cfg
+                            do,
+                            q,
+                            k,
+                            v,
+                            out,
+                            lse,
+                            causal=causal,
+                            config=cfg,
+                            deterministic=not args.atomic,
                         ),
                         1,
                         warmup=2,
@@ -139,7 +162,8 @@ def main():
                 )
             torch.cuda.empty_cache()
     best = {}
-    for kernel, baseline_other in (("dkdv", ("dq", DQ[0])), ("dq", ("dkdv", DKDV[0]))):
+    kernels = (("dkdv", ("dq", DQ[0])),) + (() if args.atomic else (("dq", ("dkdv", DKDV[0])),))
+    for kernel, baseline_other in kernels:
         groups = defaultdict(list)
         for r in rows:
             if "tflops" in r and tuple(r[baseline_other[0]]) == baseline_other[1]:
@@ -153,7 +177,10 @@ def main():
             print(f"{kernel:<4} {str(c):<18} geomean {g:6.1f} TFLOP/s", flush=True)
     with open(args.out, "w") as f:
         record = dict(
-            provenance=provenance(f"tools/dv_backward_probe.py OUT.json --pair {args.pair}"),
+            provenance=provenance(
+                f"tools/dv_backward_probe.py OUT.json --pair {args.pair}"
+                + (" --atomic" if args.atomic else "")
+            ),
             kernel_fingerprint=kernel_fingerprint(),
             rows=rows,
             ranked=best,

@@ -58,10 +58,11 @@ def _page_rows(BlockTable, start_n, cols, key_hi, PAGE_SIZE: tl.constexpr, BLOCK
     pool: (page id, row in the page), int64, for ``BlockTable`` the sequence's row of the
     block table. A tile lies in one page when PAGE_SIZE is a multiple of BLOCK_N (tiles
     start at multiples of BLOCK_N): one id is loaded and the tile's rows are contiguous in
-    the page; with smaller pages each row looks up its own page (rows past the sequence's
-    end read entry 0, whose value the caller's mask never uses)."""
+    the page; with smaller pages each row looks up its own page. Rows (or a tile) past the
+    sequence's end read nothing and get page 0, which the caller's mask never uses."""
     if PAGE_SIZE % BLOCK_N == 0:
-        page = tl.load(BlockTable + start_n // PAGE_SIZE).to(tl.int64)
+        page = tl.load(BlockTable + start_n // PAGE_SIZE, mask=start_n < key_hi, other=0)
+        page = page.to(tl.int64)
     else:
         page = tl.load(BlockTable + cols // PAGE_SIZE, mask=cols < key_hi, other=0).to(tl.int64)
     return page, (cols % PAGE_SIZE).to(tl.int64)
@@ -201,12 +202,26 @@ def _decode_split_kernel(
         # Keys below the first query's window are skipped whole tiles at a time.
         first_seen = tl.maximum(cache_len - window + 1, 0)
         key_lo = tl.maximum(key_lo, (first_seen // BLOCK_N) * BLOCK_N)
+    if PAGED:
+        # The block-table lookup is carried one tile ahead of the tile that uses it. Looked
+        # up inside its own tile, Triton's pipeliner turned it into an async copy that the
+        # tile's K/V copies waited on, which left one K/V tile in flight (a wait for every
+        # copy at each step) where the dense cache keeps two; carried, the K/V copies are
+        # pipelined two tiles deep as in the dense cache (sm_90 TTGIR: async_wait num 2,
+        # not 0).
+        page_next, row_next = _page_rows(
+            BlockTable, key_lo, key_lo + offs_n, key_hi, PAGE_SIZE, BLOCK_N
+        )
     for start_n in range(key_lo, key_hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)  # split_len is a multiple of BLOCK_N
         cols = start_n + offs_n
         kv_mask = (cols[:, None] < key_hi) & d_in[None, :]
         if PAGED:
-            page, row = _page_rows(BlockTable, start_n, cols, key_hi, PAGE_SIZE, BLOCK_N)
+            page = page_next
+            row = row_next
+            page_next, row_next = _page_rows(
+                BlockTable, start_n + BLOCK_N, cols + BLOCK_N, key_hi, PAGE_SIZE, BLOCK_N
+            )
             k_rows = page * stride_kz + row * stride_kn
             k = tl.load(k_ptrs + k_rows[:, None], mask=kv_mask, other=0.0)
         else:
