@@ -1,6 +1,8 @@
 """Nsight Compute on flashcore's kernels beside SDPA cuDNN and FlashAttention-4, forward at D
 64/128/256 and backward at D 64/128: where the tensor pipe idles and why (issue stalls,
 registers, shared memory, occupancy). bf16, B * S = 16K tokens (S = 8192, B = 2), H = 2048 / D.
+D ``192`` is MLA's pair (q/k 192, v and dO 128; H = 16 as value_head_dim_speed), forward and
+backward, flashcore beside cuDNN and FA4.
 
     python tools/ncu_compare.py run PHASE IMPL D [--causal]   (under ncu, GPU)
     python tools/ncu_compare.py record DIR                      (parse, on the same GPU)
@@ -93,7 +95,10 @@ def _kernel_metrics(raw: dict) -> dict:
 CASES = [("forward", impl, d) for d in (128, 64, 256) for impl in ("flashcore", "cudnn", "fa4")]
 CASES += [("forward", "triton", 128)]
 BACKWARD_IMPLS = ("flashcore", "gluon", "cudnn", "fa4")
+PEERS = ("flashcore", "cudnn", "fa4")
 CASES += [("backward", impl, d) for d in (128, 64) for impl in BACKWARD_IMPLS]
+CASES += [(phase, impl, 192) for phase in ("forward", "backward") for impl in PEERS]
+MLA_HEADS, MLA_V_HEAD_DIM = 16, 128  # d = 192: MLA's pair
 NCU_COMMAND = (
     "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis "
     "--section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled --csv --page raw"
@@ -115,10 +120,13 @@ def run(phase: str, impl: str, d: int, causal: bool) -> None:
     from flashcore.studies import bench
 
     b, h, s = 2, 2048 // d, 8192
+    dv = d
+    if d == 192:
+        h, dv = MLA_HEADS, MLA_V_HEAD_DIM
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, do = (
-        torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-        for _ in range(4)
+        torch.randn(b, h, s, width, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for width in (d, d, dv, dv)
     )
     if impl in ("flashcore", "triton", "gluon"):
         print("forward kernel:", dispatch.forward_kernel(q, k, v, causal=causal), file=sys.stderr)
@@ -176,7 +184,13 @@ def record(folder: str) -> None:
     )
     payload = {
         "method": __doc__.strip(),
-        "shape": {"B": 2, "S": 8192, "H": "2048 / D", "dtype": "bfloat16", "causal": False},
+        "shape": {
+            "B": 2,
+            "S": 8192,
+            "H": "2048 / D (D 192: 16, v head dim 128)",
+            "dtype": "bfloat16",
+            "causal": False,
+        },
         "ncu": NCU_COMMAND,
         "rows": rows,
         "unparsed_files": leftover,
