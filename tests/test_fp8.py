@@ -116,3 +116,61 @@ def test_error_rows_report_each_variant():
 def test_gpu_kernel_within_own_reference_bound(variant, causal, dist):
     x = quantize(*_inputs(dist, 2, 8, 2, 1500, 128, seed=5), variant)
     assert _bound_ratio(x, causal) <= 1.0
+
+
+# The Gluon forward's FP8 mode (kernels/forward_hopper.py, FLASHCORE_FP8_HOPPER=always):
+# the same inputs and the same bound as the Triton kernel above, and proof it ran.
+HOPPER_SHAPES = [  # (b, hq, hkv, s, d): one row, ragged, past one tile, GQA, every head dim
+    (1, 2, 2, 1, 128),
+    (2, 4, 2, 200, 64),
+    (1, 2, 1, 129, 128),
+    (2, 8, 2, 1500, 128),
+    (1, 2, 2, 383, 256),
+    (1, 4, 4, 1024, 64),
+]
+
+
+def _hopper_fp8(monkeypatch):
+    from flashcore.kernels import forward_hopper
+
+    monkeypatch.setenv("FLASHCORE_FP8_HOPPER", "always")
+    calls = []
+    launch = forward_hopper.attention_hopper_fp8
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(forward_hopper, "attention_hopper_fp8", counted)
+    return calls
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", HOPPER_SHAPES)
+def test_gpu_hopper_fp8_within_own_reference_bound(monkeypatch, variant, causal, shape):
+    calls = _hopper_fp8(monkeypatch)
+    b, hq, hkv, s, d = shape
+    x = quantize(*_inputs("outlier", b, hq, hkv, s, d, seed=s + d), variant)
+    assert _bound_ratio(x, causal) <= 1.0
+    assert calls, "the Gluon FP8 mode did not run"
+
+
+@pytest.mark.gpu
+def test_gpu_hopper_fp8_wrong_block_scale_breaks_the_bound(monkeypatch):
+    calls = _hopper_fp8(monkeypatch)
+    x = quantize(*_inputs("normal", 1, 2, 2, 256, 128, seed=3), "per_block")
+    assert _bound_ratio(x, False) <= 1.0
+    own, bound = fp8_study.own_reference_bound(x, causal=False)
+    x.k_scale[:, :, 1] *= 1.25
+    assert fp8_study.bound_ratio(fp8_attention(x, causal=False), own, bound) > 1.0
+    assert len(calls) == 2
+
+
+@pytest.mark.gpu
+def test_gpu_hopper_fp8_is_deterministic(monkeypatch):
+    _hopper_fp8(monkeypatch)
+    x = quantize(*_inputs("outlier", 2, 8, 2, 1500, 128, seed=1), "per_block_hadamard")
+    first = fp8_attention(x, causal=True)
+    assert all(torch.equal(first, fp8_attention(x, causal=True)) for _ in range(3))

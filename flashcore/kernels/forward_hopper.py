@@ -45,6 +45,14 @@ Offsets: TMA coordinates are per-dimension int32 (B, H, S, D each < 2^31), addre
 64-bit; the output and lse pointers are formed in int64, so tensors past 2^31 elements
 are exact.
 
+FP8 mode (``attention_hopper_fp8``, kernels/fp8.py's quantized inputs; opt-in with
+FLASHCORE_FP8_HOPPER=always until measured): the same pipeline with e4m3 Q K^T and P V. v is
+stored transposed by the quantizer (8-bit wgmma wants both operands K-major, and P V reduces
+over the keys), so the producer loads V^T tiles; each key tile's scores are scaled by its q and
+k block scales (a 64-row warpgroup tile and a key tile each lie inside one block of
+fp8.QUANT_BLOCK rows), P is scaled by P_SCALE and goes to the P V wgmma through shared memory,
+and the epilogue applies v's per-channel scale. Top-left causal alignment only, no lse.
+
 ``attention_hopper`` launches it. ``flashcore.attention`` launches it only where the
 dispatch table in flashcore/interface.py (``FORWARD_GLUON_FROM``) says it was measured
 faster than the Triton kernel (H100, bf16, B*S = 16K tokens, H*D = 2048, side by side in one process; the sweep is
@@ -64,11 +72,13 @@ import torch
 
 from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
 from ._softmax import LOG2E
+from .fp8 import QUANT_BLOCK as FP8_QUANT_ROWS
 
 try:  # Gluon is experimental; its API moves between triton releases.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
         mbarrier,
         tma,
         warpgroup_mma,
@@ -114,8 +124,18 @@ VARIANTS = {
 # causal walk over single tiles was a third slower than one program per tile (D128 S=16K 414
 # vs 644). Both modes run persistent.
 PERSISTENT = {False: True, True: True}
+# fp8 (kernels/fp8.py's inputs): tile configs per head dim, BLOCK_N dividing fp8.QUANT_BLOCK
+# (a key tile lies inside one key block's scale). e4m3 tiles are half the bytes of bf16's, so
+# the ring holds more stages in the same shared memory. Not measured yet.
+FP8_VARIANTS = {
+    64: dict(BLOCK_N=128, STAGES=4),
+    128: dict(BLOCK_N=128, STAGES=3),
+    256: dict(BLOCK_N=64, STAGES=3),
+}
 
 if GLUON_AVAILABLE:
+    # Rows of q (and keys of k) per fp8 scale: kernels/fp8.py's QUANT_BLOCK.
+    FP8_QUANT_BLOCK = gl.constexpr(FP8_QUANT_ROWS)
 
     @gluon.jit
     def _work_unit(u, sched):
@@ -175,14 +195,15 @@ if GLUON_AVAILABLE:
     @gluon.jit
     def _producer(
         loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-        QK_TAIL: gl.constexpr,
+        QK_TAIL: gl.constexpr, V_T: gl.constexpr = False,
     ):  # fmt: skip
         """One warp: TMA loads only, for every work tile of this program in turn. A Q buffer
         is refilled once its warpgroup has issued its last Q K^T of the previous tile; a K/V
         stage once every consumer warpgroup released it. `it` counts K/V tiles over the whole
         program, so ring positions and barrier phases carry across work tiles. QK_TAIL > 0:
         Q's and K's last QK_TAIL columns come through descriptors of their own into buffers
-        of their own, on the same barriers."""
+        of their own, on the same barriers. V_T (fp8): v is stored transposed, (B, H, D_v, S),
+        and its tile is D_v x BLOCK_N."""
         descs, qbuf, ring, sched = loads
         q_desc, k_desc, v_desc, q_tail_desc, k_tail_desc = descs
         q_smem, q_tail, q_ready, q_empty = qbuf
@@ -248,11 +269,12 @@ if GLUON_AVAILABLE:
                     )
                     mbarrier.wait(v_empty.index(stage), empty_phase)
                     mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                    if V_T:
+                        v_coords = [batch, kv_head, 0, j * BLOCK_N]
+                    else:
+                        v_coords = [batch, kv_head, j * BLOCK_N, 0]
                     tma.async_copy_global_to_shared(
-                        v_desc,
-                        [batch, kv_head, j * BLOCK_N, 0],
-                        v_ready.index(stage),
-                        v_smem.index(stage),
+                        v_desc, v_coords, v_ready.index(stage), v_smem.index(stage)
                     )
                 it += n_tiles
                 local += 1
@@ -298,6 +320,30 @@ if GLUON_AVAILABLE:
         return s_tok
 
     @gluon.jit
+    def _issue_pv(p_op, v_smem, slot, acc, V_T: gl.constexpr):
+        """Issue O += P V_slot (async). V_T (fp8): the stored tile is V^T (D_v x keys), so
+        that the operand is K-major along the keys, as an 8-bit wgmma requires."""
+        if V_T:
+            return warpgroup_mma(p_op, v_smem.index(slot).permute((1, 0)), acc, is_async=True)
+        else:
+            return warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+
+    @gluon.jit
+    def _p_operand(p, layout: gl.constexpr, dtype: gl.constexpr):
+        """P as the A operand of P V: registers, in the operand dtype."""
+        return gl.convert_layout(p.to(dtype), layout)
+
+    @gluon.jit
+    def _p_to_shared(p, p_buf, P_SCALE: gl.constexpr):
+        """fp8: P as the A operand of P V, through shared memory (an 8-bit register operand
+        cannot be held past its asynchronous wgmma: the wait that keeps it alive takes
+        16/32-bit values only). p in [0, 1] times P_SCALE, a power of two (exact), moves it
+        into e4m3's normal range. The caller has waited for the P V that read p_buf last."""
+        p_buf.store((p * P_SCALE).to(p_buf.dtype))
+        fence_async_shared()
+        return p_buf
+
+    @gluon.jit
     def _take_turn(turn, wg: gl.constexpr, turn_phase, PINGPONG: gl.constexpr):
         if PINGPONG:
             mbarrier.wait(turn.index(wg), turn_phase)
@@ -315,10 +361,13 @@ if GLUON_AVAILABLE:
         seqlen_k, causal_offset, qk_scale, wg: gl.constexpr, s_layout: gl.constexpr,
         o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-        QK_TAIL: gl.constexpr,
+        QK_TAIL: gl.constexpr, k_scales=None, P_SCALE: gl.constexpr = 1.0,
     ):  # fmt: skip
         """Key tiles [first, last) of one warpgroup's work tile, whose key tile 0 sits at ring
-        position `it`; tile j's softmax overlaps P_{j-1} V_{j-1}."""
+        position `it`; tile j's softmax overlaps P_{j-1} V_{j-1}. fp8 (k_scales not None): key
+        tile j's scores are scaled by qk_scale * its key block's scale (a tile lies inside one
+        block of FP8_QUANT_BLOCK keys), and V is stored transposed."""
+        FP8: gl.constexpr = k_scales is not None
         k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         q_tile = q_tiles[0]
         ROWS: gl.constexpr = q_tile.shape[0]
@@ -330,31 +379,42 @@ if GLUON_AVAILABLE:
             mbarrier.wait(v_ready.index(prev), ((it + j - 1) // STAGES) & 1)
             turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
             s_tok = _issue_qk(q_tiles, (k_smem, k_tail), stage, zero_s, QK_TAIL)
-            o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            o_tok = _issue_pv(p_op, v_smem, prev, acc, FP8)
             _pass_turn(turn, wg, PINGPONG)
+            tile_scale = qk_scale
+            if FP8:  # loaded while S_j runs
+                tile_scale = qk_scale * gl.load(k_scales + (j * BLOCK_N) // FP8_QUANT_BLOCK)
             # Groups retire in order: one outstanding means S_j is done, P V may run on.
             # (With a tail S_j is two groups, issued before P V's: the same wait.)
             s = warpgroup_mma_wait(1, deps=(s_tok,))
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, alpha, m_i, l_i = _softmax_step(
-                s, m_i, l_i, qk_scale, rows, j * BLOCK_N, seqlen_k, causal_offset,
+                s, m_i, l_i, tile_scale, rows, j * BLOCK_N, seqlen_k, causal_offset,
                 s_layout, BLOCK_N, MASKED, IS_CAUSAL,
             )  # fmt: skip
             acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
             mbarrier.arrive(v_empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            p_op = gl.convert_layout(p.to(q_tile.dtype), p_op.type.layout)
+            if FP8:
+                p_op = _p_to_shared(p, p_op, P_SCALE)
+            else:
+                p_op = _p_operand(p, gl.constexpr(p_op.type.layout), q_tile.dtype)
         return acc, p_op, m_i, l_i, turn_phase
 
     @gluon.jit
     def _consumer(
         wg: gl.constexpr, args, HEAD_DIM_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-        HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr,
+        HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr, FP8: gl.constexpr = False,
+        P_SCALE: gl.constexpr = 1.0,
     ):  # fmt: skip
         """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program.
-        Q K^T reduces over q's head dim (the shared tiles' width); the output is HEAD_DIM_V wide."""
-        outputs, qbuf, ring, turn, sched, qk_scale = args
+        Q K^T reduces over q's head dim (the shared tiles' width); the output is HEAD_DIM_V wide.
+        FP8: e4m3 operands (8-bit wgmma: K 32 per instruction; P through shared memory), the
+        scores scaled per (query block, key block) by q's and k's block scales, P by P_SCALE,
+        and the output by v's per-channel scale / P_SCALE (kernels/fp8.py's recipes)."""
+        outputs, qbuf, ring, turn, sched, qk_scale, fp8_args = args
+        QScale, KScale, VScale, n_q_blocks, n_k_blocks, inv_p_scale, p_smem = fp8_args
         Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok = outputs
         q_smem, q_tail, q_ready, q_empty = qbuf
         k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
@@ -370,11 +430,13 @@ if GLUON_AVAILABLE:
         NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
         dtype: gl.constexpr = q_smem.dtype
+        # wgmma's K per instruction is 32 bytes of operand.
+        INSTR_K: gl.constexpr = 32 if FP8 else 16
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, INSTR_K]
         )
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM_V, 16]
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM_V, INSTR_K]
         )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -394,6 +456,17 @@ if GLUON_AVAILABLE:
                     batch_head, tile_m, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
                 )
                 rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
+                tile_qk_scale = qk_scale
+                k_scales = None
+                if FP8:
+                    # This warpgroup's 64 rows lie inside one block of FP8_QUANT_BLOCK queries.
+                    tile_qk_scale = qk_scale * gl.load(
+                        QScale
+                        + batch_head.to(gl.int64) * n_q_blocks
+                        + (q_row0 + wg * ROWS) // FP8_QUANT_BLOCK
+                    )
+                    num_kv_heads = num_q_heads // gqa_group_size
+                    k_scales = KScale + (batch * num_kv_heads + kv_head).to(gl.int64) * n_k_blocks
                 if HAS_SINKS:
                     # A learnable sink (gpt-oss) is one more logit of every row with no value
                     # row: start each row as if it had seen it, with running max the sink (log2
@@ -417,25 +490,31 @@ if GLUON_AVAILABLE:
                     gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), QK_TAIL,
                 )  # fmt: skip
                 _pass_turn(turn, wg, PINGPONG)
+                tile_scale = tile_qk_scale
+                if FP8:
+                    tile_scale = tile_qk_scale * gl.load(k_scales)
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
                 mbarrier.arrive(k_empty.index(stage), count=1)
                 p, alpha, m_i, l_i = _softmax_step(
-                s, m_i, l_i, qk_scale, rows, 0, seqlen_k, causal_offset,
+                s, m_i, l_i, tile_scale, rows, 0, seqlen_k, causal_offset,
                 s_layout, BLOCK_N, True, IS_CAUSAL,
             )  # fmt: skip
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                if FP8:
+                    p_op = _p_to_shared(p, p_smem.index(wg), P_SCALE)
+                else:
+                    p_op = _p_operand(p, p_layout, dtype)
 
                 # Key tiles every row sees whole, then the tiles that need a mask.
                 mid = gl.maximum(n_unmasked, 1)
                 acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
                 acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, 1, mid,
-                seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
-                False, IS_CAUSAL, PINGPONG, QK_TAIL,
+                seqlen_k, causal_offset, tile_qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
+                False, IS_CAUSAL, PINGPONG, QK_TAIL, k_scales, P_SCALE,
             )  # fmt: skip
                 acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
                 acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, mid, n_tiles,
-                seqlen_k, causal_offset, qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
-                True, IS_CAUSAL, PINGPONG, QK_TAIL,
+                seqlen_k, causal_offset, tile_qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
+                True, IS_CAUSAL, PINGPONG, QK_TAIL, k_scales, P_SCALE,
             )  # fmt: skip
                 # Every Q K^T of this work tile has completed: the producer may load the next Q
                 # while the last P V and the store below run.
@@ -445,7 +524,7 @@ if GLUON_AVAILABLE:
                 g = it + n_tiles - 1
                 mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
                 turn_phase = _take_turn(turn, wg, turn_phase, PINGPONG)
-                o_tok = warpgroup_mma(p_op, v_smem.index(g % STAGES), acc, is_async=True)
+                o_tok = _issue_pv(p_op, v_smem, g % STAGES, acc, FP8)
                 _pass_turn(turn, wg, PINGPONG)
                 acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
                 mbarrier.arrive(v_empty.index(g % STAGES), count=1)
@@ -458,6 +537,14 @@ if GLUON_AVAILABLE:
                 )
                 o_rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
                 o_cols = gl.arange(0, HEAD_DIM_V, layout=gl.SliceLayout(0, o_layout))
+                if FP8:  # v's per-channel scale, and P_SCALE undone
+                    v_scale = gl.load(
+                        VScale
+                        + (batch * (num_q_heads // gqa_group_size) + kv_head).to(gl.int64)
+                        * HEAD_DIM_V
+                        + o_cols
+                    )
+                    out = out * gl.expand_dims(v_scale * inv_p_scale, 0)
                 o_ptrs = (
                     Out
                     + (batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh)
@@ -467,7 +554,7 @@ if GLUON_AVAILABLE:
                 o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(
                     o_cols < HEAD_DIM_V, 0
                 )
-                gl.store(o_ptrs, out.to(dtype), mask=o_mask)
+                gl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
                 if STORE_LSE:
                     lse = gl.where(
                         sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634
@@ -486,7 +573,8 @@ if GLUON_AVAILABLE:
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
         CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2, HAS_SINKS: gl.constexpr = False,
         HEAD_DIM_V: gl.constexpr = 0, QK_TAIL: gl.constexpr = 0, q_tail_desc=None,
-        k_tail_desc=None,
+        k_tail_desc=None, QScale=None, KScale=None, VScale=None, n_q_blocks=0, n_k_blocks=0,
+        inv_p_scale=1.0, FP8: gl.constexpr = False, P_SCALE: gl.constexpr = 1.0,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
@@ -496,7 +584,11 @@ if GLUON_AVAILABLE:
         HEAD_DIM: q's and k's head dim. HEAD_DIM_V: v's where it differs (0: the same).
         QK_TAIL > 0: a head dim that is no power of two (a TMA block's sides are) is loaded as
         HEAD_DIM - QK_TAIL columns through q_desc/k_desc and the last QK_TAIL through
-        q_tail_desc/k_tail_desc (MLA's 192 = 128 + 64)."""
+        q_tail_desc/k_tail_desc (MLA's 192 = 128 + 64).
+
+        FP8: q, k and v^T are e4m3 (kernels/fp8.py's ``Fp8Inputs``); v_desc describes v^T,
+        (B, H, D, S_pad); QScale, KScale (per block of FP8_QUANT_BLOCK rows), VScale (per
+        channel) and P_SCALE as fp8.py's kernel uses them."""
         ROWS: gl.constexpr = 64
         DV: gl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
         MAIN: gl.constexpr = HEAD_DIM - QK_TAIL
@@ -524,8 +616,12 @@ if GLUON_AVAILABLE:
             q_tail = q_smem
             k_tail = k_smem
             descs = (q_desc, k_desc, v_desc, q_desc, k_desc)
-        v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DV], v_layout)
+        if FP8:  # V^T tiles: keys along the contiguous axis
+            vt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([DV, BLOCK_N], dtype)
+            v_smem = gl.allocate_shared_memory(dtype, [STAGES, DV, BLOCK_N], vt_layout)
+        else:
+            v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype)
+            v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DV], v_layout)
         q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
@@ -552,7 +648,16 @@ if GLUON_AVAILABLE:
         qbuf = (q_smem, q_tail, q_ready, q_empty)
         ring = (k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty)
         outputs = (Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok)
-        consumer = (outputs, qbuf, ring, turn, sched, qk_scale)
+        if FP8:  # each consumer warpgroup's P tile, the A operand of its P V
+            p_smem = gl.allocate_shared_memory(
+                dtype,
+                [NUM_WG, ROWS, BLOCK_N],
+                gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N], dtype),
+            )
+        else:
+            p_smem = q_smem  # unused stand-in
+        fp8_args = (QScale, KScale, VScale, n_q_blocks, n_k_blocks, inv_p_scale, p_smem)
+        consumer = (outputs, qbuf, ring, turn, sched, qk_scale, fp8_args)
         loads = (descs, qbuf, ring, sched)
         # Every partition gets the tile config as constexpr arguments (a tuple would turn
         # them into run-time values).
@@ -560,12 +665,12 @@ if GLUON_AVAILABLE:
             gl.warp_specialize(
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
                     (_consumer, (2, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, 24],
@@ -574,10 +679,10 @@ if GLUON_AVAILABLE:
             gl.warp_specialize(
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, 24],
@@ -607,12 +712,19 @@ def supports(q, k, v, *, window=None) -> bool:
 
 
 def _descriptor(t, block_rows, head_dim):
-    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    dtype = _GLUON_DTYPES[t.dtype]
     # 4-D over the whole (B, H, S, D) tensor: rows past S come back as zeros.
     layout = nvmma_layout((block_rows, head_dim), dtype)
     return TensorDescriptor(
         t, list(t.shape), list(t.stride()), [1, 1, block_rows, head_dim], layout
     )
+
+
+_GLUON_DTYPES = (
+    {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}
+    if GLUON_AVAILABLE
+    else {}
+)
 
 
 def _launch_args(
@@ -741,6 +853,68 @@ def lean_launch(q, k, v, out, lse, *, store_lse, default_scale, **options):
         return None
     blocks = tuple((describes[n], tuple(named[n].block_shape)) for n in names)
     return LeanHopperLaunch(frozen, blocks, tuple(lse.shape), store_lse, default_scale)
+
+
+def fp8_requested() -> bool:
+    """FLASHCORE_FP8_HOPPER=always sends fp8 calls that ``supports_fp8`` accepts here; the
+    default (never) keeps them on kernels/fp8.py's Triton kernel until this path is measured."""
+    return os.environ.get("FLASHCORE_FP8_HOPPER", "never").lower() == "always"
+
+
+def supports_fp8(x) -> bool:
+    """True when the FP8 mode of this kernel computes ``x`` (kernels/fp8.py's Fp8Inputs):
+    a Hopper GPU, head dim 64, 128 or 256, and TMA-compatible q8, k8, v8t."""
+    q8 = x.q8
+    if not GLUON_AVAILABLE or q8.device.type != "cuda" or q8.shape[3] not in FP8_VARIANTS:
+        return False
+    if not _is_hopper(q8.device.index):
+        return False
+    return all(tma_strides_ok(t) for t in (q8, x.k8, x.v8t))
+
+
+def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None):
+    """Launch the kernel's FP8 mode on quantized inputs ``x`` (``supports_fp8`` true) into
+    ``out`` (B, Hq, Sq, D), fp16/bf16, any strides. Top-left causal alignment, as
+    kernels/fp8.py's kernel; no lse."""
+    q8, k8, v8t = x.q8, x.k8, x.v8t
+    batch, num_q_heads, seqlen_q, head_dim = q8.shape
+    num_kv_heads = k8.shape[1]
+    cfg = FP8_VARIANTS[head_dim]
+    block_n = block_n or cfg["BLOCK_N"]
+    stages = stages or cfg["STAGES"]
+    if FP8_QUANT_ROWS % block_n:
+        raise ValueError(f"block_n must divide {FP8_QUANT_ROWS}, got {block_n}")
+    num_wg = 2
+    work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
+    grid = (min(work_units, _num_sms(q8.device.index)),)
+    args = (
+        _descriptor(q8, BLOCK_M_WG, head_dim),
+        _descriptor(k8, block_n, head_dim),
+        _descriptor(v8t, head_dim, block_n),  # V^T: D rows of block_n keys
+        out, out, None, *out.stride(), num_q_heads, num_q_heads // num_kv_heads,
+        batch * num_q_heads, seqlen_q, x.seqlen_k, 0, scale * LOG2E,
+    )  # fmt: skip
+    _FA3_LAUNCH[grid](
+        *args,
+        HEAD_DIM=head_dim,
+        BLOCK_N=block_n,
+        STAGES=stages,
+        IS_CAUSAL=bool(causal),
+        STORE_LSE=False,
+        PINGPONG=True,
+        CONSUMER_REGS=CONSUMER_REGS[num_wg],
+        NUM_WG=num_wg,
+        QScale=x.q_scale,
+        KScale=x.k_scale,
+        VScale=x.v_scale,
+        n_q_blocks=x.q_scale.shape[2],
+        n_k_blocks=x.k_scale.shape[2],
+        inv_p_scale=1.0 / x.p_scale,
+        FP8=True,
+        P_SCALE=float(x.p_scale),
+        num_warps=4,
+    )
+    return out
 
 
 @functools.cache

@@ -29,6 +29,10 @@ wants both operands contiguous along the reduction dimension, which for p @ v is
 axis. The quantizer pads keys to a multiple of 128 (zeros, masked to -inf in the scores) so
 the copy engine's 16-byte stride rule holds for the transposed v.
 
+On Hopper the Gluon forward has an FP8 mode with FlashAttention-3's structure on the same
+inputs and recipes (kernels/forward_hopper.py, ``attention_hopper_fp8``); ``launch_fp8`` takes
+it under FLASHCORE_FP8_HOPPER=always (default: this kernel) until it is measured.
+
 ``quantize`` turns fp16/bf16/fp32 q, k, v into an ``Fp8Inputs`` (what an fp8 model would
 have produced upstream); ``fp8_attention`` runs the kernel on it; ``dequantized`` gives the
 inputs the kernel actually sees, for the float64 reference of the same function.
@@ -444,6 +448,12 @@ def launch_fp8(x: Fp8Inputs, out: torch.Tensor, *, causal: bool, scale: float, c
     QUANT_BLOCK, num_warps, num_stages, USE_TMA)."""
     q8 = x.q8
     interpreted = on_interpreter(q8)
+    if config is None and not interpreted:
+        from . import forward_hopper
+
+        if forward_hopper.fp8_requested() and forward_hopper.supports_fp8(x):
+            forward_hopper.attention_hopper_fp8(x, out, causal=causal, scale=scale)
+            return
     batch, num_q_heads, seqlen_q, head_dim = q8.shape
     num_kv_heads = x.k8.shape[1]
     cfg = dict(config) if config is not None else _pick_config(x, causal, interpreted)
