@@ -573,8 +573,8 @@ if GLUON_AVAILABLE:
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
         CONSUMER_REGS: gl.constexpr, NUM_WG: gl.constexpr = 2, HAS_SINKS: gl.constexpr = False,
         HEAD_DIM_V: gl.constexpr = 0, QK_TAIL: gl.constexpr = 0, q_tail_desc=None,
-        k_tail_desc=None, QScale=None, KScale=None, VScale=None, n_q_blocks=0, n_k_blocks=0,
-        inv_p_scale=1.0, FP8: gl.constexpr = False, P_SCALE: gl.constexpr = 1.0,
+        k_tail_desc=None, QScale=None, KScale=None, VScale=None, n_q_blocks=None,
+        n_k_blocks=None, inv_p_scale=None, FP8: gl.constexpr = False, P_SCALE: gl.constexpr = 1.0,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
@@ -588,7 +588,8 @@ if GLUON_AVAILABLE:
 
         FP8: q, k and v^T are e4m3 (kernels/fp8.py's ``Fp8Inputs``); v_desc describes v^T,
         (B, H, D, S_pad); QScale, KScale (per block of FP8_QUANT_BLOCK rows), VScale (per
-        channel) and P_SCALE as fp8.py's kernel uses them."""
+        channel) and P_SCALE as fp8.py's kernel uses them. (None without FP8: constexpr
+        Nones add no kernel parameter, so the fp16/bf16 kernels compile as before.)"""
         ROWS: gl.constexpr = 64
         DV: gl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
         MAIN: gl.constexpr = HEAD_DIM - QK_TAIL
