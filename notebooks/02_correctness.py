@@ -189,7 +189,9 @@ print(
 # `results/<gpu>/correctness.json`. `SWEEP="quick"`, the default: every `QUICK_GRID_STRIDE`-th
 # case of that shuffled grid (35 cases at 13: all three masks, GQA ratios 1 to 8, head dims
 # 16 to 256 and two padded ones, S up to 4096, Sq != Sk, fp32 and the transposed layout
-# among them), recorded as `correctness_quick.json`. Its time
+# among them), recorded as `correctness_quick.json` (its H100 record, of commit `6c8aae4`, is
+# stale: `decode.py` and `backward.py` changed after it, at `3f5270a` and `e5df583`, and it was
+# not re-recorded; the full grid's record below was). Its time
 # is mostly compiling: each case with a new combination of head dim, dtype, mask and the
 # integer arguments Triton specializes on (equal to 1, divisible by 16) is a new kernel, about
 # a second each on the H100's host; the full grid has about 156 of them. CPU profile: the
@@ -248,7 +250,9 @@ print(
 # ## 3. The recorded GPU grid
 #
 # Rendered from `results/<gpu>/correctness.json`; the provenance line says which device, date
-# and commit produced it. On the CPU profile this is the record committed from the H100 run.
+# and commit produced it. On the CPU profile this is the record committed from the H100 run:
+# commit `f9591a6` (2026-11-27, the kernels of the paged-decode change `3f5270a` and MLA's
+# atomic backward config `e5df583`), 450 cases, 0 failed (log `logs/correctness_f9591a6.log`).
 
 # %%
 record = read_result("correctness", RECORDED_GPU)
@@ -408,12 +412,17 @@ print(
 # %% [markdown]
 # The Gluon Hopper kernel (`kernels/forward_hopper.py`, notebook 03) ran the same sample forced
 # onto it, once on its own grid and once with 3 programs walking every work tile (the
-# `forward_hopper` runs of `sanitizer.json`, listed above). memcheck and synccheck are clean; racecheck reports 5
-# hazards in every run, and they are not in the kernel's data path. Where they were traced to
-# the SASS (commit `f2502d2`; the record above, at a later commit, has the same count per run
-# and was not traced again), every one pairs the worker warps' read of their partition-state byte at kernel entry (`LDS.U8` after
-# `BAR.SYNC 1`) with the default warpgroup's write of that byte before the start and the exit
-# of `warp_specialize` (`STS.64` followed by `BAR.SYNC 1`): the protocol Triton generates around
+# `forward_hopper` runs of `sanitizer.json`, listed above; a third, `forward_hopper_mla`, runs
+# MLA's head dims). memcheck and synccheck are clean; racecheck reports 5 hazards in each of
+# the two `forward_hopper` runs and 4 in the MLA run (the record of `f9591a6`; the one of
+# `6c8aae4` had 5 in all three), and they are not in the kernel's data path. In all three runs
+# every report pairs a read at the kernel's entry (`forward_hopper.py:481`) with writes at that
+# line and at the `gl.warp_specialize` call (line 559; `logs/sanitize_f9591a6.log`). Where they
+# were traced to the SASS (commit `f2502d2`, 5 per run; the runs above were not traced again),
+# every one pairs the worker warps' read of their partition-state byte at kernel entry
+# (`LDS.U8` after `BAR.SYNC 1`) with the default warpgroup's write of that byte before the
+# start and the exit of `warp_specialize` (`STS.64` followed by `BAR.SYNC 1`): the protocol
+# Triton generates around
 # `gl.warp_specialize` (SASS at the reported offsets: `logs/racecheck_sass_f2502d2.log` beside
 # the record). None
 # touches the Q buffers, the K/V ring or our mbarriers. A probe that shares nothing with the
@@ -451,9 +460,12 @@ print("recorded, Gluon kernel: clean under memcheck, racecheck, synccheck:", hop
 # transposed layout, sliding windows; then the fp8 kernel, every recipe, at S = 200; then the
 # other kernel families on small awkward sizes, `flashcore/studies/sanitize_workloads.py`: the
 # backward in both dQ modes with softcap and varlen, the varlen forward, decode dense and paged
-# with splits, sinks, softcap and windows, and the Gluon backward) ran with PyTorch's caching allocator off, so every tensor is its own
+# with splits, sinks, softcap and windows, the Gluon backward, and MLA's head dims on the
+# forward) ran with PyTorch's caching allocator off, so every tensor is its own
 # allocation and a masked load that strayed past a tensor's end would be reported rather than
-# land silently in a neighbour's memory.
+# land silently in a neighbour's memory. The record is of commit `f9591a6`, so its paged decode
+# runs are of the block-table lookup carried one tile ahead (`3f5270a`); its backward runs are
+# not MLA's pair, so MLA's atomic dK/dV config (`e5df583`) is not among them.
 #
 # ## 4. The prior reports' failing cases
 #
@@ -462,7 +474,7 @@ print("recorded, Gluon kernel: clean under memcheck, racecheck, synccheck:", hop
 # precision issues". Here are the same regimes through the forward kernel: $S = 32$ and other
 # short lengths, and single-query / short-query attention over a longer cache with bottom-right
 # alignment and GQA (the shape of a KV-cache step; the dedicated split-KV decode kernel is
-# checked the same way when it lands).
+# checked the same way in the next section).
 
 # %%
 dt = "float16"
@@ -700,7 +712,8 @@ print(
 # could have printed `False`: the forward kernel passes the error rule on every case of the live
 # grid and of the recorded GPU grid, repeated launches are bitwise identical, memcheck,
 # racecheck and synccheck are clean on the sanitizer sample for every kernel family but the
-# Gluon forward (whose 5 racecheck hazards are the warp-specialize hand-off discussed above),
+# Gluon forward (whose racecheck hazards, 5, 5 and 4 in its three runs, are the
+# warp-specialize hand-off discussed above),
 # and element offsets past $2^{31}$ are handled.
 # The rule beats the prior reports' fixed thresholds where it matters (its bound follows the
 # dtype and the size) but is not uniformly sharper than `allclose`: a bug confined to

@@ -103,10 +103,12 @@ for name, r in sass_report["kernels"].items():
 # False and says why beside it; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit 6c8aae4, its
-# `forward_hopper` runs, MLA's included: 5 hazards each, the count of the run at `f2502d2` whose hazards were
-# traced to the workers' entry reads against these stores; notebook 02 renders that record),
-# and nothing in the K/V ring, Q buffers or mbarriers.
+# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `f9591a6`, its three
+# `forward_hopper` runs: 5 hazards in each of the two at the standard head dims, 4 in MLA's,
+# which had 5 at `6c8aae4`; in all three every report pairs a read at the kernel's entry with
+# writes at the entry and at the `gl.warp_specialize` call, `logs/sanitize_f9591a6.log`. At
+# `f2502d2` the hazards, 5 per run, were traced to the workers' entry reads against these
+# stores; notebook 02 renders the record), and nothing in the K/V ring, Q buffers or mbarriers.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -465,8 +467,11 @@ if power:
 # changed since (v's own head dim, $D_v \ne D$, now runs the Triton kernel's own mode on the
 # GPU, with V loaded before $q k^\top$; later, up to 6c8aae4, the Gluon forward's sinks and MLA
 # head dims, the backward's dQ reduction and launch configs, MLA's dispatch and the launch
-# cache), and neither record was re-recorded with the 6c8aae4 records: their status lines
-# above say stale. The SASS section compiles today's kernels; the timing
+# cache; then `3f5270a`, decode's paged branch, and `e5df583`, MLA's atomic-mode backward
+# config), and neither record was re-recorded with the 6c8aae4 records or with the f9591a6
+# ones: their status lines above say stale. The SASS section compiles today's kernels (its
+# decode split-KV variant is the dense cache's, without a block table, so the paged branch
+# that `3f5270a` changed is not among them); the timing
 # and power numbers are not re-measured on them, so whether today's kernels time the same is not
 # established here (the verdict lines recompute from whatever record is committed). The timing
 # test includes the Gluon kernel's shapes; the power study does not.

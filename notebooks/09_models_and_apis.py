@@ -15,7 +15,11 @@
 # the measurement says so. Speed is not claimed from this notebook's own runs: the H100
 # records rendered below (sinks' cost, D 192 / D_v 128 beside FlashAttention-4, paged decode
 # beside FA4 and the copy ceiling, the models' generation, the host cost per call) are
-# checked against issue 28's targets, each verdict computed from its record.
+# checked against issue 28's targets, each verdict computed from its record. Of them only
+# paged decode's is of today's kernels (commit `f9591a6`). The others were recorded at
+# `6c8aae4` or `be540a8` and are stale: after them `3f5270a` changed `decode.py`'s paged
+# branch and `e5df583` MLA's atomic-mode backward config, and they were not re-recorded. Their
+# status lines say so, and their verdicts are those of `6c8aae4`'s kernels.
 #
 # Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
 # the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
@@ -202,8 +206,11 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 
 # %% [markdown]
 # The target is computed over the same-kernel rows, forward and forward + backward, which are
-# now every row: what a user sees is the sinks' own cost, on the kernel the call would take
-# anyway.
+# every row of this record: what a user sees is the sinks' own cost, on the kernel the call
+# would take anyway. The record is of commit `6c8aae4` and stale (its status line): `decode.py`
+# (`3f5270a`, the paged branch) and `backward.py` (`e5df583`, MLA's atomic dK/dV config) changed
+# after it, and it was not re-recorded. Its 0.976-1.027 and the verdict above describe
+# `6c8aae4`'s kernels.
 
 # %% [markdown]
 # ## 2. A value head dim of its own (D_v ≠ D)
@@ -354,21 +361,44 @@ else:
 # processes' logs came back whole; the eighth's did not, and its summary line is the one the
 # same call printed (marked in the log). Test logs, not records (no kernel fingerprint). Below,
 # the summary lines each committed log holds, one per process, and their sums. Before the fix
-# the same grid passed through the padded route (commit `34c60c8`, the third log).
+# the same grid passed through the padded route (commit `34c60c8`, the last log). At `f9591a6`
+# the grid's varlen tests ran again (`dvvarlen` lines, 5 processes) beside
+# `tests/test_paged_kv.py` (`paged` lines; section 3) in `gpu_tests_f9591a6.txt`; its summary
+# lines have no prefix, so each is named by the `== <process>.log` line above it. Those varlen
+# tests run the backward's deterministic mode (the tests' default), so they do not run the
+# atomic-mode config `e5df583` gave MLA's pair (end of this section).
 
 # %%
-for dv_log in (logs / "gpu_tests_6c8aae4.txt", logs / "gpu_tests_dv_b44173b.log"):
+gpu_test_logs = (logs / "gpu_tests_f9591a6.txt", logs / "gpu_tests_6c8aae4.txt",
+                 logs / "gpu_tests_dv_b44173b.log")  # fmt: skip
+
+
+def shard_summaries(path):
+    """(process kind, summary line) for each pytest summary line of a test log: the kind from
+    the line's own `dv.N.log:` prefix, else from the `== kind.N.log` line above it, else dv."""
+    header, found = None, []
+    for ln in path.read_text().splitlines():
+        if ln.startswith("== "):
+            header = ln[3:].split(".")[0]
+        elif " passed" in ln or " failed" in ln:
+            if ln.startswith(("dv.", "launch.")):
+                found.append((ln.split(".")[0], ln))
+            else:
+                found.append((header or "dv", f"{header}: {ln}" if header else ln))
+    return found
+
+
+for dv_log in gpu_test_logs:
     if not dv_log.exists():
         print(f"--- {dv_log.name}: (not in this checkout)")
         continue
-    summaries = [ln for ln in dv_log.read_text().splitlines() if " passed" in ln or " failed" in ln]
+    summaries = shard_summaries(dv_log)
     print(f"--- {dv_log.name}")
-    print("\n".join(summaries))
+    print("\n".join(ln for _, ln in summaries))
     # gpu_tests_6c8aae4.txt names each pytest process's log (dv.N, launch.N); the older log's
     # lines are all the D_v grid's
     by_shard = {}
-    for ln in summaries:
-        shard = ln.split(".")[0] if ln.startswith(("dv.", "launch.")) else "dv"
+    for shard, ln in summaries:
         by_shard.setdefault(shard, []).append(ln)
     for shard, lines in by_shard.items():
         n = {
@@ -452,23 +482,34 @@ print(
 )
 
 # %% [markdown]
-# Missed, both ways, by different margins. **Forward:** the Gluon kernel runs MLA's pair
+# Missed, both ways, by different margins, in this record of `6c8aae4` (log
+# `dv_speed_6c8aae4.log`). The record is stale (its status line): `3f5270a` changed
+# `decode.py`'s paged branch and `e5df583` the atomic-mode dK/dV config of this very pair
+# after it, and it was not re-recorded. **Forward:** the Gluon kernel runs MLA's pair
 # 2.65-3.72x faster than the Triton mode and ahead of cuDNN at every shape, but 0.86-0.96x FA4
-# (geomean 0.90) in this record (`6c8aae4`, log `dv_speed_6c8aae4.log`). The records of the
+# (geomean 0.90). The records of the
 # same study at `4e9f906` and `833b4cf` had 0.84-0.91x and 0.86-0.96x (the `833b4cf` one was
 # replaced: its `padded` forward rows had timed the Gluon kernel), so the per-shape ratio
 # moves by a few percent run to run. The tile is not the difference:
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
 # in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
 # shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
-# 26); no profile of the 192 kernel exists yet. **Backward:** still the Triton mode, now
-# 0.56-0.61x FA4 (geomean 0.59), where the record of `4e9f906` had 0.32-0.42x (geomean 0.37).
+# 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `f9591a6`) is rendered at the
+# end of this section. **Backward:** the Triton mode, 0.56-0.61x FA4 (geomean 0.59) in this
+# record, where the record of `4e9f906` had 0.32-0.42x (geomean 0.37).
 # What changed is its launch table: MLA's pair (q/k 192 padded to 256, v 128) ran the D256
 # bucket's configs and since `d444f79` has an entry of its own (`_HOPPER_TABLE_OWN_V` in
 # `kernels/backward.py`), dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2), picked by
 # timing on the H100: 1.39x (dK/dV) and 1.11x (dQ) the D256 bucket's configs before
 # `6c8aae4`, (64, 64, 8, 1) and (64, 32, 4, 1), in the whole backward's geomean over S 4K/8K,
-# causal and not (`logs/dv_backward_probe_3669f4a.log`). Against cuDNN the backward is level
+# causal and not (`logs/dv_backward_probe_3669f4a.log`). Those are the deterministic mode's
+# configs (what autograd runs, and the mode this record times). The atomic mode (dQ summed
+# with atomics inside the dK/dV kernel: `attention_backward` or `attention_varlen_backward`
+# called with `deterministic=False`; the autograd of `flashcore.attention` and of
+# `attention_varlen` passes `True`) kept the D256 bucket's dK/dV (64, 64, 8, 1) for the pair
+# until `e5df583`, which gave it (64, 64, 8, 2) (the middle entry of `_HOPPER_TABLE_OWN_V`):
+# 166 against 132 TFLOP/s, the probe's table at the end of this section. No record here
+# times the atomic mode at 192/128. Against cuDNN the backward is level
 # without a mask and behind with the causal one (the table). Why the rest of the gap to FA4,
 # from the code (not measured apart): q/k's 192 columns are padded to 256 in registers
 # (`tl.arange` needs powers of two), so $q k^\top$ runs a third wider than its FLOPs, and the
@@ -510,6 +551,94 @@ for r in probe_rows:
     r["gluon / triton"] = r["gluon"] / r["triton"]
 print(table(probe_rows, ["log", "S", "causal", "gluon", "triton", "cudnn", "gluon / triton"],
             {c: "{:.0f}" for c in ("gluon", "triton", "cudnn")} | {"gluon / triton": "{:.2f}"}))  # fmt: skip
+
+# %% [markdown]
+# ### MLA's pair under Nsight Compute, and the atomic backward's config
+#
+# `ncu_compare.json` (notebook 03 renders the rest of it): one call of each implementation
+# profiled with `ncu --clock-control none`, bf16, B 2, S 8K, H 16, not causal, q/k 192 and v
+# 128; below, every kernel of the call that takes at least 5% of its kernel time (`ms`),
+# tensor-pipe busy cycles as a share of peak over the active cycles, registers a thread,
+# shared memory a block, barrier stalls per issued instruction, the whole call's kernel time
+# and FA4's over it. Then the
+# atomic-mode dK/dV sweeps (`tools/dv_backward_probe.py --atomic`, logs with provenance, not
+# records): MLA's pair (H 16) and the D256 bucket, S 4K/8K, causal and not, the geomean
+# TFLOP/s of the whole atomic backward with the dK/dV config varied (dQ stays (64, 32, 4, 1);
+# configs that do not fit shared memory are left out), beside the config the table ships.
+
+# %%
+ncu = results.read_result("ncu_compare", RECORDED_GPU)
+print("recorded on", results.describe(ncu))
+print(status_line_for("ncu_compare", RECORDED_GPU))
+
+
+def kernel_name(name):
+    if name.startswith("cudnn_generated"):
+        return "cudnn " + ("fprop" if "fprop" in name else "bprop")
+    fa4 = re.search(r"flash_(fwd_sm90|bwd_sm90)", name)
+    return f"fa4 {fa4.group(1)}" if fa4 else name.split("(")[0][:30]
+
+
+mla_ncu = [r for r in ncu["rows"] if r["D"] == 192]
+call_ns = {(r["phase"], r["impl"]): r["kernel_ns_total"] for r in mla_ncu}
+ncu_rows = [
+    {"phase": r["phase"], "impl": r["impl"], "kernel": kernel_name(kern["kernel"]),
+     "ms": kern["duration_ns"] / 1e6, "tensor pipe %": kern["tensor_pipe_pct_of_peak_active"],
+     "regs": kern["registers_per_thread"], "smem KB": kern["shared_mem_per_block"] / 1024,
+     "barrier": kern["stalls_per_issue"]["barrier"], "call ms": r["kernel_ns_total"] / 1e6,
+     "FA4 / call": call_ns[(r["phase"], "fa4")] / r["kernel_ns_total"]}
+    for r in mla_ncu
+    for kern in r["kernels"]
+    if kern["duration_ns"] >= 0.05 * r["kernel_ns_total"]
+]  # fmt: skip
+print(table(ncu_rows, list(ncu_rows[0]),
+            {"ms": "{:.2f}", "tensor pipe %": "{:.1f}", "regs": "{:.0f}", "smem KB": "{:.0f}",
+             "barrier": "{:.2f}", "call ms": "{:.2f}", "FA4 / call": "{:.2f}"}))  # fmt: skip
+
+from flashcore.kernels.backward import _pick_config
+
+probe_top = []
+for pair, name, padded in (("192/128", "mla", (256, 128)), ("256/256", "256", (256, 0))):
+    path = logs / f"atomic_backward_probe_3f5270a.{name}.json"
+    if not path.exists():
+        print(f"--- {path.name}: (not in this checkout)")
+        continue
+    probe = json.loads(path.read_text())
+    print(f"--- {path.name}:", results.describe(probe))
+    shipped = _pick_config(padded[0], torch.bfloat16, False, padded[1])["dkdv_atomic"]
+    for rank, r in enumerate(probe["ranked"]["dkdv"][:3], 1):
+        probe_top.append({"pair": pair, "rank": rank, "dK/dV (M, N, warps, stages)": tuple(r["config"]),
+                          "geomean TFLOP/s": r["geomean_tflops"],
+                          "ships": tuple(r["config"]) == tuple(shipped)})  # fmt: skip
+print(table(probe_top, list(probe_top[0]), {"geomean TFLOP/s": "{:.1f}"}))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(
+    "the atomic dK/dV config that ships for each pair is its sweep's fastest:",
+    all(r["ships"] for r in probe_top if r["rank"] == 1) and len(probe_top) > 0,
+)
+
+# %% [markdown]
+# **Forward:** flashcore's kernel keeps the tensor pipe busy 82.8% (of peak, over its active
+# cycles), FA4's 91.6%, cuDNN's 74.6%, at the same 168 registers a thread and about the same
+# shared memory as FA4's (208 and 209 KB); flashcore's call takes 1.90 ms against FA4's 1.77
+# (0.93). It stalls at barriers 2.94 times per issued instruction, FA4's kernel 0.43 times
+# (cuDNN's 2.34). The profile says where the kernels differ, not why. **Backward:** the
+# Triton mode's two kernels take 12.26 ms, dK/dV 8.01 ms with the tensor pipe 43.2% busy and
+# dQ 4.20 ms at 69.5%, both at 255 registers a thread, against FA4's one kernel at 6.28 ms and
+# 59.5% (FA4 / call 0.53); cuDNN's backward, 12.31 ms, is level with flashcore's here, as in the
+# speed table without a mask. The profile is of the deterministic mode, at one shape, one call
+# each.
+#
+# **The atomic config:** the sweep over MLA's pair ranks (64, 64, 8, 2) first (165.8), ahead of
+# (64, 128, 8, 1) (148.8) and of the D256 bucket's (64, 64, 8, 1) (132.3), which the pair ran
+# before `e5df583`; D256's own sweep keeps (64, 64, 8, 1) (168.4, next 119.4). The sweep times
+# the configs; it does not check their gradients. No GPU test log here runs the new config:
+# the logged GPU runs select the `gpu`-marked tests of `tests/test_value_head_dim.py`, whose
+# grids (the `f9591a6` varlen one included) run the deterministic mode; the file's atomic-mode
+# tests are not so marked and were deselected (on the CPU, where they run, the interpreter
+# takes configs of its own). So the config is measured for speed, not yet checked on the GPU.
 
 # %% [markdown]
 # ## 3. Paged KV
@@ -603,7 +732,8 @@ print("a table that points one page at the wrong page fails the rule:", not plan
 # measured in the same process; `vs dense` the dense call's time over this one's; `FA4 / ours`
 # FA4's paged call (`flash_attn_varlen_func` with `page_table`, same pages in its layout) over
 # flashcore's paged call. Issue 28's targets: paged decode ≥ 0.95 of the copy ceiling from
-# 32K, and at least as fast as FA4's paged decode.
+# 32K, and at least as fast as FA4's paged decode. The record is of commit `f9591a6`, the
+# kernels after `3f5270a` (the block-table lookup carried one tile ahead; below).
 
 # %%
 paged_record = results.read_result("paged_decode", RECORDED_GPU)
@@ -631,6 +761,29 @@ peer_errors = {
     r["error"] for r in paged_record["rows"] if r["impl"].startswith("fa4") and "error" in r
 }
 print("FA4 rows with an error instead of a time:", sorted(peer_errors) or "none")
+shape = lambda r: f"B{r['B']} {r['Sk'] // 1024}K page {r['page']} {r['of_copy']:.3f}"  # noqa: E731
+print("from 32K, >= 0.95 of copy:", "; ".join(shape(r) for r in paged_rows
+      if r["Sk"] >= 32768 and r["of_copy"] >= 0.95))  # fmt: skip
+print("from 32K, below 0.95:", "; ".join(shape(r) for r in paged_rows
+      if r["Sk"] >= 32768 and r["of_copy"] < 0.95))  # fmt: skip
+print("from 32K, the dense call below 0.95 of copy:", "; ".join(
+    f"B{b} {sk // 1024}K {by_impl[(b, sk, 'dense')]['of_copy']:.3f}"
+    for b, sk in sorted({(r["B"], r["Sk"]) for r in paged_rows if r["Sk"] >= 32768})
+    if by_impl[(b, sk, "dense")]["of_copy"] < 0.95) or "none")  # fmt: skip
+long_ = [r for r in paged_rows if r["Sk"] >= 32768]
+short_ = {b: [r for r in paged_rows if r["Sk"] < 32768 and r["B"] == b] for b in (1, 4)}
+spans = [
+    ("of copy, from 32K", [r["of_copy"] for r in long_], "{:.3f}"),
+    ("of copy, from 32K, pages of 16", [r["of_copy"] for r in long_ if r["page"] == 16], "{:.3f}"),
+    ("vs dense, from 32K", [r["vs dense"] for r in long_], "{:.3f}"),
+    ("vs dense, 8K B1", [r["vs dense"] for r in short_[1]], "{:.3f}"),
+    ("vs dense, 8K B4", [r["vs dense"] for r in short_[4]], "{:.3f}"),
+    ("FA4 / ours, B1", [r["FA4 / ours"] for r in paged_rows if r["B"] == 1], "{:.2f}"),
+    ("FA4 / ours, B4", [r["FA4 / ours"] for r in paged_rows if r["B"] == 4], "{:.2f}"),
+    ("FA4 of copy", [r["FA4 of_copy"] for r in paged_rows], "{:.2f}"),
+]
+for name, x, f in spans:
+    print(f"{name}: {f.format(min(x))} to {f.format(max(x))}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -643,10 +796,55 @@ print("issue 28: paged decode at least as fast as FA4's paged decode at every sh
       all(r["FA4 / ours"] >= 1.0 for r in paged_rows))  # fmt: skip
 
 # %% [markdown]
-# flashcore's paged call stays well below the copy-ceiling target, and below its own dense
-# call at every page size (the `vs dense` column): reading K/V through the block table costs it
-# time. FA4's paged call, its varlen entry point with one query per sequence, is slower than
-# flashcore's at every shape here (the `FA4 / ours` column).
+# **The copy ceiling: missed, at 7 of the 12 shapes from 32K.** From 32K tokens flashcore's
+# paged call reads 0.792-1.008 of the copy ceiling (the record of `6c8aae4` had 0.64-0.78). It
+# meets 0.95 at B4 32K with pages of 64 (0.952) and 256 (0.975), at B1 128K with pages of 256
+# (0.966) and at B4 128K with pages of 64 (0.992) and 256 (1.008). It misses at B1 32K with
+# every page size (0.792, 0.835, 0.854), where the dense call itself reads 0.883; at B1 128K
+# with pages of 64 (0.946); and with pages of 16 at every shape (0.792-0.937). `of_copy` passes
+# 1 in two rows (B4 128K: dense 1.034, pages of 256 1.008): the ceiling is a device copy, which
+# reads and writes, so it does not bound a kernel that only reads. From 32K the paged call runs
+# at 0.897-0.990 of the dense call's speed (`vs dense`); at 8K and B1 it is faster than dense
+# (1.019-1.075), at 8K and B4 slower (0.906-0.971); why the B1 8K rows beat dense is not
+# measured. **FA4: met at every shape.** FA4's paged call, its varlen entry point with one query
+# per sequence, reads 0.10-0.48 of the copy ceiling; flashcore's is 1.96-8.28x faster
+# (`FA4 / ours`; 5.45-8.28x at B1, 1.96-2.23x at B4).
+#
+# **What changed.** Until `3f5270a` the paged kernel looked up each tile's page in the block
+# table inside that tile. Triton's pipeliner turned that lookup into an async copy that the
+# tile's K/V copies waited on, so one K/V tile was in flight (sm_90 TTGIR: `async_wait` num 0),
+# where the dense cache keeps two (num 2). The lookup is now carried one tile ahead, and the
+# K/V copies pipeline two deep as in the dense cache. The A/B below timed both trees in one
+# session on the H100, alternating processes, 2 rounds each (`logs/paged_ab_3f5270a.json`:
+# after, its A, is `3f5270a`; before, its B, the tree `.ab/base`, which was commit `0e654ee`,
+# the commit before it; CUDA-graph medians; `before / after` above 1 = faster after).
+
+# %%
+ab_path = logs / "paged_ab_3f5270a.json"
+if ab_path.exists():
+    ab = json.loads(ab_path.read_text())
+    print(f"--- {ab_path.name}:", results.describe(ab))
+    print(f"after (A): the tree of the commit above; before (B): {ab['other_tree']}; rounds "
+          + ", ".join(f"{k} {len(v)}" for k, v in ab["rounds"].items()))  # fmt: skip
+    ab_rows = []
+    for name, r in ab["summary"].items():
+        b, sk, impl = name.split()
+        ab_rows.append({"batch": int(b[1:]), "Sk": int(sk[2:]), "impl": impl,
+                        "before us": 1e3 * r["graph_ms_B"], "after us": 1e3 * r["graph_ms_A"],
+                        "before / after": r["graph_ms_B_over_A"],
+                        "per round": "{:.3f}-{:.3f}".format(*r["graph_ms_B_over_A_range"])})  # fmt: skip
+    print(table(ab_rows, list(ab_rows[0]),
+                {"before us": "{:.1f}", "after us": "{:.1f}", "before / after": "{:.3f}"}))  # fmt: skip
+    for kind in ("dense", "paged"):
+        x = [r["before / after"] for r in ab_rows if r["impl"].startswith(kind)]
+        print(f"{kind}: before / after {min(x):.3f} to {max(x):.3f}")
+else:
+    print(f"--- {ab_path.name}: (not in this checkout)")
+
+# %% [markdown]
+# The paged call is 1.230-1.293x faster after the change at every shape and page size of the
+# A/B, the dense call within 0.996-1.003 (its code did not change). The record above is of
+# the later commit `f9591a6`, whose kernels are `3f5270a`'s but for MLA's atomic backward config.
 
 # %% [markdown]
 # ## 4. The doors
@@ -764,6 +962,9 @@ for model_name in ("gpt-oss", "deepseek-v3"):
     )
 
 # %% [markdown]
+# This record is stale (its status line): it was recorded at `6c8aae4`, `3f5270a` and
+# `e5df583` changed `decode.py` and `backward.py` after it, and it was not re-recorded, so the
+# numbers below are those of `6c8aae4`'s kernels.
 # At commit `6c8aae4` (log `models_6c8aae4.log`) gpt-oss generates faster through flashcore
 # than through eager attention at B8 (1.18x) but not at B1 (0.90x: a miss, with single rounds
 # from 0.89x to 1.04x; `833b4cf` had 1.09x/1.02x, `044ea55` 1.34x/1.11x), and DeepSeek-V3 is at
@@ -787,17 +988,22 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # with the Gluon kernel forced, beside the Gluon kernel's own MLA grid of 120 cases
 # (`98e26a3`, repeated at `814a2e4`; section 2); the GPU tests of the launch cache (12,
 # `6c8aae4`); the Gluon kernel's sinks grid (40 cases, `98e26a3`); paged KV (199 tests: page sizes
-# 16-256, D 64/128/256, shared pages, the flash_attn door's `page_table`; `34c60c8`); sinks
+# 16-256, D 64/128/256, shared pages, the flash_attn door's `page_table`; `34c60c8`; again at
+# `f9591a6`, after the paged change, 157 of them selected in 5 processes, and the D_v varlen
+# grid, 20: section 2's log cell); sinks
 # (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`),
 # all passing; and the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
 # with a record, their verdicts printed above: the sinks' cost (section 1), D 192/128 beside
 # FA4 (section 2), paged decode against the copy ceiling and FA4's paged decode (section 3),
-# the models' generation against their default attention (section 4).
+# the models' generation against their default attention (section 4). Of these records only
+# paged decode's is current (`f9591a6`); the others are stale (`6c8aae4`, before `3f5270a` and
+# `e5df583`), and their verdicts are those of `6c8aae4`'s kernels.
 #
 # One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
 # `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
-# transformers makes) against SDPA's default backend; below, the ratios per shape. The
-# flash_attn and SDPA doors' own host cost has no current record.
+# transformers makes) against SDPA's default backend; below, the ratios per shape. The record
+# is of `6c8aae4` and stale (its status line; not re-recorded after `3f5270a` and `e5df583`).
+# The flash_attn and SDPA doors' own host cost has no current record.
 
 # %%
 launch_record = results.read_result("launch", RECORDED_GPU)
@@ -825,7 +1031,8 @@ print(
 
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `6c8aae4`; that run, from
-# `reproduce_timing.json` (its status line says whether the kernels it ran are today's):
+# `reproduce_timing.json`, is stale (its status line): its kernels are `6c8aae4`'s, and the
+# profile did not run again after `3f5270a` and `e5df583`.
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)

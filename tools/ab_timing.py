@@ -8,7 +8,8 @@ shape with ``triton.testing.do_bench`` (median) after a warm-up. The JSON writte
 round's times and, per shape, the median over rounds of B's time / A's time.
 
     git archive <commit> flashcore | tar -x -C .ab/other     # the B tree (ignored folder)
-    python tools/ab_timing.py TOPIC --other .ab/other [--rounds 5] [--suite paged]
+    python tools/ab_timing.py TOPIC --other .ab/other --other-commit <commit> [--rounds 5]
+                              [--suite paged]
 
 writes results/<gpu>/TOPIC.json (``write_result``: provenance and the kernel fingerprint
 of this checkout's kernel files).
@@ -110,6 +111,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("topic", help="record name, e.g. refactor_ab_timing")
     parser.add_argument("--other", type=Path, required=True, help="the B source tree")
+    parser.add_argument(
+        "--other-commit", default=None, help="the commit the B tree was archived from (recorded)"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--suite", choices=sorted(SUITES), default="attention")
     args = parser.parse_args()
@@ -139,7 +143,12 @@ def main() -> int:
         print(f"{key:>22}: {ratios} (A {row['kernel_A']}, B {row['kernel_B']})")
     other = str(args.other)
     payload = dict(
-        other_tree=other, suite=args.suite, rounds=rounds, summary=summary, shapes=shapes
+        other_tree=other,
+        other_commit=args.other_commit,
+        suite=args.suite,
+        rounds=rounds,
+        summary=summary,
+        shapes=shapes,
     )
     print("recorded", write_result(args.topic, payload))
     return 0

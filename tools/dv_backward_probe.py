@@ -7,8 +7,9 @@ sweep.
 
 Usage: python tools/dv_backward_probe.py OUT.json [--seqlens 4096 8192] [--pair 192/128]
                                           [--atomic]
-With --atomic, the atomic mode instead (dQ summed inside the dK/dV kernel, the mode varlen's
-backward runs): only the dK/dV config varies; the first is the atomic config both pairs ship.
+With --atomic, the atomic mode instead (dQ summed inside the dK/dV kernel: the backward's
+``deterministic=False``; autograd, varlen's included, runs the deterministic mode): only the
+dK/dV config varies; the first is the atomic config both pairs shipped before e5df583.
 bf16, B * S = 16K tokens, H = 16 (value_head_dim_speed's shapes), causal and not; every
 config is compiled first in a process pool, then timed (CUDA events, median of 10 after 2
 warm-ups). Writes OUT.json (provenance, kernel fingerprint, rows and the best config per
