@@ -480,8 +480,8 @@ def attention_varlen(
 
 class _VarlenFunction(torch.autograd.Function):
     """``attention_varlen`` under autograd: the forward saves out and the packed lse; the
-    backward runs kernels/backward.py in its varlen mode (``deterministic=False`` as the
-    last argument: the atomic dQ). cu_seqlens and the options carry no gradient."""
+    backward runs kernels/backward.py in its varlen mode, deterministic (the last argument:
+    ``attention_varlen`` passes True). cu_seqlens and the options carry no gradient."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, options, deterministic):

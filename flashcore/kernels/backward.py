@@ -1067,10 +1067,10 @@ _HOPPER_TABLE = {
 # the H100 (tools/dv_backward_probe.py, log results/<gpu>/logs/dv_backward_probe_3669f4a.*;
 # S 4K/8K, causal and not, geomean TFLOP/s): dK/dV (32, 128, 8, 2) 230 against the D256
 # bucket's (64, 64, 8, 1) 166; dQ (128, 64, 8, 2) 184 against (64, 32, 4, 1) 166. The atomic
-# mode's dK/dV (the mode varlen's backward runs), swept with --atomic (log
-# results/<gpu>/logs/atomic_backward_probe_3f5270a.*, same shapes): (64, 64, 8, 2) 166 against
-# the D256 bucket's (64, 64, 8, 1) 132. (D256's own atomic sweep kept (64, 64, 8, 1): 168,
-# next best 119.)
+# mode's dK/dV (deterministic=False; autograd, varlen's included, runs the deterministic
+# mode), swept with --atomic (log results/<gpu>/logs/atomic_backward_probe_3f5270a.*, same
+# shapes): (64, 64, 8, 2) 166 against the D256 bucket's (64, 64, 8, 1) 132. (D256's own
+# atomic sweep kept (64, 64, 8, 1): 168, next best 119.)
 _HOPPER_TABLE_OWN_V = {
     (256, 128): ((32, 128, 8, 2), (64, 64, 8, 2), (128, 64, 8, 2)),
 }
