@@ -887,7 +887,11 @@ def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None):
         raise ValueError(f"block_n must divide {FP8_QUANT_ROWS}, got {block_n}")
     num_wg = 2
     work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
-    grid = (min(work_units, _num_sms(q8.device.index)),)
+    # FLASHCORE_HOPPER_MAX_PROGRAMS caps the persistent grid as for fp16/bf16 (sanitizer walks).
+    programs = int(os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS", "0")) or _num_sms(
+        q8.device.index
+    )
+    grid = (min(work_units, programs),)
     args = (
         _descriptor(q8, BLOCK_M_WG, head_dim),
         _descriptor(k8, block_n, head_dim),

@@ -185,6 +185,19 @@ def run_sanitize(args) -> int:
             "1",
             "--no-speed",
         ],
+        # The same fp8 study on the Gluon forward's FP8 mode, 3 programs walking the tiles.
+        "fp8_hopper": [
+            "fp8",
+            "--dists",
+            "outlier",
+            "--s",
+            "200",
+            "--heads",
+            "2",
+            "--seeds",
+            "1",
+            "--no-speed",
+        ],  # fmt: skip
         # The same grid with every case the Gluon Hopper kernel supports forced onto it;
         # then forced onto it with 3 programs, so every program walks many work tiles.
         "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"],
@@ -208,8 +221,9 @@ def run_sanitize(args) -> int:
     def one(tool, workload):
         hopper = workload.startswith("forward_hopper")
         run_env = dict(env, FLASHCORE_FORWARD_HOPPER="always" if hopper else "never")
-        if workload in ("forward_hopper_walk", "forward_hopper_mla"):
+        if workload in ("forward_hopper_walk", "forward_hopper_mla", "fp8_hopper"):
             run_env.update(FLASHCORE_HOPPER_MAX_PROGRAMS="3")
+        run_env.update(FLASHCORE_FP8_HOPPER="always" if workload == "fp8_hopper" else "never")
         if workload == "backward_hopper":
             run_env.update(FLASHCORE_BACKWARD_HOPPER="always")
         flashcore_args = workloads[workload]
