@@ -138,6 +138,7 @@ SANITIZER_WORKLOADS = [
     "forward_hopper",
     "forward_hopper_walk",
     "forward_hopper_mla",
+    "fp8_hopper",
     "backward",
     "backward_hopper",
     "varlen",
