@@ -523,3 +523,20 @@ def test_gpu_mla_lean_relaunch_fills_every_descriptor(monkeypatch, poisoned):
         assert error_rule(out, ref, same).passed
         assert torch.allclose(lse.double(), lse64.double(), rtol=0, atol=1e-4)
     assert len(_FORWARD_LAUNCHES) == 1 and _FORWARD_LAUNCHES.hits == 2
+
+
+# MLA's atomic-mode launch config (64, 64, 8, 2) since e5df583: the same shapes through
+# deterministic=False, dense and varlen (the autograd path runs the deterministic mode).
+GPU_ATOMIC_MLA = [c for c in GPU_DENSE if (c[5], c[6]) == (192, 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_ATOMIC_MLA, ids=str)
+def test_gpu_mla_atomic_dense_grid(case, poisoned):
+    _check_dense(case, poisoned, deterministic=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c for c in GPU_VARLEN if (c[4], c[5]) == (192, 128)], ids=str)
+def test_gpu_mla_atomic_varlen_grid(case, poisoned):
+    _check_varlen(case, poisoned, deterministic=False)
