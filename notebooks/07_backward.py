@@ -718,8 +718,10 @@ if record is not None and "speed" in record:
 # `atomic_backward_probe_3f5270a.mla.*`). D=256's own sweep kept its (64, 64, 8, 1): 168
 # TFLOP/s, the next best 119; MLA's (64, 64, 8, 2) does not fit in shared memory at D=256 (logs
 # `atomic_backward_probe_3f5270a.256.*`). The deterministic default's configs did not change.
-# MLA's new config has been timed only: no gradient check on a GPU has run it yet, and no record
-# this notebook renders has timed it (section 10's profile runs the deterministic default).
+# MLA's new config has been timed only: GPU gradient tests of it were added at `73c8f8f`
+# (`tests/test_value_head_dim.py`, deterministic=False, dense and varlen), and no log of a GPU
+# run of them is in `results/` yet. No record this notebook renders has timed it (section 10's
+# profile runs the deterministic default).
 #
 # **The launch table** comes from timing, not register reports: in the sweep of section 6
 # (recorded with the grid at `6c8aae4`, D=128) the deterministic mode's fastest dK/dV tile is
