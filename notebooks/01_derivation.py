@@ -33,9 +33,12 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # **reframed** (the number can be reproduced but does not mean what the report said), or **not
 # testable**. Each record's status line follows the table, and the last line names the claims
 # whose record is stale. The kernel sources change after some records are made (the latest
-# change gave v its own head dim on the GPU kernels), and a record not re-recorded since keeps
-# the numbers of the kernels it measured: its claim's measurement and verdict are those
-# kernels', not necessarily today's.
+# changes, at 3f5270a and e5df583, touched paged decode and one backward launch config), and a
+# record not re-recorded since keeps the numbers of the kernels it measured: its claim's
+# measurement and verdict are those kernels', not necessarily today's. (perf.json and fp8.json
+# went stale with those two changes; the forward and backward kernels they timed compile to
+# PTX identical to 0e654ee's, `logs/ptx_compare_0e654ee_296ff3f.log`, but that is a compile
+# check, not a measurement.)
 
 # %%
 from flashcore.studies import claims

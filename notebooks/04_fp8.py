@@ -202,6 +202,14 @@ for dist in ("outlier", "massive_channels"):
 # Same code at B=1, H=8, D=128, S ∈ {1024, 4096}, five seeds per point, bf16 and fp16
 # baselines: `fp8_study.run_fp8_record`, which `python -m flashcore fp8 --record` calls too (in
 # the GPU profile, SWEEP full adds its launch-config sweep and times with the tuned config).
+#
+# The record the CPU profile renders (`fp8.json`, commit `5aac3ce`, the kernel sources of
+# `6c8aae4`) is **stale** (its status line below). After it, `3f5270a` changed the paged
+# branch of `kernels/decode.py` and `e5df583` MLA's atomic-mode dK/dV launch config in
+# `kernels/backward.py`; those are the only code paths the two changes touched, and
+# `kernels/fp8.py` is not among the changed files. The record was not re-recorded at
+# `f9591a6` for lack of device time, so every number below that comes from it describes
+# `6c8aae4`'s kernels.
 
 # %%
 if SWEEP not in ("quick", "full"):
@@ -420,7 +428,8 @@ for causal in (False, True):
     )
 
 # %% [markdown]
-# **Verdict on the targets** (the lines above; every one at D = 128, S ≥ 4096):
+# **Verdict on the targets** (the lines above, from `fp8.json`, commit 5aac3ce, stale: section 4;
+# every one at D = 128, S ≥ 4096):
 #
 # * **≥ 1.5× bf16: missed at every shape** (the verdict prints False). fp8 per_block over
 #   flashcore's bf16: non-causal 1.12 (S = 4096), 1.15 (8192), 1.22 (16384); causal 1.16
@@ -446,9 +455,10 @@ for causal in (False, True):
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
-# commit 5aac3ce with the kernel sources of 6c8aae4, current. The previous record, commit
-# f862749, timed the same fp8 and bf16 machine code at these shapes, so its speed numbers
-# differ from these by run-to-run variation only.)
+# commit 5aac3ce with the kernel sources of 6c8aae4: stale since f9591a6 (section 4), not
+# re-recorded, so they describe 6c8aae4's kernels. The previous record, commit f862749, timed
+# the same fp8 and bf16 machine code at these shapes, so its speed numbers differ from these by
+# run-to-run variation only.)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this

@@ -17,9 +17,10 @@
 # kernel sources have changed since (its status line below names the files): `7c97b1b` (a V
 # head dim different from Q/K's runs the kernels' own `HEAD_DIM_V` mode, a branch no call here
 # takes, D_v = D = 128), then up to `6c8aae4` the Gluon forward's sinks and MLA head dims, the
-# backward's dQ reduction and launch configs, MLA's dispatch and the launch cache. It was not
-# re-recorded with the `6c8aae4` records. Every number below that comes from this record is
-# the kernels' as of `382853b`.
+# backward's dQ reduction and launch configs, MLA's dispatch and the launch cache, and at
+# `3f5270a` and `e5df583` the paged branch of `kernels/decode.py` and MLA's atomic-mode
+# backward config. It was re-recorded neither with the `6c8aae4` records nor at `f9591a6`.
+# Every number below that comes from this record is the kernels' as of `382853b`.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "gpu": measure live and record; "cpu": render the record
@@ -99,7 +100,7 @@ print(
     ", ".join(f"S={s_ // 1024}K {t:.0f}" for s_, t in sorted(short.items())),
 )
 launch = read_result("launch", RECORDED_GPU)
-print("host cost per call today: notebook 03's launch record,", describe(launch))
+print("host cost per call: notebook 03's launch record,", describe(launch))
 print(status_line_for("launch", RECORDED_GPU))
 for row in report.launch_table(launch):
     if row["shape"].startswith("B"):
@@ -115,15 +116,17 @@ for row in report.launch_table(launch):
 # the constant: from 8K to 512K flashcore runs at 555-662 TFLOP/s, cuDNN at 501-678, SDPA flash
 # at 234-358 (causal and non-causal). The left end of the curves is flat for another reason.
 # These are back-to-back eager calls, each bracketed by CUDA events, and at S ≤ 2K a call's GPU
-# work is shorter than its launch path, so the times there are launch overhead, not kernel time: in this record
-# flashcore's S=1K call takes longer than its S=2K call (82 against 81 µs, first line above). At
-# S=4K (115 µs, 596 TFLOP/s) the kernel's time dominates again. What a call costs on the host is
-# in notebook 03's launch record (`launch.json`, commit `6c8aae4`, current, so a later kernel
-# version than this record's), whose rows are printed above: at the smallest shape (B1 H8 S128
-# D64) the eager wall time per call is several times the GPU time, for flashcore (22 against
-# 4 µs, graph replay) and SDPA alike (20.3 against 6.3 µs in that record). That is the regime of notebook 03, not of this one. flashcore's non-causal 1M point was skipped: its 512K call took
-# 2.0 s (2026.832 ms), and the quadratic law puts the 1M call at about four times that, more
-# than the few seconds per point this sweep allows.
+# work is shorter than its launch path, so the times there are launch overhead, not kernel time:
+# in this record flashcore's S=1K call takes longer than its S=2K call (82 against 81 µs, first
+# line above). At S=4K (115 µs, 596 TFLOP/s) the kernel's time dominates again. What a call
+# costs on the host is in notebook 03's launch record (`launch.json`, commit `6c8aae4`: a later
+# kernel version than this record's, and itself stale since `f9591a6`, its status line above),
+# whose rows are printed above: at the smallest shape (B1 H8 S128 D64) the eager wall time per
+# call is several times the GPU time, for flashcore (22 against 4 µs, graph replay) and SDPA
+# alike (20.3 against 6.3 µs in that record). That is the regime of notebook 03, not of this
+# one. flashcore's non-causal 1M point was skipped: its 512K call took 2.0 s (2026.832 ms), and
+# the quadratic law puts the 1M call at about four times that, more than the few seconds per
+# point this sweep allows.
 #
 # ## 2. The targets
 
@@ -375,11 +378,11 @@ print(
 
 # %% [markdown]
 # From 512K tokens on, every kernel streams the cache at 3.02-3.15 TB/s (flashcore 3.11-3.15,
-# cuDNN 3.09-3.13, SDPA flash 3.02-3.08). That is about the HBM read bandwidth: the copy
-# ceiling in `perf.json` (3.02 TB/s, another run on the same GPU model, at commit `6c8aae4`)
-# counts a read and a write. flashcore's split-KV kernel is ahead of cuDNN at every cache
-# length here, by 1.004x-1.023x (the line above). Long-cache decode is a solved problem for
-# exact attention.
+# cuDNN 3.09-3.13, SDPA flash 3.02-3.08). That is about the HBM read bandwidth: the copy ceiling
+# in `perf.json` (3.02 TB/s, another run on the same GPU model, at commit `6c8aae4`; the record
+# is stale since `f9591a6`) counts a read and a write. flashcore's split-KV kernel is ahead of
+# cuDNN at every cache length here, by 1.004x-1.023x (the line above). Long-cache decode is a
+# solved problem for exact attention.
 #
 # ## 8. What sub-quadratic methods would trade away
 #

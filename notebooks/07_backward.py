@@ -662,11 +662,18 @@ if record is not None and "speed" in record:
         print("  ", c["name"], {g: round(c[g]["ratio"], 3) for g in ("dq", "dk", "dv")})
 
 # %% [markdown] tags=[]
-# **Reading it.** The record of `6c8aae4` (its grid session and its bf16 speed session both
-# ran at that commit, and its kernel fingerprint matches today's sources; logs
-# `backward_grid_6c8aae4.log`, `backward_speed_6c8aae4.log`): all 438 grid cases pass (fp32
-# included; worst ratio 0.865), the default mode is bitwise reproducible, extra memory grows
-# linearly (S ×16, extra memory ×16).
+# **Reading it.** The record is from `6c8aae4` (its grid session and its bf16 speed session both
+# ran at that commit; logs `backward_grid_6c8aae4.log`, `backward_speed_6c8aae4.log`), and it is
+# **stale** (its status line in sections 3 and 6): after it, `3f5270a` changed the paged branch
+# of `kernels/decode.py` and `e5df583` MLA's atomic-mode dK/dV launch config in
+# `kernels/backward.py` (below). Those are the only code paths the two changes touched. Offline,
+# the Triton backward's dK/dV and dQ kernels at D 64/128/256 compile to PTX identical to that of
+# `0e654ee`, the tree just before the two changes, whose kernel sources are `6c8aae4`'s
+# (`logs/ptx_compare_0e654ee_296ff3f.log`, sm_90): a compile check, not a measurement. The
+# record was not re-recorded at `f9591a6` for lack of device time, so it stays stale and every
+# number below describes `6c8aae4`'s kernels. In it all 438 grid cases pass (fp32 included;
+# worst ratio 0.865), the default mode is bitwise reproducible, extra memory grows linearly (S
+# ×16, extra memory ×16).
 #
 # **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.70 at
 # D=128 (target 1.00), x0.69 at D=64 and x0.83 at D=256 (target 0.95). Not one of the 24 bf16
@@ -685,7 +692,7 @@ if record is not None and "speed" in record:
 # (`logs/d256_backward_probe_d444f79.log`). Against the record of `b44173b` (D=256: x0.60 of
 # FA4, x0.51 of cuDNN, x0.78 of SDPA flash) D=256 went from the furthest of the three head
 # dims to the closest to FA4, x0.83; it is still the furthest from cuDNN (x0.72) and the least
-# ahead of SDPA flash (x1.07). Section 10 profiles the D=128 and D=64 time.
+# ahead of SDPA flash (x1.07). Section 10 profiles the D=128, D=64 and MLA 192/128 time.
 #
 # **The atomic mode since 044ea55.** Since commit 044ea55 the atomic mode adds each dQ tile
 # with one TMA bulk reduce-add (`cp.reduce.async.bulk`) on the descriptor path, which is how
@@ -695,23 +702,62 @@ if record is not None and "speed" in record:
 # dK/dV configs beside the deterministic mode and cuDNN, bf16, S 4K and 16K) measured atomic /
 # deterministic 0.92-1.02 at D=64, 0.68-0.90 at D=128 and 0.88-0.95 at D=256, against
 # 0.77-0.88, 0.56-0.81 and 0.87-0.93 for the per-element atomics of the `b44173b` record at
-# the same S. In the current record, same S (the atomic mode timed directly, the default
+# the same S. In the `6c8aae4` record, same S (the atomic mode timed directly, the default
 # through autograd: a different harness from the probe's, so the comparison is rough), atomic /
 # deterministic is 0.92-0.98 at D=64, 0.69-0.92 at D=128 and 0.62-0.68 at D=256: at D=256 the
-# deterministic configs were re-tuned at `6c8aae4` and the atomic mode's dK/dV config was not
-# (it stays (64, 64, 8, 1): `_HOPPER_TABLE` in `kernels/backward.py`). In this Triton
-# structure the deterministic second pass stays the faster mode at every D: it stays the
-# default, and dQ inside one kernel remains work for a Gluon backward (section 10).
+# deterministic configs were re-tuned at `6c8aae4` and the atomic mode's dK/dV config was not.
+# In this Triton structure the deterministic second pass stays the faster mode at every D: it
+# stays the default, and dQ inside one kernel remains work for a Gluon backward (section 10).
+#
+# **The atomic mode's configs since `e5df583`.** The atomic mode is the backward's
+# `deterministic=False`; autograd, varlen's included, runs the deterministic mode. Its dK/dV
+# configs were swept on the H100 at `3f5270a` (`tools/dv_backward_probe.py --atomic`: bf16,
+# H=16, S 4K and 8K, causal and not, geomean TFLOP/s of the backward call; the cell below prints
+# each sweep's ranking). MLA's 192/128 pair, which had run the D=256 bucket's (64, 64, 8, 1),
+# now takes (64, 64, 8, 2) of its own: 166 against 132 TFLOP/s (logs
+# `atomic_backward_probe_3f5270a.mla.*`). D=256's own sweep kept its (64, 64, 8, 1): 168
+# TFLOP/s, the next best 119; MLA's (64, 64, 8, 2) does not fit in shared memory at D=256 (logs
+# `atomic_backward_probe_3f5270a.256.*`). The deterministic default's configs did not change.
+# MLA's new config has been timed only: GPU gradient tests of it were added at `73c8f8f`
+# (`tests/test_value_head_dim.py`, deterministic=False, dense and varlen), and no log of a GPU
+# run of them is in `results/` yet. No record this notebook renders has timed it (section 10's
+# profile runs the deterministic default).
 #
 # **The launch table** comes from timing, not register reports: in the sweep of section 6
 # (recorded with the grid at `6c8aae4`, D=128) the deterministic mode's fastest dK/dV tile is
 # 64×64 with 4 warps (one warpgroup per tile) at all four tuned shapes, and the atomic mode's
 # fastest (64×128, 8 warps) is 1.12–1.44× slower than it. The D=256 bucket and MLA's
 # 192/128 pair were tuned by the probes named above and in notebook 09
-# (`logs/d256_backward_probe_d444f79.log`, `logs/dv_backward_probe_3669f4a.log`), not by this
-# sweep. The older, larger sweep in `backward_tuning.json` (`29013ed`) is stale (`python -m
-# flashcore records`): kernel sources changed since and it was not re-recorded.
-#
+# (`logs/d256_backward_probe_d444f79.log`, `logs/dv_backward_probe_3669f4a.log`, and for the
+# atomic mode `logs/atomic_backward_probe_3f5270a.*`), not by this sweep. The older, larger
+# sweep in `backward_tuning.json` (`29013ed`) is stale (`python -m flashcore records`): kernel
+# sources changed since and it was not re-recorded.
+
+# %% tags=[]
+import ast
+import json as _json
+
+from flashcore import results as _results
+
+for pair in ("mla", "256"):
+    log = (
+        _results.RESULTS_DIR / RECORDED_GPU / "logs" / f"atomic_backward_probe_3f5270a.{pair}.json"
+    )
+    probe = _json.loads(log.read_text())
+    print(
+        f"{log.name}: {probe['provenance']['command']} "
+        f"(commit {probe['provenance']['commit']}, {probe['provenance']['device']})"
+    )
+    for r in probe["ranked"]["dkdv"][:3]:
+        print(f"  atomic dK/dV {tuple(r['config'])}: geomean {r['geomean_tflops']:.1f} TFLOP/s")
+    baseline = [r for r in probe["ranked"]["dkdv"] if r["config"] == [64, 64, 8, 1]]
+    if baseline and baseline[0] not in probe["ranked"]["dkdv"][:3]:
+        print(f"  atomic dK/dV (64, 64, 8, 1): geomean {baseline[0]['geomean_tflops']:.1f} TFLOP/s")
+    # compile_errors is keyed by "(causal, {'dkdv': config, 'dq': config})"
+    failed = sorted({ast.literal_eval(k)[1]["dkdv"] for k in probe["compile_errors"]})
+    print("  dK/dV configs that did not compile:", ", ".join(map(str, failed)) or "none")
+
+# %% [markdown] tags=[]
 # The fp32 case that failed before (D=16, GQA 2:1, dK 1.1× the bound) was the order of a sum:
 # `tl.dot(a, b, acc)` on fp32 is one FMA chain through acc, so dK was a sequential sum of 478
 # products; fed an exact P and O on the GPU the error did not move, and a float64 emulation
@@ -733,8 +779,8 @@ if record is not None and "speed" in record:
 # rounds differently with AVX-512: there the D16 causal case fails at 0 of 400 seeds), so the
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
-# at commit `3a1d646`, at `382853b`, at `b44173b`, and again at `6c8aae4` (the record above):
-# 438 cases, 0 failed each time.
+# at commit `3a1d646`, at `382853b`, at `b44173b`, and again at `6c8aae4` (the record above,
+# stale since `f9591a6`): 438 cases, 0 failed each time.
 
 # %% [markdown] tags=[]
 # ## 9. A Gluon backward for Hopper (opt-in, not yet faster)
@@ -794,31 +840,33 @@ else:
 
 # %% [markdown] tags=[]
 # **Reading it.** This record is from `5aac3ce`, whose kernel sources are those of `6c8aae4`
-# (the status line above: current; log `bhc_5aac3ce.log`). The Gluon backward is correct on
-# the whole grid (240 cases, 0 failed, worst ratio 0.870) and slower than the Triton backward
-# at every one of the 12 shapes (Gluon / Triton 0.81–0.95), as in the record of `382853b`
-# before it (every 2nd case, 120, 0 failed; 0.83–0.95). The Nsight profile of section 10
-# shows where, at one shape (bf16, S=8192, non-causal), but it is from `f862749` and now stale
-# (section 10): there the Gluon call took 7.19 ms of kernel time against the Triton
-# backward's 6.06 ms at D=128, and 8.74 ms against 6.77 ms at D=64; FA4's 4.14 ms and
-# 4.80 ms. Offline, ptxas gives the
-# D=128 kernel 255 registers with no spills and the D=64 one 196
-# (`tests/test_backward_hopper.py` compiles both for sm_90 on any machine and prints the
-# counts); the profile reports the same 255 and 196.
+# (log `bhc_5aac3ce.log`), and it is **stale** (the status line above): the two kernel
+# changes named in section 8 came after it, and it was not re-recorded. In it (`5aac3ce`'s
+# kernels) the Gluon backward is correct on the whole grid (240 cases, 0 failed, worst ratio
+# 0.870) and slower than the Triton backward at every one of the 12 shapes (Gluon / Triton
+# 0.81–0.95), as in the record of `382853b` before it (every 2nd case, 120, 0 failed;
+# 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `f9591a6`, current)
+# shows where, at one shape (bf16, S=8192, non-causal): the Gluon call took 7.22 ms of kernel
+# time against the Triton backward's 6.02 ms at D=128, and 8.79 ms against 6.81 ms at D=64;
+# FA4's 4.09 ms and 4.74 ms. Offline, ptxas gives the D=128 kernel 255 registers with no
+# spills and the D=64 one 196 (`tests/test_backward_hopper.py` compiles both for sm_90 on any
+# machine and prints the counts); the profile reports the same 255 and 196.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
 #
 # One backward call per implementation under Nsight Compute, bf16, B=2, S=8192, H=2048/D,
-# non-causal, D=128 and D=64: every kernel the call launches (zero-fills, preprocessing, the
-# main kernel, dQ conversion). `flashcore` is the Triton backward autograd runs by default
-# (deterministic: a dK/dV kernel and a separate dQ kernel), `gluon` the opt-in Gluon backward
-# of section 9, `cudnn` SDPA's cuDNN backend, `fa4` FlashAttention-4's sm90 backward. Per
-# main kernel (the longest of the call): its share of the call's kernel time, tensor pipe
-# active as % of peak, registers per thread, shared memory per block, instructions issued per
-# cycle, and the three largest stall reasons in cycles per issued instruction ("selected",
-# the issue itself, left out). Durations are Nsight's, clocks not locked, so they differ from
-# the event timings of section 6.
+# non-causal, D=128 and D=64, and MLA's pair (q/k head dim 192, v head dim 128, H=16: the
+# record's D=192 rows, labelled `MLA 192/128`): every kernel the call launches (zero-fills,
+# preprocessing, the main kernel, dQ conversion). `flashcore` is the Triton backward autograd
+# runs by default (deterministic: a dK/dV kernel and a separate dQ kernel; the atomic mode and
+# its configs are not profiled), `gluon` the opt-in Gluon backward of section 9 (D 64 and 128
+# only), `cudnn` SDPA's cuDNN backend, `fa4` FlashAttention-4's sm90 backward. Per main
+# kernel (the longest of the call): its share of the call's kernel time, tensor pipe active as
+# % of peak, registers per thread, shared memory per block, instructions issued per cycle, and
+# the three largest stall reasons in cycles per issued instruction ("selected", the issue
+# itself, left out). Durations are Nsight's, clocks not locked, so they differ from the event
+# timings of section 6.
 
 # %% tags=[]
 ncu = (
@@ -832,13 +880,25 @@ if ncu is None:
 else:
     print("recorded on", describe(ncu))
     print(status_line_for("ncu_compare", RECORDED_GPU))
-    for i, sess in enumerate(ncu.get("sessions", [])):
+    for i, sess in enumerate(ncu.get("sessions", [])):  # a record joined from several sessions
         who = sorted(
             {r["impl"] for r in ncu["rows"] if r["phase"] == "backward" and r.get("session") == i}
         )
         print(f"session {i}: {sess['date']} at commit {sess['commit']}; backward rows: {who}")
     print("shape:", ncu["shape"])
     ncu_bwd = {(r["impl"], r["D"]): r for r in ncu["rows"] if r["phase"] == "backward"}
+NCU_CASES = [d for d in (128, 64, 192) if any(key[1] == d for key in ncu_bwd)]
+
+
+def ncu_case(head_dim):
+    """Row label of a profiled head dim: the record's D=192 rows are MLA's pair (v 128)."""
+    return "MLA 192/128" if head_dim == 192 else f"D={head_dim}"
+
+
+def ncu_dims(head_dim):
+    """(H, q/k head dim, v head dim) of a profiled case, as the record's shape line says:
+    H = 2048 / D, and for D 192 (MLA's pair) H = 16 with v head dim 128."""
+    return (16, 192, 128) if head_dim == 192 else (2048 // head_dim, head_dim, head_dim)
 
 
 def short_kernel(name):
@@ -849,7 +909,7 @@ def short_kernel(name):
     return name[:30]
 
 
-for head_dim in (128, 64):
+for head_dim in NCU_CASES:
     rows = []
     for impl in ("flashcore", "gluon", "cudnn", "fa4"):
         r = ncu_bwd.get((impl, head_dim))
@@ -870,7 +930,9 @@ for head_dim in (128, 64):
                 }
             )
     if rows:
-        print(f"\nbackward, D={head_dim}: every kernel with tensor-pipe work, longest first")
+        print(
+            f"\nbackward, {ncu_case(head_dim)}: every kernel with tensor-pipe work, longest first"
+        )
         print(
             table(
                 rows,
@@ -897,39 +959,53 @@ for head_dim in (128, 64):
 # do the five of a backward in one kernel and sum dQ in fp32 (each call's last kernel
 # converts it: `convert_dq_to_16bits`, FA4's postprocess); the Gluon backward does the same
 # five with fp32 atomics; flashcore's default does four in its dK/dV kernel and three in its
-# dQ kernel (seven). Each matmul is $2\,B H S^2 D$ FLOPs here. Dividing the matmuls each
-# kernel executes by its duration separates "slow kernels" from "more work":
+# dQ kernel (seven). Each matmul is $2\,B H S^2 d$ FLOPs here, where $d$ is the head dim it
+# runs over: q/k's for $QK^\top$, $dS^\top Q$ and $dS\,K$, v's for $dO\,V^\top$ and
+# $P^\top dO$ (the same at D=128 and D=64; 192 and 128 for MLA's pair). Dividing the FLOPs
+# each kernel executes by its duration separates "slow kernels" from "more work":
 
 # %% tags=[]
-MATMULS = {("flashcore", "_bwd_dkdv_kernel"): 4, ("flashcore", "_bwd_dq_kernel"): 3}
+# The head dim each matmul runs over: "qk" (Q K^T, dS^T Q, dS K) or "v" (dO V^T, P^T dO).
+FIVE = ("qk", "v", "v", "qk", "qk")  # Q K^T, dO V^T, P^T dO, dS^T Q, dS K
+MATMULS = {
+    ("flashcore", "_bwd_dkdv_kernel"): ("qk", "v", "v", "qk"),  # Q K^T, dO V^T, P^T dO, dS^T Q
+    ("flashcore", "_bwd_dq_kernel"): ("qk", "v", "qk"),  # Q K^T, dO V^T, dS K
+}
 if ncu_bwd:
     shape = ncu["shape"]
     work_rows = []
-    for head_dim in (128, 64):
-        one_matmul = 2 * shape["B"] * (2048 // head_dim) * shape["S"] ** 2 * head_dim
+    for head_dim in NCU_CASES:
+        heads, d_qk, d_v = ncu_dims(head_dim)
+
+        def flops(which, heads=heads, d_qk=d_qk, d_v=d_v):
+            dims = {"qk": d_qk, "v": d_v}
+            return sum(2 * shape["B"] * heads * shape["S"] ** 2 * dims[w] for w in which)
+
         for impl in ("flashcore", "gluon", "cudnn", "fa4"):
             r = ncu_bwd.get((impl, head_dim))
             if r is None:
                 continue
             main = [k for k in r["kernels"] if k["tensor_pipe_pct_of_peak_active"] >= 1]
-            n = sum(MATMULS.get((impl, k["kernel"]), 5) for k in main)
+            done = [MATMULS.get((impl, k["kernel"]), FIVE) for k in main]
+            executed = sum(flops(w) for w in done)
             main_ns = sum(k["duration_ns"] for k in main)
             work_rows.append(
                 {
-                    "D": head_dim,
+                    "case": ncu_case(head_dim),
                     "impl": impl,
-                    "matmuls": n,
+                    "matmuls": sum(map(len, done)),
                     "matmul kernels ms": main_ns / 1e6,
-                    "executed TFLOP/s": n * one_matmul / main_ns / 1e3,
+                    "executed TFLOP/s": executed / main_ns / 1e3,
                     "call ms": r["kernel_ns_total"] / 1e6,
-                    "useful TFLOP/s": 5 * one_matmul / r["kernel_ns_total"] / 1e3,
+                    "useful TFLOP/s": flops(FIVE) / r["kernel_ns_total"] / 1e3,
+                    "five at own rate ms": main_ns * flops(FIVE) / executed / 1e6,
                 }
             )
     print(
         table(
             work_rows,
             [
-                "D",
+                "case",
                 "impl",
                 "matmuls",
                 "matmul kernels ms",
@@ -949,47 +1025,57 @@ if ncu_bwd:
     for w in work_rows:
         if w["impl"] == "flashcore":
             fa4_call = next(
-                (x["call ms"] for x in work_rows if x["impl"] == "fa4" and x["D"] == w["D"]),
+                (x["call ms"] for x in work_rows if x["impl"] == "fa4" and x["case"] == w["case"]),
                 float("nan"),
             )
             print(
-                f"D{w['D']}: flashcore's matmul kernels at their own rate, five matmuls instead "
-                f"of {w['matmuls']}: {w['matmul kernels ms'] * 5 / w['matmuls']:.2f} ms "
+                f"{w['case']}: flashcore's matmul kernels at their own rate, five matmuls instead "
+                f"of {w['matmuls']}: {w['five at own rate ms']:.2f} ms "
                 f"(FA4's call: {fa4_call:.2f} ms)"
             )
 
 # %% [markdown] tags=[]
-# **Why flashcore is slower, from these numbers.** The record's backward rows come from two
-# device sessions (listed above): flashcore, Gluon and cuDNN from the first (`f862749`), FA4's
-# from the second (`a86eb1e`), which had FA4 installed; nothing under `flashcore/` changed
-# between the two commits. The record is now **stale** (its status line above): since
-# `f862749` the backward gained the atomic mode's bulk dQ reduce and the launch table's new
-# D=256 and MLA entries, and the forward's Gluon kernel and dispatch changed. The
-# deterministic D=128 and D=64 configs profiled here are the launch table's still, but the
-# profile was not re-run, so the numbers below are those of `f862749`'s kernels.
+# **Why flashcore is slower, from these numbers.** Every row of the record comes from one
+# device session at commit `f9591a6` (2026-11-27, FA4 installed), and the record is current
+# (its status line above). It profiles the deterministic default; the atomic mode, and MLA's
+# atomic-mode config changed at `e5df583` (section 8), are not in it.
 #
 # * **D=128.** FA4's backward kernel keeps the tensor pipe 78.7% active and is 96.1% of its
-#   4.14 ms call; cuDNN's 66.5% (4.73 ms). flashcore's call is two matmul kernels: dK/dV at
-#   64.6% (58.6% of the call, one warpgroup of 128 threads at 255 registers) and the
-#   deterministic mode's separate dQ kernel at 72.0% (40.6%), 6.06 ms in all. Per executed
-#   matmul those two kernels run at 641 TFLOP/s, between cuDNN's 602 and FA4's 691: the
-#   larger part of the gap is work, not speed: seven matmuls against five. At its own rate,
-#   five matmuls would take 5/7 of 6.01 ms, 4.29 ms, within 4% of FA4's 4.14 ms call. The
-#   atomic mode does five matmuls but is slower still (section 6; it was not profiled).
-# * **D=64.** The dK/dV kernel is the weak one: 53.0% tensor pipe for 63.7% of a 6.77 ms
-#   call, while the dQ kernel reaches 75.5% (FA4 63.5%, cuDNN 51.5%); 573 executed TFLOP/s
-#   against FA4's 592. Five matmuls at that rate would take 4.80 ms, FA4's whole call.
-# * **Stalls.** Every flashcore matmul kernel stalls most on `barrier` (2.34 and 2.61 cycles
-#   per issue at D=128), then `wait`; FA4's and cuDNN's top stall is `long_scoreboard`
-#   (3.29 and 1.61), with `barrier` second (1.60, 1.54). FA4 and cuDNN run 384 threads (three
-#   warpgroups) at 168 registers with 211–227 KiB of shared memory at D=128; flashcore's dK/dV
-#   kernel one warpgroup at 255 registers and 97 KiB.
-# * **The Gluon backward** is slow per matmul, not from extra work: 42.0% tensor pipe at D=128
-#   and 34.0% at D=64 (396 and 323 executed TFLOP/s, five matmuls), the lowest issue rate of
-#   the four (0.18 instructions per cycle at D=128), `barrier`, `long_scoreboard` and `wait`
-#   its top stalls; its call also launches three elementwise kernels around the atomically
-#   summed fp32 dQ (a fill, a unary float op and a bf16 copy, by their names).
+#   4.09 ms call; cuDNN's 66.5% (4.66 ms). flashcore's call is two matmul kernels: dK/dV at
+#   64.4% (58.8% of the call, one warpgroup of 128 threads at 255 registers) and the
+#   deterministic mode's separate dQ kernel at 72.1% (40.3%), 6.02 ms in all. Per executed
+#   FLOP those two kernels run at 645 TFLOP/s, between cuDNN's 611 and FA4's 700: the larger
+#   part of the gap is work, not speed: seven matmuls against five. At its own rate, five
+#   matmuls would take 5/7 of 5.97 ms, 4.26 ms, 4% more than FA4's 4.09 ms call. The atomic
+#   mode does five matmuls but is slower still (section 6; it was not profiled).
+# * **D=64.** The dK/dV kernel is the weak one: 53.0% tensor pipe for 64.3% of a 6.81 ms
+#   call, while the dQ kernel reaches 75.5% (FA4 63.5%, cuDNN 51.4%); 569 executed TFLOP/s
+#   against FA4's 600. Five matmuls at that rate would take 4.83 ms, 2% more than FA4's whole
+#   call (4.74 ms).
+# * **MLA 192/128.** flashcore's dK/dV kernel (256 threads, 255 registers, 144 KiB of shared
+#   memory) keeps the tensor pipe 43.2% active for 65.3% of a 12.26 ms call, its dQ kernel
+#   69.5% (34.3%); FA4's kernel 59.5% (6.49 ms call), cuDNN's 31.0% (12.31 ms). Per executed
+#   FLOP flashcore runs at 405 TFLOP/s, cuDNN at 296 and FA4 at 569. Unlike at D=128, the rate
+#   is a large part of the gap: five matmuls at flashcore's rate would still take 8.82 ms
+#   against FA4's 6.49 ms call; the two extra matmuls are the rest (12.21 ms of matmul kernels
+#   against 8.82). flashcore's call is as long as cuDNN's (291 against 290 useful TFLOP/s)
+#   and 1.9x FA4's.
+# * **Stalls.** At D=128 and for MLA's pair every flashcore matmul kernel stalls most on
+#   `barrier` (2.34 and 2.61 cycles per issue at D=128, 3.04 and 2.76 for MLA's pair), then
+#   `wait` or `long_scoreboard` (at D=64 the dK/dV kernel's top stall is `wait`); FA4's
+#   and cuDNN's top stall is `long_scoreboard` (3.28 and 1.60 at D=128, 2.75 and 4.35 for
+#   MLA's pair), with `barrier` second (1.60 and 1.54; 2.48 and 3.48). FA4 and cuDNN run 384
+#   threads (three warpgroups) at 168 registers with 211–227 KiB of shared memory at D=128;
+#   flashcore's dK/dV kernel one warpgroup at 255 registers and 97 KiB.
+# * **The Gluon backward** is slow per matmul, not from extra work: 41.9% tensor pipe at
+#   D=128 and 34.0% at D=64 (394 and 321 executed TFLOP/s, five matmuls), the lowest issue
+#   rate of the four (0.18 instructions per cycle at D=128), `barrier`, `long_scoreboard` and
+#   `wait` its top stalls; its call also launches three elementwise kernels around the
+#   atomically summed fp32 dQ (a fill, a unary float op and a bf16 copy, by their names).
 #
 # So two things separate flashcore from FA4 at D=128: the deterministic dQ pass (two extra
 # matmuls per tile pair), and a dK/dV kernel whose tensor pipe is 14 points less busy than
-# FA4's single kernel. Neither is fixed in this commit.
+# FA4's single kernel. For MLA's pair the kernels' rate weighs more: five matmuls at
+# flashcore's rate would still take longer than FA4's call, and the dK/dV kernel, 65% of the
+# call, keeps the tensor pipe 16 points less busy than FA4's kernel (43.2% against 59.5%).
+# Neither is fixed in this commit.

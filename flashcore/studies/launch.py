@@ -307,10 +307,14 @@ def varlen_speed(
 ):
     """A padded batch of prompts (GPU): packed varlen vs flashcore dense on the padded batch
     vs SDPA dense on the padded batch with its padding mask (what transformers runs), and
-    SDPA causal ignoring padding (a lower bound for dense). Median ms of do_bench."""
+    SDPA causal ignoring padding (a lower bound for dense). ``ms``: median of do_bench over
+    back-to-back eager calls, which is the host's time wherever a call's launch path costs more
+    than its kernels (the packed call's has ranged 21.7-90 us across records with its code
+    unchanged); ``graph_ms``: CUDA-graph replay, the GPU's time alone."""
     import triton
 
     from ..interface import attention, attention_varlen
+    from .bench import time_launches
 
     device = "cuda"
     batch, longest = len(lengths), max(lengths)
@@ -351,6 +355,13 @@ def varlen_speed(
     for rep in range(repeats):
         for name in calls if rep % 2 == 0 else reversed(list(calls)):
             times[name].append(triton.testing.do_bench(calls[name], warmup=25, rep=100))
+    graph_ms = {}
+    for name, fn in calls.items():
+        try:
+            graph_ms[name] = time_launches(lambda i, fn=fn: fn(), 1, graph=True).median_ms
+        except Exception as exc:  # a call that cannot be captured is recorded, not fatal
+            graph_ms[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
+
     return {
         "lengths": list(lengths),
         "hq": hq,
@@ -358,4 +369,5 @@ def varlen_speed(
         "d": d,
         "dtype": str(dtype).replace("torch.", ""),
         "ms": {name: statistics.median(t) for name, t in times.items()},
+        "graph_ms": graph_ms,
     }
