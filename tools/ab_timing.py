@@ -140,7 +140,8 @@ def main() -> int:
             row[f"{metric}_B_over_A_range"] = [min(ratios), max(ratios)]
         summary[key] = row
         ratios = ", ".join(f"{m} B/A {row[f'{m}_B_over_A']:.3f}" for m in metrics)
-        print(f"{key:>22}: {ratios} (A {row['kernel_A']}, B {row['kernel_B']})")
+        kernels = f" (A {row['kernel_A']}, B {row['kernel_B']})" if row["kernel_A"] else ""
+        print(f"{key:>22}: {ratios}{kernels}")
     other = str(args.other)
     payload = dict(
         other_tree=other,
