@@ -5,8 +5,8 @@ recipe), B * S = 16K tokens, H * D = 2048, S 4K/8K/16K, causal and not, at D 64/
     python tools/fp8_hopper_probe.py OUT.json [--d 128 64 256] [--s 4096 8192 16384]
 
 Rows per shape: ``triton_fp8`` (kernels/fp8.py as it ships), ``gluon_fp8`` at each
-(BLOCK_N, STAGES) of ``CONFIGS`` (kernels/forward_hopper.py's FP8 mode, called directly;
-FP8_VARIANTS' entry first), ``bf16`` (``flashcore.attention`` on the unquantized inputs, the
+(BLOCK_N, STAGES, consumer warpgroups) of ``CONFIGS`` (kernels/forward_hopper.py's FP8 mode, called directly),
+``bf16`` (``flashcore.attention`` on the unquantized inputs, the
 dispatch as it ships). Median ms of ``bench.time_launches`` (CUDA events, eager; quantization
 is outside the timed call), TFLOP/s (the forward's FLOPs), and each fp8 row's largest
 difference from the Triton fp8 kernel's output (the same quantized inputs: the two may differ
@@ -24,10 +24,10 @@ import torch
 
 sys.path.insert(0, os.getcwd())
 
-CONFIGS = {  # head dim -> (BLOCK_N, STAGES) candidates of the Gluon FP8 mode
-    64: [(128, 4), (128, 3), (128, 2), (64, 4)],
-    128: [(128, 3), (128, 2), (128, 4), (64, 4)],
-    256: [(64, 3), (64, 2), (128, 2)],
+CONFIGS = {  # head dim -> (BLOCK_N, STAGES, consumer warpgroups) candidates of the FP8 mode
+    64: [(128, 2, 2), (128, 2, 3), (128, 4, 3)],
+    128: [(128, 2, 2), (128, 4, 2), (128, 2, 3), (128, 3, 3)],
+    256: [(128, 2, 2), (64, 3, 2)],
 }
 
 
@@ -58,15 +58,16 @@ def main() -> int:
                 flops = attention_flops(b, h, s, s, d, causal)
                 reference = fp8_attention(x, causal=causal).float()
                 calls = {"triton_fp8": lambda i: fp8_attention(x, causal=causal)}
-                for block_n, stages in CONFIGS[d]:
+                for block_n, stages, num_wg in CONFIGS[d]:
 
-                    def gluon(i, block_n=block_n, stages=stages):
+                    def gluon(i, block_n=block_n, stages=stages, num_wg=num_wg):
                         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
                         return forward_hopper.attention_hopper_fp8(
-                            x, out, causal=causal, scale=d**-0.5, block_n=block_n, stages=stages
+                            x, out, causal=causal, scale=d**-0.5, block_n=block_n,
+                            stages=stages, num_wg=num_wg,
                         )
 
-                    calls[f"gluon_fp8 {block_n}x{stages}"] = gluon
+                    calls[f"gluon_fp8 {block_n}x{stages}x{num_wg}wg"] = gluon
                 calls["bf16"] = lambda i: attention(q, k, v, causal=causal)
                 for impl, fn in calls.items():
                     row = dict(B=b, H=h, S=s, D=d, causal=causal, impl=impl)

@@ -873,7 +873,7 @@ def supports_fp8(x) -> bool:
     return all(tma_strides_ok(t) for t in (q8, x.k8, x.v8t))
 
 
-def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None):
+def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None, num_wg=None):
     """Launch the kernel's FP8 mode on quantized inputs ``x`` (``supports_fp8`` true) into
     ``out`` (B, Hq, Sq, D), fp16/bf16, any strides. Top-left causal alignment, as
     kernels/fp8.py's kernel; no lse."""
@@ -885,7 +885,7 @@ def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None):
     stages = stages or cfg["STAGES"]
     if FP8_QUANT_ROWS % block_n:
         raise ValueError(f"block_n must divide {FP8_QUANT_ROWS}, got {block_n}")
-    num_wg = 2
+    num_wg = num_wg or cfg.get("NUM_WG", 2)
     work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
     # FLASHCORE_HOPPER_MAX_PROGRAMS caps the persistent grid as for fp16/bf16 (sanitizer walks).
     programs = int(os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS", "0")) or _num_sms(
