@@ -107,9 +107,10 @@ def run_info(_args) -> int:
 
     for key, value in provenance().items():
         print(f"{key:>18}: {value}")
-    from .interface import describe_backward_dispatch, describe_dispatch
+    from .interface import describe_backward_dispatch, describe_dispatch, describe_fp8_dispatch
 
     print(f"{'forward dispatch':>18}: {describe_dispatch()}")
+    print(f"{'fp8 dispatch':>18}: {describe_fp8_dispatch()}")
     print(f"{'backward dispatch':>18}: {describe_backward_dispatch()}")
     return 0
 

@@ -1,8 +1,9 @@
 """Which kernel serves a call: the forward's Triton/Gluon table and the backward's override.
 
 ``flashcore/interface.py`` asks ``forward_kernel`` before each forward launch (and
-``parallel.py`` before each ring block); ``python -m flashcore info`` prints both tables
-(``describe_dispatch``, ``describe_backward_dispatch``). The table is data measured on the
+``parallel.py`` before each ring block) and ``fp8_kernel`` before each fp8 launch;
+``python -m flashcore info`` prints the tables (``describe_dispatch``,
+``describe_fp8_dispatch``, ``describe_backward_dispatch``). The table is data measured on the
 H100, with the measurement beside it; the environment overrides exist for tests and
 sanitizer runs.
 """
@@ -76,6 +77,53 @@ def forward_kernel(q, k, v, *, causal: bool, window=None, softcap=None, sinks=No
     return "triton"
 
 
+# ------------------------------------------------------------------- fp8 dispatch
+# Which kernel serves flashcore.fp8_attention: (head dim, causal) -> the shortest sequence
+# (min of Sq, Sk) from which the Gluon forward's FP8 mode (forward_hopper.attention_hopper_fp8,
+# at its FP8_VARIANTS config) was measured faster than kernels/fp8.py's Triton kernel; None:
+# never. H100, per block + Hadamard inputs, B*S = 16K tokens, H*D = 2048, commit b45f4b3
+# (tools/fp8_hopper_probe.py; logs/fp8_hopper_probe_b45f4b3.json, D128 twice), TFLOP/s Gluon
+# vs Triton fp8:
+#   D=64  full   S=4K 466 vs 544, S=16K 496 vs 566 (3 warpgroups 474 / 520: still slower)
+#   D=64  causal S=4K 406 vs 469, S=16K 478 vs 487
+#   D=128 full   S=4K 792-806 vs 757-764, S=8K 820-825 vs 752-793, S=16K 861-862 vs 750-751
+#   D=128 causal S=4K 669-676 vs 653-669, S=8K 756-761 vs 645-658, S=16K 803-838 vs 672-686
+#   D=256 full   S=4K 1062 vs 815, S=8K 1177 vs 861, S=16K 1176 vs 865
+#   D=256 causal S=4K 886 vs 684, S=8K 1022 vs 690, S=16K 1182 vs 773
+# S=4K is the shortest measured: shorter calls stay on the Triton kernel until measured.
+FP8_GLUON_FROM = {
+    (64, False): None,
+    (64, True): None,
+    (128, False): 4096,
+    (128, True): 4096,
+    (256, False): 4096,
+    (256, True): 4096,
+}
+
+
+def _fp8_mode() -> str:
+    """``FLASHCORE_FP8_HOPPER``: ``auto`` (``FP8_GLUON_FROM``), ``always`` (every call the
+    FP8 mode supports: tests and sanitizer runs) or ``never`` (the Triton fp8 kernel only)."""
+    mode = os.environ.get("FLASHCORE_FP8_HOPPER", "auto")
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"FLASHCORE_FP8_HOPPER must be 'auto', 'always' or 'never', got {mode!r}")
+    return mode
+
+
+def fp8_kernel(x, *, causal: bool) -> str:
+    """``"gluon"`` or ``"triton"``: the kernel ``flashcore.fp8_attention`` runs quantized
+    inputs ``x`` on (calls with an explicit ``config`` always run the Triton kernel)."""
+    mode = _fp8_mode()
+    if mode == "never" or not _hopper.supports_fp8(x):
+        return "triton"
+    if mode == "always":
+        return "gluon"
+    threshold = FP8_GLUON_FROM.get((x.q8.shape[3], bool(causal)))
+    if threshold is not None and min(x.q8.shape[2], x.seqlen_k) >= threshold:
+        return "gluon"
+    return "triton"
+
+
 def describe_dispatch() -> str:
     """The dispatch table in one line, for ``python -m flashcore info``."""
     if not _hopper.GLUON_AVAILABLE:
@@ -90,6 +138,17 @@ def describe_dispatch() -> str:
         f"Gluon FA3-structured kernel on sm_90, fp16/bf16 ({_forward_mode()}): {rules} "
         "(D192: v 128, MLA); other v head dims != q/k's: Triton"
     )
+
+
+def describe_fp8_dispatch() -> str:
+    """The fp8 table in one line, for ``python -m flashcore info``."""
+    if not _hopper.GLUON_AVAILABLE:
+        return "kernels/fp8.py's Triton kernel (this triton has no Gluon Hopper API)"
+    rules = ", ".join(
+        f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
+        for (d, c), t in FP8_GLUON_FROM.items()
+    )
+    return f"Gluon FP8 mode on sm_90 ({_fp8_mode()}): {rules}; else kernels/fp8.py's Triton kernel"
 
 
 def describe_backward_dispatch() -> str:

@@ -37,9 +37,12 @@ from ._checks import (
 )
 from .dispatch import (  # noqa: F401  (re-exported: flashcore.interface.forward_kernel, ...)
     FORWARD_GLUON_FROM,
+    FP8_GLUON_FROM,
     describe_backward_dispatch,
     describe_dispatch,
+    describe_fp8_dispatch,
     forward_kernel,
+    fp8_kernel,
 )
 from .kernels import backward as _backward
 from .kernels import backward_hopper as _backward_hopper
@@ -691,8 +694,11 @@ def fp8_attention(
     """softmax(q k^T * scale [+ top-left causal mask]) v on quantized inputs.
 
     Returns ``(B, Hq, Sq, D)`` in ``x.out_dtype``. CUDA (sm_89+) or the Triton interpreter
-    on CPU. ``config`` overrides the launch (BLOCK_M, BLOCK_N in {16, 32, 64, 128},
-    num_warps, num_stages, USE_TMA). Not supported: bottom-right alignment, windows, lse.
+    on CPU. On Hopper, ``flashcore.dispatch.fp8_kernel`` picks the Gluon forward's FP8 mode
+    where it was measured faster (``FP8_GLUON_FROM``), else kernels/fp8.py's Triton kernel runs.
+    ``config`` (the Triton kernel's launch: BLOCK_M, BLOCK_N in {16, 32, 64, 128}, num_warps,
+    num_stages, USE_TMA) forces the Triton kernel. Not supported: bottom-right alignment,
+    windows, lse.
     """
     if not isinstance(x, _fp8.Fp8Inputs):
         raise TypeError(f"expected Fp8Inputs from flashcore.quantize_fp8, got {type(x).__name__}")
@@ -712,5 +718,8 @@ def fp8_attention(
             f"BLOCK_M and BLOCK_N must divide the quantization block {_fp8.QUANT_BLOCK}"
         )
     scale = 1.0 / math.sqrt(q8.shape[3]) if scale is None else scale
-    _fp8.launch_fp8(x, out, causal=causal, scale=scale, config=config)
+    if config is None and fp8_kernel(x, causal=causal) == "gluon":
+        _hopper.attention_hopper_fp8(x, out, causal=causal, scale=scale)
+    else:
+        _fp8.launch_fp8(x, out, causal=causal, scale=scale, config=config)
     return out

@@ -174,3 +174,59 @@ def test_gpu_hopper_fp8_is_deterministic(monkeypatch):
     x = quantize(*_inputs("outlier", 2, 8, 2, 1500, 128, seed=1), "per_block_hadamard")
     first = fp8_attention(x, causal=True)
     assert all(torch.equal(first, fp8_attention(x, causal=True)) for _ in range(3))
+
+
+# The fp8 dispatch (flashcore.dispatch.fp8_kernel): its table, its override, and that a call
+# with an explicit config stays on the Triton kernel. CPU: supports_fp8 is stubbed true.
+def _x_of(seqlen, head_dim):
+    return quantize(*_inputs("normal", 1, 2, 2, seqlen, head_dim, seed=0), "per_block")
+
+
+@pytest.mark.parametrize(
+    "seqlen, head_dim, causal, expected",
+    [
+        (4096, 128, False, "gluon"),
+        (4096, 256, True, "gluon"),
+        (4095, 128, False, "triton"),  # shorter than the table's threshold
+        (4096, 64, False, "triton"),  # D64: the Triton kernel was measured faster
+    ],
+)
+def test_fp8_dispatch_table(monkeypatch, seqlen, head_dim, causal, expected):
+    from flashcore import dispatch
+
+    monkeypatch.setattr(dispatch._hopper, "supports_fp8", lambda x: True)
+    monkeypatch.delenv("FLASHCORE_FP8_HOPPER", raising=False)
+    assert dispatch.fp8_kernel(_x_of(seqlen, head_dim), causal=causal) == expected
+
+
+def test_fp8_dispatch_override_and_unsupported(monkeypatch):
+    from flashcore import dispatch
+
+    x = _x_of(256, 64)
+    monkeypatch.setenv("FLASHCORE_FP8_HOPPER", "always")
+    assert dispatch.fp8_kernel(x, causal=False) == "triton"  # CPU: the FP8 mode cannot run
+    monkeypatch.setattr(dispatch._hopper, "supports_fp8", lambda x: True)
+    assert dispatch.fp8_kernel(x, causal=False) == "gluon"
+    monkeypatch.setenv("FLASHCORE_FP8_HOPPER", "never")
+    assert dispatch.fp8_kernel(_x_of(4096, 128), causal=False) == "triton"
+    monkeypatch.setenv("FLASHCORE_FP8_HOPPER", "sometimes")
+    with pytest.raises(ValueError, match="FLASHCORE_FP8_HOPPER"):
+        dispatch.fp8_kernel(x, causal=False)
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_default_dispatch_runs_the_gluon_mode_where_the_table_says(monkeypatch):
+    from flashcore.kernels import forward_hopper
+
+    monkeypatch.delenv("FLASHCORE_FP8_HOPPER", raising=False)
+    calls = []
+    launch = forward_hopper.attention_hopper_fp8
+    monkeypatch.setattr(
+        forward_hopper, "attention_hopper_fp8", lambda *a, **k: calls.append(1) or launch(*a, **k)
+    )
+    x = quantize(*_inputs("outlier", 1, 4, 2, 4096, 128, seed=7), "per_block_hadamard")
+    assert _bound_ratio(x, True) <= 1.0
+    assert calls == [1]
+    calls.clear()
+    fp8_attention(x, causal=True, config=dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3))
+    assert calls == []  # an explicit config is the Triton kernel's

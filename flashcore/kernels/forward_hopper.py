@@ -45,8 +45,8 @@ Offsets: TMA coordinates are per-dimension int32 (B, H, S, D each < 2^31), addre
 64-bit; the output and lse pointers are formed in int64, so tensors past 2^31 elements
 are exact.
 
-FP8 mode (``attention_hopper_fp8``, kernels/fp8.py's quantized inputs; opt-in with
-FLASHCORE_FP8_HOPPER=always until measured): the same pipeline with e4m3 Q K^T and P V. v is
+FP8 mode (``attention_hopper_fp8``, kernels/fp8.py's quantized inputs; ``flashcore.fp8_attention``
+takes it where ``dispatch.FP8_GLUON_FROM`` says it was measured faster): the same pipeline with e4m3 Q K^T and P V. v is
 stored transposed by the quantizer (8-bit wgmma wants both operands K-major, and P V reduces
 over the keys), so the producer loads V^T tiles; each key tile's scores are scaled by its q and
 k block scales (a 64-row warpgroup tile and a key tile each lie inside one block of
@@ -125,12 +125,18 @@ VARIANTS = {
 # vs 644). Both modes run persistent.
 PERSISTENT = {False: True, True: True}
 # fp8 (kernels/fp8.py's inputs): tile configs per head dim, BLOCK_N dividing fp8.QUANT_BLOCK
-# (a key tile lies inside one key block's scale). e4m3 tiles are half the bytes of bf16's, so
-# the ring holds more stages in the same shared memory. Not measured yet.
+# (a key tile lies inside one key block's scale). Measured on the H100 beside each other at
+# S 4K-16K, causal and not (tools/fp8_hopper_probe.py, commits ea07c61 and b45f4b3,
+# logs/fp8_hopper_probe_*.json), TFLOP/s:
+#   D128: 128 keys x 4 stages 792-862 full, 669-838 causal; x 2 stages 793-867 full but
+#         660-762 causal; 3 consumer warpgroups (192 rows, 148 bytes of spills) 731-841 / 458-753
+#   D256: 128 keys x 2 stages 1062-1177 full, 886-1182 causal; 64 x 3 862-955 / 774-991
+#   D64:  128 x 2 466-496 full (3 warpgroups 472-520), below the Triton fp8 kernel's 544-566:
+#         D64 runs there (dispatch.FP8_GLUON_FROM); this entry serves FLASHCORE_FP8_HOPPER=always
 FP8_VARIANTS = {
-    64: dict(BLOCK_N=128, STAGES=4),
-    128: dict(BLOCK_N=128, STAGES=3),
-    256: dict(BLOCK_N=64, STAGES=3),
+    64: dict(BLOCK_N=128, STAGES=2),
+    128: dict(BLOCK_N=128, STAGES=4),
+    256: dict(BLOCK_N=128, STAGES=2),
 }
 
 if GLUON_AVAILABLE:
@@ -856,12 +862,6 @@ def lean_launch(q, k, v, out, lse, *, store_lse, default_scale, **options):
     return LeanHopperLaunch(frozen, blocks, tuple(lse.shape), store_lse, default_scale)
 
 
-def fp8_requested() -> bool:
-    """FLASHCORE_FP8_HOPPER=always sends fp8 calls that ``supports_fp8`` accepts here; the
-    default (never) keeps them on kernels/fp8.py's Triton kernel until this path is measured."""
-    return os.environ.get("FLASHCORE_FP8_HOPPER", "never").lower() == "always"
-
-
 def supports_fp8(x) -> bool:
     """True when the FP8 mode of this kernel computes ``x`` (kernels/fp8.py's Fp8Inputs):
     a Hopper GPU, head dim 64, 128 or 256, and TMA-compatible q8, k8, v8t."""
@@ -876,7 +876,8 @@ def supports_fp8(x) -> bool:
 def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None, num_wg=None):
     """Launch the kernel's FP8 mode on quantized inputs ``x`` (``supports_fp8`` true) into
     ``out`` (B, Hq, Sq, D), fp16/bf16, any strides. Top-left causal alignment, as
-    kernels/fp8.py's kernel; no lse."""
+    kernels/fp8.py's kernel; no lse. ``block_n``, ``stages`` and ``num_wg`` (consumer
+    warpgroups, 2 or 3) override FP8_VARIANTS' entry (tools/fp8_hopper_probe.py)."""
     q8, k8, v8t = x.q8, x.k8, x.v8t
     batch, num_q_heads, seqlen_q, head_dim = q8.shape
     num_kv_heads = k8.shape[1]
@@ -886,6 +887,8 @@ def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None, nu
     if FP8_QUANT_ROWS % block_n:
         raise ValueError(f"block_n must divide {FP8_QUANT_ROWS}, got {block_n}")
     num_wg = num_wg or cfg.get("NUM_WG", 2)
+    if num_wg not in CONSUMER_REGS:
+        raise ValueError(f"num_wg must be one of {sorted(CONSUMER_REGS)}, got {num_wg}")
     work_units = triton_cdiv(triton_cdiv(seqlen_q, num_wg * BLOCK_M_WG), 2) * batch * num_q_heads
     # FLASHCORE_HOPPER_MAX_PROGRAMS caps the persistent grid as for fp16/bf16 (sanitizer walks).
     programs = int(os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS", "0")) or _num_sms(

@@ -30,8 +30,9 @@ axis. The quantizer pads keys to a multiple of 128 (zeros, masked to -inf in the
 the copy engine's 16-byte stride rule holds for the transposed v.
 
 On Hopper the Gluon forward has an FP8 mode with FlashAttention-3's structure on the same
-inputs and recipes (kernels/forward_hopper.py, ``attention_hopper_fp8``); ``launch_fp8`` takes
-it under FLASHCORE_FP8_HOPPER=always (default: this kernel) until it is measured.
+inputs and recipes (kernels/forward_hopper.py, ``attention_hopper_fp8``); ``flashcore.dispatch.
+fp8_kernel`` sends a call there where it was measured faster (D128/D256 from S = 4K on the
+H100), else here.
 
 ``quantize`` turns fp16/bf16/fp32 q, k, v into an ``Fp8Inputs`` (what an fp8 model would
 have produced upstream); ``fp8_attention`` runs the kernel on it; ``dequantized`` gives the
@@ -433,7 +434,8 @@ def _fp8_attn_fwd_kernel(
 _HOPPER_FP8 = {False: (64, 128, 4, 3), True: (64, 128, 4, 3)}  # 801 / 738 TFLOP/s at B2 H16 S8192
 
 
-def _pick_config(x: Fp8Inputs, causal: bool, interpreted: bool) -> dict:
+def pick_config(x: Fp8Inputs, causal: bool, interpreted: bool = False) -> dict:
+    """This kernel's launch config for ``x`` when the caller gives none."""
     if interpreted:
         return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1, USE_TMA=False)
     bm, bn, warps, stages = _HOPPER_FP8[bool(causal)]
@@ -448,15 +450,9 @@ def launch_fp8(x: Fp8Inputs, out: torch.Tensor, *, causal: bool, scale: float, c
     QUANT_BLOCK, num_warps, num_stages, USE_TMA)."""
     q8 = x.q8
     interpreted = on_interpreter(q8)
-    if config is None and not interpreted:
-        from . import forward_hopper
-
-        if forward_hopper.fp8_requested() and forward_hopper.supports_fp8(x):
-            forward_hopper.attention_hopper_fp8(x, out, causal=causal, scale=scale)
-            return
     batch, num_q_heads, seqlen_q, head_dim = q8.shape
     num_kv_heads = x.k8.shape[1]
-    cfg = dict(config) if config is not None else _pick_config(x, causal, interpreted)
+    cfg = dict(config) if config is not None else pick_config(x, causal, interpreted)
     use_tma = cfg.pop("USE_TMA", True) and not interpreted and q8.device.type == "cuda"
     cfg["WARP_SPECIALIZE"] = (
         cfg.get("WARP_SPECIALIZE", False) and use_tma

@@ -237,10 +237,17 @@ def bench_fp8(
     reps: int = 50,
     warmup: int = 10,
 ) -> list[dict]:
-    """Time the fp8 kernel (on pre-quantized inputs, as an fp8 model would hand it over),
+    """Time fp8 attention (on pre-quantized inputs, as an fp8 model would hand them over),
     flashcore's bf16 kernel and SDPA's bf16 backends on the same shapes in one process.
-    Also times ``quantize`` itself from bf16 (the cost if the producer does not emit fp8).
-    All variants share one kernel; naive differs only in the p scale constant."""
+
+    Each ``fp8_<variant>`` row times ``flashcore.fp8_attention`` as it ships, its ``kernel``
+    the dispatch's pick (``flashcore.dispatch.fp8_kernel``: the Gluon forward's FP8 mode or
+    kernels/fp8.py's Triton kernel); ``fp8_per_block_triton`` times the Triton kernel on the
+    same inputs at ``config`` (the tuning sweep's pick; None: the kernel's own table), so the
+    two fp8 kernels stand side by side. Also times ``quantize`` itself from bf16 (the cost if
+    the producer does not emit fp8). The variants differ only in their scales, not in code."""
+    from ..dispatch import fp8_kernel
+    from ..kernels.fp8 import pick_config
     from .bench import attention_flops, make_flashcore, make_sdpa, rotation_count, time_launches
 
     rows = []
@@ -259,6 +266,14 @@ def bench_fp8(
         ]
         flops = attention_flops(B, H, S, S, D, causal)
         base = {**shape, "flops": flops, "rotated_sets": n_sets}
+
+        def timed(impl, fn, **extra):
+            t = time_launches(fn, n_sets, warmup=warmup, reps=reps)
+            rows.append(
+                {**base, "impl": impl, "timing": t.as_dict(), "tflops": flops / t.median_ms / 1e9,
+                 **extra}
+            )  # fmt: skip
+
         with torch.inference_mode():
             for impl in peers:
                 fn = (
@@ -266,36 +281,26 @@ def bench_fp8(
                     if impl == "flashcore"
                     else make_sdpa(impl[5:], causal, False)
                 )
-                t = time_launches(lambda i: fn(*sets[i]), n_sets, warmup=warmup, reps=reps)
-                rows.append(
-                    {
-                        **base,
-                        "impl": impl,
-                        "timing": t.as_dict(),
-                        "tflops": flops / t.median_ms / 1e9,
-                    }
-                )
+                timed(impl, lambda i: fn(*sets[i]))
             for variant in variants:
                 qsets = [quantize(*s, variant) for s in sets]
-                t = time_launches(
-                    lambda i: fp8_attention(qsets[i], causal=causal, config=config),
-                    n_sets,
-                    warmup=warmup,
-                    reps=reps,
-                )
                 tq = time_launches(
                     lambda i: quantize(*sets[i], variant), n_sets, warmup=3, reps=max(10, reps // 5)
                 )
-                rows.append(
-                    {
-                        **base,
-                        "impl": f"fp8_{variant}",
-                        "timing": t.as_dict(),
-                        "tflops": flops / t.median_ms / 1e9,
-                        "quantize_ms": tq.median_ms,
-                        "config": config,
-                    }
+                timed(
+                    f"fp8_{variant}",
+                    lambda i: fp8_attention(qsets[i], causal=causal),
+                    quantize_ms=tq.median_ms,
+                    kernel=fp8_kernel(qsets[0], causal=causal),
                 )
+                if variant == "per_block":
+                    triton = dict(config or pick_config(qsets[0], causal))
+                    timed(
+                        "fp8_per_block_triton",
+                        lambda i: fp8_attention(qsets[i], causal=causal, config=triton),
+                        kernel="triton",
+                        config=triton,
+                    )
                 qsets = None
         sets = None  # free the rotated inputs before the next shape
         torch.cuda.empty_cache()
@@ -368,13 +373,25 @@ def fp8_shapes(seqlens=(1024, 2048, 4096, 8192, 16384), head_dim=128) -> list[di
     ]
 
 
+def default_speed_shapes() -> list[dict]:
+    """The record's speed sweep: D128 at S 1K-16K, D256 (where the Gluon FP8 mode reaches past
+    the bf16 matmul ceiling) at S 4K-16K."""
+    return fp8_shapes() + fp8_shapes((4096, 8192, 16384), head_dim=256)
+
+
 def speed_table(speed_rows: list[dict]) -> list[dict]:
-    """One line per shape: TFLOP/s of each implementation and the fp8 / bf16 ratio."""
+    """One line per shape (D, causal, S): TFLOP/s of each implementation, the kernel that
+    served fp8 per_block as shipped, and the fp8 / bf16, fp8 / cuDNN and shipped / Triton fp8
+    ratios (the last only in records that time the Triton kernel beside the shipped path)."""
     lines = {}
     for r in speed_rows:
-        key = (r["causal"], r["S"])
-        line = lines.setdefault(key, {"causal": r["causal"], "S": r["S"], "B": r["B"], "H": r["H"]})
+        key = (r["D"], r["causal"], r["S"])
+        line = lines.setdefault(
+            key, {"D": r["D"], "causal": r["causal"], "S": r["S"], "B": r["B"], "H": r["H"]}
+        )
         line[r["impl"]] = r["tflops"]
+        if r["impl"] == "fp8_per_block":
+            line["kernel"] = r.get("kernel", "triton")
         if "quantize_ms" in r:
             line[f"quantize_ms_{r['impl'][4:]}"] = r["quantize_ms"]
             line[f"attn_ms_{r['impl'][4:]}"] = r["timing"]["median_ms"]
@@ -382,8 +399,10 @@ def speed_table(speed_rows: list[dict]) -> list[dict]:
     for line in lines.values():
         line["x_bf16"] = line["fp8_per_block"] / line["flashcore"]
         line["x_cudnn"] = line["fp8_per_block"] / line["sdpa_cudnn"]
+        if "fp8_per_block_triton" in line:
+            line["x_triton_fp8"] = line["fp8_per_block"] / line["fp8_per_block_triton"]
         out.append(line)
-    return sorted(out, key=lambda l: (l["causal"], l["S"]))
+    return sorted(out, key=lambda l: (l["D"], l["causal"], l["S"]))
 
 
 def error_summary_line(r: dict) -> str:
@@ -395,8 +414,11 @@ def error_summary_line(r: dict) -> str:
 
 
 def speed_line(r: dict) -> str:
-    return f"{r['impl']:<14} causal={r['causal']!s:5} S={r['S']:<6} {r['tflops']:7.1f} TFLOP/s" + (
-        f"  quantize {r['quantize_ms']:.3f} ms" if "quantize_ms" in r else ""
+    return (
+        f"{r['impl']:<20} D={r['D']:<3} causal={r['causal']!s:5} S={r['S']:<6} "
+        f"{r['tflops']:7.1f} TFLOP/s"
+        + (f"  [{r['kernel']}]" if "kernel" in r else "")
+        + (f"  quantize {r['quantize_ms']:.3f} ms" if "quantize_ms" in r else "")
     )
 
 
@@ -421,7 +443,8 @@ def run_fp8_record(
     (B=1, ``heads`` heads, D=128; bf16 and fp16 baselines on a GPU, fp16 under the
     interpreter). On a GPU with ``speed``: with ``tune``, the launch-config sweep of the
     per_block kernel (``tuning``) and the fastest config per causal mode (``tuned_config``),
-    which the speed runs then use; then speed over ``speed_shapes`` (default ``fp8_shapes()``).
+    which the Triton fp8 kernel's speed rows then use; then speed over ``speed_shapes``
+    (default ``default_speed_shapes()``), fp8 as shipped beside the Triton fp8 kernel.
     ``progress(items, desc)`` wraps the two loops, ``log(line)`` gets the lines the CLI prints.
     """
     progress = progress or (lambda items, desc: items)
@@ -466,8 +489,11 @@ def run_fp8_record(
         payload["tuned_config"] = {str(c): cfg for c, cfg in best.items()}
     payload["speed"] = [
         r
-        for shape in progress(speed_shapes or fp8_shapes(), "fp8 speed")
-        for r in bench_fp8([shape], config=best[shape["causal"]], reps=reps)
+        for shape in progress(speed_shapes or default_speed_shapes(), "fp8 speed")
+        # the sweep tunes at D128; other head dims keep the Triton kernel's own table
+        for r in bench_fp8(
+            [shape], config=best[shape["causal"]] if shape["D"] == 128 else None, reps=reps
+        )
     ]
     for r in payload["speed"]:
         log(speed_line(r))
@@ -560,38 +586,42 @@ def tuning_rows(record: dict) -> list[dict]:
     ]
 
 
-def plot_speed(speed: list[dict]):
-    """TFLOP/s against S of fp8 (per_block, naive), the bf16 kernel and SDPA's bf16 backends;
-    ``speed`` is ``speed_table``'s lines."""
+def plot_speed(speed: list[dict], head_dim: int = 128):
+    """TFLOP/s against S of fp8 (per_block as shipped, naive, the Triton fp8 kernel where
+    timed), the bf16 kernel and SDPA's bf16 backends at ``head_dim``; ``speed`` is
+    ``speed_table``'s lines."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
     for causal, ax in zip((False, True), axes):
-        lines = [l for l in speed if l["causal"] == causal]
+        lines = [l for l in speed if l["causal"] == causal and l["D"] == head_dim]
         for impl, style in (
             ("fp8_per_block", "o-"),
+            ("fp8_per_block_triton", "o:"),
             ("fp8_naive", "x:"),
             ("flashcore", "s-"),
             ("sdpa_cudnn", "^--"),
             ("sdpa_flash", "v--"),
         ):
-            ax.plot([l["S"] for l in lines], [l[impl] for l in lines], style, label=impl)
+            if all(impl in l for l in lines):
+                ax.plot([l["S"] for l in lines], [l[impl] for l in lines], style, label=impl)
         ax.set(
             xscale="log",
             xlabel="S",
             ylabel="TFLOP/s",
-            title=f"D=128, {'causal' if causal else 'non-causal'}",
+            title=f"D={head_dim}, {'causal' if causal else 'non-causal'}",
         )
     axes[0].legend(fontsize=8)
     return fig
 
 
-def speed_geomeans(speed: list[dict], min_seqlen: int = 4096) -> dict:
-    """Geometric means over ``speed_table``'s lines with S >= min_seqlen: fp8 per_block and the
-    bf16 kernel's TFLOP/s, and fp8's counting an unfused quantize from bf16 in its time."""
+def speed_geomeans(speed: list[dict], min_seqlen: int = 4096, head_dim: int = 128) -> dict:
+    """Geometric means over ``speed_table``'s lines at ``head_dim`` with S >= min_seqlen: fp8
+    per_block and the bf16 kernel's TFLOP/s, and fp8's counting an unfused quantize from bf16
+    in its time."""
     from .bench import geomean
 
-    long = [l for l in speed if l["S"] >= min_seqlen]
+    long = [l for l in speed if l["S"] >= min_seqlen and l["D"] == head_dim]
     return {
         "fp8": geomean([l["fp8_per_block"] for l in long]),
         "bf16": geomean([l["flashcore"] for l in long]),
@@ -650,6 +680,7 @@ __all__ = [
     "bench_fp8",
     "tune_fp8",
     "fp8_shapes",
+    "default_speed_shapes",
     "e4m3_round_trip",
     "rmse",
     "bound_ratio",
