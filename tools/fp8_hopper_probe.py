@@ -4,10 +4,10 @@ recipe), B * S = 16K tokens, H * D = 2048, S 4K/8K/16K, causal and not, at D 64/
 
     python tools/fp8_hopper_probe.py OUT.json [--d 128 64 256] [--s 4096 8192 16384]
 
-Rows per shape: ``triton_fp8`` (kernels/fp8.py as it ships), ``gluon_fp8`` at each
-(BLOCK_N, STAGES, consumer warpgroups) of ``CONFIGS`` (kernels/forward_hopper.py's FP8 mode, called directly),
-``bf16`` (``flashcore.attention`` on the unquantized inputs, the
-dispatch as it ships). Median ms of ``bench.time_launches`` (CUDA events, eager; quantization
+Rows per shape: ``triton_fp8`` (kernels/fp8.py's kernel), ``gluon_fp8`` at each (BLOCK_N,
+STAGES, consumer warpgroups) of ``CONFIGS`` (kernels/forward_hopper.py's FP8 mode, called
+directly), ``bf16`` (``flashcore.attention`` on the unquantized inputs, the dispatch as it
+ships). Median ms of ``bench.time_launches`` (CUDA events, eager; quantization
 is outside the timed call), TFLOP/s (the forward's FLOPs), and each fp8 row's largest
 difference from the Triton fp8 kernel's output (the same quantized inputs: the two may differ
 by P's rounding and fp32 sums). Writes OUT.json with provenance and the kernel fingerprint;
@@ -34,7 +34,7 @@ CONFIGS = {  # head dim -> (BLOCK_N, STAGES, consumer warpgroups) candidates of 
 def main() -> int:
     from flashcore.interface import attention, fp8_attention
     from flashcore.kernels import forward_hopper
-    from flashcore.kernels.fp8 import quantize
+    from flashcore.kernels.fp8 import pick_config, quantize
     from flashcore.results import kernel_fingerprint, provenance
     from flashcore.studies.bench import TOKENS_PER_BATCH, attention_flops, time_launches
 
@@ -56,15 +56,21 @@ def main() -> int:
             x = quantize(q, k, v, "per_block_hadamard")
             for causal in (False, True):
                 flops = attention_flops(b, h, s, s, d, causal)
-                reference = fp8_attention(x, causal=causal).float()
-                calls = {"triton_fp8": lambda i: fp8_attention(x, causal=causal)}
+                reference = fp8_attention(x, causal=causal, config=pick_config(x, causal)).float()
+                triton = pick_config(x, causal)  # explicit: the dispatch would pick the Gluon mode
+                calls = {"triton_fp8": lambda i: fp8_attention(x, causal=causal, config=triton)}
                 for block_n, stages, num_wg in CONFIGS[d]:
 
                     def gluon(i, block_n=block_n, stages=stages, num_wg=num_wg):
                         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
                         return forward_hopper.attention_hopper_fp8(
-                            x, out, causal=causal, scale=d**-0.5, block_n=block_n,
-                            stages=stages, num_wg=num_wg,
+                            x,
+                            out,
+                            causal=causal,
+                            scale=d**-0.5,
+                            block_n=block_n,
+                            stages=stages,
+                            num_wg=num_wg,
                         )
 
                     calls[f"gluon_fp8 {block_n}x{stages}x{num_wg}wg"] = gluon
