@@ -172,33 +172,12 @@ def run_sanitize(args) -> int:
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     # The forward grid (incl. sliding windows, TMA and pointer paths) and the fp8 kernel on an
     # S that is not a multiple of its 128-key padding, every recipe, causal and not.
+    fp8_small = ["fp8", "--dists", "outlier", "--s", "200", "--heads", "2", "--seeds", "1"]
     workloads = {
         "forward": ["validate", "--grid", "sanitizer", "--quiet"],
-        "fp8": [
-            "fp8",
-            "--dists",
-            "outlier",
-            "--s",
-            "200",
-            "--heads",
-            "2",
-            "--seeds",
-            "1",
-            "--no-speed",
-        ],
+        "fp8": [*fp8_small, "--no-speed"],
         # The same fp8 study on the Gluon forward's FP8 mode, 3 programs walking the tiles.
-        "fp8_hopper": [
-            "fp8",
-            "--dists",
-            "outlier",
-            "--s",
-            "200",
-            "--heads",
-            "2",
-            "--seeds",
-            "1",
-            "--no-speed",
-        ],  # fmt: skip
+        "fp8_hopper": [*fp8_small, "--no-speed"],
         # The same grid with every case the Gluon Hopper kernel supports forced onto it;
         # then forced onto it with 3 programs, so every program walks many work tiles.
         "forward_hopper": ["validate", "--grid", "sanitizer", "--quiet"],
