@@ -7,8 +7,12 @@
 # per-tensor baseline on outlier inputs, and credits incoherent processing (a random Hadamard
 # rotation of Q and K) for the difference.
 #
-# This notebook measures all of it on the same inputs, with one kernel
-# (`flashcore/kernels/fp8.py`) and four quantization recipes:
+# This notebook measures all of it on the same inputs, with four quantization recipes and the
+# two fp8 kernels behind `flashcore.fp8_attention` (section 4): the Triton kernel
+# (`flashcore/kernels/fp8.py`) and, on Hopper, the Gluon forward's FP8 mode
+# (`attention_hopper_fp8` in `flashcore/kernels/forward_hopper.py`, FlashAttention-3's
+# warp-specialized pipeline with e4m3 wgmma). Every recipe runs on either kernel; which one
+# serves a call depends on its shape alone.
 #
 # | recipe | Q, K | V | P (softmax probabilities) |
 # |---|---|---|---|
@@ -18,9 +22,9 @@
 # | `per_block_hadamard` | rotate by $R = H\,\mathrm{diag}(\pm 1)/\sqrt{D}$, then per block | per channel | × 256 |
 #
 # Errors are measured against float64 attention of the original inputs. The CPU profile runs
-# the error analysis live at small sizes under the Triton interpreter and renders the recorded
-# H100 study (`results/<gpu>/fp8.json`: larger sizes, more seeds, speed). The GPU profile runs
-# both live.
+# the error analysis live at small sizes under the Triton interpreter (the Triton kernel: the
+# Gluon mode needs a Hopper GPU) and renders the recorded H100 study (`results/<gpu>/fp8.json`:
+# larger sizes, more seeds, both kernels, speed). The GPU profile runs both live.
 
 # %% tags=["parameters"]
 PROFILE = (
@@ -32,8 +36,9 @@ LIVE_SEQLEN = 256  # live error study: (1, LIVE_HEADS, S, 128) per distribution
 LIVE_HEADS = 2
 LIVE_SEEDS = 3
 MEASURE_SPEED = True  # GPU profile only
-SWEEP = "quick"  # GPU profile: "quick" (speed at S 4K and 16K, no launch-config sweep) or "full"
-# (S 1K-16K and the config sweep: the recorded run), -p SWEEP full
+SWEEP = "quick"  # GPU profile: "quick" (speed at D128 and D256, S 4K and 16K, no launch-config
+# sweep) or "full" (D128 S 1K-16K, D256 S 4K-16K and the config sweep: the recorded run),
+# -p SWEEP full
 
 # %%
 from flashcore.notebook import setup, table
@@ -137,7 +142,9 @@ print(
 # cast to e4m3, whose worst case is computed per element (`own_reference_bound`); a wrong block
 # scale or a dropped tile breaks it (`tests/test_fp8.py` plants one). Under the interpreter the
 # p cast is emulated in fp32 arithmetic (the interpreter's own fp32→fp8 cast truncates; the GPU
-# converts in hardware).
+# converts in hardware). At these sizes every live fp8 call runs the Triton kernel, on a GPU
+# too (the dispatch sends only S ≥ 4096 to the Gluon mode, section 4); the Gluon mode's errors
+# are the record's S = 4096 rows (section 5).
 
 # %%
 from tqdm import tqdm  # a text bar: setup() sends it to the terminal, not the outputs
@@ -197,19 +204,132 @@ for dist in ("outlier", "massive_channels"):
     print(f"{dist}: lowest median RMSE of the four recipes (live):", best)
 
 # %% [markdown]
-# ## 4. The recorded H100 study
+# ## 4. Two fp8 kernels behind one call
+#
+# Every recipe's `quantize` produces the same `Fp8Inputs`: q and k in e4m3 with one scale per
+# 128-row block, v in e4m3 with one scale per channel, stored transposed. Two kernels compute
+# attention from it:
+#
+# * **the Triton kernel** (`flashcore/kernels/fp8.py`): FlashAttention-2's online softmax with
+#   fp8 tensor-core dots for $QK^\top$ and $PV$ and the block scales folded into each tile's
+#   score scale, compiled by Triton (on the H100 64 × 128 tiles, 4 warps, 3 stages). It runs
+#   wherever fp8 runs: sm_89 and newer, and the interpreter on CPU.
+# * **the Gluon forward's FP8 mode** (`attention_hopper_fp8` in
+#   `flashcore/kernels/forward_hopper.py`, Hopper only): the bf16 Gluon forward's pipeline,
+#   FlashAttention-3's structure (one producer warp loading K and V tiles by TMA into a
+#   shared-memory ring; two consumer warpgroups of 64 query rows each that take turns on the
+#   tensor cores, ping-pong, so one's softmax runs while the other's GEMMs do; inside each, the
+#   softmax of key tile $j$ overlapping $P_{j-1}V_{j-1}$; a persistent grid) with e4m3 wgmma for
+#   both products. What FP8 changes in that pipeline:
+#   * **V^T tiles.** 8-bit wgmma wants both operands K-major, contiguous along the dimension the
+#     product reduces over; $PV$ reduces over the keys, so v must be contiguous along keys. The
+#     quantizer stores it transposed, (B, H, D, S) with keys padded to a multiple of 128, and
+#     the producer loads D × BLOCK_N tiles of $V^\top$.
+#   * **Per-(q block, k block) score scales.** A warpgroup's 64 query rows lie inside one
+#     128-row q block and a key tile (BLOCK_N divides 128) inside one k block, so each key
+#     tile's scores take one scale, q_scale × k_scale × the softmax scale, loaded while
+#     $S_j = QK_j^\top$ runs.
+#   * **P × 256, staged through shared memory.** p ∈ [0, 1] is multiplied by 256 (a power of
+#     two: exact) into e4m3's normal range and stored to a shared-memory buffer per warpgroup,
+#     the A operand of the $PV$ wgmma. The bf16 forward keeps P in registers; an 8-bit register
+#     operand cannot be held past its asynchronous wgmma (the wait that keeps it alive takes
+#     16- and 32-bit values only). FlashAttention-3 keeps fp8 P in registers, with byte
+#     shuffles to fit the operand layout; this mode pays a shared-memory store and fence per
+#     tile instead.
+#   * **v's per-channel scale in the epilogue**: out[:, d] × v_scale[d] / 256, once per output
+#     tile, which also undoes p's 256.
+#   * Top-left causal alignment only and no lse, as the Triton kernel.
+#
+# Which kernel serves a call is `flashcore.dispatch.fp8_kernel`'s table `FP8_GLUON_FROM`
+# (`python -m flashcore info` prints it as "fp8 dispatch"; `FLASHCORE_FP8_HOPPER=never` or
+# `always` overrides it, and a call with an explicit `config` always runs the Triton kernel).
+# The table comes from `tools/fp8_hopper_probe.py` on the H100: per_block+Hadamard inputs,
+# B·S = 16K, H·D = 2048, S 4K–16K, causal and not, the Gluon mode at each candidate tile config
+# beside the Triton fp8 kernel in one process; one run at commit `ea07c61` and three at
+# `b45f4b3` (D128 twice), `results/<gpu>/logs/fp8_hopper_probe_*.json`. Below, those runs at
+# the tile config that ships (`FP8_VARIANTS`: BLOCK_N × stages, two consumer warpgroups).
+
+# %%
+import json
+
+from flashcore import results as _results
+from flashcore.dispatch import FP8_GLUON_FROM
+from flashcore.kernels.forward_hopper import FP8_VARIANTS
+
+
+def fp8_dispatch(head_dim, causal, seqlen):
+    """The kernel FP8_GLUON_FROM sends a call of this shape to on Hopper (Sq = Sk)."""
+    threshold = FP8_GLUON_FROM.get((head_dim, causal))
+    return "gluon" if threshold is not None and seqlen >= threshold else "triton"
+
+
+print("fp8 dispatch on Hopper (FP8_GLUON_FROM; below the threshold, or never: the Triton kernel):")
+for (d, c), t in FP8_GLUON_FROM.items():
+    v = FP8_VARIANTS[d]
+    print(f"  D{d} {'causal' if c else 'full  '}: "
+          + (f"Gluon FP8 mode from S = {t}" if t else "never")
+          + f"   (FP8_VARIANTS: {v['BLOCK_N']} keys x {v['STAGES']} stages)")  # fmt: skip
+
+probe_by = {}  # (D, causal, S) -> [(commit, Triton fp8, Gluon mode at the shipped config)]
+for name in ("fp8_hopper_probe_ea07c61.json", "fp8_hopper_probe_b45f4b3.json"):
+    path = _results.RESULTS_DIR / RECORDED_GPU / "logs" / name
+    if not path.exists():
+        print(f"--- {name}: (not in this checkout)")
+        continue
+    data = json.loads(path.read_text())
+    for run in data.get("runs", [data]):  # b45f4b3 holds three runs
+        rows = {(r["D"], r["causal"], r["S"], r["impl"]): r["tflops"] for r in run["rows"]}
+        for d, c, s, impl in rows:
+            if impl != "triton_fp8":
+                continue
+            cfg = FP8_VARIANTS[d]
+            shipped = f"gluon_fp8 {cfg['BLOCK_N']}x{cfg['STAGES']}"
+            gluon = rows.get((d, c, s, shipped), rows.get((d, c, s, shipped + "x2wg")))
+            probe_by.setdefault((d, c, s), []).append(
+                (run["provenance"]["commit"], rows[(d, c, s, impl)], gluon)
+            )
+probe_rows = []
+for (d, c, s), runs in sorted(probe_by.items()):
+    ratios = [g / t for _, t, g in runs]
+    probe_rows.append({"D": d, "causal": c, "S": s, "runs": len(runs),
+                       "triton fp8": f"{min(t for _, t, _ in runs):.0f}-{max(t for _, t, _ in runs):.0f}",
+                       "gluon mode": f"{min(g for *_, g in runs):.0f}-{max(g for *_, g in runs):.0f}",
+                       "gluon / triton": f"{min(ratios):.2f}-{max(ratios):.2f}",
+                       "dispatch": fp8_dispatch(d, c, s)})  # fmt: skip
+print(
+    table(
+        probe_rows,
+        ["D", "causal", "S", "runs", "triton fp8", "gluon mode", "gluon / triton", "dispatch"],
+    )
+)
+print("(TFLOP/s, min-max over the probe runs; gluon mode at FP8_VARIANTS' config)")
+for d in sorted({d for d, _, _ in probe_by}):
+    ratios = [g / t for (dd, _, _), runs in probe_by.items() if dd == d for _, t, g in runs]
+    print(
+        f"D{d}: Gluon mode / Triton fp8 kernel {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} timings"
+    )
+
+# %% [markdown]
+# At D128 the Gluon mode is ahead of the Triton fp8 kernel at every probed shape, by a few
+# percent at S = 4K (causal within the run-to-run spread: 669–676 against 653–669 TFLOP/s) and
+# by up to about a fifth at 8K–16K (1.01–1.22× in all); at D256 by 1.29–1.53×. At D64 it is
+# slower at every shape, with three consumer warpgroups too (the other candidates in the logs),
+# so D64 stays on the Triton kernel. Nothing below S = 4K was probed, so shorter calls stay on
+# the Triton kernel until measured. The shipped D128 config (128 keys × 4 stages) is not always
+# the fastest non-causal one (× 2 stages: 793–872 against 792–862) but it is ahead causal at
+# every shape of every run (× 2 stages: 658–762 against 669–838); the comment on
+# `FP8_VARIANTS` has the candidates.
+
+# %% [markdown]
+# ## 5. The recorded H100 study
 #
 # Same code at B=1, H=8, D=128, S ∈ {1024, 4096}, five seeds per point, bf16 and fp16
 # baselines: `fp8_study.run_fp8_record`, which `python -m flashcore fp8 --record` calls too (in
-# the GPU profile, SWEEP full adds its launch-config sweep and times with the tuned config).
-#
-# The record the CPU profile renders (`fp8.json`, commit `5aac3ce`, the kernel sources of
-# `6c8aae4`) is **stale** (its status line below). After it, `3f5270a` changed the paged
-# branch of `kernels/decode.py` and `e5df583` MLA's atomic-mode dK/dV launch config in
-# `kernels/backward.py`; those are the only code paths the two changes touched, and
-# `kernels/fp8.py` is not among the changed files. The record was not re-recorded at
-# `f9591a6` for lack of device time, so every number below that comes from it describes
-# `6c8aae4`'s kernels.
+# the GPU profile, SWEEP full adds the Triton fp8 kernel's launch-config sweep). The fp8 rows
+# call `flashcore.fp8_attention` as it ships, so by the dispatch above the S = 4096 rows ran on
+# the Gluon FP8 mode and the S = 1024 rows on the Triton kernel. The record the CPU profile
+# renders is `fp8.json`; its status line below says whether the kernels it measured are still
+# today's.
 
 # %%
 if SWEEP not in ("quick", "full"):
@@ -220,7 +340,9 @@ if PROFILE == "gpu":
         device="cuda",
         speed=MEASURE_SPEED,
         tune=SWEEP == "full",
-        speed_shapes=F.fp8_shapes() if SWEEP == "full" else F.fp8_shapes((4096, 16384)),
+        speed_shapes=F.default_speed_shapes()
+        if SWEEP == "full"
+        else F.fp8_shapes((4096, 16384)) + F.fp8_shapes((4096, 16384), head_dim=256),
         progress=tqdm,
     )
     write_result(
@@ -256,7 +378,7 @@ print(
 save_figure(F.plot_rmse_by_recipe(summary, 4096), "04_rmse_by_recipe")
 
 # %% [markdown]
-# ## 5. The prior report's 29%, side by side
+# ## 6. The prior report's 29%, side by side
 #
 # The report gives no shape; it says the inputs were cast with no scale and that the max
 # error was 0.294 (and the e4m3 round trip 12.3%, matched in section 1). Our `naive` recipe is
@@ -307,6 +429,16 @@ print(
         )
     ),
 )
+seed0 = next(
+    r
+    for r in record["errors"]
+    if (r["dist"], r["S"], r["causal"], r["seed"], r["impl"])
+    == ("normal", 4096, False, 0, "fp8_per_block")
+)
+print(
+    f"normal, per_block, S=4096, non-causal, seed 0: RMSE {seed0['rmse']:.2e}, of which the "
+    f"inputs' rounding alone (rmse_inputs_only) {seed0['rmse_inputs_only']:.2e}"
+)
 
 # %% [markdown]
 # **Verdict on the prior report.** The report's 0.294 cannot be matched number for number: it
@@ -317,93 +449,186 @@ print(
 # V, rounded; without a causal mask the maxima are 0.020–0.042 (the table above). The diagnosis
 # is **refuted**. On these inputs the missing scale factors are not the cause: every recipe,
 # scaled or not, has the same RMSE within 0.6–1.4% at each recorded shape (printed above),
-# because a scale cannot add mantissa bits. The error is the 3-bit mantissa of e4m3 (relative
+# because a scale cannot add mantissa bits. This holds on both kernels (S = 1024 ran on the
+# Triton kernel, S = 4096 on the Gluon mode). The error is the 3-bit mantissa of e4m3 (relative
 # rounding up to 6.25%), and most of it is the rounding of the inputs, not of p: in every
 # N(0,1) row of the record's `errors`, `rmse_inputs_only` (float64 attention of the dequantized
 # inputs against float64 attention of the originals) is most of the RMSE, e.g. 1.21e-03 of
-# 1.37e-03 for per_block at S = 4096, non-causal, seed 0. Scales matter where the range
-# matters, on outlier and massive-channel inputs (sections 3, 4 and 7). The whole "scaling
-# infrastructure" is `quantize` in `flashcore/kernels/fp8.py`.
+# 1.37e-03 for per_block at S = 4096, non-causal, seed 0 (the last line above). Scales matter
+# where the range matters, on outlier and massive-channel inputs (sections 3, 5 and 8). The
+# whole "scaling infrastructure" is `quantize` in `flashcore/kernels/fp8.py`.
 
 # %% [markdown]
-# ## 6. Speed, and the error/speed trade-off
+# ## 7. Speed, and the error/speed trade-off
 #
-# All four recipes run the same kernel. `naive` differs only in the p scale constant, and the
-# three scaled recipes are identical at run time, so speed is measured for `naive` and
-# `per_block`. The kernel takes pre-quantized inputs, as it would from an fp8 model. The cost of
-# `quantize` from bf16 (plain PyTorch, unfused) is listed separately. The bf16 kernel and SDPA's
-# backends run on the same shapes in the same process (B·S = 16K, H = 16, D = 128). The bf16
-# column (`flashcore`) is `flashcore.attention` as dispatched at the record's commit: by the
-# dispatch table (`FORWARD_GLUON_FROM` in `flashcore/dispatch.py`) the Gluon forward
-# (`flashcore/kernels/forward_hopper.py`) at every shape here except causal S = 1024, which runs
-# the Triton kernel. The fp8 kernel is a Triton kernel.
+# At a given shape all four recipes run the same code: `naive` differs only in the p scale
+# constant, and the three scaled recipes are identical at run time, so speed is measured for
+# `naive` and `per_block`. Both rows time `flashcore.fp8_attention` as it ships, on
+# pre-quantized inputs (as an fp8 model would hand them over); `kernel` names the kernel the
+# dispatch picked for per_block (`gluon`: the FP8 mode, `triton`: kernels/fp8.py).
+# `fp8_per_block_triton` times the Triton fp8 kernel on the same inputs with an explicit launch
+# config (the sweep's pick at D128, the kernel's own table at D256), and `x_triton_fp8` is the
+# shipped per_block over it: where `kernel` is `triton` the two columns time one kernel at one
+# config (in this record the sweep's pick is the kernel's own table, 64x128 w4 s3), so their
+# ratio there is the timing noise. The cost of `quantize` from bf16 (plain PyTorch, unfused) is
+# listed separately. The bf16 kernel and SDPA's backends run on the same shapes in the same
+# process (B·S = 16K, H·D = 2048: H = 16 at D128, 8 at D256). The bf16 column (`flashcore`) is
+# `flashcore.attention` as dispatched (`FORWARD_GLUON_FROM` in `flashcore/dispatch.py`): the
+# Gluon forward at every shape here except D128 causal S = 1024, which runs its Triton kernel.
 
 # %%
 speed = F.speed_table(record["speed"])
+
+
+def num(spec):
+    """A table format that prints '-' where an older record has no such column."""
+    return lambda v: "-" if v is None else spec.format(v)
+
+
+tfl = (
+    "flashcore",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "fp8_naive",
+    "fp8_per_block",
+    "fp8_per_block_triton",
+)
+ratio_cols = ("x_bf16", "x_cudnn", "x_triton_fp8")
+ms_cols = ("quantize_ms_per_block", "attn_ms_per_block")
+cols = ["D", "causal", "S", "B", "H", "kernel", *tfl, *ratio_cols, *ms_cols]
 print(
     table(
-        speed,
-        [
-            "causal",
-            "S",
-            "B",
-            "H",
-            "flashcore",
-            "sdpa_flash",
-            "sdpa_cudnn",
-            "fp8_naive",
-            "fp8_per_block",
-            "x_bf16",
-            "x_cudnn",
-            "quantize_ms_per_block",
-            "attn_ms_per_block",
-        ],
-        {
-            k: "{:.0f}"
-            for k in ("flashcore", "sdpa_flash", "sdpa_cudnn", "fp8_naive", "fp8_per_block")
-        }
-        | {
-            "x_bf16": "{:.2f}",
-            "x_cudnn": "{:.2f}",
-            "quantize_ms_per_block": "{:.3f}",
-            "attn_ms_per_block": "{:.3f}",
-        },
+        [{c: l.get(c) for c in cols} for l in speed],
+        cols,
+        {c: num("{:.0f}") for c in tfl}
+        | {c: num("{:.2f}") for c in ratio_cols}
+        | {c: num("{:.3f}") for c in ms_cols},
     )
 )
 print(
-    "(TFLOP/s; x_bf16 = fp8 per_block / flashcore bf16; x_cudnn = fp8 per_block / SDPA cuDNN bf16)"
+    "(TFLOP/s; fp8_* as shipped, kernel = the one that served fp8_per_block; x_bf16 = fp8 per_block "
+    "/ flashcore bf16; x_cudnn = fp8 per_block / SDPA cuDNN bf16; x_triton_fp8 = fp8 per_block as "
+    "shipped / the Triton fp8 kernel)"
 )
 tuned = record.get("tuned_config")
-print("fp8 launch config from the sweep in the record:", tuned)
+print("Triton fp8 kernel's launch config from the sweep in the record (its D128 rows):", tuned)
 print(table(F.tuning_rows(record), ["config", "causal", "TFLOP/s"]))
-print("(launch-config sweep at B=2, H=16, S=8192, D=128; ws = Triton warp specialization)")
+print(
+    "(launch-config sweep of the Triton fp8 kernel at B=2, H=16, S=8192, D=128; "
+    "ws = Triton warp specialization)"
+)
 
 # %%
-save_figure(F.plot_speed(speed), "04_fp8_speed")
+# NBVAL_CHECK_OUTPUT
+# The same kernel timed twice per shape: where the dispatch picked the Triton kernel, the
+# shipped per_block row and the explicit Triton row run one kernel at one config; at every
+# shape fp8_naive and fp8_per_block run one kernel that differs only in p's scale constant.
+by_impl = {(r["D"], r["causal"], r["S"], r["impl"]): r for r in record["speed"]}
+same = [l for l in speed if l.get("kernel") == "triton" and "x_triton_fp8" in l]
+if same:
+    worst = min(same, key=lambda l: min(l["x_triton_fp8"], 1 / l["x_triton_fp8"]))
+    ms = by_impl[(worst["D"], worst["causal"], worst["S"], "fp8_per_block")]["timing"]["median_ms"]
+    print(
+        f"shipped per_block / Triton row where both are the Triton kernel: "
+        f"{min(l['x_triton_fp8'] for l in same):.2f}-{max(l['x_triton_fp8'] for l in same):.2f}; "
+        f"widest at D{worst['D']} causal={worst['causal']} S={worst['S']}: "
+        f"{worst['fp8_per_block']:.0f} against {worst['fp8_per_block_triton']:.0f} TFLOP/s "
+        f"at a {ms:.2f} ms call"
+    )
+for d in sorted({l["D"] for l in speed}):
+    pairs = [l["fp8_naive"] / l["fp8_per_block"] for l in speed if l["D"] == d]
+    print(
+        f"D{d}: fp8_naive / fp8_per_block (one kernel per shape): {min(pairs):.2f}-{max(pairs):.2f}"
+    )
+odd = min(speed, key=lambda l: l["fp8_naive"] / l["fp8_per_block"])
+t = by_impl[(odd["D"], odd["causal"], odd["S"], "fp8_naive")]["timing"]
+print(
+    f"  lowest at D{odd['D']} causal={odd['causal']} S={odd['S']}: naive {odd['fp8_naive']:.0f} "
+    f"against per_block {odd['fp8_per_block']:.0f} TFLOP/s; the naive row's p95 "
+    f"{t['p95_ms']:.3f} ms against its median {t['median_ms']:.3f} ms"
+)
+
+# %%
+save_figure(F.plot_speed(speed, head_dim=128), "04_fp8_speed")
+
+# %%
+save_figure(F.plot_speed(speed, head_dim=256), "04_fp8_speed_d256")
 
 # %%
 from flashcore.studies.bench import geomean
 
-long = [l for l in speed if l["S"] >= 4096]
-rates = F.speed_geomeans(speed, min_seqlen=4096)
+rates = F.speed_geomeans(speed, min_seqlen=4096, head_dim=128)
 save_figure(F.plot_error_vs_speed(summary, rates), "04_error_vs_speed")
-print(
-    f"geomean TFLOP/s at S>=4096: fp8 {rates['fp8']:.0f}, bf16 {rates['bf16']:.0f}, fp8 incl. unfused quantize {rates['fp8_with_quantize']:.0f}"
-)
-q_over_attn = [l["quantize_ms_per_block"] / l["attn_ms_per_block"] for l in speed]
-print(
-    f"unfused quantize from bf16 / fp8 attention time: {min(q_over_attn):.2f}-{max(q_over_attn):.2f}"
-)
+for d in sorted({l["D"] for l in speed}):
+    if not [l for l in speed if l["D"] == d and l["S"] >= 4096]:
+        continue
+    g = F.speed_geomeans(speed, min_seqlen=4096, head_dim=d)
+    print(
+        f"D{d}, geomean TFLOP/s at S>=4096: fp8 {g['fp8']:.0f}, bf16 {g['bf16']:.0f}, "
+        f"fp8 incl. unfused quantize {g['fp8_with_quantize']:.0f}"
+    )
+    q_over_attn = [
+        l["quantize_ms_per_block"] / l["attn_ms_per_block"] for l in speed if l["D"] == d
+    ]
+    print(
+        f"  unfused quantize from bf16 / fp8 attention time: {min(q_over_attn):.2f}-{max(q_over_attn):.2f}"
+    )
 
 # %% [markdown]
-# ## 7. The targets
+# ## 8. The targets
 #
-# On the H100 at D=128, S ≥ 4096: recipe 4 (per-block + Hadamard) at ≥ 1.5× flashcore's bf16
-# throughput, with RMSE on the outlier inputs ≤ 9.1e-3 (FlashAttention-3's figure) and ≥ 2.5×
-# below the per-tensor recipe.
+# The issue's targets, on the H100: fp8 at **≥ 1000 TFLOP/s at D = 128, S ≥ 8K, non-causal**,
+# and there at **≥ 1.5× flashcore's bf16**; and the per_block+Hadamard recipe's **RMSE on the
+# outlier inputs ≤ 9.1e-3** (FlashAttention-3's figure), per recorded row. Speed is timed for
+# per_block, which runs the Hadamard recipe's code at run time. D = 256 is held to the first
+# two for information, at every recorded S. The notebook's earlier targets follow: ≥ 1.5× bf16
+# at every D = 128 shape with S ≥ 4096, and the Hadamard recipe's RMSE ≥ 2.5× below
+# per-tensor's.
+
 
 # %%
 # NBVAL_CHECK_OUTPUT
+def verdict(ok):
+    return "pass" if ok else "MISSED"
+
+
+for d, min_s, note in ((128, 8192, "the target"), (256, 0, "for information")):
+    lines = [l for l in speed if l["D"] == d and not l["causal"] and l["S"] >= min_s]
+    if not lines:
+        print(f"D{d} non-causal: no speed line in this record ({note})")
+    for l in lines:
+        print(
+            f"D{d} non-causal S={l['S']:<5} [{l.get('kernel', 'triton')}] ({note}): fp8 "
+            f"{l['fp8_per_block']:.0f} TFLOP/s >= 1000: {verdict(l['fp8_per_block'] >= 1000)};  "
+            f"{l['x_bf16']:.2f}x bf16 ({l['flashcore']:.0f}) >= 1.5x: {verdict(l['x_bf16'] >= 1.5)}"
+        )
+error_d = record.get("error_shape", {}).get("D", 128)
+for h in sorted(
+    (r for r in summary if r["dist"] == "outlier" and r["impl"] == "fp8_per_block_hadamard"),
+    key=lambda r: (r["S"], r["causal"]),
+):
+    print(
+        f"outlier, per_block+Hadamard, S={h['S']:<5} causal={h['causal']!s:5} "
+        f"[{fp8_dispatch(error_d, h['causal'], h['S'])}]: RMSE median {h['rmse_median']:.2e}, "
+        f"worst of {h['seeds']} seeds {h['rmse_max']:.2e};  <= 9.1e-3: median "
+        f"{verdict(h['rmse_median'] <= 9.1e-3)}, every seed {verdict(h['rmse_max'] <= 9.1e-3)}"
+    )
+    own = [
+        (e["rmse_inputs_only"], e["rmse"])
+        for e in record["errors"]
+        if (e["dist"], e["impl"], e["S"], e["causal"])
+        == ("outlier", h["impl"], h["S"], h["causal"])
+        and "rmse_inputs_only" in e
+    ]
+    if own:
+        print(
+            f"    the inputs' rounding alone (rmse_inputs_only, no kernel): "
+            f"{min(i for i, _ in own):.2e}-{max(i for i, _ in own):.2e}, "
+            f"{min(i / t for i, t in own):.1%}-{max(i / t for i, t in own):.1%} of each seed's RMSE"
+        )
+print("(kernel in brackets: speed lines from the record; error rows by FP8_GLUON_FROM)")
+print()
+long = [l for l in speed if l["S"] >= 4096 and l["D"] == 128]
 ratios = [l["x_bf16"] for l in long]
 print(
     f"fp8 / bf16 throughput at D=128, S>=4096: per shape {min(ratios):.2f}-{max(ratios):.2f}, geomean {geomean(ratios):.2f}"
@@ -411,54 +636,69 @@ print(
 # The same measurement in another process (the quick record): a measure of run-to-run noise
 # only when its status line says current (same kernels); stale, it measured another version.
 quick = read_result("fp8_quick", RECORDED_GPU)
-o = [l["x_bf16"] for l in F.speed_table(quick["speed"]) if l["S"] >= 4096]
+o = [l["x_bf16"] for l in F.speed_table(quick["speed"]) if l["S"] >= 4096 and l["D"] == 128]
 print(f"  quick record ({describe(quick)}): {min(o):.2f}-{max(o):.2f}, geomean {geomean(o):.2f}")
 print("  " + status_line_for("fp8_quick", RECORDED_GPU))
-print("target: >= 1.5x bf16 at every shape:", all(r >= 1.5 for r in ratios))
+print(
+    "earlier target: >= 1.5x bf16 at every D=128 shape, S>=4096:",
+    verdict(all(r >= 1.5 for r in ratios)),
+)
 for causal in (False, True):
     h = F.summary_lookup(summary, "outlier", causal, 4096, "fp8_per_block_hadamard")
     t = F.summary_lookup(summary, "outlier", causal, 4096, "fp8_per_tensor")
     print(
-        f"outlier inputs, S=4096, causal={causal!s:5}: RMSE per-block+Hadamard {h['rmse_median']:.2e} "
-        f"(worst seed {h['rmse_max']:.2e}), per-tensor {t['rmse_median']:.2e}, ratio {t['rmse_median'] / h['rmse_median']:.2f}"
-    )
-    print(
-        f"   target RMSE <= 9.1e-3 (every seed): {h['rmse_max'] <= 9.1e-3};  target >= 2.5x below per-tensor: "
-        f"{t['rmse_median'] / h['rmse_median'] >= 2.5}"
+        f"outlier inputs, S=4096, causal={causal!s:5}: RMSE per-block+Hadamard {h['rmse_median']:.2e}, "
+        f"per-tensor {t['rmse_median']:.2e}, ratio {t['rmse_median'] / h['rmse_median']:.2f};  "
+        f"earlier target >= 2.5x below per-tensor: {verdict(t['rmse_median'] / h['rmse_median'] >= 2.5)}"
     )
 
 # %% [markdown]
-# **Verdict on the targets** (the lines above, from `fp8.json`, commit 5aac3ce, stale: section 4;
-# every one at D = 128, S ≥ 4096):
+# **Verdict on the targets** (the lines above, from `fp8.json`, commit 8739133):
 #
-# * **≥ 1.5× bf16: missed at every shape** (the verdict prints False). fp8 per_block over
-#   flashcore's bf16: non-causal 1.12 (S = 4096), 1.15 (8192), 1.22 (16384); causal 1.16
-#   (4096), 1.16 (8192), 1.25 (16384); geomean 1.18. Why, from the table in section 6: the
-#   fp8 kernel runs at 660–751 TFLOP/s there and the bf16 side, the Gluon forward at these
-#   shapes, at 570–652. The `quick record` line above is another process's run
-#   (`fp8_quick.json`, commit 34c60c8), and its status line says **stale**: it measured the
-#   kernels before the kernel changes that began with commit 7c97b1b, another kernel version
-#   by the fingerprint, so its 1.15–1.22 (geomean 1.18) is no run-to-run check of this
-#   record's 1.12–1.25 (geomean 1.18), only a look at the earlier version. Within this record,
-#   the same fp8 kernel timed twice per shape (`fp8_naive` and `fp8_per_block` differ only in
-#   a constant) differs by up to 782 against 748 TFLOP/s (non-causal S = 16384); no shape
-#   comes within that spread of 1.5×.
-# * **RMSE ≤ 9.1e-3 on the outlier inputs, every seed: met** at S = 4096 non-causal (worst
-#   seed 8.61e-03) and causal (worst seed 8.84e-03).
-# * **≥ 2.5× below per-tensor: missed in both cases** (prints False): the ratio is 2.29
-#   non-causal (8.38e-03 against 1.92e-02) and 1.89 causal (8.73e-03 against 1.65e-02). The
-#   rotated recipe lands near FlashAttention-3's 9.1e-3, but our per-tensor baseline on these
-#   inputs is already below FlashAttention-3's per-tensor 2.4e-2; whether FlashAttention-3's
-#   baseline was measured at another shape or by another method, this record cannot tell.
+# * **≥ 1000 TFLOP/s at D = 128, S ≥ 8K, non-causal: missed.** The Gluon FP8 mode serves those
+#   shapes and reaches 823 (S = 8192) and 816 (S = 16384), about 0.82 of the target. At D128,
+#   S ≥ 4K it runs 796–823 TFLOP/s non-causal and 671–833 causal, 1.01–1.13× the Triton fp8
+#   kernel on the same inputs.
+# * **≥ 1.5× bf16 at the same shapes: missed** (1.26 and 1.34). Across D128 S ≥ 4K the ratio is
+#   1.19–1.41, geomean 1.29, so the earlier target (≥ 1.5× at every D128 shape from 4K) is
+#   missed too; it was 1.12–1.25 with the Triton kernel alone (the previous record, commit
+#   5aac3ce). The `quick record` line is another process's run at commit 34c60c8 and its status
+#   line says **stale**: it timed the Triton kernel before the FP8 dispatch existed, so it is
+#   no run-to-run check of this record.
+# * **D = 256, for information: both pass** at every recorded S: 1077–1133 TFLOP/s
+#   non-causal at S 4K–16K and 1.53–1.67× bf16 there (the causal lines in section 7: 885–1162,
+#   1.43–1.59× bf16); 1.29–1.40× the Triton fp8 kernel, causal or not. The narrowest margin is
+#   S = 4096 non-causal against bf16, 1.53×.
+# * **RMSE ≤ 9.1e-3 on the outlier inputs: met at S = 4096, missed at causal S = 1024.** The
+#   S = 4096 rows, served by the Gluon mode, have medians 8.38e-03 (non-causal) and 8.73e-03
+#   (causal), every seed within the target. At S = 1024, on the Triton kernel, non-causal passes
+#   (8.14e-03) and causal does not: median 9.90e-03, every seed above 9.1e-3. The kernel is not
+#   the cause: there the inputs' rounding alone (float64 attention of the dequantized inputs,
+#   no kernel involved) is about 96% of each seed's RMSE and above 9.1e-3 in four seeds of five
+#   (the indented lines above), so no kernel computing on these e4m3 inputs can meet the target
+#   at that shape; a finer recipe could.
+# * **≥ 2.5× below per-tensor (earlier target): missed in both cases**, 2.29 non-causal
+#   (8.38e-03 against 1.92e-02) and 1.89 causal (8.73e-03 against 1.65e-02). The rotated recipe
+#   lands near FlashAttention-3's 9.1e-3, but our per-tensor baseline on these inputs is already
+#   below FlashAttention-3's per-tensor 2.4e-2; whether FlashAttention-3's baseline was measured
+#   at another shape or by another method, this record cannot tell.
+#
+# The spread of one kernel timed twice (section 7) bounds what these timings can say. At D128
+# causal S = 1024 the shipped row (354 TFLOP/s) and the explicit Triton row (425) are the same
+# kernel at the same config, 20% apart at a 0.2 ms call: that is the noise at that size, and no
+# difference between them. And at D256 causal S = 4096, `fp8_naive` (652) against
+# `fp8_per_block` (885) is one kernel too; the naive row's 95th percentile is 0.74 ms against a
+# 0.42 ms median, an unsteady run. Against that noise, the D128 speed verdicts are clear (823
+# against 1000; 1.26–1.34× against 1.5×), while two passes are near their thresholds: D256
+# non-causal S = 4096 at 1.53× bf16, and the causal S = 4096 RMSE's worst seed, 8.85e-03
+# against 9.1e-3.
 
 # %% [markdown]
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
-# commit 5aac3ce with the kernel sources of 6c8aae4: stale since f9591a6 (section 4), not
-# re-recorded, so they describe 6c8aae4's kernels. The previous record, commit f862749, timed
-# the same fp8 and bf16 machine code at these shapes, so its speed numbers differ from these by
-# run-to-run variation only.)
+# commit 8739133: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K, beside the
+# Triton fp8 kernel.)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this
@@ -470,28 +710,28 @@ for causal in (False, True):
 #   per-block scaling helps a little (median RMSE 1.67e-02 against per-tensor 1.92e-02 at
 #   S = 4096, non-causal; 1.47e-02 against 1.65e-02 causal). The Hadamard rotation roughly
 #   halves the RMSE (8.38e-03 against 1.92e-02 non-causal, 8.73e-03 against 1.65e-02 causal)
-#   and meets FA3's 9.1e-3 in every seed. It does not reach FA3's gap to per-tensor
-#   (2.4e-2 against 9.1e-3): the measured ratio is 2.29 non-causal and 1.89 causal, so the
-#   2.5× target is missed in both. On massive-channel activations the rotation's gain is
-#   larger: median RMSE 4.27e-02 against per-tensor 1.50e-01 (non-causal) and 5.24e-02 against
-#   1.81e-01 (causal).
-# * **Speed.** One fp8 kernel in Triton reaches 1.12–1.25× flashcore's bf16 throughput at
-#   S ≥ 4096 (geomean 1.18; fp8 geomean 722 TFLOP/s against bf16's 614, 1.08–1.32× cuDNN's
-#   bf16 there). No shape reaches 1.5× (the best is 1.25), so the target is missed (the quick
-#   record's 1.15–1.22 is stale, another kernel version, and not counted here); the
-#   trade-off curve above is the honest statement. The bf16 side at these shapes is the shipped Gluon forward.
-#   Triton's warp specialization did not help measurably: the `ws` rows of the sweep are within
-#   a few TFLOP/s of the same config without it (706 against 704, 552 against 547 non-causal;
-#   651 against 651, 520 against 520 causal), and the sweep's best config (64x128 w4 s3: 797
-#   non-causal, 737 causal) has no `ws` run, a known compile failure. (The sweep and the speed
-#   table time the same single input set at S = 8192 in separate passes; the table's
-#   `rotated_sets` is 1 at every shape. For the same config the table shows 751 and 718
-#   there, below the sweep's.) FlashAttention-3's ~1 PFLOP/s fp8 uses the
-#   structure the shipped bf16 forward has (warpgroup ping-pong, softmax/GEMM overlap, written
-#   in Gluon) and the Triton fp8 kernel lacks, plus in-register fp8 layout shuffles for p. An
-#   unfused `quantize` from bf16 costs 0.75× the fp8 attention time at best (non-causal
-#   S = 16K) and up to 13.41× (short S); counting it, fp8's geomean at S ≥ 4096 drops to
-#   227 TFLOP/s, below bf16's 614, so fp8 pays only when the producer already emits fp8.
+#   and meets FA3's 9.1e-3 in every seed at S = 4096; at causal S = 1024 it does not (median
+#   9.90e-03, most of it the inputs' own rounding). It does not reach FA3's gap to per-tensor (2.4e-2 against 9.1e-3): the measured
+#   ratio is 2.29 non-causal and 1.89 causal. On massive-channel activations the rotation's
+#   gain is larger: median RMSE 4.27e-02 against per-tensor 1.50e-01 (non-causal) and 5.24e-02
+#   against 1.81e-01 (causal).
+# * **Speed.** FlashAttention-3's structure, ported to fp8 as the Gluon forward's FP8 mode,
+#   takes D128 fp8 at S ≥ 4K to 796–823 TFLOP/s non-causal and 671–833 causal, 1.01–1.13× the
+#   Triton fp8 kernel and 1.19–1.41× flashcore's bf16 (geomean 1.29), and
+#   D256 to 1077–1162, 1.29–1.40× the Triton kernel and 1.43–1.67× bf16. D256 clears 1000
+#   TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (823/816 TFLOP/s, 1.26/1.34×
+#   at S = 8K/16K non-causal). Below S = 4K the Triton kernel still serves every call (not
+#   probed with the Gluon mode), and D64 stays on it (measured faster). One structural
+#   difference from FlashAttention-3 remains in the FP8 mode: P goes to the $PV$ wgmma through
+#   shared memory rather than registers (section 4); how much of the D128 gap it accounts for
+#   is not measured. Triton's own warp specialization did not help the Triton kernel: the
+#   `ws` rows of the sweep are within a few TFLOP/s of the same config without it (703 against
+#   703, 552 against 546 non-causal; 651 against 650, 522 against 521 causal), and the
+#   sweep's best config (64x128 w4 s3: 799 non-causal, 742 causal) has no `ws` run, a known
+#   compile failure. An unfused `quantize` from bf16 costs 0.82× the D128 fp8 attention time
+#   at best (non-causal S = 16K) and up to 11× (short S); counting it, fp8's D128 geomean at
+#   S ≥ 4096 drops to 227 TFLOP/s, below bf16's 605, so fp8 pays only when the producer
+#   already emits fp8.
 # * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
-#   p-rounding bound), live and in the record, so the errors above belong to the format, not
-#   to kernel bugs.
+#   p-rounding bound), live and in the record, on both kernels, so the errors above belong to
+#   the format, not to kernel bugs.
