@@ -609,7 +609,8 @@ for h in sorted(
 ):
     print(
         f"outlier, per_block+Hadamard, S={h['S']:<5} causal={h['causal']!s:5} "
-        f"[{fp8_dispatch(error_d, h['causal'], h['S'])}]: RMSE median {h['rmse_median']:.2e}, "
+        f"[{h.get('kernel') or fp8_dispatch(error_d, h['causal'], h['S']) + ' by the table'}]: "
+        f"RMSE median {h['rmse_median']:.2e}, "
         f"worst of {h['seeds']} seeds {h['rmse_max']:.2e};  <= 9.1e-3: median "
         f"{verdict(h['rmse_median'] <= 9.1e-3)}, every seed {verdict(h['rmse_max'] <= 9.1e-3)}"
     )
@@ -626,7 +627,7 @@ for h in sorted(
             f"{min(i for i, _ in own):.2e}-{max(i for i, _ in own):.2e}, "
             f"{min(i / t for i, t in own):.1%}-{max(i / t for i, t in own):.1%} of each seed's RMSE"
         )
-print("(kernel in brackets: speed lines from the record; error rows by FP8_GLUON_FROM)")
+print("(kernel in brackets: as the record names it; 'by the table': FP8_GLUON_FROM's pick)")
 print()
 long = [l for l in speed if l["S"] >= 4096 and l["D"] == 128]
 ratios = [l["x_bf16"] for l in long]

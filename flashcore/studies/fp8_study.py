@@ -138,7 +138,9 @@ def error_rows(
 ):
     """One row per (seed, implementation): RMSE and max error against float64 of the
     original inputs; for fp8 variants also the input-quantization part and the ratio of the
-    kernel's deviation from its own reference to ``own_reference_bound``."""
+    kernel's deviation from its own reference to ``own_reference_bound``, and the kernel
+    that served it (``kernel``: "gluon" or "triton")."""
+    from ..dispatch import fp8_kernel
     from ..interface import attention
 
     kv_heads = heads if kv_heads is None else kv_heads
@@ -180,6 +182,7 @@ def error_rows(
             row = {
                 **base,
                 "impl": f"fp8_{variant}",
+                "kernel": fp8_kernel(x, causal=causal),  # the dispatch's pick for this call
                 "rmse": rmse(out, ref64),
                 "max_err": float((out.double() - ref64).abs().max()),
             }
@@ -199,7 +202,8 @@ def _input_dtype(t: torch.Tensor, device) -> torch.Tensor:
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Median / min / max RMSE and the worst max error per (dist, causal, S, impl)."""
+    """Median / min / max RMSE and the worst max error per (dist, causal, S, impl), and the
+    kernel that served the group where its rows name one (one shape: one kernel)."""
     import statistics
 
     groups: dict = {}
@@ -220,6 +224,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                 rmse_max=max(vals),
                 max_err=max(r["max_err"] for r in rs),
                 own_bound_ratio=max((r.get("own_bound_ratio", 0.0) for r in rs), default=0.0),
+                **({"kernel": rs[0]["kernel"]} if "kernel" in rs[0] else {}),
             )
         )
     return out
