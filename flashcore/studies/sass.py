@@ -156,6 +156,56 @@ def _variants():
             },
         )
 
+    def gluon_fp8_forward(d, causal):
+        # The Gluon kernel's FP8 mode (forward_hopper.attention_hopper_fp8) in the config it
+        # ships: e4m3 q, k and v^T through descriptors, fp32 block and channel scales.
+        from triton.experimental.gluon import language as gl
+
+        from ..kernels import forward_hopper as fh
+        from ..kernels.fp8 import P_SCALE
+
+        cfg = fh.FP8_VARIANTS[d]
+        layout = gl.NVMMASharedLayout.get_default_for
+
+        def desc(rows, cols):
+            return f"tensordesc<fp8e4nv[1,1,{rows},{cols}],{layout([rows, cols], gl.float8e4nv)!r}>"
+
+        consts = dict(
+            HEAD_DIM=d,
+            BLOCK_N=cfg["BLOCK_N"],
+            STAGES=cfg["STAGES"],
+            IS_CAUSAL=causal,
+            STORE_LSE=False,
+            PINGPONG=True,
+            NUM_WG=cfg.get("NUM_WG", 2),
+            CONSUMER_REGS=fh.CONSUMER_REGS[cfg.get("NUM_WG", 2)],
+            FP8=True,
+            P_SCALE=float(P_SCALE),
+            Sinks=None,
+        )
+        return dict(
+            fn=fh._fa3_fwd_kernel,
+            gluon=True,
+            pointers={
+                "Out": "*bf16",
+                "Lse": "*bf16",  # the launcher passes out here: never written (no lse)
+                "QScale": "*fp32",
+                "KScale": "*fp32",
+                "VScale": "*fp32",
+            },
+            floats={"qk_scale", "inv_p_scale"},
+            consts=consts,
+            num_warps=4,
+            num_stages=1,
+            descs={
+                "q_desc": desc(fh.BLOCK_M_WG, d),
+                "k_desc": desc(cfg["BLOCK_N"], d),
+                "v_desc": desc(d, cfg["BLOCK_N"]),  # v^T: D rows of BLOCK_N keys
+                "q_tail_desc": None,
+                "k_tail_desc": None,
+            },
+        )
+
     def fp8_forward(causal):
         from ..kernels.fp8 import _HOPPER_FP8, P_SCALE, QUANT_BLOCK, _fp8_attn_fwd_kernel
 
@@ -258,6 +308,10 @@ def _variants():
             ),
             "forward D192/128 causal (Gluon, MLA)": (
                 gluon_forward(192, True, dv=128),
+                "shipped (Gluon)",
+            ),
+            "fp8 forward D128 causal (Gluon FP8 mode)": (
+                gluon_fp8_forward(128, True),
                 "shipped (Gluon)",
             ),
         }
@@ -466,7 +520,8 @@ def analyze_variants(keep_sass: bool = False) -> dict:
 
 # The forward kernels flashcore's public forward functions can run: the Triton kernel's
 # variants ("shipped"), the Gluon kernel that flashcore.attention dispatches to at D128, D256
-# and MLA's D192/128 (interface.FORWARD_GLUON_FROM, "shipped (Gluon)") and the fp8 forward.
+# and MLA's D192/128 (dispatch.FORWARD_GLUON_FROM, "shipped (Gluon)"), the fp8 forward and
+# the Gluon kernel's FP8 mode that flashcore.fp8_attention dispatches to (dispatch.FP8_GLUON_FROM).
 DISPATCHED_ROLES = ("shipped", "shipped (Gluon)")
 GLUON_DISPATCH_REASON = "warp_specialize's partition dispatch, not proven public by this analysis"
 
