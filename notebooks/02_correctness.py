@@ -375,7 +375,15 @@ try:
 except FileNotFoundError:
     print("forced-Gluon grid: no record")
 
+
 # %%
+def gluon_forward_run(run):
+    """A sanitizer run of the Gluon forward (kernels/forward_hopper.py): its bf16 workloads
+    and the fp8 study on its FP8 mode."""
+    workload = run.get("workload", "")
+    return workload.startswith("forward_hopper") or workload == "fp8_hopper"
+
+
 try:
     san = read_result("sanitizer", RECORDED_GPU)
     print(describe(san))
@@ -390,8 +398,9 @@ try:
             + (f" | {fp8_runs} runs of the fp8 study (recipes and baselines)" if fp8_runs else "")
         )
     # The Triton kernels' families (the forward grid, fp8, the backward, varlen, decode and
-    # the Gluon backward); the Gluon forward's runs are judged in their own cell below.
-    triton_runs = [r for r in san["runs"] if not r.get("workload", "").startswith("forward_hopper")]
+    # the Gluon backward); the Gluon forward's runs (its FP8 mode's included) are judged in
+    # their own cells below.
+    triton_runs = [r for r in san["runs"] if not gluon_forward_run(r)]
     sanitizer_clean = all(r["errors"] == 0 and r["returncode"] == 0 for r in triton_runs)
 except FileNotFoundError:
     san, sanitizer_clean = None, None
@@ -413,11 +422,13 @@ print(
 # The Gluon Hopper kernel (`kernels/forward_hopper.py`, notebook 03) ran the same sample forced
 # onto it, once on its own grid and once with 3 programs walking every work tile (the
 # `forward_hopper` runs of `sanitizer.json`, listed above; a third, `forward_hopper_mla`, runs
-# MLA's head dims). memcheck and synccheck are clean; racecheck reports 5 hazards in each of
-# the two `forward_hopper` runs and 4 in the MLA run (the record of `f9591a6`; the one of
-# `6c8aae4` had 5 in all three), and they are not in the kernel's data path. In all three runs
-# every report pairs a read at the kernel's entry (`forward_hopper.py:481`) with writes at that
-# line and at the `gl.warp_specialize` call (line 559; `logs/sanitize_f9591a6.log`). Where they
+# MLA's head dims, and a fourth, `fp8_hopper`, the fp8 study on its FP8 mode). memcheck and
+# synccheck are clean; racecheck reports 5 hazards in each of the two `forward_hopper` runs and
+# in the FP8 run, 4 in the MLA run (the record of `8739133`; 5/5/4 at `f9591a6`, 5 in each at
+# `6c8aae4`), and they are not in the kernel's data path. In every run each report pairs a read
+# at the kernel's entry (its `def` line) with writes at that line and at the statement holding
+# the `gl.warp_specialize` calls (`logs/sanitize_8739133.log`; the cells below check every
+# reported line against today's source). Where they
 # were traced to the SASS (commit `f2502d2`, 5 per run; the runs above were not traced again),
 # every one pairs the worker warps' read of their partition-state byte at kernel entry
 # (`LDS.U8` after `BAR.SYNC 1`) with the default warpgroup's write of that byte before the
@@ -439,9 +450,7 @@ print(
 # (each write and read is separated by `BAR.SYNC 1`), not proven.
 
 # %%
-hopper_runs = (
-    [] if san is None else [r for r in san["runs"] if r["workload"].startswith("forward_hopper")]
-)
+hopper_runs = [] if san is None else [r for r in san["runs"] if gluon_forward_run(r)]
 hopper_by_tool = (
     {
         tool: all(r["errors"] == 0 for r in hopper_runs if r["tool"] == tool)
@@ -454,6 +463,59 @@ hopper_by_tool = (
 # %%
 # NBVAL_CHECK_OUTPUT
 print("recorded, Gluon kernel: clean under memcheck, racecheck, synccheck:", hopper_by_tool)
+
+# %% [markdown]
+# Where each of those racecheck reports points, checked rather than read: the sanitizer's log
+# of the record's session (`logs/sanitize_<commit>.log` beside the record) names a source line
+# for both sides of every report. While the record is current (the kernel file unchanged), the
+# lines can be compared with the source: the claim above holds if every one is the kernel's
+# `def` line or the statement holding its `gl.warp_specialize` calls (reported at the `if`
+# that chooses between the two- and three-consumer calls), and none is a line of the consumer
+# or producer partitions, where the Q buffers, the K/V ring and our mbarriers are used.
+
+# %%
+import re
+
+from flashcore.kernels import forward_hopper as _fh
+from flashcore.results import RESULTS_DIR
+from flashcore.studies.records import record_status
+
+
+def warp_specialize_protocol_lines():
+    """(def line, the lines from the `if` before the first gl.warp_specialize call to the end
+    of the kernel function) of _fa3_fwd_kernel in today's kernel file."""
+    lines = open(_fh.__file__).read().splitlines()
+    start = next(i for i, l in enumerate(lines) if "def _fa3_fwd_kernel(" in l) + 1
+    first_ws = next(i for i in range(start, len(lines)) if "gl.warp_specialize(" in lines[i]) + 1
+    end = next(i for i in range(first_ws, len(lines)) if lines[i].startswith("    _FA3_LAUNCH"))
+    return start, set(range(first_ws - 1, end + 1))
+
+
+racecheck_locations = None
+if san is not None:
+    log = RESULTS_DIR / RECORDED_GPU / "logs" / f"sanitize_{san['provenance']['commit']}.log"
+    current = record_status(san).kind == "current"
+    if not log.exists() or not current:
+        print(f"not checked: {'no log ' + log.name if not log.exists() else 'the record is stale'}")
+    else:
+        reported = [int(n) for n in re.findall(r"forward_hopper\.py:(\d+)", log.read_text())]
+        def_line, protocol = warp_specialize_protocol_lines()
+        outside = sorted({n for n in reported if n != def_line and n not in protocol})
+        racecheck_locations = bool(reported) and not outside
+        print(
+            f"{log.name}: {len(reported)} source locations in racecheck reports on "
+            f"forward_hopper.py, lines {sorted(set(reported))}; kernel def line {def_line}, "
+            f"warp_specialize statement lines {min(protocol)}-{max(protocol)}"
+        )
+        print("outside those:", outside or "none")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(
+    "recorded: every Gluon-forward racecheck report at the kernel's entry or its "
+    "warp_specialize statement:",
+    racecheck_locations,
+)
 
 # %% [markdown]
 # The sanitizer sample (awkward lengths, both alignments, GQA, padded head dim, fp32, a
@@ -712,8 +774,9 @@ print(
 # could have printed `False`: the forward kernel passes the error rule on every case of the live
 # grid and of the recorded GPU grid, repeated launches are bitwise identical, memcheck,
 # racecheck and synccheck are clean on the sanitizer sample for every kernel family but the
-# Gluon forward (whose racecheck hazards, 5, 5 and 4 in its three runs, are the
-# warp-specialize hand-off discussed above),
+# Gluon forward (whose racecheck hazards, 5, 5, 5 and 4 in its four runs, its FP8 mode's
+# included, all point at the kernel's entry and its warp-specialize statement, checked against
+# the source above: the hand-off discussed there),
 # and element offsets past $2^{31}$ are handled.
 # The rule beats the prior reports' fixed thresholds where it matters (its bound follows the
 # dtype and the size) but is not uniformly sharper than `allclose`: a bug confined to

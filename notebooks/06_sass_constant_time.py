@@ -90,7 +90,8 @@ for name, r in sass_report["kernels"].items():
 # (`offs_m < seqlen_q`, `pos < seqlen_new`) kept in a register that earlier held a softmax value
 # or a loaded element, whose other bits nothing reads.
 #
-# **The Gluon kernels** (`forward … (Gluon, warp-specialized)`, `kernels/forward_hopper.py`) keep
+# **The Gluon kernels** (`forward … (Gluon, …)` and `fp8 forward D128 causal (Gluon FP8 mode)`,
+# `kernels/forward_hopper.py`) keep
 # two flagged branches each (`@P0 BRA`, `BRX`): warp_specialize's dispatch. Each worker warp
 # reads its partition id as a byte from shared memory and jumps through a table. The only stores
 # to those bytes in the whole kernel write constants (the partition ids at entry, the exit case
@@ -99,14 +100,17 @@ for name, r in sass_report["kernels"].items():
 # every shared-memory load as data; proving it would take a shared-memory alias analysis (a TMA
 # write's extent is in its tensor map, not in the instruction). So the verdict below, which covers
 # every forward kernel that ships (`flashcore.attention` runs the Gluon kernel at D128 and D256,
-# and at MLA's q/k 192 with v 128, from the lengths in `interface.FORWARD_GLUON_FROM`), prints
+# and at MLA's q/k 192 with v 128, from the lengths in `dispatch.FORWARD_GLUON_FROM`;
+# `flashcore.fp8_attention` runs its FP8 mode at D128 and D256 from the lengths in
+# `dispatch.FP8_GLUON_FROM`), prints
 # False and says why beside it; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `f9591a6`, its three
-# `forward_hopper` runs: 5 hazards in each of the two at the standard head dims, 4 in MLA's,
-# which had 5 at `6c8aae4`; in all three every report pairs a read at the kernel's entry with
-# writes at the entry and at the `gl.warp_specialize` call, `logs/sanitize_f9591a6.log`. At
+# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `8739133`, its four
+# Gluon forward runs: 5 hazards in each of the two at the standard head dims and in the FP8
+# mode's, 4 in MLA's; in all four every report pairs a read at the kernel's entry with writes
+# at the entry and at the `gl.warp_specialize` call, `logs/sanitize_8739133.log`; notebook 02
+# checks those locations against the source. At
 # `f2502d2` the hazards, 5 per run, were traced to the workers' entry reads against these
 # stores; notebook 02 renders the record), and nothing in the K/V ring, Q buffers or mbarriers.
 
@@ -468,8 +472,8 @@ if power:
 # GPU, with V loaded before $q k^\top$; later, up to 6c8aae4, the Gluon forward's sinks and MLA
 # head dims, the backward's dQ reduction and launch configs, MLA's dispatch and the launch
 # cache; then `3f5270a`, decode's paged branch, and `e5df583`, MLA's atomic-mode backward
-# config), and neither record was re-recorded with the 6c8aae4 records or with the f9591a6
-# ones: their status lines above say stale. The SASS section compiles today's kernels (its
+# config; then `8739133`, the Gluon forward's FP8 mode), and neither record was re-recorded
+# with the 6c8aae4, f9591a6 or 8739133 records: their status lines above say stale. The SASS section compiles today's kernels (its
 # decode split-KV variant is the dense cache's, without a block table, so the paged branch
 # that `3f5270a` changed is not among them); the timing
 # and power numbers are not re-measured on them, so whether today's kernels time the same is not

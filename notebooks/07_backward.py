@@ -845,7 +845,8 @@ else:
 # kernels) the Gluon backward is correct on the whole grid (240 cases, 0 failed, worst ratio
 # 0.870) and slower than the Triton backward at every one of the 12 shapes (Gluon / Triton
 # 0.81–0.95), as in the record of `382853b` before it (every 2nd case, 120, 0 failed;
-# 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `f9591a6`, current)
+# 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `f9591a6`; stale since `8739133`,
+# whose kernel change, the Gluon forward's FP8 mode, leaves these backward kernels' PTX identical)
 # shows where, at one shape (bf16, S=8192, non-causal): the Gluon call took 7.22 ms of kernel
 # time against the Triton backward's 6.02 ms at D=128, and 8.79 ms against 6.81 ms at D=64;
 # FA4's 4.09 ms and 4.74 ms. Offline, ptxas gives the D=128 kernel 255 registers with no
@@ -1036,8 +1037,10 @@ if ncu_bwd:
 
 # %% [markdown] tags=[]
 # **Why flashcore is slower, from these numbers.** Every row of the record comes from one
-# device session at commit `f9591a6` (2026-11-27, FA4 installed), and the record is current
-# (its status line above). It profiles the deterministic default; the atomic mode, and MLA's
+# device session at commit `f9591a6` (2026-11-27, FA4 installed). The record is stale since
+# `8739133` (its status line above): that commit added the Gluon forward's FP8 mode, and the
+# backward kernels profiled here compile to the same PTX before and after it
+# (`logs/ptx_compare_82e4625_8739133.log`), but it was not re-profiled. It profiles the deterministic default; the atomic mode, and MLA's
 # atomic-mode config changed at `e5df583` (section 8), are not in it.
 #
 # * **D=128.** FA4's backward kernel keeps the tensor pipe 78.7% active and is 96.1% of its
