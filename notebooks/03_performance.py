@@ -84,18 +84,23 @@ print(
 
 # %% [markdown]
 # **This record is stale.** `perf.json` was recorded at commit `6c8aae4` (kernel fingerprint
-# 50f8e940722c). Two kernel changes went in after it (the status line above names the files):
+# 50f8e940722c). Kernel changes went in after it (the status line above names the files):
 # `3f5270a` changed the paged branch of `kernels/decode.py` (the block-table lookup is carried
-# one key tile ahead), and `e5df583` gave MLA's 192/128 pair its own atomic-mode dK/dV launch
-# config in `kernels/backward.py`. Those are the only code paths the two changes touched.
-# Offline, the Gluon forward at D 64/128/256 compiles to PTX identical to that of `0e654ee`,
-# the tree just before the two changes, whose kernel sources are `6c8aae4`'s
-# (`logs/ptx_compare_0e654ee_296ff3f.log`, sm_90): a compile check, not a measurement. A
-# record is current only while every kernel source it imported is unchanged, and `perf.json`
-# was not re-recorded at `f9591a6` for lack of device time. So every number this notebook
-# quotes from `perf.json` (the forward sweep, the targets, the prior-report regime) describes
-# `6c8aae4`'s kernels. The Nsight Compute profile and the decode section render records
-# re-recorded at `f9591a6` (current; each prints its status line).
+# one key tile ahead), `e5df583` gave MLA's 192/128 pair its own atomic-mode dK/dV launch
+# config in `kernels/backward.py`, and the Gluon forward's FP8 mode went in before `8739133`
+# (`kernels/forward_hopper.py`, with `flashcore.fp8_attention`'s dispatch in `dispatch.py`
+# and `interface.py`). Offline, the Gluon forward at D 64/128/256 compiles to PTX identical to
+# that of `0e654ee`, the tree just before the first two changes, whose kernel sources are
+# `6c8aae4`'s (`logs/ptx_compare_0e654ee_296ff3f.log`, sm_90), and the bf16 Gluon forward and
+# the Triton backward at D 64/128/256 compile to the same PTX before and after the FP8 mode
+# (`logs/ptx_compare_82e4625_8739133.log`; `82e4625`'s kernel sources are `f9591a6`'s):
+# compile checks, not measurements. A record is current only while every kernel source it
+# imported is unchanged, and `perf.json` was re-recorded neither at `f9591a6` (for lack of
+# device time) nor at `8739133`. So every number this notebook quotes from `perf.json` (the
+# forward sweep, the targets, the prior-report regime) describes `6c8aae4`'s kernels. The
+# decode section renders `decode.json` and `decode_splits.json`, re-recorded at `8739133`
+# (current); the Nsight Compute profile renders `ncu_compare.json` of `f9591a6`, stale since
+# `8739133` (each prints its status line).
 
 # %% [markdown]
 # ## TFLOP/s vs sequence length
@@ -266,10 +271,14 @@ save_figure(fig, "03_fa3_timeline")
 # instruction; `top stalls per issue` warps stalled per issued instruction, the three largest
 # (the columns and `top_stalls` are `flashcore.studies.report`'s, which notebook 07's backward
 # table shares). Every row comes from one device session at commit `f9591a6` (2026-11-27, FA4
-# installed), and the record is current (its status line below). The notebook reads the
-# record (ncu is not re-run). The earlier profile, `ncu_forward.json`, held D=128 only (the
-# Gluon kernel, the Triton kernel and cuDNN); its status line below says whether it still
-# matches today's kernels, and it is not rendered.
+# installed). The record is stale since `8739133` (its status line below): the kernel changes
+# between the two commits add the Gluon forward's FP8 mode and its dispatch, and the bf16 Gluon
+# forward at D 64/128/256 compiles to the same PTX before and after them
+# (`logs/ptx_compare_82e4625_8739133.log`; MLA's 192/128 pair is not in that log, and the
+# Triton forward's `kernels/forward.py` did not change), but the kernels were not re-profiled.
+# The notebook reads the record (ncu is not re-run). The earlier profile, `ncu_forward.json`,
+# held D=128 only (the Gluon kernel, the Triton kernel and cuDNN); its status line below says
+# whether it still matches today's kernels, and it is not rendered.
 
 # %%
 ncu = read_result("ncu_compare", RECORDED_GPU)
@@ -354,15 +363,15 @@ print(
 )
 
 # %% [markdown]
-# Reading the profile (`ncu_compare.json`, commit `f9591a6`, current; the lines above print
-# every number quoted here). At D=128 the Gluon kernel keeps the tensor pipe busy 74.7% of its
-# active cycles, cuDNN's kernel 77.2% and FA4's 84.8% (kernel time 1652, 1614 and 1501 µs); at
-# D=256 87.2%, 83.5% and 96.4% (1481, 1485 and 1366 µs); at D=64, where flashcore runs the
-# Triton kernel, 46.1%, 52.2% and 62.8% (2540, 2241 and 1868 µs). For MLA's pair, on the Gluon
-# kernel, 82.8%, 74.6% and 91.6% (1898, 2029 and 1769 µs). flashcore's kernel is below FA4's
-# everywhere, in tensor-pipe use and in time. It is below cuDNN's at D=64 and D=128, and above
-# it at D=256 and for MLA's pair, where its kernel is also the faster of the two (1481 against
-# 1485 µs at D=256, 1898 against 2029 for MLA's pair).
+# Reading the profile (`ncu_compare.json`, commit `f9591a6`, stale since `8739133` as said
+# above; the lines above print every number quoted here). At D=128 the Gluon kernel keeps the
+# tensor pipe busy 74.7% of its active cycles, cuDNN's kernel 77.2% and FA4's 84.8% (kernel time
+# 1652, 1614 and 1501 µs); at D=256 87.2%, 83.5% and 96.4% (1481, 1485 and 1366 µs); at D=64,
+# where flashcore runs the Triton kernel, 46.1%, 52.2% and 62.8% (2540, 2241 and 1868 µs). For
+# MLA's pair, on the Gluon kernel, 82.8%, 74.6% and 91.6% (1898, 2029 and 1769 µs). flashcore's
+# kernel is below FA4's everywhere, in tensor-pipe use and in time. It is below cuDNN's at D=64
+# and D=128, and above it at D=256 and for MLA's pair, where its kernel is also the faster of
+# the two (1481 against 1485 µs at D=256, 1898 against 2029 for MLA's pair).
 #
 # * D=128, D=256 and MLA's pair: the Gluon kernel and FA4's have the same block (384 threads,
 #   three warpgroups), 168 registers per thread and about the same shared memory (160 against
@@ -428,7 +437,7 @@ print(
 # ### Issue 12's targets (against cuDNN only), from the performance record
 #
 # The performance record this notebook renders (`perf.json`, recorded on the H100 at commit
-# `6c8aae4`, bf16, with the Gluon kernel dispatched; stale since `f9591a6`, as said at the top)
+# `6c8aae4`, bf16, with the Gluon kernel dispatched; stale, as said at the top)
 # times the dispatched `flashcore`, the Triton kernel alone at its default config
 # (`flashcore_triton`), cuDNN and FlashAttention-4 in one process, interleaved over rounds. Per
 # shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the Triton kernel's); then the
@@ -650,7 +659,7 @@ for d, res in targets26.items():
 # non-causal S=8K and 791 at causal S=16K, above the measured matmul ceiling: that ceiling is
 # one 8192³ matmul's rate, not a hard bound). The Nsight Compute section above is the evidence
 # on where the gap comes from at S=8K; it profiles the kernels of `f9591a6` (`ncu_compare.json`,
-# current), not this record's run.
+# stale since `8739133`), not this record's run.
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
@@ -778,7 +787,7 @@ print(
 # (`flashcore/kernels/decode.py`, its dense-cache path); "forward kernel (no split)" is the
 # forward kernel on the same inputs, to show why split-KV exists: one query row per head leaves
 # most SMs idle. The CPU profile renders `decode.json`, the same decode shapes re-recorded on
-# their own at `f9591a6` (`python -m flashcore bench --suite decode --topic decode --record`,
+# their own at `8739133` (`python -m flashcore bench --suite decode --topic decode --record`,
 # with the copy ceiling measured in that run), not `perf.json`'s decode rows (`6c8aae4`,
 # stale); the GPU profile shows its own run's rows. The last line of the first cell compares
 # flashcore's decode time in the two records, shape by shape.
@@ -926,30 +935,85 @@ print(
     f"{sum(x['chosen'] == x['best'] for x in rest)}; cuDNN's time / flashcore's "
     f"{min(x['x_sdpa_cudnn'] for x in rest):.3f}-{max(x['x_sdpa_cudnn'] for x in rest):.3f}"
 )
+# The two harnesses at the shapes both time: flashcore's time (this one's chosen count against
+# the decode record's graph replay) and cuDNN's time / flashcore's in each.
+decode_rows = report.decode_table(decode_record) if decode_record.get("decode") else []
+decode_by_shape = {(r["B"], r["Hq"], r["Hkv"], r["cache"]): r for r in decode_rows}
+both = [
+    x
+    for x in split_rows
+    if x["D"] == 128 and (x["B"], x["Hq"], x["Hkv"], x["cache"]) in decode_by_shape
+]
+print(
+    "this harness / the decode record, flashcore us and x_sdpa_cudnn: "
+    + ", ".join(
+        f"B{x['B']} Hkv{x['Hkv']} {x['cache'] // 1024}K "
+        f"{x['chosen_us']:.2f} / {decode_by_shape[key]['graph_us']:.2f} us, "
+        f"{x['x_sdpa_cudnn']:.3f} / {decode_by_shape[key]['x_sdpa_cudnn']:.3f}"
+        for x in both
+        for key in [(x["B"], x["Hq"], x["Hkv"], x["cache"])]
+    )
+)
+harness = {
+    f"B{x['B']} Hkv{x['Hkv']} {x['cache'] // 1024}K": x["chosen_us"]
+    / decode_by_shape[(x["B"], x["Hq"], x["Hkv"], x["cache"])]["graph_us"]
+    for x in both
+}
+# perf.json's own decode rows (another session), where the decode record is not that run
+perf_us = {}
+if decode_key != record_key and record.get("decode"):
+    perf_us = {
+        f"B{r['B']} Hkv{r['Hkv']} {r['cache'] // 1024}K": r["graph_us"]
+        for r in report.decode_table(record)
+    }
+if harness:
+    print(
+        f"flashcore's time, this harness / the decode record's: {min(harness.values()):.3f}-"
+        f"{max(harness.values()):.3f}; outside 0.98-1.02 at: "
+        + (
+            ", ".join(
+                f"{k} {v:.3f}"
+                + (
+                    f" (perf.json's run, {record['provenance']['commit']}: {perf_us[k]:.2f} us)"
+                    if k in perf_us
+                    else ""
+                )
+                for k, v in harness.items()
+                if abs(v - 1) > 0.02
+            )
+            or "none"
+        )
+    )
 
 # %% [markdown]
-# In `decode.json` (commit `f9591a6`, current) decode is at least as fast as SDPA flash at
-# every shape under CUDA-graph replay (1.01x-1.34x). Against SDPA cuDNN it is 0.96x-1.03x, and
-# "at least as fast as SDPA cuDNN at every shape" prints False: flashcore is slower at B1 Hkv8
-# cache 8192 (0.962) and at B4 Hkv8 cache 32768 (0.987). The margins are small either way: on
-# long caches both read K and V at close to the copy ceiling. "At least 90% of the copy ceiling
-# on caches ≥ 32K" prints False: B1 Hkv8 cache 32768 reaches 0.88. The short-cache, batch-1
-# GQA case (B1 Hkv8 cache 8192) reads too few bytes per launch to approach the ceiling (0.57).
-# The eager column carries flashcore's Python launch cost. Against `perf.json` (`6c8aae4`,
-# stale), which had decode at least as fast as cuDNN at every shape, flashcore's time moved by
-# 0.99-1.02x at every shape but B1 Hkv8 cache 8192, where it is 1.10x (the line under the
-# table). `3f5270a` changed only the paged branch of `kernels/decode.py`; its A/B measured the
-# dense decode at 0.996-1.003 (B1 and B4, caches 32K and 128K). Why this 20 µs shape moved
-# between the two sessions was not measured.
+# In `decode.json` (commit `8739133`, current) decode is at least as fast as SDPA flash at every
+# shape under CUDA-graph replay (1.02x-1.32x). Against SDPA cuDNN it is 0.96x-1.03x, and "at
+# least as fast as SDPA cuDNN at every shape" prints False: flashcore is slower at B1 Hkv8 cache
+# 8192 (0.959). The margins are small either way: on long caches both read K and V at close to
+# the copy ceiling. The record of `f9591a6` (in the history of this file) also had B4 Hkv8 cache
+# 32768 behind cuDNN (0.987), where this one has it level (1.000): at margins of a percent the
+# per-shape verdict moves from one session to the next. "At least 90% of the copy ceiling on
+# caches ≥ 32K" prints False: B1 Hkv8 cache 32768 reaches 0.89. The short-cache, batch-1 GQA
+# case (B1 Hkv8 cache 8192) reads too few bytes per launch to approach the ceiling (0.57). The
+# eager column carries flashcore's Python launch cost. Against `perf.json` (`6c8aae4`, stale),
+# which had decode at least as fast as cuDNN at every shape, flashcore's time moved by
+# 0.99-1.01x at every shape but B1 Hkv8 cache 8192, where it is 1.11x (the line under the table;
+# the record of `f9591a6` had 1.10 there). `3f5270a` changed only the paged branch of
+# `kernels/decode.py`; its A/B measured the dense decode at 0.996-1.003 (B1 and B4, caches 32K
+# and 128K), and `kernels/decode.py` did not change between `f9591a6` and `8739133`. Why this 20
+# µs shape is slower in `decode.json` than in `perf.json` was not measured; the split-count
+# harness below times it at `perf.json`'s speed, not `decode.json`'s (the last line of the next
+# cell).
 #
-# The split counts (`decode_splits.json`, commit `f9591a6`, current; another harness). At two
+# The split counts (`decode_splits.json`, commit `8739133`, current; another harness). At two
 # short-cache shapes, B1 and B8 at Hkv4 cache 640 (D=64), the count `decode.choose_num_splits`
-# picks, 1, loses to cuDNN: 8.69 against 6.43 µs and 8.84 against 6.69, while 8 and 4 splits
-# would beat it (5.29 and 6.19 µs). At the other 12 shapes the chosen count is the fastest one
-# measured and beats cuDNN: cuDNN's time over flashcore's is 1.003 (B32 Hkv8 cache 4096: 179.01
-# against 179.58 µs) to 1.174. At B1 Hkv8 cache 8192 this harness has flashcore ahead of cuDNN
-# (17.70 against 19.02 µs), where `decode.json` has it behind: at this size the two harnesses
-# disagree by more than the margin between the kernels.
+# picks, 1, loses to cuDNN: 8.65 against 6.46 µs and 8.84 against 6.74, while 8 and 4 splits
+# would beat it (5.26 and 6.17 µs). At the other 12 shapes the chosen count is the fastest one
+# measured and beats cuDNN or ties it: cuDNN's time over flashcore's is 1.001 (B32 Hkv8 cache
+# 4096: 178.01 against 178.23 µs) to 1.185. At the ten shapes both harnesses time, they agree on
+# flashcore's time within 2% but at B1 Hkv8 cache 8192, where this harness has flashcore at
+# 17.59 µs and ahead of cuDNN (1.105) and `decode.json` has it at 19.52 µs and behind (0.959):
+# at this size the two harnesses disagree by more than the margin between the kernels.
 
 # %% [markdown]
 # ## Host cost per call, and generation end to end
@@ -1088,7 +1152,7 @@ _top("after", "B1 H8 S128 D64", "flashcore op")
 # Triton entries only. With a lean entry for the Gluon kernel (the first call of a signature is
 # checked; later ones fill out, lse, scale and the descriptors into a frozen argument list and
 # call the compiled kernel's launcher) it is 46 µs, and in `launch.json` (commit `6c8aae4`,
-# stale since `f9591a6`: see the end of this notebook) the GQA prefill's eager time, 82.9 µs, is
+# stale: see the end of this notebook) the GQA prefill's eager time, 82.9 µs, is
 # within 5% of its graph-replay time (80.2 µs) and under SDPA's default (85.0 µs). Of the other
 # rows of that record only B1 H8 S128 D64 is within 1.10x of SDPA's default (1.08x); the other
 # four miss it (the launch table above; the verdict lines print False). Two of the misses are
@@ -1166,9 +1230,10 @@ print(
 # %% [markdown]
 # What the records show (`launch.json`, H100, commit `6c8aae4`, and `e2e_transformers.json`,
 # H100, commit `be540a8`, the same kernel sources by its fingerprint). Both are **stale** by
-# their status lines: `3f5270a` changed the paged branch of `kernels/decode.py` and `e5df583`
-# MLA's atomic-mode dK/dV config in `kernels/backward.py`, and neither record was re-recorded at
-# `f9591a6`, so their numbers describe `6c8aae4`'s kernels. Host cost: the table above is
+# their status lines: `3f5270a` changed the paged branch of `kernels/decode.py`, `e5df583`
+# MLA's atomic-mode dK/dV config in `kernels/backward.py`, and the Gluon forward's FP8 mode
+# went in before `8739133`; neither record was re-recorded at `f9591a6` or `8739133`, so their
+# numbers describe `6c8aae4`'s kernels. Host cost: the table above is
 # `launch.json` (300 calls x 5 repeats per row). `flashcore.attention` is within 1.10x of SDPA's
 # default eager time at two shapes of six, B1 H8 S128 D64 (22.0 against 20.3 µs, 1.08x) and the
 # GQA prefill on the Gluon kernel (82.9 against 85.0 µs, 0.98x), so that verdict prints False.

@@ -16,10 +16,14 @@
 # records rendered below (sinks' cost, D 192 / D_v 128 beside FlashAttention-4, paged decode
 # beside FA4 and the copy ceiling, the models' generation, the host cost per call) are
 # checked against issue 28's targets, each verdict computed from its record. Of them only
-# paged decode's is of today's kernels (commit `f9591a6`). The others were recorded at
+# the sinks' cost is of today's kernels (`feature_costs.json`, commit `8739133`). Paged
+# decode's (commit `f9591a6`) is stale since `8739133`: the Gluon forward's FP8 mode and its
+# dispatch went in before that commit, and `kernels/decode.py`, where the paged decode kernel
+# is, did not change, but the record was not re-recorded. The others were recorded at
 # `6c8aae4` or `be540a8` and are stale: after them `3f5270a` changed `decode.py`'s paged
-# branch and `e5df583` MLA's atomic-mode backward config, and they were not re-recorded. Their
-# status lines say so, and their verdicts are those of `6c8aae4`'s kernels.
+# branch and `e5df583` MLA's atomic-mode backward config, the FP8 mode went in before
+# `8739133`, and they were not re-recorded. Their status lines say so, and their verdicts are
+# those of the kernels of their commits.
 #
 # Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
 # the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
@@ -191,6 +195,14 @@ print(
     f"sinks' cost (same kernel both sides, {len(same_kernel)} of {len(sink_cost_rows)} rows): "
     f"ratios {min(own_cost):.3f} to {max(own_cost):.3f}"
 )
+ratio_at = {
+    f"{r['feature']} D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} "
+    f"{p.split('_ratio')[0]}": r[p]
+    for r in same_kernel
+    for p in ("forward_ratio", "forward_backward_ratio")
+}
+lowest, highest = min(ratio_at, key=ratio_at.get), max(ratio_at, key=ratio_at.get)
+print(f"lowest: {lowest} {ratio_at[lowest]:.3f}; highest: {highest} {ratio_at[highest]:.3f}")
 print("rows where sinks changed the kernel:", len(across))
 over = [
     f"D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'} {p.split('_ratio')[0]} {r[p]:.3f}"
@@ -207,10 +219,13 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 # %% [markdown]
 # The target is computed over the same-kernel rows, forward and forward + backward, which are
 # every row of this record: what a user sees is the sinks' own cost, on the kernel the call
-# would take anyway. The record is of commit `6c8aae4` and stale (its status line): `decode.py`
-# (`3f5270a`, the paged branch) and `backward.py` (`e5df583`, MLA's atomic dK/dV config) changed
-# after it, and it was not re-recorded. Its 0.976-1.027 and the verdict above describe
-# `6c8aae4`'s kernels.
+# would take anyway. The record is of commit `8739133` and current (its status line). Its
+# ratios run from 0.951 to 1.029 (the lines above name the shapes): the highest, the Triton
+# kernel's forward at D128 S16K without a mask, is under the 1.03 bound by 0.001, and the
+# lowest, the Gluon kernel's forward at the same shape, has the call with sinks, which does
+# more work, 5% faster than the call without, so the pairing's run-to-run noise at these
+# shapes is of the size of the 3% target itself. The record of `6c8aae4` (in the history of
+# this file) had 0.976-1.027.
 
 # %% [markdown]
 # ## 2. A value head dim of its own (D_v ≠ D)
@@ -485,18 +500,19 @@ print(
 # Missed, both ways, by different margins, in this record of `6c8aae4` (log
 # `dv_speed_6c8aae4.log`). The record is stale (its status line): `3f5270a` changed
 # `decode.py`'s paged branch and `e5df583` the atomic-mode dK/dV config of this very pair
-# after it, and it was not re-recorded. **Forward:** the Gluon kernel runs MLA's pair
-# 2.65-3.72x faster than the Triton mode and ahead of cuDNN at every shape, but 0.86-0.96x FA4
-# (geomean 0.90). The records of the
-# same study at `4e9f906` and `833b4cf` had 0.84-0.91x and 0.86-0.96x (the `833b4cf` one was
-# replaced: its `padded` forward rows had timed the Gluon kernel), so the per-shape ratio
-# moves by a few percent run to run. The tile is not the difference:
+# after it, then the Gluon forward's FP8 mode went in before `8739133`, and it was not
+# re-recorded. **Forward:** the Gluon kernel runs MLA's pair 2.65-3.72x faster than the
+# Triton mode and ahead of cuDNN at every shape, but 0.86-0.96x FA4 (geomean 0.90). The
+# records of the same study at `4e9f906` and `833b4cf` had 0.84-0.91x and 0.86-0.96x (the
+# `833b4cf` one was replaced: its `padded` forward rows had timed the Gluon kernel), so the
+# per-shape ratio moves by a few percent run to run. The tile is not the difference:
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
 # in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
 # shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
-# 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `f9591a6`) is rendered at the
-# end of this section. **Backward:** the Triton mode, 0.56-0.61x FA4 (geomean 0.59) in this
-# record, where the record of `4e9f906` had 0.32-0.42x (geomean 0.37).
+# 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `f9591a6`, stale since
+# `8739133`) is rendered at the end of this section. **Backward:** the Triton mode,
+# 0.56-0.61x FA4 (geomean 0.59) in this record, where the record of `4e9f906` had 0.32-0.42x
+# (geomean 0.37).
 # What changed is its launch table: MLA's pair (q/k 192 padded to 256, v 128) ran the D256
 # bucket's configs and since `d444f79` has an entry of its own (`_HOPPER_TABLE_OWN_V` in
 # `kernels/backward.py`), dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2), picked by
@@ -565,6 +581,10 @@ print(table(probe_rows, ["log", "S", "causal", "gluon", "triton", "cudnn", "gluo
 # records): MLA's pair (H 16) and the D256 bucket, S 4K/8K, causal and not, the geomean
 # TFLOP/s of the whole atomic backward with the dK/dV config varied (dQ stays (64, 32, 4, 1);
 # configs that do not fit shared memory are left out), beside the config the table ships.
+# `ncu_compare.json` is of commit `f9591a6` and stale since `8739133` (its status line below):
+# the Gluon forward's FP8 mode went in between the two, and the PTX comparison across it
+# (`logs/ptx_compare_82e4625_8739133.log`: identical) covers the bf16 Gluon forward and the
+# Triton backward at D 64/128/256, not MLA's 192/128 pair profiled here.
 
 # %%
 ncu = results.read_result("ncu_compare", RECORDED_GPU)
@@ -611,6 +631,13 @@ for pair, name, padded in (("192/128", "mla", (256, 128)), ("256/256", "256", (2
                           "geomean TFLOP/s": r["geomean_tflops"],
                           "ships": tuple(r["config"]) == tuple(shipped)})  # fmt: skip
 print(table(probe_top, list(probe_top[0]), {"geomean TFLOP/s": "{:.1f}"}))
+atomic_log = logs / "gpu_tests_fp8_hopper_mla_atomic_ea07c61.txt"
+if atomic_log.exists():
+    print(f"--- {atomic_log.name}: pytest summary lines, one per process")
+    print("\n".join(ln for ln in atomic_log.read_text().splitlines()
+                    if re.search(r"\d+ (passed|failed)", ln)))  # fmt: skip
+else:
+    print(f"--- {atomic_log.name}: (not in this checkout)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -634,11 +661,16 @@ print(
 # **The atomic config:** the sweep over MLA's pair ranks (64, 64, 8, 2) first (165.8), ahead of
 # (64, 128, 8, 1) (148.8) and of the D256 bucket's (64, 64, 8, 1) (132.3), which the pair ran
 # before `e5df583`; D256's own sweep keeps (64, 64, 8, 1) (168.4, next 119.4). The sweep times
-# the configs; it does not check their gradients. No GPU test log here runs the new config:
-# the logged GPU runs select the `gpu`-marked tests of `tests/test_value_head_dim.py`, whose
-# grids (the `f9591a6` varlen one included) run the deterministic mode; the file's atomic-mode
-# tests are not so marked and were deselected (on the CPU, where they run, the interpreter
-# takes configs of its own). So the config is measured for speed, not yet checked on the GPU.
+# the configs; it does not check their gradients. The GPU test logs of section 2 ran before
+# `2414806`, and their grids (the `f9591a6` varlen one included) run the deterministic mode.
+# `2414806` added `gpu`-marked tests of the atomic mode at 192/128 (the 26 dense MLA cases of
+# the D_v grid and its 4 varlen ones, `test_gpu_mla_atomic_*`), and they ran on the H100 at
+# `ea07c61`, whose `backward.py` is `8739133`'s, in one session with the Gluon FP8 mode's tests
+# (`gpu_tests_fp8_hopper_mla_atomic_ea07c61.txt`, the summary lines above; by
+# `tools/gpu_fp8_hopper.sh`, the first four processes ran `tests/test_fp8.py -k hopper`, the FP8
+# mode's 50 tests, and the last four `tests/test_value_head_dim.py -k mla_atomic`:
+# 8 + 7 + 7 + 8 = 30 passed, 0 failed). So the config is measured for speed and its gradients
+# pass the rule on the GPU; the log is a test log, not a record.
 
 # %% [markdown]
 # ## 3. Paged KV
@@ -733,7 +765,10 @@ print("a table that points one page at the wrong page fails the rule:", not plan
 # FA4's paged call (`flash_attn_varlen_func` with `page_table`, same pages in its layout) over
 # flashcore's paged call. Issue 28's targets: paged decode ≥ 0.95 of the copy ceiling from
 # 32K, and at least as fast as FA4's paged decode. The record is of commit `f9591a6`, the
-# kernels after `3f5270a` (the block-table lookup carried one tile ahead; below).
+# kernels after `3f5270a` (the block-table lookup carried one tile ahead; below). It is stale
+# since `8739133` (its status line): `kernels/decode.py` did not change between the two
+# commits, but other kernel sources the study imports did (the Gluon forward's FP8 mode and
+# its dispatch), and it was not re-recorded.
 
 # %%
 paged_record = results.read_result("paged_decode", RECORDED_GPU)
@@ -844,7 +879,8 @@ else:
 # %% [markdown]
 # The paged call is 1.230-1.293x faster after the change at every shape and page size of the
 # A/B, the dense call within 0.996-1.003 (its code did not change). The record above is of
-# the later commit `f9591a6`, whose kernels are `3f5270a`'s but for MLA's atomic backward config.
+# the later commit `f9591a6`, whose kernels are `3f5270a`'s but for MLA's atomic backward
+# config (stale since `8739133`, as said above).
 
 # %% [markdown]
 # ## 4. The doors
@@ -963,8 +999,9 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 
 # %% [markdown]
 # This record is stale (its status line): it was recorded at `6c8aae4`, `3f5270a` and
-# `e5df583` changed `decode.py` and `backward.py` after it, and it was not re-recorded, so the
-# numbers below are those of `6c8aae4`'s kernels.
+# `e5df583` changed `decode.py` and `backward.py` after it, the Gluon forward's FP8 mode went
+# in before `8739133`, and it was not re-recorded, so the numbers below are those of
+# `6c8aae4`'s kernels.
 # At commit `6c8aae4` (log `models_6c8aae4.log`) gpt-oss generates faster through flashcore
 # than through eager attention at B8 (1.18x) but not at B1 (0.90x: a miss, with single rounds
 # from 0.89x to 1.04x; `833b4cf` had 1.09x/1.02x, `044ea55` 1.34x/1.11x), and DeepSeek-V3 is at
@@ -991,18 +1028,21 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # 16-256, D 64/128/256, shared pages, the flash_attn door's `page_table`; `34c60c8`; again at
 # `f9591a6`, after the paged change, 157 of them selected in 5 processes, and the D_v varlen
 # grid, 20: section 2's log cell); sinks
-# (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`),
-# all passing; and the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
+# (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`);
+# MLA's atomic-mode backward config (30 tests, `ea07c61`; end of section 2), all passing; and
+# the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
 # with a record, their verdicts printed above: the sinks' cost (section 1), D 192/128 beside
 # FA4 (section 2), paged decode against the copy ceiling and FA4's paged decode (section 3),
 # the models' generation against their default attention (section 4). Of these records only
-# paged decode's is current (`f9591a6`); the others are stale (`6c8aae4`, before `3f5270a` and
-# `e5df583`), and their verdicts are those of `6c8aae4`'s kernels.
+# the sinks' cost is current (`feature_costs.json`, `8739133`); paged decode's (`f9591a6`) is
+# stale since `8739133`, and the others are stale (`6c8aae4`, before `3f5270a`, `e5df583` and
+# the FP8 mode), and their verdicts are those of the kernels of their commits.
 #
 # One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
 # `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
 # transformers makes) against SDPA's default backend; below, the ratios per shape. The record
-# is of `6c8aae4` and stale (its status line; not re-recorded after `3f5270a` and `e5df583`).
+# is of `6c8aae4` and stale (its status line; not re-recorded after `3f5270a`, `e5df583` and
+# `8739133`).
 # The flash_attn and SDPA doors' own host cost has no current record.
 
 # %%
@@ -1032,7 +1072,7 @@ print(
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `6c8aae4`; that run, from
 # `reproduce_timing.json`, is stale (its status line): its kernels are `6c8aae4`'s, and the
-# profile did not run again after `3f5270a` and `e5df583`.
+# profile did not run again after `3f5270a`, `e5df583` and `8739133`.
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
