@@ -285,6 +285,8 @@ for name in ("fp8_hopper_probe_ea07c61.json", "fp8_hopper_probe_b45f4b3.json"):
             cfg = FP8_VARIANTS[d]
             shipped = f"gluon_fp8 {cfg['BLOCK_N']}x{cfg['STAGES']}"
             gluon = rows.get((d, c, s, shipped), rows.get((d, c, s, shipped + "x2wg")))
+            if gluon is None:  # this run did not time the config that ships
+                continue
             probe_by.setdefault((d, c, s), []).append(
                 (run["provenance"]["commit"], rows[(d, c, s, impl)], gluon)
             )
