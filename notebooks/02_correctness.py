@@ -467,8 +467,8 @@ print("recorded, Gluon kernel: clean under memcheck, racecheck, synccheck:", hop
 # %% [markdown]
 # Where each of those racecheck reports points, checked rather than read: the sanitizer's log
 # of the record's session (`logs/sanitize_<commit>.log` beside the record) names a source line
-# for both sides of every report. While the record is current (the kernel file unchanged), the
-# lines can be compared with the source: the claim above holds if every one is the kernel's
+# for both sides of every report, in the kernel file the run compiled, which git returns by the
+# object id in the record's fingerprint. The claim above holds if every line is the kernel's
 # `def` line or the statement holding its `gl.warp_specialize` calls (reported at the `if`
 # that chooses between the two- and three-consumer calls), and none is a line of the consumer
 # or producer partitions, where the Q buffers, the K/V ring and our mbarriers are used.
@@ -476,15 +476,14 @@ print("recorded, Gluon kernel: clean under memcheck, racecheck, synccheck:", hop
 # %%
 import re
 
-from flashcore.kernels import forward_hopper as _fh
+from flashcore import results as _R
 from flashcore.results import RESULTS_DIR
-from flashcore.studies.records import record_status
 
 
-def warp_specialize_protocol_lines():
+def warp_specialize_protocol_lines(source):
     """(def line, the lines from the `if` before the first gl.warp_specialize call to the end
-    of the kernel function) of _fa3_fwd_kernel in today's kernel file."""
-    lines = open(_fh.__file__).read().splitlines()
+    of the kernel function) of _fa3_fwd_kernel in the kernel file's text ``source``."""
+    lines = source.splitlines()
     start = next(i for i, l in enumerate(lines) if "def _fa3_fwd_kernel(" in l) + 1
     first_ws = next(i for i in range(start, len(lines)) if "gl.warp_specialize(" in lines[i]) + 1
     end = next(i for i in range(first_ws, len(lines)) if lines[i].startswith("    _FA3_LAUNCH"))
@@ -494,20 +493,23 @@ def warp_specialize_protocol_lines():
 racecheck_locations = None
 if san is not None:
     log = RESULTS_DIR / RECORDED_GPU / "logs" / f"sanitize_{san['provenance']['commit']}.log"
-    current = record_status(san).kind == "current"
-    if not log.exists() or not current:
-        print(f"not checked: {'no log ' + log.name if not log.exists() else 'the record is stale'}")
+    blob = san["kernel_fingerprint"]["files"].get("flashcore/kernels/forward_hopper.py")
+    source = _R.git_output(["cat-file", "-p", blob]) if blob else None
+    if not log.exists() or not source:
+        print(f"not checked: {'no log ' + log.name if not log.exists() else 'no git here'}")
     else:
         reported = [int(n) for n in re.findall(r"forward_hopper\.py:(\d+)", log.read_text())]
-        def_line, protocol = warp_specialize_protocol_lines()
+        def_line, protocol = warp_specialize_protocol_lines(source)
         outside = sorted({n for n in reported if n != def_line and n not in protocol})
         racecheck_locations = bool(reported) and not outside
         print(
             f"{log.name}: {len(reported)} source locations in racecheck reports on "
-            f"forward_hopper.py, lines {sorted(set(reported))}; kernel def line {def_line}, "
-            f"warp_specialize statement lines {min(protocol)}-{max(protocol)}"
+            f"forward_hopper.py, lines {sorted(set(reported))}; in the file the run compiled "
+            f"(object {blob[:12]}): kernel def line {def_line}, warp_specialize statement "
+            f"lines {min(protocol)}-{max(protocol)}"
         )
         print("outside those:", outside or "none")
+
 
 # %%
 # NBVAL_CHECK_OUTPUT

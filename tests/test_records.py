@@ -220,7 +220,7 @@ def test_a_fingerprint_is_checked_against_the_commit_it_names(repo):
     status = records.record_status(clean, root)
     assert status.text == "current" and status.check == f"its kernels are commit {head}'s"
 
-    append(root / "flashcore/kernels/fp8.py")  # a run with an uncommitted edit
+    append(root / "flashcore/kernels/fp8.py", "EDITED = 1\n")  # a run with an uncommitted edit
     edited = {
         "provenance": {"commit": head},
         "kernel_fingerprint": R.kernel_fingerprint(files, root),
@@ -330,3 +330,44 @@ def test_committed_summary_is_what_the_records_generate():
         f"results/SUMMARY.md differs from what the records generate; run "
         f"`{records.SUMMARY_COMMAND}` and commit it:\n" + "\n".join(diff[:60])
     )
+
+
+def test_a_change_of_docstrings_or_comments_only_keeps_the_record_current(repo):
+    """A record stays current across an edit that leaves the kernel files' code (their syntax
+    trees without docstrings) as it was, and says which files changed in text; a code edit
+    makes it stale. The record's version of the file is read from git by its object id."""
+    root, git = repo
+    files = R.tree_kernel_files(root)
+    record = {
+        "provenance": {"commit": git("rev-parse", "HEAD")},
+        "kernel_fingerprint": R.kernel_fingerprint(files, root),
+    }
+    fp8 = root / "flashcore/kernels/fp8.py"
+    source = fp8.read_text()
+    assert source.startswith('"""')
+    fp8.write_text('"""A rewritten module docstring."""' + source[source.index('"""', 3) + 3 :])
+    append(fp8, "# a comment\n")
+    status = records.record_status(record, root)
+    assert status.kind == "current" and status.changed == ()
+    assert status.text.startswith("current (text only changed since: fp8.py)")
+    append(fp8, "EDITED = 1\n")  # code
+    status = records.record_status(record, root)
+    assert status.kind == "stale" and status.changed == ("fp8.py",)
+
+
+def test_a_text_only_change_counts_as_a_change_without_git(tmp_path):
+    """Without git the record's version of a file cannot be read: any byte change is stale."""
+    root = tmp_path / "tree"
+    files = copy_kernels(root)
+    record = {"kernel_fingerprint": R.kernel_fingerprint(files, root)}
+    append(root / "flashcore/kernels/fp8.py", "# a comment\n")
+    assert records.record_status(record, root).changed == ("fp8.py",)
+
+
+def test_code_of_ignores_docstrings_and_comments_but_not_strings_in_code():
+    base = 'def f(x):\n    """Doc."""\n    return x + 1  # one\n'
+    assert records.code_of(base) == records.code_of("def f(x):\n    return x + 1\n")
+    assert records.code_of(base) != records.code_of("def f(x):\n    return x + 2\n")
+    msg = 'def f(x):\n    assert x, "message a"\n'
+    assert records.code_of(msg) != records.code_of(msg.replace("message a", "message b"))
+    assert records.code_of("def (") is None

@@ -61,6 +61,10 @@ recorded in results/nvidia-h100-80gb-hbm3/fa3_attempt.json). The environment var
 (every supported call), ``never`` (today's kernel only); default ``auto``.
 ``FLASHCORE_HOPPER_MAX_PROGRAMS=N`` caps the persistent grid at N programs, so that a
 sanitizer run makes every program walk many work tiles.
+
+This file is long because the kernel is (about 560 of its lines): one warp-specialized kernel
+serves fp16/bf16, MLA's head dims, learnable sinks and the FP8 mode, each partition reading top
+to bottom; its launchers and lean launch path follow it.
 """
 
 from __future__ import annotations

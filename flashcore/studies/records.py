@@ -8,7 +8,12 @@ way, so a record is
 
 * **current**: every file it ran has today's bytes (the fingerprint equals today's over the
   same files);
-* **stale (kernels changed: forward.py, ...)**: the files named differ today (or are gone);
+* **stale (kernels changed: forward.py, ...)**: the files named differ today in their code
+  (or are gone);
+* **current (text only changed since: forward_hopper.py)**: the files named differ today
+  only in docstrings and comments: their syntax trees without docstrings are identical
+  (``code_of``), so the kernels compiled from them are the same; needs git, to read the
+  record's version of the file by its object id (without it, the file counts as changed);
 * for a record made before fingerprints, the same comparison against the kernel files at
   the record's commit (``git ls-tree``), marked **by commit**: every kernel file of the tree
   at that commit or today counts, so a file added since (``_mask.py (new)``) makes it stale;
@@ -25,6 +30,7 @@ no clock), so the committed file can be compared with what the records generate.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import math
@@ -81,6 +87,7 @@ class _Here:
     _today: dict | None = None
     _commits: dict = field(default_factory=dict)
     _git: str | None = None
+    _sources: dict = field(default_factory=dict)
 
     def today(self) -> dict[str, str | None]:
         if self._today is None:
@@ -91,6 +98,22 @@ class _Here:
         today = self.today()
         missing = [f for f in files if f not in today]
         return {f: today[f] for f in files if f in today} | R.file_blobs(missing, self.root)
+
+    def code_unchanged(self, path: str, then: str | None, now: str | None) -> bool:
+        """Whether file ``path`` at object id ``then`` (read from git) and today's (object id
+        ``now``) hold the same code (``code_of``): False where either is absent or unreadable."""
+        if then is None or now is None:
+            return False
+        if then not in self._sources:
+            self._sources[then] = R.git_output(["cat-file", "-p", then], self.root)
+        old = self._sources[then]
+        file = self.root / path
+        if old is None or not file.is_file():
+            return False
+        new = file.read_text()
+        if R.blob_id(new.encode()) != now:
+            return False
+        return code_of(old) is not None and code_of(old) == code_of(new)
 
     def at_commit(self, commit: str) -> dict[str, str] | None:
         if commit not in self._commits:
@@ -117,15 +140,42 @@ def short_name(path: str) -> str:
     return path
 
 
-def _changed(then: dict, now: dict) -> tuple[str, ...]:
-    out = []
+def code_of(source: str) -> str | None:
+    """A Python source's code without its docstrings and comments: the dump of its syntax tree
+    (no line numbers) with the leading string of every module, class and function body
+    removed. Two sources with the same ``code_of`` compile to the same kernels (Triton and
+    Gluon compile a function's syntax tree; a docstring is not code). None if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _changed(then: dict, now: dict, here: _Here | None = None) -> tuple[tuple, tuple]:
+    """(files whose code differs, files that differ only in docstrings and comments), by
+    short name; without ``here`` every differing file counts as code."""
+    code, text = [], []
     for path in sorted(set(then) | set(now)):
         a, b = then.get(path), now.get(path)
         if a == b:
             continue
+        if here is not None and here.code_unchanged(path, a, b):
+            text.append(short_name(path))
+            continue
         suffix = " (new)" if a is None else " (removed)" if b is None else ""
-        out.append(short_name(path) + suffix)
-    return tuple(out)
+        code.append(short_name(path) + suffix)
+    return tuple(code), tuple(text)
 
 
 def record_commit(record: dict) -> str | None:
@@ -143,11 +193,13 @@ def record_status(record: dict, root: Path | None = None, *, _here: _Here | None
     if isinstance(fp, dict) and isinstance(fp.get("files"), dict):
         ran = fp["files"]
         now = here.blobs(sorted(ran))
-        changed = _changed(ran, now)
-        if changed:
-            kind, text = "stale", f"stale (kernels changed: {', '.join(changed)})"
-        elif R.fingerprint_digest(now) != fp.get("sha256"):
+        changed, text_only = _changed(ran, now, here)
+        if R.fingerprint_digest(ran) != fp.get("sha256"):
             kind, text = "stale", "stale (its fingerprint does not match its own file list)"
+        elif changed:
+            kind, text = "stale", f"stale (kernels changed: {', '.join(changed)})"
+        elif text_only:
+            kind, text = "current", f"current (text only changed since: {', '.join(text_only)})"
         else:
             kind, text = "current", "current"
         check, needs_git = None, False
@@ -173,7 +225,7 @@ def record_status(record: dict, root: Path | None = None, *, _here: _Here | None
             f"no fingerprint (recorded before fingerprints; commit {commit}: {_why_not(here)})",
             needs_git=here.git() != "full",
         )
-    changed = _changed(committed, here.today())
+    changed, _ = _changed(committed, here.today())  # by bytes: these records predate the rule
     if not changed:
         return Status("current", "current (by commit; no fingerprint)", by_commit=True)
     return Status(
