@@ -109,6 +109,21 @@ def _variants():
             num_stages=st,
         )
 
+    def gluon_consts(fh, d, causal, cfg, **extra):
+        # The constexprs every launch of the Gluon kernel sets, for one tile config.
+        num_wg = cfg.get("NUM_WG", 2)
+        return dict(
+            HEAD_DIM=d,
+            BLOCK_N=cfg["BLOCK_N"],
+            STAGES=cfg["STAGES"],
+            IS_CAUSAL=causal,
+            STORE_LSE=False,
+            PINGPONG=True,
+            NUM_WG=num_wg,
+            CONSUMER_REGS=fh.CONSUMER_REGS[num_wg],
+            **extra,
+        )
+
     def gluon_forward(d, causal, dv=None):
         # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships; dv:
         # v's head dim where it differs (MLA's 192/128: q/k through a main and a tail descriptor).
@@ -123,18 +138,7 @@ def _variants():
         def desc(rows, cols=d - tail):
             return f"tensordesc<bf16[1,1,{rows},{cols}],{layout([rows, cols], gl.bfloat16)!r}>"
 
-        consts = dict(
-            HEAD_DIM=d,
-            BLOCK_N=cfg["BLOCK_N"],
-            STAGES=cfg["STAGES"],
-            IS_CAUSAL=causal,
-            STORE_LSE=False,
-            PINGPONG=True,
-            NUM_WG=cfg.get("NUM_WG", 2),
-            CONSUMER_REGS=fh.CONSUMER_REGS[cfg.get("NUM_WG", 2)],
-            HEAD_DIM_V=dv or 0,
-            QK_TAIL=tail,
-        )
+        consts = gluon_consts(fh, d, causal, cfg, HEAD_DIM_V=dv or 0, QK_TAIL=tail)
         tails = (
             {"q_tail_desc": desc(fh.BLOCK_M_WG, tail), "k_tail_desc": desc(cfg["BLOCK_N"], tail)}
             if tail
@@ -170,19 +174,7 @@ def _variants():
         def desc(rows, cols):
             return f"tensordesc<fp8e4nv[1,1,{rows},{cols}],{layout([rows, cols], gl.float8e4nv)!r}>"
 
-        consts = dict(
-            HEAD_DIM=d,
-            BLOCK_N=cfg["BLOCK_N"],
-            STAGES=cfg["STAGES"],
-            IS_CAUSAL=causal,
-            STORE_LSE=False,
-            PINGPONG=True,
-            NUM_WG=cfg.get("NUM_WG", 2),
-            CONSUMER_REGS=fh.CONSUMER_REGS[cfg.get("NUM_WG", 2)],
-            FP8=True,
-            P_SCALE=float(P_SCALE),
-            Sinks=None,
-        )
+        consts = gluon_consts(fh, d, causal, cfg, FP8=True, P_SCALE=float(P_SCALE), Sinks=None)
         return dict(
             fn=fh._fa3_fwd_kernel,
             gluon=True,
