@@ -670,8 +670,10 @@ if record is not None and "speed" in record:
 # the Triton backward's dK/dV and dQ kernels at D 64/128/256 compile to PTX identical to that of
 # `0e654ee`, the tree just before the two changes, whose kernel sources are `6c8aae4`'s
 # (`logs/ptx_compare_0e654ee_296ff3f.log`, sm_90): a compile check, not a measurement. The
-# record was not re-recorded at `f9591a6` for lack of device time, so it stays stale and every
-# number below describes `6c8aae4`'s kernels. In it all 438 grid cases pass (fp32 included;
+# record was not re-recorded at `f9591a6` or at `8739133` (which added the Gluon forward's FP8
+# mode and the fp8 dispatch: `forward_hopper.py`, `fp8.py`, `dispatch.py`, `interface.py`;
+# the backward kernels' PTX again identical, `logs/ptx_compare_82e4625_8739133.log`) for lack of
+# device time, so it stays stale and every number below describes `6c8aae4`'s kernels. In it all 438 grid cases pass (fp32 included;
 # worst ratio 0.865), the default mode is bitwise reproducible, extra memory grows linearly (S
 # ×16, extra memory ×16).
 #
