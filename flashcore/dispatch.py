@@ -26,8 +26,12 @@ from .kernels import forward_hopper as _hopper
 #   D=128 full   S=1K 502 vs 463 ... S=16K 623 vs 508
 #   D=128 causal S=1K 334 vs 266 (357 in an earlier run), S=2K 469 vs 433 ... S=16K 611 vs 499
 #   D=256 full   S=1K 504 vs 425 ... ;  causal S=1K 354 vs 317 ... S=16K 710 vs 490
-# (D=64 on Gluon measured 530 TFLOP/s at S=8K full with single-tile work units at f38c623;
-# the pairs cost it that, and the single-tile variant of the pair walk did not pass its tests.)
+# Single-tile non-causal work units do not change this (branch forward-single-tiles, 05d8363,
+# its Gluon GPU tests passing; logs/forward_single_tiles_ab_05d8363.json, A/B against 0099be1,
+# both forced onto Gluon, 3 rounds: 0.98-1.02 at D 64/128/256 x S 2K/8K/16K), and D=64 on Gluon
+# stays level with Triton (logs/d64_gluon_sweep_05d8363.json: S=8K full 435 vs 435, 16K 446 vs
+# 442; S=1K 368 vs 398). A 530 TFLOP/s at D=64 S=8K that an older note credited to single tiles
+# (f38c623) is not reproduced by them.
 # D=192 is MLA's pair (v 128; the only D_v != D the Gluon kernel computes), measured at
 # commit 98e26a3 (tools/gpu_forward_hopper.py --head-dims 192/128, H = 16, bf16, 3 rounds;
 # logs/mla_forward_probe_98e26a3.json), TFLOP/s Gluon vs Triton:

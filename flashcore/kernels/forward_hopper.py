@@ -126,7 +126,9 @@ VARIANTS = {
 # 502 vs 479, 16K 623 vs 595; D128 causal S=2K 469 vs 443, 16K 611 vs 601; D256 causal S=1K
 # 354 vs 341. Work units are pairs of query tiles (_work_unit): before pairing, a persistent
 # causal walk over single tiles was a third slower than one program per tile (D128 S=16K 414
-# vs 644). Both modes run persistent.
+# vs 644). Non-causal units of single tiles measured level with the pairs (branch
+# forward-single-tiles, 05d8363; A/B 0.98-1.02, logs/forward_single_tiles_ab_05d8363.json), so
+# both keep the pairs. Both modes run persistent.
 PERSISTENT = {False: True, True: True}
 # fp8 (kernels/fp8.py's inputs): tile configs per head dim, BLOCK_N dividing fp8.QUANT_BLOCK
 # (a key tile lies inside one key block's scale). Measured on the H100 beside each other at
