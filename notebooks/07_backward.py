@@ -450,12 +450,29 @@ if bf16_speed:
     plt.show()
 
 # %% [markdown] tags=[]
-# **The launch table.** The record's `tuning` field (same session as the grid) times
-# `kernels/backward.py`'s candidate tiles, bf16, D=128, B·S = 16K tokens; the fastest
-# (dK/dV, dQ) configuration per shape and mode, as `[BLOCK_M, BLOCK_N, warps, stages]`:
+# **The launch table.** A grid session run with its tuning stage stores a `tuning` field that
+# times `kernels/backward.py`'s candidate tiles, bf16, D=128, B·S = 16K tokens. The cell
+# below shows the fastest (dK/dV, dQ) configuration per shape and mode, as `[BLOCK_M,
+# BLOCK_N, warps, stages]`, from the record if its session tuned, else from the last sweep
+# recorded on its own (`backward_tuning.json`, with its status line), beside the configs
+# the launch table ships at D=128:
 
 # %% tags=[]
-tuning = (record or {}).get("tuning", []) if PROFILE != "gpu" else []
+from flashcore.kernels.backward import _pick_config
+
+tuning = []
+if PROFILE != "gpu" and record is not None:
+    tuning = record.get("tuning") or []
+    if not tuning:
+        print(
+            "this record ran no tuning stage (stages_done: "
+            f"{', '.join(record.get('stages_done', []))}), so it holds no launch-config sweep"
+        )
+        if RECORDED_GPU in recorded_devices("backward_tuning"):
+            tuning_record = read_result("backward_tuning", RECORDED_GPU)
+            tuning = tuning_record.get("tuning") or []
+            print("the last sweep, backward_tuning.json: recorded on", describe(tuning_record))
+            print(status_line_for("backward_tuning", RECORDED_GPU))
 best = {}
 for t in tuning:
     key = (t["S"], t["causal"], "deterministic" if t["deterministic"] else "atomic")
@@ -481,6 +498,27 @@ if best:
             {"median_ms": "{:.2f}", "tflops": "{:.0f}"},
         )
     )
+    slower = [
+        best[s, c, "atomic"]["median_ms"] / best[s, c, "deterministic"]["median_ms"]
+        for s, c, m in best
+        if m == "deterministic" and (s, c, "atomic") in best
+    ]
+    if slower:
+        print(
+            f"the atomic mode's fastest over the deterministic mode's fastest, time: "
+            f"{min(slower):.2f}-{max(slower):.2f}x"
+        )
+    ships = _pick_config(128, torch.bfloat16, interpreted=False)
+    print(
+        "the launch table ships at D=128: dK/dV",
+        list(ships["dkdv"]),
+        "(deterministic),",
+        list(ships["dkdv_atomic"]),
+        "(atomic); dQ",
+        list(ships["dq"]),
+    )
+elif PROFILE == "gpu":
+    print("the GPU profile does not run the sweep (`python -m flashcore backward --tune` does)")
 
 # %% [markdown] tags=[]
 # ## 7. A transformers training step
@@ -662,30 +700,24 @@ if record is not None and "speed" in record:
         print("  ", c["name"], {g: round(c[g]["ratio"], 3) for g in ("dq", "dk", "dv")})
 
 # %% [markdown] tags=[]
-# **Reading it.** The record is from `6c8aae4` (its grid session and its bf16 speed session both
-# ran at that commit; logs `backward_grid_6c8aae4.log`, `backward_speed_6c8aae4.log`), and it is
-# **stale** (its status line in sections 3 and 6): after it, `3f5270a` changed the paged branch
-# of `kernels/decode.py` and `e5df583` MLA's atomic-mode dK/dV launch config in
-# `kernels/backward.py` (below). Those are the only code paths the two changes touched. Offline,
-# the Triton backward's dK/dV and dQ kernels at D 64/128/256 compile to PTX identical to that of
-# `0e654ee`, the tree just before the two changes, whose kernel sources are `6c8aae4`'s
-# (`logs/ptx_compare_0e654ee_296ff3f.log`, sm_90): a compile check, not a measurement. The
-# record was not re-recorded at `f9591a6` or at `8739133` (which added the Gluon forward's FP8
-# mode and the fp8 dispatch: `forward_hopper.py`, `fp8.py`, `dispatch.py`, `interface.py`;
-# the backward kernels' PTX again identical, `logs/ptx_compare_82e4625_8739133.log`) for lack of
-# device time, so it stays stale and every number below describes `6c8aae4`'s kernels. In it all 438 grid cases pass (fp32 included;
-# worst ratio 0.865), the default mode is bitwise reproducible, extra memory grows linearly (S
-# ×16, extra memory ×16).
+# **Reading it.** The record joins two device sessions at commit `0099be1` (logs
+# `backward_grid_0099be1.log`, `backward_speed_0099be1.log`): the grid session (gradient grid,
+# determinism, memory, fp16 speed at D=128) and the bf16 speed session beside FA4 (D 64/128/256,
+# forward+backward too). It is current (its status line in sections 3 and 6: only comments
+# changed since), so the numbers below are today's kernels', the paged-decode change
+# `3f5270a`, MLA's atomic-mode config `e5df583` and the Gluon forward's FP8 mode (`8739133`)
+# included. All 438 grid cases pass (fp32 included; worst ratio 0.865), the default mode is
+# bitwise reproducible, extra memory grows linearly (S ×16, extra memory ×16).
 #
-# **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.70 at
-# D=128 (target 1.00), x0.69 at D=64 and x0.83 at D=256 (target 0.95). Not one of the 24 bf16
-# shapes reaches 0.90× FA4: the best is x0.86 (D=256), the worst x0.65 (D=64). Against cuDNN:
-# x0.80 at D=128, x0.83 at D=64, x0.72 at D=256 (target 1.0 at each). Forward+backward of one
-# call at D=128: x0.78 of FA4 (target 1.0; x0.75 at D=64, x0.82 at D=256). The one target met
-# is determinism's cost: the deterministic default runs at x1.27 the atomic mode at D=128 (bar
+# **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.69 at
+# D=128 (target 1.00), x0.69 at D=64 and x0.84 at D=256 (target 0.95). Not one of the 24 bf16
+# shapes reaches 0.90× FA4: the best is x0.87 (D=256), the worst x0.63 (D=64). Against cuDNN:
+# x0.80 at D=128, x0.83 at D=64, x0.71 at D=256 (target 1.0 at each). Forward+backward of one
+# call at D=128: x0.78 of FA4 (target 1.0; x0.75 at D=64, x0.81 at D=256). The one target met
+# is determinism's cost: the deterministic default runs at x1.28 the atomic mode at D=128 (bar
 # 0.85), because the atomic mode is the slower one at every recorded shape, at every D. The
-# earlier bar holds: x1.44 SDPA flash in bf16, x1.42 in fp16, x1.04 FlexAttention (geomean;
-# worst x0.98, at D=128 S4096 full).
+# earlier bar holds: x1.43 SDPA flash in bf16, x1.40 in fp16, x1.03 FlexAttention (geomean;
+# worst x0.99, at D=128 S16384 full).
 #
 # **D=256 since `6c8aae4`.** The launch table's D=256 bucket now runs the deterministic
 # mode's dK/dV kernel at (64, 64, 8 warps, 2 stages) and its dQ kernel at (64, 32, 4, 3)
@@ -693,20 +725,20 @@ if record is not None and "speed" in record:
 # causal and not, 1.25× (dK/dV) and 1.11× (dQ) the old configs
 # (`logs/d256_backward_probe_d444f79.log`). Against the record of `b44173b` (D=256: x0.60 of
 # FA4, x0.51 of cuDNN, x0.78 of SDPA flash) D=256 went from the furthest of the three head
-# dims to the closest to FA4, x0.83; it is still the furthest from cuDNN (x0.72) and the least
-# ahead of SDPA flash (x1.07). Section 10 profiles the D=128, D=64 and MLA 192/128 time.
+# dims to the closest to FA4, x0.84; it is still the furthest from cuDNN (x0.71) and the least
+# ahead of SDPA flash (x1.08). Section 10 profiles the D=128, D=64 and MLA 192/128 time.
 #
 # **The atomic mode since 044ea55.** Since commit 044ea55 the atomic mode adds each dQ tile
 # with one TMA bulk reduce-add (`cp.reduce.async.bulk`) on the descriptor path, which is how
-# FA3 sums dQ; the record's `flashcore_atomic` rows (at `6c8aae4`) run it. A probe on the H100
+# FA3 sums dQ; the record's `flashcore_atomic` rows run it. A probe on the H100
 # at 044ea55 (`results/nvidia-h100-80gb-hbm3/logs/backward_atomic_probe_044ea55.json`,
 # `tools/backward_atomic_probe.py`: direct calls of `attention_backward`, the atomic mode's
 # dK/dV configs beside the deterministic mode and cuDNN, bf16, S 4K and 16K) measured atomic /
 # deterministic 0.92-1.02 at D=64, 0.68-0.90 at D=128 and 0.88-0.95 at D=256, against
 # 0.77-0.88, 0.56-0.81 and 0.87-0.93 for the per-element atomics of the `b44173b` record at
-# the same S. In the `6c8aae4` record, same S (the atomic mode timed directly, the default
-# through autograd: a different harness from the probe's, so the comparison is rough), atomic /
-# deterministic is 0.92-0.98 at D=64, 0.69-0.92 at D=128 and 0.62-0.68 at D=256: at D=256 the
+# the same S. In the record, same S (the atomic mode timed directly, the default through
+# autograd: a different harness from the probe's, so the comparison is rough), atomic /
+# deterministic is 0.90-0.97 at D=64, 0.69-0.92 at D=128 and 0.62-0.67 at D=256: at D=256 the
 # deterministic configs were re-tuned at `6c8aae4` and the atomic mode's dK/dV config was not.
 # In this Triton structure the deterministic second pass stays the faster mode at every D: it
 # stays the default, and dQ inside one kernel remains work for a Gluon backward (section 10).
@@ -720,20 +752,25 @@ if record is not None and "speed" in record:
 # `atomic_backward_probe_3f5270a.mla.*`). D=256's own sweep kept its (64, 64, 8, 1): 168
 # TFLOP/s, the next best 119; MLA's (64, 64, 8, 2) does not fit in shared memory at D=256 (logs
 # `atomic_backward_probe_3f5270a.256.*`). The deterministic default's configs did not change.
-# MLA's new config has been timed only: GPU gradient tests of it were added at `73c8f8f`
-# (`tests/test_value_head_dim.py`, deterministic=False, dense and varlen), and no log of a GPU
-# run of them is in `results/` yet. No record this notebook renders has timed it (section 10's
-# profile runs the deterministic default).
+# MLA's new config has been timed, and its gradients checked: GPU tests of it were added at
+# `73c8f8f` (`tests/test_value_head_dim.py -k mla_atomic`, deterministic=False, 26 dense and 4
+# varlen cases) and ran on the H100 at `ea07c61`, whose `backward.py` is `8739133`'s: 30
+# passed, 0 failed (log `gpu_tests_fp8_hopper_mla_atomic_ea07c61.txt`, a test log, not a
+# record; notebook 09, section 2, renders its summary lines). No record this notebook renders
+# times it (the speed record runs D 64/128/256; section 10's profile runs the deterministic
+# default).
 #
-# **The launch table** comes from timing, not register reports: in the sweep of section 6
-# (recorded with the grid at `6c8aae4`, D=128) the deterministic mode's fastest dK/dV tile is
-# 64×64 with 4 warps (one warpgroup per tile) at all four tuned shapes, and the atomic mode's
-# fastest (64×128, 8 warps) is 1.12–1.44× slower than it. The D=256 bucket and MLA's
-# 192/128 pair were tuned by the probes named above and in notebook 09
-# (`logs/d256_backward_probe_d444f79.log`, `logs/dv_backward_probe_3669f4a.log`, and for the
-# atomic mode `logs/atomic_backward_probe_3f5270a.*`), not by this sweep. The older, larger
-# sweep in `backward_tuning.json` (`29013ed`) is stale (`python -m flashcore records`): kernel
-# sources changed since and it was not re-recorded.
+# **The launch table** comes from timing, not register reports. The record's grid session ran
+# without its tuning stage, so the sweep section 6 renders is the last one recorded,
+# `backward_tuning.json` (commit `29013ed`, D=128, S 4K and 16K): stale, since kernel sources
+# changed after it (the atomic mode's dQ sum among them, `044ea55`) and it was not
+# re-recorded. In it the deterministic mode's fastest dK/dV tile is 64×64 with 4 warps (one
+# warpgroup per tile) at all four tuned shapes, and the atomic mode's fastest (64×128, 8
+# warps) takes 1.25–1.62× its time; the configs the table ships at D=128 are those fastest
+# ones (the lines under that table). The D=256 bucket and MLA's 192/128 pair were tuned by
+# the probes named above and in notebook 09 (`logs/d256_backward_probe_d444f79.log`,
+# `logs/dv_backward_probe_3669f4a.log`, and for the atomic mode
+# `logs/atomic_backward_probe_3f5270a.*`), not by this sweep.
 
 # %% tags=[]
 import ast
@@ -781,8 +818,8 @@ for pair in ("mla", "256"):
 # rounds differently with AVX-512: there the D16 causal case fails at 0 of 400 seeds), so the
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
-# at commit `3a1d646`, at `382853b`, at `b44173b`, and again at `6c8aae4` (the record above,
-# stale since `f9591a6`): 438 cases, 0 failed each time.
+# at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, and again at `0099be1` (the
+# record above, current): 438 cases, 0 failed each time.
 
 # %% [markdown] tags=[]
 # ## 9. A Gluon backward for Hopper (opt-in, not yet faster)
@@ -842,14 +879,15 @@ else:
 
 # %% [markdown] tags=[]
 # **Reading it.** This record is from `5aac3ce`, whose kernel sources are those of `6c8aae4`
-# (log `bhc_5aac3ce.log`), and it is **stale** (the status line above): the two kernel
-# changes named in section 8 came after it, and it was not re-recorded. In it (`5aac3ce`'s
+# (log `bhc_5aac3ce.log`), and it is **stale** (the status line above): the kernel changes
+# named in section 8 (`3f5270a`, `e5df583`, the FP8 mode by `8739133`) came after it, and unlike
+# `backward.json` it was not re-recorded. In it (`5aac3ce`'s
 # kernels) the Gluon backward is correct on the whole grid (240 cases, 0 failed, worst ratio
 # 0.870) and slower than the Triton backward at every one of the 12 shapes (Gluon / Triton
 # 0.81–0.95), as in the record of `382853b` before it (every 2nd case, 120, 0 failed;
-# 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `f9591a6`; stale since `8739133`,
-# whose kernel change, the Gluon forward's FP8 mode, leaves these backward kernels' PTX identical)
-# shows where, at one shape (bf16, S=8192, non-causal): the Gluon call took 7.22 ms of kernel
+# 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `f9591a6`; stale
+# since `8739133`, whose kernel change, the Gluon forward's FP8 mode, leaves these backward
+# kernels' PTX identical) shows where, at one shape (bf16, S=8192, non-causal): the Gluon call took 7.22 ms of kernel
 # time against the Triton backward's 6.02 ms at D=128, and 8.79 ms against 6.81 ms at D=64;
 # FA4's 4.09 ms and 4.74 ms. Offline, ptxas gives the D=128 kernel 255 registers with no
 # spills and the D=64 one 196 (`tests/test_backward_hopper.py` compiles both for sm_90 on any
@@ -1042,8 +1080,9 @@ if ncu_bwd:
 # device session at commit `f9591a6` (2026-11-27, FA4 installed). The record is stale since
 # `8739133` (its status line above): that commit added the Gluon forward's FP8 mode, and the
 # backward kernels profiled here compile to the same PTX before and after it
-# (`logs/ptx_compare_82e4625_8739133.log`), but it was not re-profiled. It profiles the deterministic default; the atomic mode, and MLA's
-# atomic-mode config changed at `e5df583` (section 8), are not in it.
+# (`logs/ptx_compare_82e4625_8739133.log`), but it was not re-profiled. It profiles the
+# deterministic default; the atomic mode, and MLA's atomic-mode config changed at `e5df583`
+# (section 8), are not in it.
 #
 # * **D=128.** FA4's backward kernel keeps the tensor pipe 78.7% active and is 96.1% of its
 #   4.09 ms call; cuDNN's 66.5% (4.66 ms). flashcore's call is two matmul kernels: dK/dV at
