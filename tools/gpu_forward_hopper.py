@@ -28,6 +28,9 @@ VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three co
     64: {
         "tile_bn128_s3": dict(block_n=128, stages=3, persistent=False),
         "pers_bn128_s3": dict(block_n=128, stages=3, persistent=True),
+        # FA3's D64 tile: 192 query rows (three consumer warpgroups) x 128 keys
+        "pers_bn128_s2_wg3": dict(block_n=128, stages=2, persistent=True, num_wg=3),
+        "pers_bn128_s3_wg3": dict(block_n=128, stages=3, persistent=True, num_wg=3),
     },
     128: {
         "tile_bn128_s2": dict(block_n=128, stages=2, persistent=False),

@@ -107,8 +107,10 @@ CONSUMER_REGS = {2: 240, 3: 160}
 # Tile configs per q/k head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared
 # memory: Q NUM_WG*64*D, ring STAGES*BN*(D + D_v) elements; D=256 with BN=64 and 2 stages uses
 # 192 KB of 227, D=192 (D_v=128) with BN=128 and 2 stages 208 KB.
-# (Three warpgroups at D=64, 192-row tiles, measured no faster than two with 3 stages and
-# spill at 160 registers a thread; they stay selectable, num_wg=3.)
+# (Three warpgroups at D=64, 192-row tiles (FA3's D64 tile), measured no faster than two with
+# 3 stages (f38c623); they stay selectable, num_wg=3. Compiled offline for sm_90a at
+# 0099be1 they do not spill at 160 registers a thread, BLOCK_N 64 or 128, 2-4 stages, causal
+# or not: tools/gpu_forward_hopper.py sweeps them again beside the shipped D=64 configs.)
 # (Key tiles of FA3's widths, which are no powers of two, held as two buffers with two score
 # accumulators under one softmax, were slower at all but two shapes: D128 160 and 192 keys
 # 0.85-0.99 and 0.69-1.00 of 128 at S 2K-16K, D256 80 keys 0.88-0.93 of 64, D64 192 keys
