@@ -15,15 +15,14 @@
 # the measurement says so. Speed is not claimed from this notebook's own runs: the H100
 # records rendered below (sinks' cost, D 192 / D_v 128 beside FlashAttention-4, paged decode
 # beside FA4 and the copy ceiling, the models' generation, the host cost per call) are
-# checked against issue 28's targets, each verdict computed from its record. Of them only
-# the sinks' cost is of today's kernels (`feature_costs.json`, commit `8739133`). Paged
-# decode's (commit `f9591a6`) is stale since `8739133`: the Gluon forward's FP8 mode and its
-# dispatch went in before that commit, and `kernels/decode.py`, where the paged decode kernel
-# is, did not change, but the record was not re-recorded. The others were recorded at
-# `6c8aae4` or `be540a8` and are stale: after them `3f5270a` changed `decode.py`'s paged
-# branch and `e5df583` MLA's atomic-mode backward config, the FP8 mode went in before
-# `8739133`, and they were not re-recorded. Their status lines say so, and their verdicts are
-# those of the kernels of their commits.
+# checked against issue 28's targets, each verdict computed from its record. The sinks' cost
+# (`feature_costs.json`, commit `8739133`), D 192/128 beside FA4, paged decode and the
+# models' generation (commit `0099be1`) are of today's kernels (their status lines: current).
+# Two records are stale: the host cost per call (`launch.json`, commit `6c8aae4`; after it
+# `3f5270a` changed `decode.py`'s paged branch, `e5df583` MLA's atomic-mode backward config and
+# the Gluon forward's FP8 mode went in before `8739133`) and the Nsight profile of MLA's pair
+# (`ncu_compare.json`, commit `f9591a6`, stale since `8739133`); neither was re-recorded, and
+# what they show is of the kernels of their commits.
 #
 # Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
 # the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
@@ -368,7 +367,7 @@ else:
 
 # %% [markdown]
 # The evidence after the fix: `tests/test_value_head_dim.py -m gpu` through the mode itself on
-# the H100. Now at commit `6c8aae4` (the backward's own 192/128 configs included): 179 tests in
+# the H100. Last at commit `6c8aae4` (the backward's own 192/128 configs included): 179 tests in
 # 7 pytest processes, all passed; the same log holds `tests/test_launch.py -m gpu` (12 passed).
 # Before that at commit `b44173b`, 178 tests (156 dense cases: D/D_v 192/128, 64/32, 128/64,
 # 40/24, 32/64, 256/128, bf16 and fp16, S up to 2K, ragged, windows, softcap; 20 varlen
@@ -497,22 +496,20 @@ print(
 )
 
 # %% [markdown]
-# Missed, both ways, by different margins, in this record of `6c8aae4` (log
-# `dv_speed_6c8aae4.log`). The record is stale (its status line): `3f5270a` changed
-# `decode.py`'s paged branch and `e5df583` the atomic-mode dK/dV config of this very pair
-# after it, then the Gluon forward's FP8 mode went in before `8739133`, and it was not
-# re-recorded. **Forward:** the Gluon kernel runs MLA's pair 2.65-3.72x faster than the
-# Triton mode and ahead of cuDNN at every shape, but 0.86-0.96x FA4 (geomean 0.90). The
-# records of the same study at `4e9f906` and `833b4cf` had 0.84-0.91x and 0.86-0.96x (the
-# `833b4cf` one was replaced: its `padded` forward rows had timed the Gluon kernel), so the
-# per-shape ratio moves by a few percent run to run. The tile is not the difference:
+# Missed, both ways, by different margins, in this record of `0099be1` (log
+# `value_head_dim_speed_0099be1.log`), which is current (its status line). **Forward:** the
+# Gluon kernel runs MLA's pair 2.66-3.66x faster than the Triton mode and ahead of cuDNN at
+# every shape, but 0.84-0.96x FA4 (geomean 0.89). The records of the same study at `4e9f906`,
+# `833b4cf` and `6c8aae4` had 0.84-0.91x, 0.86-0.96x and 0.86-0.96x (the `833b4cf` one was
+# replaced: its `padded` forward rows had timed the Gluon kernel), so the per-shape ratio
+# moves by a few percent run to run. The tile is not the difference:
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
 # in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
 # shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
 # 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `f9591a6`, stale since
 # `8739133`) is rendered at the end of this section. **Backward:** the Triton mode,
-# 0.56-0.61x FA4 (geomean 0.59) in this record, where the record of `4e9f906` had 0.32-0.42x
-# (geomean 0.37).
+# 0.58-0.60x FA4 (geomean 0.59) in this record (`6c8aae4`'s: 0.56-0.61x, geomean 0.59), where
+# the record of `4e9f906` had 0.32-0.42x (geomean 0.37).
 # What changed is its launch table: MLA's pair (q/k 192 padded to 256, v 128) ran the D256
 # bucket's configs and since `d444f79` has an entry of its own (`_HOPPER_TABLE_OWN_V` in
 # `kernels/backward.py`), dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2), picked by
@@ -764,11 +761,9 @@ print("a table that points one page at the wrong page fails the rule:", not plan
 # measured in the same process; `vs dense` the dense call's time over this one's; `FA4 / ours`
 # FA4's paged call (`flash_attn_varlen_func` with `page_table`, same pages in its layout) over
 # flashcore's paged call. Issue 28's targets: paged decode ≥ 0.95 of the copy ceiling from
-# 32K, and at least as fast as FA4's paged decode. The record is of commit `f9591a6`, the
-# kernels after `3f5270a` (the block-table lookup carried one tile ahead; below). It is stale
-# since `8739133` (its status line): `kernels/decode.py` did not change between the two
-# commits, but other kernel sources the study imports did (the Gluon forward's FP8 mode and
-# its dispatch), and it was not re-recorded.
+# 32K, and at least as fast as FA4's paged decode. The record is of commit `0099be1` and
+# current (its status line): the paged kernel of `3f5270a` (the block-table lookup carried one
+# tile ahead; below), which `kernels/decode.py` still holds.
 
 # %%
 paged_record = results.read_result("paged_decode", RECORDED_GPU)
@@ -832,18 +827,18 @@ print("issue 28: paged decode at least as fast as FA4's paged decode at every sh
 
 # %% [markdown]
 # **The copy ceiling: missed, at 7 of the 12 shapes from 32K.** From 32K tokens flashcore's
-# paged call reads 0.792-1.008 of the copy ceiling (the record of `6c8aae4` had 0.64-0.78). It
-# meets 0.95 at B4 32K with pages of 64 (0.952) and 256 (0.975), at B1 128K with pages of 256
-# (0.966) and at B4 128K with pages of 64 (0.992) and 256 (1.008). It misses at B1 32K with
-# every page size (0.792, 0.835, 0.854), where the dense call itself reads 0.883; at B1 128K
-# with pages of 64 (0.946); and with pages of 16 at every shape (0.792-0.937). `of_copy` passes
-# 1 in two rows (B4 128K: dense 1.034, pages of 256 1.008): the ceiling is a device copy, which
-# reads and writes, so it does not bound a kernel that only reads. From 32K the paged call runs
-# at 0.897-0.990 of the dense call's speed (`vs dense`); at 8K and B1 it is faster than dense
-# (1.019-1.075), at 8K and B4 slower (0.906-0.971); why the B1 8K rows beat dense is not
+# paged call reads 0.790-1.008 of the copy ceiling (the record of `f9591a6`, same kernel, had
+# 0.792-1.008; that of `6c8aae4`, before `3f5270a`, 0.64-0.78). The lines above name the five
+# shapes that meet 0.95 (pages of 64 or 256, at B4 or at 128K) and the seven that miss: B1 32K
+# at every page size, where the dense call itself reads 0.883; B1 128K with pages of 64
+# (0.946); and pages of 16 at every shape (0.790-0.938). `of_copy` passes 1 in two rows (B4
+# 128K: dense 1.035, pages of 256 1.008): the ceiling is a device copy, which reads and
+# writes, so it does not bound a kernel that only reads. From 32K the paged call runs at
+# 0.894-0.989 of the dense call's speed (`vs dense`); at 8K and B1 it is faster than dense
+# (1.020-1.074), at 8K and B4 slower (0.905-0.971); why the B1 8K rows beat dense is not
 # measured. **FA4: met at every shape.** FA4's paged call, its varlen entry point with one query
-# per sequence, reads 0.10-0.48 of the copy ceiling; flashcore's is 1.96-8.28x faster
-# (`FA4 / ours`; 5.45-8.28x at B1, 1.96-2.23x at B4).
+# per sequence, reads 0.10-0.47 of the copy ceiling; flashcore's is 1.97-8.31x faster
+# (`FA4 / ours`; 5.45-8.31x at B1, 1.97-2.23x at B4).
 #
 # **What changed.** Until `3f5270a` the paged kernel looked up each tile's page in the block
 # table inside that tile. Triton's pipeliner turned that lookup into an async copy that the
@@ -879,8 +874,7 @@ else:
 # %% [markdown]
 # The paged call is 1.230-1.293x faster after the change at every shape and page size of the
 # A/B, the dense call within 0.996-1.003 (its code did not change). The record above is of
-# the later commit `f9591a6`, whose kernels are `3f5270a`'s but for MLA's atomic backward
-# config (stale since `8739133`, as said above).
+# the later commit `0099be1`, whose `kernels/decode.py` is `3f5270a`'s.
 
 # %% [markdown]
 # ## 4. The doors
@@ -998,24 +992,25 @@ for model_name in ("gpt-oss", "deepseek-v3"):
     )
 
 # %% [markdown]
-# This record is stale (its status line): it was recorded at `6c8aae4`, `3f5270a` and
-# `e5df583` changed `decode.py` and `backward.py` after it, the Gluon forward's FP8 mode went
-# in before `8739133`, and it was not re-recorded, so the numbers below are those of
-# `6c8aae4`'s kernels.
-# At commit `6c8aae4` (log `models_6c8aae4.log`) gpt-oss generates faster through flashcore
-# than through eager attention at B8 (1.18x) but not at B1 (0.90x: a miss, with single rounds
-# from 0.89x to 1.04x; `833b4cf` had 1.09x/1.02x, `044ea55` 1.34x/1.11x), and DeepSeek-V3 is at
-# 0.97x (B1) and 0.96x (B8) SDPA: a miss, inside the spread of its single rounds (the table).
-# Earlier DeepSeek-V3 records: 0.98x/0.96x (`833b4cf`), 0.99x/0.99x (`044ea55`), 1.07/0.94
-# (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). This is the first of these records
-# whose DeepSeek-V3 prefill takes the Gluon kernel, by the dispatch table (the run does not
-# log which kernel ran): its 512-token prompt is above the table's 128 for D192 (until
-# `a075789` it was below the 1K there, and the prefill took the Triton mode; the probe table
-# in section 2 has the Gluon kernel 1.65-2.89x the Triton mode at S = 512). The generation
-# ratio did not move beyond its rounds' spread. Its 128 decode steps (one query row each)
-# still run the dense forward on the Triton kernel, since the KV-cache kernel has one head
-# dim. Not measured, so not claimed: which part of flashcore's path costs the time.
-# Candidates: those Triton calls and flashcore's host cost per call (section 5).
+# This record is of commit `0099be1` (log `models_0099be1.log`) and current (its status
+# line). gpt-oss generates faster through flashcore than through eager attention at both
+# batches (1.11x at B1, 1.12x at B8; single rounds 1.09-1.18x and 0.99-1.15x): met, where
+# `6c8aae4` had 0.90x/1.18x, `833b4cf` 1.09x/1.02x and `044ea55` 1.34x/1.11x. DeepSeek-V3 is
+# level with SDPA: 1.00x at B1 (0.997, so the target prints `False`) and 1.01x at B8, inside
+# the spread of its single rounds (0.91-1.06x and 0.98-1.28x). Earlier DeepSeek-V3 records:
+# 0.97x/0.96x (`6c8aae4`), 0.98x/0.96x (`833b4cf`), 0.99x/0.99x (`044ea55`), 1.07/0.94
+# (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). The tokens/s columns are each side's
+# median over the rounds, not paired: at B8 both come from the round where gpt-oss ran at
+# 0.99x, and a side's throughput moves from round to round (416-706 tokens/s for flashcore's
+# gpt-oss at B8), which is why the verdict uses the rounds' own ratios. Since `a075789` (this
+# record and `6c8aae4`'s) DeepSeek-V3's prefill takes the Gluon kernel, by the dispatch table
+# (the run does not log which kernel ran): its 512-token prompt is above the table's 128 for
+# D192 (until `a075789` it was below the 1K there, and the prefill took the Triton mode; the
+# probe table in section 2 has the Gluon kernel 1.65-2.89x the Triton mode at S = 512). Its 128
+# decode steps (one query row each) still run the dense forward on the Triton kernel, since the
+# KV-cache kernel has one head dim. Not measured, so not claimed: which part of flashcore's
+# path costs the time. Candidates: those Triton calls and flashcore's host cost per call
+# (section 5).
 
 # %% [markdown]
 # ## 5. What is measured, and what is not yet
@@ -1033,10 +1028,8 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
 # with a record, their verdicts printed above: the sinks' cost (section 1), D 192/128 beside
 # FA4 (section 2), paged decode against the copy ceiling and FA4's paged decode (section 3),
-# the models' generation against their default attention (section 4). Of these records only
-# the sinks' cost is current (`feature_costs.json`, `8739133`); paged decode's (`f9591a6`) is
-# stale since `8739133`, and the others are stale (`6c8aae4`, before `3f5270a`, `e5df583` and
-# the FP8 mode), and their verdicts are those of the kernels of their commits.
+# the models' generation against their default attention (section 4). These four records
+# are current: the sinks' cost of `8739133`, the other three of `0099be1`.
 #
 # One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
 # `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
@@ -1070,9 +1063,8 @@ print(
 )
 
 # %% [markdown]
-# This notebook's GPU profile last ran on the H100 at commit `6c8aae4`; that run, from
-# `reproduce_timing.json`, is stale (its status line): its kernels are `6c8aae4`'s, and the
-# profile did not run again after `3f5270a`, `e5df583` and `8739133`.
+# This notebook's GPU profile last ran on the H100 at commit `0099be1`, today's kernels
+# (`reproduce_timing.json`, current; the line below).
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
