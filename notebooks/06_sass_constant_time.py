@@ -90,8 +90,8 @@ for name, r in sass_report["kernels"].items():
 # (`offs_m < seqlen_q`, `pos < seqlen_new`) kept in a register that earlier held a softmax value
 # or a loaded element, whose other bits nothing reads.
 #
-# **The Gluon kernels** (`forward … (Gluon, …)` and `fp8 forward D128 causal (Gluon FP8 mode)`,
-# `kernels/forward_hopper.py`) keep
+# **The Gluon kernels** (`forward … (Gluon, …)` and `fp8 forward … (Gluon FP8 mode)` at D128
+# and D256, `kernels/forward_hopper.py`) keep
 # two flagged branches each (`@P0 BRA`, `BRX`): warp_specialize's dispatch. Each worker warp
 # reads its partition id as a byte from shared memory and jumps through a table. The only stores
 # to those bytes in the whole kernel write constants (the partition ids at entry, the exit case
@@ -473,7 +473,7 @@ if power:
 # head dims, the backward's dQ reduction and launch configs, MLA's dispatch and the launch
 # cache; then `3f5270a`, decode's paged branch, and `e5df583`, MLA's atomic-mode backward
 # config; then `8739133`, the Gluon forward's FP8 mode), and neither record was re-recorded
-# with the 6c8aae4, f9591a6 or 8739133 records: their status lines above say stale. The SASS section compiles today's kernels (its
+# with the 6c8aae4, f9591a6, 8739133 or 0099be1 records: their status lines above say stale. The SASS section compiles today's kernels (its
 # decode split-KV variant is the dense cache's, without a block table, so the paged branch
 # that `3f5270a` changed is not among them); the timing
 # and power numbers are not re-measured on them, so whether today's kernels time the same is not

@@ -178,3 +178,47 @@ def test_forward_verdict_covers_gluon_and_can_fail():
     assert not ok and why == "1 in forward D128 causal (TMA)"
     ok, why = sass.forward_branch_verdict({"kernels": {"control": _kernel("leaky control", [])}})
     assert not ok and why == "no shipped forward kernel in the report"
+
+
+_LOOPS_SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   IADD3 R5, R5, 0x1, RZ ;
+.L_x_1:
+        /*0020*/                   MUFU.EX2 R2, R3 ;
+        /*0030*/                   FMUL R4, R2, R2 ;
+        /*0040*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0050*/               @P0 BRA `(.L_x_1) ;
+        /*0060*/                   FADD R6, R6, R4 ;
+        /*0070*/               @P1 BRA `(.L_x_0) ;
+.L_x_2:
+        /*0080*/                   FMUL R7, R7, R7 ;
+        /*0090*/               @P2 BRA `(.L_x_2) ;
+        /*00a0*/                   EXIT ;
+.L_x_3:
+        /*00b0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P3, [UR8], R9 ;
+        /*00c0*/                   BRA `(.L_x_1) ;
+"""
+
+
+def test_softmax_loops_finds_the_innermost_exp_loop_only():
+    from flashcore.studies import sass_budget
+
+    loops = sass_budget.softmax_loops(_LOOPS_SASS)
+    # The outer loop holds the inner one; the FMUL-only loop has no exponential; the wait's
+    # retry block after EXIT branches back but is no loop.
+    assert [(r["start"], r["end"]) for r in loops] == [(2, 5)]
+    (loop,) = loops
+    assert loop["instructions"] == 4
+    assert (loop["MUFU"], loop["FMUL"], loop["GMMA"], loop["other"]) == (1, 1, 1, 1)
+
+
+def test_budget_counts_both_warpgroups_and_the_tile_flops():
+    from flashcore.studies import sass_budget
+
+    loop = {"instructions": 500, "MUFU": 64}
+    b = sass_budget.budget(loop, head_dim=128, block_n=128, dtype="bf16")
+    assert b["tensor_cycles"] == 2 * (2 * 64 * 128 * 256) / 4096  # two GEMMs, two warpgroups
+    assert b["issue_cycles"] == 1000 and b["mufu_cycles"] == 2 * 64 * 8
+    fp8 = sass_budget.budget(loop, head_dim=128, block_n=128, dtype="fp8")
+    assert fp8["issue_over_tensor"] == 2 * b["issue_over_tensor"]  # twice the rate, same loop

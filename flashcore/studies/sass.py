@@ -306,6 +306,10 @@ def _variants():
                 gluon_fp8_forward(128, True),
                 "shipped (Gluon)",
             ),
+            "fp8 forward D256 non-causal (Gluon FP8 mode)": (
+                gluon_fp8_forward(256, False),
+                "shipped (Gluon)",
+            ),
         }
     return {
         **gluon,

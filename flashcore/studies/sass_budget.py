@@ -1,0 +1,159 @@
+"""The issue budget of a forward kernel's softmax loop, read from its SASS (no GPU needed).
+
+A consumer warpgroup of the Gluon forward runs one loop iteration per key tile: two
+``wgmma`` (S = Q K^T, O += P V) on the tensor cores, and the online softmax of the tile on
+the warps' own pipes. The tensor cores are the SM's; each of the four SM sub-partitions
+(SMSPs) issues one warp instruction a clock, and every warpgroup puts one warp on each SMSP.
+So, per round in which each of the W consumer warpgroups handles one key tile:
+
+* tensor cycles  = W x (4 x 64 rows x BLOCK_N x D FLOPs) / (dense FLOPs per clock per SM)
+* issue cycles   = W x (instructions in the loop body), per SMSP
+* MUFU cycles    = W x (MUFU instructions in the loop body) x 32 / 4, per SMSP (the SM's 16
+  special-function results a clock are 4 a clock per SMSP)
+
+When issue or MUFU cycles reach the tensor cycles, the loop has no slack: ping-pong and the
+in-warpgroup overlap can at best tie the two, and every stall (a barrier wait, a wgmma
+wait, a dependency on the row max) adds to the tile's time instead of hiding under the
+tensor cores. It is a budget, not a bound on throughput: it says where a kernel is fragile
+and which instructions are worth removing, not how fast it runs.
+
+Rates (H100 SXM, per SM per clock): dense bf16/fp16 ``wgmma`` 4096 FLOPs, e4m3 8192 (989
+and 1979 TFLOP/s at 132 SMs and 1.83 GHz, the datasheet's peaks), MUFU 16 results (CUDA
+programming guide, compute capability 9.0 arithmetic throughput table).
+
+The loops are found in the disassembly as backward branches inside the kernel body (the
+retry blocks of mbarrier waits, placed after the last ``EXIT``, branch back too and are not
+loops); a softmax loop is an innermost such loop that holds ``MUFU.EX2``. A kernel with a
+masked and an unmasked variant of the loop has two; the unmasked one (fewest instructions)
+is the steady state.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+TENSOR_FLOPS_PER_CLOCK = {"bf16": 4096, "fp16": 4096, "fp8": 8192}
+MUFU_CLOCKS_PER_WARP_INSTRUCTION = 32 // 4
+# Opcode classes the table reports (by prefix), in order; the rest count as "other".
+CLASSES = ("GMMA", "MUFU", "FMUL", "FFMA", "FADD", "FMNMX", "FSEL", "F2FP", "STS", "BAR", "SYNCS")
+
+_LABEL = re.compile(r"\s*(\.L_x_\d+):")
+_INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);")
+_BRANCH = re.compile(r"\bBRA\b.*?(\.L_x_\d+)")
+
+
+def _opcode(instruction: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", instruction).split()[0]
+
+
+def _class_of(opcode: str) -> str:
+    if "GMMA" in opcode:  # HGMMA (16-bit), QGMMA (8-bit)
+        return "GMMA"
+    return next((c for c in CLASSES if opcode.startswith(c)), "other")
+
+
+def softmax_loops(sass: str) -> list[dict]:
+    """The innermost loops of a kernel's disassembly (``nvdisasm -c``) that compute
+    exponentials: for each, its instruction span and counts by opcode class, fewest
+    instructions first."""
+    labels, body = {}, []
+    for line in sass.splitlines():
+        if m := _LABEL.match(line):
+            labels[m.group(1)] = len(body)
+        elif m := _INSTRUCTION.match(line):
+            body.append(m.group(1).strip())
+    exits = [i for i, ins in enumerate(body) if _opcode(ins) == "EXIT"]
+    end = exits[-1] if exits else len(body)
+    loops = []
+    for j, ins in enumerate(body[:end]):
+        m = _BRANCH.search(ins)
+        if m and labels.get(m.group(1), j + 1) <= j:
+            loops.append((labels[m.group(1)], j))
+    innermost = [
+        (a, b)
+        for a, b in loops
+        if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)
+    ]
+    out = []
+    for a, b in innermost:
+        ops = Counter(_opcode(ins) for ins in body[a : b + 1])
+        if not any(op.startswith("MUFU.EX2") for op in ops):
+            continue
+        counts = Counter()
+        for op, n in ops.items():
+            counts[_class_of(op)] += n
+        out.append(
+            {
+                "start": a,
+                "end": b,
+                "instructions": b - a + 1,
+                **{c: counts[c] for c in (*CLASSES, "other")},
+            }
+        )
+    return sorted(out, key=lambda r: r["instructions"])
+
+
+def budget(loop: dict, *, head_dim: int, block_n: int, dtype: str, warpgroups: int = 2,
+           head_dim_v: int | None = None, rows: int = 64) -> dict:  # fmt: skip
+    """Tensor, issue and MUFU cycles of one round (each consumer warpgroup one key tile) of
+    a softmax loop (``softmax_loops``), and the ratios of issue and MUFU to tensor cycles."""
+    flops = 2 * rows * block_n * (head_dim + (head_dim_v or head_dim))
+    tensor = warpgroups * flops / TENSOR_FLOPS_PER_CLOCK[dtype]
+    issue = warpgroups * loop["instructions"]
+    mufu = warpgroups * loop["MUFU"] * MUFU_CLOCKS_PER_WARP_INSTRUCTION
+    return {
+        "tensor_cycles": tensor,
+        "issue_cycles": issue,
+        "mufu_cycles": mufu,
+        "issue_over_tensor": issue / tensor,
+        "mufu_over_tensor": mufu / tensor,
+    }
+
+
+# The Gluon forward's kernels the budget is read for: the SASS report's name -> (head dim,
+# the shipped tile's key count, dtype). Causal kernels hold an unmasked loop as well; it is
+# the one ``softmax_loops`` lists first.
+KERNELS = {
+    "forward D128 causal (Gluon, warp-specialized)": (128, "bf16"),
+    "forward D256 non-causal (Gluon, warp-specialized)": (256, "bf16"),
+    "fp8 forward D128 causal (Gluon FP8 mode)": (128, "fp8"),
+    "fp8 forward D256 non-causal (Gluon FP8 mode)": (256, "fp8"),
+}
+
+
+def budget_report() -> list[dict]:
+    """Compile the ``KERNELS`` for sm_90 (offline) and return, per kernel, its steady-state
+    softmax loop's instruction counts and ``budget``. Runs in a subprocess when the current
+    process has the Triton interpreter switched on (its @jit functions cannot be compiled)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        env = dict(os.environ, TRITON_INTERPRET="0")
+        cmd = [sys.executable, "-m", "flashcore.studies.sass_budget"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"SASS budget subprocess failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout)
+    from ..kernels import forward_hopper as fh
+    from . import sass
+
+    variants = sass._variants()
+    rows = []
+    for name, (head_dim, dtype) in KERNELS.items():
+        tiles = fh.FP8_VARIANTS if dtype == "fp8" else fh.VARIANTS
+        block_n = tiles[head_dim]["BLOCK_N"]
+        loop = softmax_loops(sass.compile_sass(variants[name][0]))[0]
+        cycles = budget(loop, head_dim=head_dim, block_n=block_n, dtype=dtype)
+        rows.append({"kernel": name, "D": head_dim, "BLOCK_N": block_n, "dtype": dtype}
+                    | loop | cycles)  # fmt: skip
+    return rows
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(budget_report()))
