@@ -66,6 +66,101 @@ __all__ = ["analyze_sass", "analyze_variants", "cfg_edges", "compile_sass", "par
 # ----------------------------------------------------------------------------- variants
 
 
+# The Gluon forward as compile specs (``compile_kernel``), shared by _variants and
+# studies/sass_budget.py.
+def _gluon_consts(fh, d, causal, cfg, **extra):
+    # The constexprs every launch of the Gluon kernel sets, for one tile config.
+    num_wg = cfg.get("NUM_WG", 2)
+    return dict(
+        HEAD_DIM=d,
+        BLOCK_N=cfg["BLOCK_N"],
+        STAGES=cfg["STAGES"],
+        IS_CAUSAL=causal,
+        STORE_LSE=False,
+        PINGPONG=True,
+        NUM_WG=num_wg,
+        CONSUMER_REGS=fh.CONSUMER_REGS[num_wg],
+        **extra,
+    )
+
+
+def gluon_forward_spec(d, causal, dv=None, num_wg=None):
+    # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships; dv:
+    # v's head dim where it differs (MLA's 192/128: q/k through a main and a tail descriptor).
+    # num_wg: consumer warpgroups other than the shipped config's (a candidate config).
+    from triton.experimental.gluon import language as gl
+
+    from ..kernels import forward_hopper as fh
+
+    cfg = dict(fh.VARIANTS[d], **({"NUM_WG": num_wg} if num_wg else {}))
+    layout = gl.NVMMASharedLayout.get_default_for
+    tail = fh.QK_TAIL.get(d, 0)
+
+    def desc(rows, cols=d - tail):
+        return f"tensordesc<bf16[1,1,{rows},{cols}],{layout([rows, cols], gl.bfloat16)!r}>"
+
+    consts = _gluon_consts(fh, d, causal, cfg, HEAD_DIM_V=dv or 0, QK_TAIL=tail)
+    tails = (
+        {"q_tail_desc": desc(fh.BLOCK_M_WG, tail), "k_tail_desc": desc(cfg["BLOCK_N"], tail)}
+        if tail
+        else {"q_tail_desc": None, "k_tail_desc": None}
+    )
+    return dict(
+        fn=fh._fa3_fwd_kernel,
+        gluon=True,
+        pointers={"Out": "*bf16", "Lse": "*fp32"},
+        floats={"qk_scale"},
+        consts=consts,
+        num_warps=4,
+        num_stages=1,
+        descs={
+            "q_desc": desc(fh.BLOCK_M_WG),
+            "k_desc": desc(cfg["BLOCK_N"]),
+            "v_desc": desc(cfg["BLOCK_N"], dv or d),
+            **tails,
+        },
+    )
+
+
+def gluon_fp8_forward_spec(d, causal):
+    # The Gluon kernel's FP8 mode (forward_hopper.attention_hopper_fp8) in the config it
+    # ships: e4m3 q, k and v^T through descriptors, fp32 block and channel scales.
+    from triton.experimental.gluon import language as gl
+
+    from ..kernels import forward_hopper as fh
+    from ..kernels.fp8 import P_SCALE
+
+    cfg = fh.FP8_VARIANTS[d]
+    layout = gl.NVMMASharedLayout.get_default_for
+
+    def desc(rows, cols):
+        return f"tensordesc<fp8e4nv[1,1,{rows},{cols}],{layout([rows, cols], gl.float8e4nv)!r}>"
+
+    consts = _gluon_consts(fh, d, causal, cfg, FP8=True, P_SCALE=float(P_SCALE), Sinks=None)
+    return dict(
+        fn=fh._fa3_fwd_kernel,
+        gluon=True,
+        pointers={
+            "Out": "*bf16",
+            "Lse": "*bf16",  # the launcher passes out here: never written (no lse)
+            "QScale": "*fp32",
+            "KScale": "*fp32",
+            "VScale": "*fp32",
+        },
+        floats={"qk_scale", "inv_p_scale"},
+        consts=consts,
+        num_warps=4,
+        num_stages=1,
+        descs={
+            "q_desc": desc(fh.BLOCK_M_WG, d),
+            "k_desc": desc(cfg["BLOCK_N"], d),
+            "v_desc": desc(d, cfg["BLOCK_N"]),  # v^T: D rows of BLOCK_N keys
+            "q_tail_desc": None,
+            "k_tail_desc": None,
+        },
+    )
+
+
 def _variants():
     """Every kernel flashcore ships, in the configs the launchers pick on Hopper (bf16), plus
     the two positive controls. GQA needs no variant of its own: the group size is a runtime
@@ -107,95 +202,6 @@ def _variants():
             descs={"k_desc": desc, "v_desc": desc},
             num_warps=w,
             num_stages=st,
-        )
-
-    def gluon_consts(fh, d, causal, cfg, **extra):
-        # The constexprs every launch of the Gluon kernel sets, for one tile config.
-        num_wg = cfg.get("NUM_WG", 2)
-        return dict(
-            HEAD_DIM=d,
-            BLOCK_N=cfg["BLOCK_N"],
-            STAGES=cfg["STAGES"],
-            IS_CAUSAL=causal,
-            STORE_LSE=False,
-            PINGPONG=True,
-            NUM_WG=num_wg,
-            CONSUMER_REGS=fh.CONSUMER_REGS[num_wg],
-            **extra,
-        )
-
-    def gluon_forward(d, causal, dv=None):
-        # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships; dv:
-        # v's head dim where it differs (MLA's 192/128: q/k through a main and a tail descriptor).
-        from triton.experimental.gluon import language as gl
-
-        from ..kernels import forward_hopper as fh
-
-        cfg = fh.VARIANTS[d]
-        layout = gl.NVMMASharedLayout.get_default_for
-        tail = fh.QK_TAIL.get(d, 0)
-
-        def desc(rows, cols=d - tail):
-            return f"tensordesc<bf16[1,1,{rows},{cols}],{layout([rows, cols], gl.bfloat16)!r}>"
-
-        consts = gluon_consts(fh, d, causal, cfg, HEAD_DIM_V=dv or 0, QK_TAIL=tail)
-        tails = (
-            {"q_tail_desc": desc(fh.BLOCK_M_WG, tail), "k_tail_desc": desc(cfg["BLOCK_N"], tail)}
-            if tail
-            else {"q_tail_desc": None, "k_tail_desc": None}
-        )
-        return dict(
-            fn=fh._fa3_fwd_kernel,
-            gluon=True,
-            pointers={"Out": "*bf16", "Lse": "*fp32"},
-            floats={"qk_scale"},
-            consts=consts,
-            num_warps=4,
-            num_stages=1,
-            descs={
-                "q_desc": desc(fh.BLOCK_M_WG),
-                "k_desc": desc(cfg["BLOCK_N"]),
-                "v_desc": desc(cfg["BLOCK_N"], dv or d),
-                **tails,
-            },
-        )
-
-    def gluon_fp8_forward(d, causal):
-        # The Gluon kernel's FP8 mode (forward_hopper.attention_hopper_fp8) in the config it
-        # ships: e4m3 q, k and v^T through descriptors, fp32 block and channel scales.
-        from triton.experimental.gluon import language as gl
-
-        from ..kernels import forward_hopper as fh
-        from ..kernels.fp8 import P_SCALE
-
-        cfg = fh.FP8_VARIANTS[d]
-        layout = gl.NVMMASharedLayout.get_default_for
-
-        def desc(rows, cols):
-            return f"tensordesc<fp8e4nv[1,1,{rows},{cols}],{layout([rows, cols], gl.float8e4nv)!r}>"
-
-        consts = gluon_consts(fh, d, causal, cfg, FP8=True, P_SCALE=float(P_SCALE), Sinks=None)
-        return dict(
-            fn=fh._fa3_fwd_kernel,
-            gluon=True,
-            pointers={
-                "Out": "*bf16",
-                "Lse": "*bf16",  # the launcher passes out here: never written (no lse)
-                "QScale": "*fp32",
-                "KScale": "*fp32",
-                "VScale": "*fp32",
-            },
-            floats={"qk_scale", "inv_p_scale"},
-            consts=consts,
-            num_warps=4,
-            num_stages=1,
-            descs={
-                "q_desc": desc(fh.BLOCK_M_WG, d),
-                "k_desc": desc(cfg["BLOCK_N"], d),
-                "v_desc": desc(d, cfg["BLOCK_N"]),  # v^T: D rows of BLOCK_N keys
-                "q_tail_desc": None,
-                "k_tail_desc": None,
-            },
         )
 
     def fp8_forward(causal):
@@ -291,23 +297,23 @@ def _variants():
     if GLUON_AVAILABLE:
         gluon = {
             "forward D128 causal (Gluon, warp-specialized)": (
-                gluon_forward(128, True),
+                gluon_forward_spec(128, True),
                 "shipped (Gluon)",
             ),
             "forward D256 non-causal (Gluon, warp-specialized)": (
-                gluon_forward(256, False),
+                gluon_forward_spec(256, False),
                 "shipped (Gluon)",
             ),
             "forward D192/128 causal (Gluon, MLA)": (
-                gluon_forward(192, True, dv=128),
+                gluon_forward_spec(192, True, dv=128),
                 "shipped (Gluon)",
             ),
             "fp8 forward D128 causal (Gluon FP8 mode)": (
-                gluon_fp8_forward(128, True),
+                gluon_fp8_forward_spec(128, True),
                 "shipped (Gluon)",
             ),
             "fp8 forward D256 non-causal (Gluon FP8 mode)": (
-                gluon_fp8_forward(256, False),
+                gluon_fp8_forward_spec(256, False),
                 "shipped (Gluon)",
             ),
         }
