@@ -211,6 +211,7 @@ def test_softmax_loops_finds_the_innermost_exp_loop_only():
     (loop,) = loops
     assert loop["instructions"] == 4
     assert (loop["MUFU"], loop["FMUL"], loop["GMMA"], loop["other"]) == (1, 1, 1, 1)
+    assert loop["gmma_flops"] == 2 * 64 * 128 * 16  # the one wgmma's M x N x K
 
 
 def test_budget_counts_both_warpgroups_and_the_tile_flops():

@@ -41,6 +41,7 @@ CLASSES = ("GMMA", "MUFU", "FMUL", "FFMA", "FADD", "FMNMX", "FSEL", "F2FP", "STS
 _LABEL = re.compile(r"\s*(\.L_x_\d+):")
 _INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);")
 _BRANCH = re.compile(r"\bBRA\b.*?(\.L_x_\d+)")
+_GMMA_SHAPE = re.compile(r"GMMA\.(\d+)x(\d+)x(\d+)")
 
 
 def _opcode(instruction: str) -> str:
@@ -83,12 +84,15 @@ def softmax_loops(sass: str) -> list[dict]:
         counts = Counter()
         for op, n in ops.items():
             counts[_class_of(op)] += n
+        # matmul FLOPs one warpgroup issues per iteration: 2 M N K per wgmma instruction
+        shapes = [_GMMA_SHAPE.search(op) for op in ops.elements()]
         out.append(
             {
                 "start": a,
                 "end": b,
                 "instructions": b - a + 1,
                 **{c: counts[c] for c in (*CLASSES, "other")},
+                "gmma_flops": sum(2 * int(m[1]) * int(m[2]) * int(m[3]) for m in shapes if m),
             }
         )
     return sorted(out, key=lambda r: r["instructions"])
