@@ -802,7 +802,7 @@ print(
 # The FP8 loop has 131 `FMUL` against the bf16 loop's 66 at the same tile: the 64 more are
 # `p × P_SCALE`, one per score a thread holds, scaling P into e4m3's normal range before it is
 # stored. A power of two can instead go into the exponent (exp2(x + 8) = 256 · exp2(x), the
-# running sum scaled alike so that it cancels in O / l). Branch `fp8-fold-p-scale` (f47d255)
+# running sum scaled alike so that it cancels in O / l). Branch `fp8-fold-p-scale`
 # does this. Compiled offline by this module, its D128 loop has 503 instructions against 565
 # (issue/tensor 0.98), and the bf16 kernels' PTX is unchanged. It has not run on a GPU yet. The 32 `STS` are P's trip through
 # shared memory, two bytes a store (section 4 says why P does not stay in registers). The
