@@ -987,6 +987,40 @@ else:
 # spills and the D=64 one 196 (`tests/test_backward_hopper.py` compiles both for sm_90 on any
 # machine and prints the counts); the profile reports the same 255 and 196.
 
+# %% tags=[]
+# The kernel's main loop, compiled offline for sm_90 (studies/sass_budget.py): the matmuls it
+# runs per (query, key) pair, and its issue and special-function cycles against its matmuls'.
+from flashcore.studies import sass_budget
+
+gluon_bwd_loops = sass_budget.gluon_backward_report()
+print(
+    table(
+        gluon_bwd_loops,
+        ["D", "matmuls", "instructions", "MUFU", "STS", "BAR", "other", "tensor_cycles",
+         "issue_over_tensor", "mufu_over_tensor"],
+        {"matmuls": "{:.0f}", "tensor_cycles": "{:.0f}", "issue_over_tensor": "{:.2f}",
+         "mufu_over_tensor": "{:.2f}"},
+    )
+)  # fmt: skip
+
+# %% tags=[]
+# NBVAL_CHECK_OUTPUT
+print(
+    "the Gluon backward runs the five matmuls a pair, no more:",
+    all(round(r["matmuls"]) == 5 for r in gluon_bwd_loops),
+)
+
+# %% [markdown] tags=[]
+# So the Gluon backward has the structure the Triton modes lack (five matmuls, no recompute,
+# none duplicated), and its slowness is elsewhere. At D=128 its loop needs about half the issue
+# cycles of its matmuls, so issue does not bind. The kernel has no warp of its own for the
+# loads or for the dQ add: its eight warps issue the next step's TMA copies, S and dP, the
+# softmax (only dP overlaps it), P and dS into shared memory behind a barrier, dV, dK and dQ,
+# and the dQ atomics, every step. FA3's producer warp and dQ-writer warp take the loads and
+# the dQ add off the matmuls' path. At
+# D=64 the matmuls halve and the loop does not: it needs 0.92 of their cycles, most of it the
+# `other` column (addresses, descriptors, the atomics' indexing), the first instructions to cut.
+
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
 #

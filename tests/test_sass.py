@@ -223,3 +223,12 @@ def test_budget_counts_both_warpgroups_and_the_tile_flops():
     assert b["issue_cycles"] == 1000 and b["mufu_cycles"] == 2 * 64 * 8
     fp8 = sass_budget.budget(loop, head_dim=128, block_n=128, dtype="fp8")
     assert fp8["issue_over_tensor"] == 2 * b["issue_over_tensor"]  # twice the rate, same loop
+
+
+def test_gemm_budget_takes_the_matmul_flops_the_loop_issues():
+    from flashcore.studies import sass_budget
+
+    loop = {"instructions": 600, "MUFU": 32, "gmma_flops": 5 * 2 * 32 * 128 * 128}
+    b = sass_budget.gemm_budget(loop, warpgroups=2, dtype="bf16")
+    assert b["tensor_cycles"] == 2 * 5 * 2 * 32 * 128 * 128 / 4096
+    assert b["issue_cycles"] == 1200 and b["mufu_cycles"] == 2 * 32 * 8

@@ -115,6 +115,59 @@ def budget(loop: dict, *, head_dim: int, block_n: int, dtype: str, warpgroups: i
     }
 
 
+def gemm_budget(loop: dict, *, warpgroups: int, dtype: str) -> dict:
+    """``budget`` from the matmul FLOPs the loop's ``wgmma`` issue (``gmma_flops``, per
+    warpgroup) rather than from a tile shape: for loops with other than the forward's two
+    matmuls (the backward's five)."""
+    tensor = warpgroups * loop["gmma_flops"] / TENSOR_FLOPS_PER_CLOCK[dtype]
+    issue = warpgroups * loop["instructions"]
+    mufu = warpgroups * loop["MUFU"] * MUFU_CLOCKS_PER_WARP_INSTRUCTION
+    return {
+        "tensor_cycles": tensor,
+        "issue_cycles": issue,
+        "mufu_cycles": mufu,
+        "issue_over_tensor": issue / tensor,
+        "mufu_over_tensor": mufu / tensor,
+    }
+
+
+def _in_compiler_process(flag: str):
+    """The report of ``python -m flashcore.studies.sass_budget FLAG`` when this process runs
+    the Triton interpreter (its @jit functions cannot be compiled), else None."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return None
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    cmd = [sys.executable, "-m", "flashcore.studies.sass_budget", *([flag] if flag else [])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"SASS budget subprocess failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def gluon_backward_report() -> list[dict]:
+    """The opt-in Gluon backward (kernels/backward_hopper.py, sass.gluon_backward_spec: 8
+    warps, two warpgroups, 64 queries x 128 keys a step), bf16, D 64 and 128, non-causal:
+    its loop's counts, the matmuls it runs per (query, key) pair (one = 2 D FLOPs) and
+    ``gemm_budget``. Compiled offline, in a subprocess under the interpreter."""
+    done = _in_compiler_process("--gluon-backward")
+    if done is not None:
+        return done
+    from . import sass
+
+    rows = []
+    for head_dim in (64, 128):
+        loop = softmax_loops(sass.compile_sass(sass.gluon_backward_spec(head_dim, False)))[0]
+        pairs = 64 * 128
+        rows.append({"D": head_dim, "matmuls": 2 * loop["gmma_flops"] / pairs / (2 * head_dim)}
+                    | loop | gemm_budget(loop, warpgroups=2, dtype="bf16"))  # fmt: skip
+    return rows
+
+
 # The Gluon forward's kernels the budget is read for: (label, head dim, dtype, causal), each in
 # its shipped tile config, non-causal as the measurements set beside them (a causal kernel's
 # unmasked loop, which ``softmax_loops`` lists first, is the same to an instruction). D64 bf16
@@ -133,18 +186,9 @@ def budget_report() -> list[dict]:
     """Compile the ``KERNELS`` for sm_90 (offline) and return, per kernel, its steady-state
     softmax loop's instruction counts and ``budget``. Runs in a subprocess when the current
     process has the Triton interpreter switched on (its @jit functions cannot be compiled)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        env = dict(os.environ, TRITON_INTERPRET="0")
-        cmd = [sys.executable, "-m", "flashcore.studies.sass_budget"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"SASS budget subprocess failed:\n{proc.stderr[-3000:]}")
-        return json.loads(proc.stdout)
+    done = _in_compiler_process("")
+    if done is not None:
+        return done
     from ..kernels import forward_hopper as fh
     from . import sass
 
@@ -164,5 +208,7 @@ def budget_report() -> list[dict]:
 
 if __name__ == "__main__":
     import json
+    import sys
 
-    print(json.dumps(budget_report()))
+    report = gluon_backward_report if "--gluon-backward" in sys.argv[1:] else budget_report
+    print(json.dumps(report()))
