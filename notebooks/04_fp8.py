@@ -730,14 +730,8 @@ for causal in (False, True):
 from flashcore.studies import sass_budget
 
 loops = sass_budget.budget_report()
-print(
-    table(
-        loops,
-        ["kernel", "BLOCK_N", "instructions", "MUFU", "FMUL", "STS", "GMMA", "tensor_cycles",
-         "issue_over_tensor", "mufu_over_tensor"],
-        {"tensor_cycles": "{:.0f}", "issue_over_tensor": "{:.2f}", "mufu_over_tensor": "{:.2f}"},
-    )
-)  # fmt: skip
+columns = ["kernel", "BLOCK_N", "FMUL", "GMMA", *sass_budget.TABLE_COLUMNS]
+print(table(loops, columns, sass_budget.TABLE_FORMATS))
 # Measured beside it: non-causal S = 16K, TFLOP/s and the fraction of the dense datasheet peak
 # (989 bf16, 1979 e4m3) the budget's rates come from: bf16 D128/D256 from perf.json (the Gluon
 # kernel serves them), fp8 from fp8.json, and D64 on the Gluon kernel (flashcore.attention runs

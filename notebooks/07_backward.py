@@ -993,15 +993,8 @@ else:
 from flashcore.studies import sass_budget
 
 gluon_bwd_loops = sass_budget.gluon_backward_report()
-print(
-    table(
-        gluon_bwd_loops,
-        ["D", "matmuls", "instructions", "MUFU", "STS", "BAR", "other", "tensor_cycles",
-         "issue_over_tensor", "mufu_over_tensor"],
-        {"matmuls": "{:.0f}", "tensor_cycles": "{:.0f}", "issue_over_tensor": "{:.2f}",
-         "mufu_over_tensor": "{:.2f}"},
-    )
-)  # fmt: skip
+columns = ["D", "matmuls", "BAR", "other", *sass_budget.TABLE_COLUMNS]
+print(table(gluon_bwd_loops, columns, sass_budget.TABLE_FORMATS))
 
 # %% tags=[]
 # NBVAL_CHECK_OUTPUT

@@ -103,23 +103,19 @@ def budget(loop: dict, *, head_dim: int, block_n: int, dtype: str, warpgroups: i
     """Tensor, issue and MUFU cycles of one round (each consumer warpgroup one key tile) of
     a softmax loop (``softmax_loops``), and the ratios of issue and MUFU to tensor cycles."""
     flops = 2 * rows * block_n * (head_dim + (head_dim_v or head_dim))
-    tensor = warpgroups * flops / TENSOR_FLOPS_PER_CLOCK[dtype]
-    issue = warpgroups * loop["instructions"]
-    mufu = warpgroups * loop["MUFU"] * MUFU_CLOCKS_PER_WARP_INSTRUCTION
-    return {
-        "tensor_cycles": tensor,
-        "issue_cycles": issue,
-        "mufu_cycles": mufu,
-        "issue_over_tensor": issue / tensor,
-        "mufu_over_tensor": mufu / tensor,
-    }
+    return _cycles(loop, warpgroups * flops / TENSOR_FLOPS_PER_CLOCK[dtype], warpgroups)
 
 
 def gemm_budget(loop: dict, *, warpgroups: int, dtype: str) -> dict:
     """``budget`` from the matmul FLOPs the loop's ``wgmma`` issue (``gmma_flops``, per
     warpgroup) rather than from a tile shape: for loops with other than the forward's two
     matmuls (the backward's five)."""
-    tensor = warpgroups * loop["gmma_flops"] / TENSOR_FLOPS_PER_CLOCK[dtype]
+    return _cycles(
+        loop, warpgroups * loop["gmma_flops"] / TENSOR_FLOPS_PER_CLOCK[dtype], warpgroups
+    )
+
+
+def _cycles(loop: dict, tensor: float, warpgroups: int) -> dict:
     issue = warpgroups * loop["instructions"]
     mufu = warpgroups * loop["MUFU"] * MUFU_CLOCKS_PER_WARP_INSTRUCTION
     return {
@@ -129,6 +125,13 @@ def gemm_budget(loop: dict, *, warpgroups: int, dtype: str) -> dict:
         "issue_over_tensor": issue / tensor,
         "mufu_over_tensor": mufu / tensor,
     }
+
+
+# The columns a notebook prints of a budget row, and their formats.
+TABLE_COLUMNS = ("instructions", "MUFU", "STS", "tensor_cycles", "issue_over_tensor",
+                 "mufu_over_tensor")  # fmt: skip
+TABLE_FORMATS = {"matmuls": "{:.0f}", "tensor_cycles": "{:.0f}", "issue_over_tensor": "{:.2f}",
+                 "mufu_over_tensor": "{:.2f}"}  # fmt: skip
 
 
 def _in_compiler_process(flag: str):
