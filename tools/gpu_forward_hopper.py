@@ -21,6 +21,7 @@ from flashcore.interface import attention as triton_attention
 from flashcore.kernels import forward_hopper as fh
 from flashcore.kernels._softmax import LOG2E
 from flashcore.kernels.forward import default_config
+from flashcore.results import provenance
 from flashcore.studies import bench
 
 VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three consumer warpgroups
@@ -114,6 +115,7 @@ def main():
         "--record", action="store_true", help="also write results/<gpu>/fa3_attempt.json"
     )
     args = ap.parse_args()
+    where = provenance()  # commit, device, versions: written with every partial dump
     seqlens = [int(s) for s in args.seqlens.split(",")]
     rows = []
     t0 = time.time()
@@ -188,11 +190,7 @@ def main():
                     print(" ".join(line), f"[{time.time() - t0:.0f}s]", flush=True)
                     sets = None  # free the inputs before the next shape
                     torch.cuda.empty_cache()
-                    json.dump(
-                        {"device": torch.cuda.get_device_name(), "rows": rows},
-                        open(args.out, "w"),
-                        indent=1,
-                    )
+                    json.dump({"provenance": where, "rows": rows}, open(args.out, "w"), indent=1)
     summary = summarize(rows)
     for line in summary["lines"]:
         print(line)
