@@ -837,14 +837,16 @@ for pair in ("mla", "256"):
 # five are from its structure (FA3's), not counted.
 
 # %% tags=[]
-budget_logs = sorted(
-    (_results.RESULTS_DIR / RECORDED_GPU / "logs").glob("backward_budget_offline_*.json")
-)
-budget = _json.loads(budget_logs[-1].read_text()) if budget_logs else None
+# the newest offline count (one log per run of the tool, named by its commit)
+budget_logs = {
+    p.name: _json.loads(p.read_text())
+    for p in (_results.RESULTS_DIR / RECORDED_GPU / "logs").glob("backward_budget_offline_*.json")
+}
+budget_name = max(budget_logs, key=lambda n: budget_logs[n]["date"], default=None)
+budget = budget_logs.get(budget_name)
 if budget:
-    print(
-        f"{budget_logs[-1].name}: commit {budget['commit']}, {budget['arch']}, {budget['problem']}"
-    )
+    print(f"{budget_name}: commit {budget['commit']}, {budget['date']}, {budget['device']}")
+    print(f"  {budget['problem']}")
     print(
         table(
             [
