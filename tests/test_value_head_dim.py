@@ -54,6 +54,9 @@ DENSE_CPU = [
     (1, 4, 2, 17, 1, 32, 64, "float32", False, "top_left", None, None),
     (1, 7, 1, 23, 23, 48, 32, "float32", True, "bottom_right", 5, None),
     (1, 2, 1, 20, 20, 24, 8, "float16", False, "top_left", None, None),
+    # MLA's split q/k head dim (128 + 64) through the fp32 (IEEE) dots, window and softcap:
+    # GQA, ragged, bottom-right (the float16 cases above take the half-precision dots).
+    (1, 4, 2, 40, 33, 192, 128, "float32", True, "bottom_right", 16, 10.0),
 ]
 
 
@@ -100,7 +103,9 @@ def test_dense_forward_and_gradients_pass_the_rule(case, poisoned):
     _check_dense(case, poisoned)
 
 
-@pytest.mark.parametrize("case", [DENSE_CPU[0], DENSE_CPU[9]], ids=str)
+# MLA (192/128, the split q/k head dim: dQ's two parts added atomically) causal GQA,
+# non-causal Sk < Sq, and fp32 with window and softcap.
+@pytest.mark.parametrize("case", [DENSE_CPU[i] for i in (0, 1, 9, 12)], ids=str)
 def test_dense_atomic_dq_passes_the_rule(case, poisoned):
     _check_dense(case, poisoned, deterministic=False)
 
@@ -186,6 +191,8 @@ VARLEN_CPU = [
     ((17, 1, 0), (17, 5, 2), 2, 2, 40, 24, "float16", False, "bottom_right", None, 10.0),
     ((9, 33), (9, 33), 4, 1, 32, 64, "float32", True, "bottom_right", 7, None),
     ((0, 23, 4), (3, 23, 4), 2, 1, 128, 64, "float16", False, "bottom_right", None, None),
+    # MLA (the split q/k head dim) without GQA, not causal, a sequence with no keys.
+    ((9, 33, 2), (20, 0, 40), 2, 2, 192, 128, "float16", False, "top_left", None, None),
 ]
 
 
@@ -360,6 +367,38 @@ def test_mla_backward_takes_its_own_launch_configs():
     assert bw._pick_config(128, torch.bfloat16, False, 64) == bw._pick_config(
         128, torch.bfloat16, False
     )
+
+
+@pytest.mark.parametrize(
+    "d, dv, tail", [(192, 128, 64), (192, 64, 64), (192, 192, 0), (128, 64, 0), (256, 128, 0)]
+)
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_backward_splits_the_qk_head_dim_for_mla_only(d, dv, tail, deterministic):
+    """q/k's 192 columns with v of its own run as 128 + 64 (QK_TAIL 64, both kernels);
+    every other pair, D192 with v at 192 included, on the kernels without the option."""
+    from flashcore.kernels import backward as bw
+
+    calls = {}
+
+    class Capture:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: calls.__setitem__(self.name, kw)
+
+    q, v = _t(1, 2, 40, d), _t(1, 2, 40, dv)
+    lse = torch.zeros(1, 2, 40)
+    acc = None if deterministic else torch.zeros(q.shape)
+    names = ("_bwd_preprocess", "_bwd_dkdv_kernel", "_bwd_dq_kernel")
+    with mock.patch.multiple(bw, **{n: Capture(n) for n in names}):
+        bw._launch_backward(
+            v, q, q, v, v, lse, lse.clone(), q, q, v, acc, seqs=None, varlen=0, causal=True,
+            causal_offset=0, window=None, softcap=None, scale=None, config=None,
+        )  # fmt: skip
+    launched = ("_bwd_dkdv_kernel", "_bwd_dq_kernel") if deterministic else ("_bwd_dkdv_kernel",)
+    assert set(calls) == {"_bwd_preprocess", *launched}
+    assert all(calls[n]["QK_TAIL"] == tail for n in launched)
 
 
 def test_describe_dispatch_says_where_dv_runs():
@@ -540,3 +579,19 @@ def test_gpu_mla_atomic_dense_grid(case, poisoned):
 @pytest.mark.parametrize("case", [c for c in GPU_VARLEN if (c[4], c[5]) == (192, 128)], ids=str)
 def test_gpu_mla_atomic_varlen_grid(case, poisoned):
     _check_varlen(case, poisoned, deterministic=False)
+
+
+# MLA's split q/k head dim (128 + 64) through the IEEE fp32 dots, which the grids above
+# (bf16, fp16) do not take: ragged, GQA, window and softcap, both dQ modes.
+GPU_MLA_FP32 = [
+    (2, 4, 2, 113, 239, 192, 128, "float32", True, "bottom_right", None, None),
+    (1, 4, 1, 300, 300, 192, 128, "float32", True, "top_left", 64, 30.0),
+    (1, 2, 2, 257, 100, 192, 128, "float32", False, "top_left", None, None),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", [True, False])
+@pytest.mark.parametrize("case", GPU_MLA_FP32, ids=str)
+def test_gpu_mla_fp32_split_head_dim(case, deterministic, poisoned):
+    _check_dense(case, poisoned, deterministic=deterministic)

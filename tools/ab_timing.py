@@ -22,6 +22,9 @@ A is the checkout this script lives in. Suites:
 * ``paged``: the decode kernel on paged and dense caches, paged_decode.json's harness
   (``bench_paged_shape``: CUDA-graph replay, bf16 D128 GQA 32/8, pages of 16/64/256 in a
   random order), at B 1 and 4, caches of 32K and 128K tokens.
+* ``mla_backward``: the backward alone (``attention_backward`` on a saved forward's output
+  and lse, fixed dO) at MLA's head dims, q/k 192 and v 128: bf16, H 16, B*S = 16K tokens,
+  S 4K/8K/16K, causal and not, deterministic and atomic dQ.
 """
 
 from __future__ import annotations
@@ -87,9 +90,36 @@ for b, sk in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
+MLA_BACKWARD_SHAPES = [  # (S, causal, deterministic)
+    (s, causal, det)
+    for s in (4096, 8192, 16384)
+    for causal in (False, True)
+    for det in (True, False)
+]
+
+MLA_BACKWARD_WORKER = r"""
+import json, sys, torch, triton
+import flashcore
+from flashcore.kernels.backward import attention_backward
+out = {}
+for s, causal, det in json.loads(sys.argv[1]):
+    h, b = 16, max(1, 16384 // s)
+    q, k = (torch.randn(b, h, s, 192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16)
+    o, lse = flashcore.attention(q, k, v, causal=causal, return_lse=True)
+    do = torch.randn_like(o)
+    bwd = lambda: attention_backward(do, q, k, v, o, lse, causal=causal, deterministic=det)
+    bwd(); torch.cuda.synchronize()
+    mode = "deterministic" if det else "atomic"
+    key = f"D192/128 S{s} {'causal' if causal else 'full'} {mode}"
+    out[key] = dict(backward_ms=triton.testing.do_bench(bwd, warmup=25, rep=100))
+print("RESULT " + json.dumps(out))
+"""
+
 SUITES = {  # worker, its shapes, the metrics it reports
     "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),
     "paged": (PAGED_WORKER, PAGED_SHAPES, ("graph_ms",)),
+    "mla_backward": (MLA_BACKWARD_WORKER, MLA_BACKWARD_SHAPES, ("backward_ms",)),
 }
 
 

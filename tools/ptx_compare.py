@@ -5,7 +5,7 @@ this checkout and from another tree, each in its own process, and compares their
 debug sections and source-line markers removed.
 
     git archive <commit> flashcore | tar -x -C .ab/other
-    python tools/ptx_compare.py --other .ab/other
+    python tools/ptx_compare.py --other .ab/other [--wide]
 
 Prints one line per kernel: identical, or the first differing line. A kernel change whose
 compiled code differs only where a new option is on (sinks, atomic dQ) leaves the calls
@@ -27,7 +27,7 @@ WORKER = r"""
 import json, os, sys
 sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.environ["PTX_COMPARE_TOOLS"])  # this checkout's tools/: sm90_compile
-import torch
+import torch, triton
 from triton.compiler import ASTSource
 from sm90_compile import compile_launch
 
@@ -68,6 +68,30 @@ for d in (64, 128, 256):
             a, k = caps[n].last
             out[f"backward {n} D{d} causal={causal}"] = compile_jit(real[n], a, k, ASTSource)
         for n, f in real.items(): setattr(bw, n, f)
+if os.environ.get("PTX_COMPARE_WIDE"):
+    # TMA where a GPU would take it: half precision, a power-of-two head dim.
+    bw.tma_compatible = lambda ts, d: d == triton.next_power_of_2(d)
+    # --wide: the backward's other modes and head-dim pairs: atomic dQ (TMA path, bulk dQ
+    # reduce), D192 with v at 192 (TMA), v of its own (pointer path: 128/64, MLA's 192/128).
+    for d, dv, det in ((64, 64, False), (128, 128, False), (256, 256, False), (192, 192, True),
+                       (192, 192, False), (128, 64, True), (128, 64, False), (192, 128, True),
+                       (192, 128, False)):
+        for causal in (False, True):
+            caps = {n: Cap() for n in real}
+            for n, c in caps.items(): setattr(bw, n, c)
+            q = torch.empty(1, 4, 1024, d, dtype=torch.bfloat16)
+            v = torch.empty(1, 4, 1024, dv, dtype=torch.bfloat16)
+            lse = torch.empty(1, 4, 1024)
+            acc = None if det else torch.empty(1, 4, 1024, d)
+            bw._launch_backward(v, q, q, v, v, lse, lse, q, q, v, acc, seqs=None, varlen=0,
+                causal=causal, causal_offset=0, window=None, softcap=None, scale=None,
+                config=None)
+            mode = "deterministic" if det else "atomic"
+            for n in ("_bwd_dkdv_kernel", "_bwd_dq_kernel") if det else ("_bwd_dkdv_kernel",):
+                a, k = caps[n].last
+                out[f"backward {n} D{d}/{dv} {mode} causal={causal}"] = compile_jit(
+                    real[n], a, k, ASTSource)
+            for n, f in real.items(): setattr(bw, n, f)
 print("RESULT " + json.dumps(out))
 """
 
@@ -88,8 +112,10 @@ def strip_debug(ptx: str) -> list[str]:
     return lines
 
 
-def compile_tree(tree: Path) -> dict:
+def compile_tree(tree: Path, wide: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), PTX_COMPARE_TOOLS=str(Path(__file__).parent))
+    if wide:
+        env["PTX_COMPARE_WIDE"] = "1"
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run(
         [sys.executable, "-c", WORKER], cwd=tree, env=env, capture_output=True, text=True
@@ -103,9 +129,14 @@ def compile_tree(tree: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--other", type=Path, required=True, help="the other source tree")
+    ap.add_argument(
+        "--wide",
+        action="store_true",
+        help="also the backward's atomic mode, D192/192 and v of its own (128/64, 192/128)",
+    )
     args = ap.parse_args()
-    here = compile_tree(Path(__file__).resolve().parents[1])
-    other = compile_tree(args.other.resolve())
+    here = compile_tree(Path(__file__).resolve().parents[1], args.wide)
+    other = compile_tree(args.other.resolve(), args.wide)
     differ = 0
     for name in here:
         a, b = strip_debug(here[name]), strip_debug(other.get(name, ""))

@@ -49,9 +49,16 @@ Not supported (raises): gradients through ``out=``, dropout, masks; head dims ab
 bfloat16 needs CUDA (the interpreter's bfloat16 dot is wrong). v may have a head dim of
 its own (HEAD_DIM_V, as the forward's): dO, O, V, dV use it, Q, K, dQ, dK q/k's.
 
+MLA's q/k head dim 192 (with v at 128) is split (QK_TAIL = 64, as the Gluon forward's):
+Q and K load as two tiles, columns [0, 128) and [128, 192), S = Q_main K_main^T +
+Q_tail K_tail^T, and dK and dQ are two fp32 accumulators (128 and 64 wide) stored (or
+atomically added) to their columns. One tile padded to 256 would spend a third of the
+tensor-core work of S, dK and dQ on zero columns. Every other head dim (D192 with v at 192
+included) compiles to the kernels without the option (QK_TAIL = 0).
+
 This file holds the three kernels, their launch table and the launchers
 ``attention_backward`` and ``attention_varlen_backward``; the autograd Functions that call
-them are in flashcore/interface.py. It is long because the kernels are (about 900 of its
+them are in flashcore/interface.py. It is long because the kernels are (about 1100 of its
 lines): each reads top to bottom, with the visibility rule and the key phases shared with
 the forward (kernels/_mask.py).
 """
@@ -225,12 +232,19 @@ def _dkdv_query_tiles(
     offs_dv,
     HEAD_DIM_V: tl.constexpr,
     HEAD_DIM_V_PADDED: tl.constexpr,
+    k_tail,
+    dk_tail,
+    QK_TAIL: tl.constexpr,
 ):
     """Fold query tiles [m_lo, m_hi) of one query head into the key tile's dK, dV.
 
     Works on transposed tiles (keys along rows): s^T = k q^T, so p^T @ dO and dS^T @ q
     need no transpose of the accumulators. With APPLY_MASK=False the caller guarantees that
     every row of every tile in the range exists and sees every key of the tile.
+
+    QK_TAIL > 0 (the split head dim, see _bwd_dkdv_kernel): k, dk, q and the dQ tile cover
+    q/k's first HEAD_DIM columns, k_tail and dk_tail the QK_TAIL after them; S^T sums both
+    parts. QK_TAIL = 0: k_tail and dk_tail are unused (returned as given).
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     d_in = offs_d[None, :] < HEAD_DIM
@@ -253,6 +267,25 @@ def _dkdv_query_tiles(
             USE_TMA=USE_TMA,
             MASKED=APPLY_MASK,
         )
+        if QK_TAIL:
+            # q's columns [HEAD_DIM, HEAD_DIM + QK_TAIL) as a QK_TAIL-wide tile of its own
+            # (pointer loads: the split mode never takes the TMA path)
+            q_tail = _load_rows(
+                base=q_base + HEAD_DIM,
+                desc=None,
+                batch=batch,
+                head=q_head,
+                start=start_m,
+                offs_rows=offs_m,
+                offs_d=tl.arange(0, QK_TAIL),
+                stride_row=stride_qm,
+                limit=seqlen_q,
+                BLOCK=BLOCK_M,
+                HEAD_DIM=QK_TAIL,
+                HEAD_DIM_PADDED=QK_TAIL,
+                USE_TMA=False,
+                MASKED=APPLY_MASK,
+            )
         do = _load_rows(  # v's head dim (HEAD_DIM_V: the caller's resolved value)
             base=do_base,
             desc=do_desc,
@@ -283,6 +316,12 @@ def _dkdv_query_tiles(
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
         else:
             s_t = tl.dot(k, tl.trans(q))
+        if QK_TAIL:
+            # the tail's columns accumulated onto the main part's: one sum over q/k's head dim
+            if FP32_IEEE:
+                s_t = tl.dot(k_tail, tl.trans(q_tail), s_t, input_precision="ieee")
+            else:
+                s_t = tl.dot(k_tail, tl.trans(q_tail), s_t)
         if SOFTCAP:
             # the capped score / c, exactly as the forward's
             s_t = softcap_tanh(s_t * softcap_scale, PRECISE=FP32_IEEE)
@@ -321,8 +360,12 @@ def _dkdv_query_tiles(
             ds_t = ds_t * ((1.0 - s_t) * (1.0 + s_t))
         if FP32_IEEE:
             dk = dk + tl.dot(ds_t, q, dk * 0.0, input_precision="ieee")  # two levels, as dv
+            if QK_TAIL:
+                dk_tail = dk_tail + tl.dot(ds_t, q_tail, dk_tail * 0.0, input_precision="ieee")
         else:
             dk = tl.dot(ds_t.to(q.dtype), q, dk)
+            if QK_TAIL:
+                dk_tail = tl.dot(ds_t.to(q.dtype), q_tail, dk_tail)
 
         if ATOMIC_DQ:
             # dQ[m] += dS[m, n] K[n] for this key tile; fp32 sums, order not fixed.
@@ -345,7 +388,20 @@ def _dkdv_query_tiles(
                     + offs_d[None, :] * stride_dqk
                 )
                 tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen_q) & d_in, sem="relaxed")
-    return dk, dv
+            if QK_TAIL:
+                # dQ's tail columns, from the same dS (pointer atomics, as the main part's)
+                if FP32_IEEE:
+                    dq_tail = tl.dot(tl.trans(ds_t), k_tail, input_precision="ieee")
+                else:
+                    dq_tail = tl.dot(tl.trans(ds_t.to(k.dtype)), k_tail)
+                dq_tail_ptrs = (
+                    dq_base
+                    + HEAD_DIM * stride_dqk
+                    + offs_m[:, None].to(tl.int64) * stride_dqm
+                    + tl.arange(0, QK_TAIL)[None, :] * stride_dqk
+                )
+                tl.atomic_add(dq_tail_ptrs, dq_tail, mask=offs_m[:, None] < seqlen_q, sem="relaxed")
+    return dk, dv, dk_tail
 
 
 @triton.jit(
@@ -431,6 +487,7 @@ def _bwd_dkdv_kernel(
     VARLEN: tl.constexpr = 0,
     HEAD_DIM_V: tl.constexpr = 0,
     HEAD_DIM_V_PADDED: tl.constexpr = 0,
+    QK_TAIL: tl.constexpr = 0,
 ):
     # HEAD_DIM_V (> 0): v's (and so O's and dO's) head dim where it differs from q/k's,
     # padded to HEAD_DIM_V_PADDED; 0 (default): v has q/k's and the kernel is the one
@@ -438,6 +495,14 @@ def _bwd_dkdv_kernel(
     OWN_V: tl.constexpr = HEAD_DIM_V != 0
     DV: tl.constexpr = HEAD_DIM_V if OWN_V else HEAD_DIM
     DV_PADDED: tl.constexpr = HEAD_DIM_V_PADDED if OWN_V else HEAD_DIM_PADDED
+    # QK_TAIL (> 0, MLA's 192 = 128 + 64): q/k's head dim is split into a main part of
+    # QK_MAIN columns and a tail of QK_TAIL, both powers of two, each its own tile and dK/dQ
+    # accumulator, instead of one tile padded to HEAD_DIM_PADDED (256: a third of the work
+    # of S, dK and dQ on zero columns). 0 (default): one part, QK_MAIN = HEAD_DIM, and the
+    # kernel is the one without this option.
+    QK_MAIN: tl.constexpr = HEAD_DIM - QK_TAIL
+    QK_MAIN_PADDED: tl.constexpr = QK_MAIN if QK_TAIL else HEAD_DIM_PADDED
+    tl.static_assert(QK_TAIL == 0 or (OWN_V and not USE_TMA), "QK_TAIL: own v, pointer loads")
     # VARLEN (1: top-left, 2: bottom-right causal alignment per sequence), as the forward:
     # batch entry b is sequence b, queries rows [SeqStartsQ[b], SeqEndsQ[b]) and keys rows
     # [SeqStartsK[b], SeqEndsK[b]) of the packed tensors (batch stride 0); seqlen_q and
@@ -470,15 +535,24 @@ def _bwd_dkdv_kernel(
 
     start_n = tile_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PADDED)
-    kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    offs_d = tl.arange(0, QK_MAIN_PADDED)
+    kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < QK_MAIN)
     offs_dv = tl.arange(0, DV_PADDED) if OWN_V else offs_d
     v_mask = ((offs_n[:, None] < seqlen_k) & (offs_dv[None, :] < DV)) if OWN_V else kv_mask
     cols = offs_n[:, None].to(tl.int64)
     k = tl.load(k_base + cols * stride_kn + offs_d[None, :] * stride_kk, mask=kv_mask, other=0.0)
     v = tl.load(v_base + cols * stride_vn + offs_dv[None, :] * stride_vk, mask=v_mask, other=0.0)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM_PADDED], dtype=tl.float32)
+    dk = tl.zeros([BLOCK_N, QK_MAIN_PADDED], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PADDED], dtype=tl.float32)
+    if QK_TAIL:
+        # k's last QK_TAIL columns and their dK accumulator (rows past the end read as zero)
+        offs_t = tl.arange(0, QK_TAIL)
+        k_tail_ptrs = k_base + QK_MAIN * stride_kk + cols * stride_kn + offs_t[None, :] * stride_kk
+        k_tail = tl.load(k_tail_ptrs, mask=offs_n[:, None] < seqlen_k, other=0.0)
+        dk_tail = tl.zeros([BLOCK_N, QK_TAIL], dtype=tl.float32)
+    else:
+        k_tail = k  # placeholders: the query-tile walk takes and returns them unused
+        dk_tail = dk
 
     # Query range of this key tile in up to three phases: [m_lo, m_full) masked (rows at
     # the causal diagonal), [m_full, m_full_end) unmasked (every row exists and sees the
@@ -531,7 +605,7 @@ def _bwd_dkdv_kernel(
             dq_base += q_first.to(tl.int64) * stride_dqm
             lse_base += q_first.to(tl.int64)
             delta_base += q_first.to(tl.int64)
-        dk, dv = _dkdv_query_tiles(
+        dk, dv, dk_tail = _dkdv_query_tiles(
             dk=dk,
             dv=dv,
             k=k,
@@ -560,8 +634,8 @@ def _bwd_dkdv_kernel(
             window=window,
             qk_scale=qk_scale,
             BLOCK_M=BLOCK_M,
-            HEAD_DIM=HEAD_DIM,
-            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            HEAD_DIM=QK_MAIN,
+            HEAD_DIM_PADDED=QK_MAIN_PADDED,
             APPLY_MASK=True,
             IS_CAUSAL=IS_CAUSAL,
             HAS_WINDOW=HAS_WINDOW,
@@ -573,8 +647,11 @@ def _bwd_dkdv_kernel(
             offs_dv=offs_dv,
             HEAD_DIM_V=DV,
             HEAD_DIM_V_PADDED=DV_PADDED,
+            k_tail=k_tail,
+            dk_tail=dk_tail,
+            QK_TAIL=QK_TAIL,
         )
-        dk, dv = _dkdv_query_tiles(
+        dk, dv, dk_tail = _dkdv_query_tiles(
             dk=dk,
             dv=dv,
             k=k,
@@ -603,8 +680,8 @@ def _bwd_dkdv_kernel(
             window=window,
             qk_scale=qk_scale,
             BLOCK_M=BLOCK_M,
-            HEAD_DIM=HEAD_DIM,
-            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            HEAD_DIM=QK_MAIN,
+            HEAD_DIM_PADDED=QK_MAIN_PADDED,
             APPLY_MASK=False,
             IS_CAUSAL=IS_CAUSAL,
             HAS_WINDOW=HAS_WINDOW,
@@ -616,8 +693,11 @@ def _bwd_dkdv_kernel(
             offs_dv=offs_dv,
             HEAD_DIM_V=DV,
             HEAD_DIM_V_PADDED=DV_PADDED,
+            k_tail=k_tail,
+            dk_tail=dk_tail,
+            QK_TAIL=QK_TAIL,
         )
-        dk, dv = _dkdv_query_tiles(
+        dk, dv, dk_tail = _dkdv_query_tiles(
             dk=dk,
             dv=dv,
             k=k,
@@ -646,8 +726,8 @@ def _bwd_dkdv_kernel(
             window=window,
             qk_scale=qk_scale,
             BLOCK_M=BLOCK_M,
-            HEAD_DIM=HEAD_DIM,
-            HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+            HEAD_DIM=QK_MAIN,
+            HEAD_DIM_PADDED=QK_MAIN_PADDED,
             APPLY_MASK=True,
             IS_CAUSAL=IS_CAUSAL,
             HAS_WINDOW=HAS_WINDOW,
@@ -659,6 +739,9 @@ def _bwd_dkdv_kernel(
             offs_dv=offs_dv,
             HEAD_DIM_V=DV,
             HEAD_DIM_V_PADDED=DV_PADDED,
+            k_tail=k_tail,
+            dk_tail=dk_tail,
+            QK_TAIL=QK_TAIL,
         )
 
     # dS was taken w.r.t. the scaled scores: the chain rule through S = scale * Q K^T
@@ -667,6 +750,15 @@ def _bwd_dkdv_kernel(
     dk_ptrs = dk_base + cols * stride_dkn + offs_d[None, :] * stride_dkk
     dv_ptrs = dv_base + cols * stride_dvn + offs_dv[None, :] * stride_dvk
     tl.store(dk_ptrs, dk.to(dK.dtype.element_ty), mask=kv_mask)
+    if QK_TAIL:
+        dk_tail_ptrs = (
+            dk_base + QK_MAIN * stride_dkk + cols * stride_dkn + offs_t[None, :] * stride_dkk
+        )
+        tl.store(
+            dk_tail_ptrs,
+            (dk_tail * sm_scale).to(dK.dtype.element_ty),
+            mask=offs_n[:, None] < seqlen_k,
+        )
     tl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=v_mask)
 
 
@@ -707,8 +799,15 @@ def _dq_key_tiles(
     offs_dv,
     HEAD_DIM_V: tl.constexpr,
     HEAD_DIM_V_PADDED: tl.constexpr,
+    q_tail,
+    dq_tail,
+    QK_TAIL: tl.constexpr,
 ):
-    """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale)."""
+    """Fold key tiles [n_lo, n_hi) into one query tile's dQ (before the final scale).
+
+    QK_TAIL > 0 (the split head dim, see _bwd_dkdv_kernel): q, dq and the K tiles cover
+    q/k's first HEAD_DIM columns, q_tail and dq_tail the QK_TAIL after them. QK_TAIL = 0:
+    q_tail and dq_tail are unused (returned as given)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(n_lo, n_hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -729,6 +828,24 @@ def _dq_key_tiles(
             USE_TMA=USE_TMA,
             MASKED=APPLY_MASK,
         )
+        if QK_TAIL:
+            # k's columns [HEAD_DIM, HEAD_DIM + QK_TAIL), a tile of their own (pointer loads)
+            k_tail = _load_rows(
+                base=k_base + HEAD_DIM,
+                desc=None,
+                batch=batch,
+                head=kv_head,
+                start=start_n,
+                offs_rows=offs_n,
+                offs_d=tl.arange(0, QK_TAIL),
+                stride_row=stride_kn,
+                limit=seqlen_k,
+                BLOCK=BLOCK_N,
+                HEAD_DIM=QK_TAIL,
+                HEAD_DIM_PADDED=QK_TAIL,
+                USE_TMA=False,
+                MASKED=APPLY_MASK,
+            )
         v = _load_rows(  # v's head dim (HEAD_DIM_V: the caller's resolved value)
             base=v_base,
             desc=v_desc,
@@ -751,6 +868,12 @@ def _dq_key_tiles(
         else:
             s = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))
+        if QK_TAIL:
+            # the tail's columns accumulated onto the main part's, as in _dkdv_query_tiles
+            if FP32_IEEE:
+                s = tl.dot(q_tail, tl.trans(k_tail), s, input_precision="ieee")
+            else:
+                s = tl.dot(q_tail, tl.trans(k_tail), s)
         if SOFTCAP:
             s = softcap_tanh(s * softcap_scale, PRECISE=FP32_IEEE)
         p = _probabilities(s * qk_scale, lse2[:, None])
@@ -771,9 +894,13 @@ def _dq_key_tiles(
             ds = ds * ((1.0 - s) * (1.0 + s))  # 1 - tanh^2: see _dkdv_query_tiles
         if FP32_IEEE:
             dq = dq + tl.dot(ds, k, dq * 0.0, input_precision="ieee")  # two levels: see dK/dV
+            if QK_TAIL:
+                dq_tail = dq_tail + tl.dot(ds, k_tail, dq_tail * 0.0, input_precision="ieee")
         else:
             dq = tl.dot(ds.to(k.dtype), k, dq)
-    return dq
+            if QK_TAIL:
+                dq_tail = tl.dot(ds.to(k.dtype), k_tail, dq_tail)
+    return dq, dq_tail
 
 
 @triton.jit(
@@ -845,6 +972,7 @@ def _bwd_dq_kernel(
     VARLEN: tl.constexpr = 0,
     HEAD_DIM_V: tl.constexpr = 0,
     HEAD_DIM_V_PADDED: tl.constexpr = 0,
+    QK_TAIL: tl.constexpr = 0,
 ):
     # HEAD_DIM_V (> 0): v's (and so O's and dO's) head dim where it differs from q/k's,
     # padded to HEAD_DIM_V_PADDED; 0 (default): v has q/k's and the kernel is the one
@@ -852,6 +980,14 @@ def _bwd_dq_kernel(
     OWN_V: tl.constexpr = HEAD_DIM_V != 0
     DV: tl.constexpr = HEAD_DIM_V if OWN_V else HEAD_DIM
     DV_PADDED: tl.constexpr = HEAD_DIM_V_PADDED if OWN_V else HEAD_DIM_PADDED
+    # QK_TAIL (> 0, MLA's 192 = 128 + 64): q/k's head dim is split into a main part of
+    # QK_MAIN columns and a tail of QK_TAIL, both powers of two, each its own tile and dK/dQ
+    # accumulator, instead of one tile padded to HEAD_DIM_PADDED (256: a third of the work
+    # of S, dK and dQ on zero columns). 0 (default): one part, QK_MAIN = HEAD_DIM, and the
+    # kernel is the one without this option.
+    QK_MAIN: tl.constexpr = HEAD_DIM - QK_TAIL
+    QK_MAIN_PADDED: tl.constexpr = QK_MAIN if QK_TAIL else HEAD_DIM_PADDED
+    tl.static_assert(QK_TAIL == 0 or (OWN_V and not USE_TMA), "QK_TAIL: own v, pointer loads")
     # VARLEN as in _bwd_dkdv_kernel: a query tile past its sequence's end does nothing.
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -889,9 +1025,9 @@ def _bwd_dq_kernel(
 
     tile_start = tile_m * BLOCK_M
     offs_m = tile_start + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM_PADDED)
+    offs_d = tl.arange(0, QK_MAIN_PADDED)
     row_in = offs_m < seqlen_q
-    mask = row_in[:, None] & (offs_d[None, :] < HEAD_DIM)
+    mask = row_in[:, None] & (offs_d[None, :] < QK_MAIN)
     offs_dv = tl.arange(0, DV_PADDED) if OWN_V else offs_d
     do_mask = (row_in[:, None] & (offs_dv[None, :] < DV)) if OWN_V else mask
     rows = offs_m[:, None].to(tl.int64)
@@ -902,7 +1038,16 @@ def _bwd_dq_kernel(
     lse = tl.load(lse_base + offs_m, mask=row_in, other=0.0)
     delta = tl.load(delta_base + offs_m, mask=row_in, other=0.0)
     lse2 = _lse_to_log2(lse, BLOCK_M)
-    dq = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], dtype=tl.float32)
+    dq = tl.zeros([BLOCK_M, QK_MAIN_PADDED], dtype=tl.float32)
+    if QK_TAIL:
+        # q's last QK_TAIL columns and their dQ accumulator (rows past the end read as zero)
+        offs_t = tl.arange(0, QK_TAIL)
+        q_tail_ptrs = q_base + QK_MAIN * stride_qk + rows * stride_qm + offs_t[None, :] * stride_qk
+        q_tail = tl.load(q_tail_ptrs, mask=row_in[:, None], other=0.0)
+        dq_tail = tl.zeros([BLOCK_M, QK_TAIL], dtype=tl.float32)
+    else:
+        q_tail = q  # placeholders: the key-tile walk takes and returns them unused
+        dq_tail = dq
 
     # Key phases exactly as the forward kernel's (kernels/_mask.py), except that a partial
     # query tile (rows past Sq) is masked throughout: its P must be zero past the end.
@@ -927,7 +1072,7 @@ def _bwd_dq_kernel(
         unmasked_end = tl.where(past_end, 0, unmasked_end)
         key_end = tl.where(past_end, 0, key_end)
 
-    dq = _dq_key_tiles(
+    dq, dq_tail = _dq_key_tiles(
         dq=dq,
         q=q,
         do=do,
@@ -951,8 +1096,8 @@ def _bwd_dq_kernel(
         window=window,
         qk_scale=qk_scale,
         BLOCK_N=BLOCK_N,
-        HEAD_DIM=HEAD_DIM,
-        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        HEAD_DIM=QK_MAIN,
+        HEAD_DIM_PADDED=QK_MAIN_PADDED,
         APPLY_MASK=True,
         IS_CAUSAL=IS_CAUSAL,
         HAS_WINDOW=HAS_WINDOW,
@@ -963,8 +1108,11 @@ def _bwd_dq_kernel(
         offs_dv=offs_dv,
         HEAD_DIM_V=DV,
         HEAD_DIM_V_PADDED=DV_PADDED,
+        q_tail=q_tail,
+        dq_tail=dq_tail,
+        QK_TAIL=QK_TAIL,
     )
-    dq = _dq_key_tiles(
+    dq, dq_tail = _dq_key_tiles(
         dq=dq,
         q=q,
         do=do,
@@ -988,8 +1136,8 @@ def _bwd_dq_kernel(
         window=window,
         qk_scale=qk_scale,
         BLOCK_N=BLOCK_N,
-        HEAD_DIM=HEAD_DIM,
-        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        HEAD_DIM=QK_MAIN,
+        HEAD_DIM_PADDED=QK_MAIN_PADDED,
         APPLY_MASK=False,
         IS_CAUSAL=IS_CAUSAL,
         HAS_WINDOW=HAS_WINDOW,
@@ -1000,8 +1148,11 @@ def _bwd_dq_kernel(
         offs_dv=offs_dv,
         HEAD_DIM_V=DV,
         HEAD_DIM_V_PADDED=DV_PADDED,
+        q_tail=q_tail,
+        dq_tail=dq_tail,
+        QK_TAIL=QK_TAIL,
     )
-    dq = _dq_key_tiles(
+    dq, dq_tail = _dq_key_tiles(
         dq=dq,
         q=q,
         do=do,
@@ -1025,8 +1176,8 @@ def _bwd_dq_kernel(
         window=window,
         qk_scale=qk_scale,
         BLOCK_N=BLOCK_N,
-        HEAD_DIM=HEAD_DIM,
-        HEAD_DIM_PADDED=HEAD_DIM_PADDED,
+        HEAD_DIM=QK_MAIN,
+        HEAD_DIM_PADDED=QK_MAIN_PADDED,
         APPLY_MASK=True,
         IS_CAUSAL=IS_CAUSAL,
         HAS_WINDOW=HAS_WINDOW,
@@ -1037,10 +1188,18 @@ def _bwd_dq_kernel(
         offs_dv=offs_dv,
         HEAD_DIM_V=DV,
         HEAD_DIM_V_PADDED=DV_PADDED,
+        q_tail=q_tail,
+        dq_tail=dq_tail,
+        QK_TAIL=QK_TAIL,
     )
     dq = dq * sm_scale
     dq_ptrs = dq_base + rows * stride_dqm + offs_d[None, :] * stride_dqk
     tl.store(dq_ptrs, dq.to(dQ.dtype.element_ty), mask=mask)
+    if QK_TAIL:
+        dq_tail_ptrs = (
+            dq_base + QK_MAIN * stride_dqk + rows * stride_dqm + offs_t[None, :] * stride_dqk
+        )
+        tl.store(dq_tail_ptrs, (dq_tail * sm_scale).to(dQ.dtype.element_ty), mask=row_in[:, None])
 
 
 # Launch configs for half precision on Hopper, by padded head dim: (BLOCK_M, BLOCK_N, warps,
@@ -1070,10 +1229,18 @@ _HOPPER_TABLE = {
 # mode's dK/dV (deterministic=False; autograd, varlen's included, runs the deterministic
 # mode), swept with --atomic (log results/<gpu>/logs/atomic_backward_probe_3f5270a.*, same
 # shapes): (64, 64, 8, 2) 166 against the D256 bucket's (64, 64, 8, 1) 132. (D256's own
-# atomic sweep kept (64, 64, 8, 1): 168, next best 119.)
+# atomic sweep kept (64, 64, 8, 1): 168, next best 119.) These were swept on the padded
+# 256-wide q/k tiles; the 192/128 kernels now split q/k (QK_TAIL below) and run the same
+# configs, not re-swept (offline ptxas at sm_90a: the deterministic dK/dV kernel's spills
+# about halve and the dQ kernel's go to none; the atomic dK/dV kernel's grow by about 1.3-1.5x).
 _HOPPER_TABLE_OWN_V = {
     (256, 128): ((32, 128, 8, 2), (64, 64, 8, 2), (128, 64, 8, 2)),
 }
+
+# q/k head dims split into a power-of-two main part and a tail (the kernels' QK_TAIL), where
+# v has a head dim of its own: MLA's 192 = 128 + 64, as the Gluon forward's QK_TAIL. A D=192
+# with v at 192 stays on the padded tile.
+QK_TAIL = {192: 64}
 
 
 def _pick_config(
@@ -1438,6 +1605,9 @@ def _launch_backward(
         VARLEN=varlen,
         HEAD_DIM_V=head_dim_v if own_v else 0,
         HEAD_DIM_V_PADDED=head_dim_v_padded if own_v else 0,
+        # MLA's q/k head dim (192 with a v of its own, so on the pointer path): two tiles of
+        # 128 and 64 columns rather than one padded to 256; every other pair takes 0.
+        QK_TAIL=QK_TAIL.get(head_dim, 0) if own_v else 0,
     )
     dq_target = dq if deterministic else dq_acc
     bm, bn, warps, stages = cfg["dkdv"] if deterministic else cfg.get("dkdv_atomic", cfg["dkdv"])
