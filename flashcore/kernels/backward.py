@@ -169,6 +169,21 @@ def _load_rows(
 
 
 @triton.jit
+def _load_tail_rows(
+    base, batch, head, start, offs_rows, stride_row, limit, BLOCK: tl.constexpr,
+    QK_TAIL: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """The QK_TAIL-wide tile of a split head dim (MLA's columns [128, 192)): rows as
+    ``_load_rows``', ``base`` already at the tail's first column; pointer loads only (the split
+    mode never takes the TMA path)."""
+    offs_t = tl.arange(0, QK_TAIL)
+    return _load_rows(
+        base, None, batch, head, start, offs_rows, offs_t, stride_row, limit,
+        BLOCK, QK_TAIL, QK_TAIL, False, MASKED,
+    )  # fmt: skip
+
+
+@triton.jit
 def _lse_to_log2(lse, BLOCK: tl.constexpr):
     """The forward's natural-log lse in the log2 units of exp2. An fp64 lse (float32 inputs,
     ``_softmax.lse_dtype``) stays fp64, the constant too: a Python float literal is fp32."""
@@ -269,23 +284,10 @@ def _dkdv_query_tiles(
         )
         if QK_TAIL:
             # q's columns [HEAD_DIM, HEAD_DIM + QK_TAIL) as a QK_TAIL-wide tile of its own
-            # (pointer loads: the split mode never takes the TMA path)
-            q_tail = _load_rows(
-                base=q_base + HEAD_DIM,
-                desc=None,
-                batch=batch,
-                head=q_head,
-                start=start_m,
-                offs_rows=offs_m,
-                offs_d=tl.arange(0, QK_TAIL),
-                stride_row=stride_qm,
-                limit=seqlen_q,
-                BLOCK=BLOCK_M,
-                HEAD_DIM=QK_TAIL,
-                HEAD_DIM_PADDED=QK_TAIL,
-                USE_TMA=False,
-                MASKED=APPLY_MASK,
-            )
+            q_tail = _load_tail_rows(
+                q_base + HEAD_DIM, batch, q_head, start_m, offs_m, stride_qm, seqlen_q,
+                BLOCK_M, QK_TAIL, APPLY_MASK,
+            )  # fmt: skip
         do = _load_rows(  # v's head dim (HEAD_DIM_V: the caller's resolved value)
             base=do_base,
             desc=do_desc,
@@ -829,23 +831,11 @@ def _dq_key_tiles(
             MASKED=APPLY_MASK,
         )
         if QK_TAIL:
-            # k's columns [HEAD_DIM, HEAD_DIM + QK_TAIL), a tile of their own (pointer loads)
-            k_tail = _load_rows(
-                base=k_base + HEAD_DIM,
-                desc=None,
-                batch=batch,
-                head=kv_head,
-                start=start_n,
-                offs_rows=offs_n,
-                offs_d=tl.arange(0, QK_TAIL),
-                stride_row=stride_kn,
-                limit=seqlen_k,
-                BLOCK=BLOCK_N,
-                HEAD_DIM=QK_TAIL,
-                HEAD_DIM_PADDED=QK_TAIL,
-                USE_TMA=False,
-                MASKED=APPLY_MASK,
-            )
+            # k's columns [HEAD_DIM, HEAD_DIM + QK_TAIL), a tile of their own
+            k_tail = _load_tail_rows(
+                k_base + HEAD_DIM, batch, kv_head, start_n, offs_n, stride_kn, seqlen_k,
+                BLOCK_N, QK_TAIL, APPLY_MASK,
+            )  # fmt: skip
         v = _load_rows(  # v's head dim (HEAD_DIM_V: the caller's resolved value)
             base=v_base,
             desc=v_desc,
