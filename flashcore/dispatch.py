@@ -29,9 +29,13 @@ from .kernels import forward_hopper as _hopper
 # Single-tile non-causal work units do not change this (branch forward-single-tiles, 05d8363,
 # its Gluon GPU tests passing; logs/forward_single_tiles_ab_05d8363.json, A/B against 0099be1,
 # both forced onto Gluon, 3 rounds: 0.98-1.02 at D 64/128/256 x S 2K/8K/16K), and D=64 on Gluon
-# stays level with Triton (logs/d64_gluon_sweep_05d8363.json: S=8K full 435 vs 435, 16K 446 vs
-# 442; S=1K 368 vs 398). A 530 TFLOP/s at D=64 S=8K that an older note credited to single tiles
-# (f38c623) is not reproduced by them.
+# stays level with Triton with two consumer warpgroups (logs/d64_gluon_sweep_05d8363.json: S=8K
+# full 435 vs 435, 16K 446 vs 442; S=1K 368 vs 398). A 530 TFLOP/s at D=64 S=8K that an older
+# note credited to single tiles (f38c623) is not reproduced by them.
+# D=64 with three consumer warpgroups (forward_hopper.VARIANTS[64], 192-row tiles), commit
+# b391df4, 3 rotated rounds (logs/d64_gluon_sweep_b391df4.json), Gluon vs Triton:
+#   D=64  full   S=2K 400 vs 428, S=4K 458 vs 420, S=8K 454 vs 411, S=16K 451 vs 427
+#   D=64  causal S=4K 368 vs 389, S=8K 411 vs 412, S=16K 455 vs 423
 # D=192 is MLA's pair (v 128; the only D_v != D the Gluon kernel computes), measured at
 # commit 98e26a3 (tools/gpu_forward_hopper.py --head-dims 192/128, H = 16, bf16, 3 rounds;
 # logs/mla_forward_probe_98e26a3.json), TFLOP/s Gluon vs Triton:
@@ -45,8 +49,8 @@ from .kernels import forward_hopper as _hopper
 # float32, other head dims or pairs, non-TMA strides, not Hopper) and calls with an explicit
 # ``config`` always run the Triton kernel.
 FORWARD_GLUON_FROM = {
-    (64, False): None,
-    (64, True): None,
+    (64, False): 4096,
+    (64, True): 16384,
     (128, False): 1024,
     (128, True): 2048,
     (256, False): 1024,

@@ -107,17 +107,22 @@ CONSUMER_REGS = {2: 240, 3: 160}
 # Tile configs per q/k head dim: BLOCK_N, STAGES, consumer warpgroups (default 2). Shared
 # memory: Q NUM_WG*64*D, ring STAGES*BN*(D + D_v) elements; D=256 with BN=64 and 2 stages uses
 # 192 KB of 227, D=192 (D_v=128) with BN=128 and 2 stages 208 KB.
-# (Three warpgroups at D=64, 192-row tiles (FA3's D64 tile), measured no faster than two with
-# 3 stages (f38c623); they stay selectable, num_wg=3. Compiled offline for sm_90a at
-# 0099be1 they do not spill at 160 registers a thread, BLOCK_N 64 or 128, 2-4 stages, causal
-# or not: tools/gpu_forward_hopper.py sweeps them again beside the shipped D=64 configs.)
+# D=64 runs three consumer warpgroups (192-row tiles, FA3's D64 tile) with 2 stages: measured
+# on the H100 (tools/gpu_forward_hopper.py --head-dims 64, 3 rotated rounds, commit b391df4,
+# logs/d64_gluon_sweep_b391df4.json), TFLOP/s three vs two warpgroups (128 x 3) vs Triton:
+#   full   S=4K 458 / 432 / 420, S=8K 454 / 430 / 411, S=16K 451 / 423 / 427
+#   causal S=4K 368 / 387 / 389, S=8K 411 / 415 / 412, S=16K 455 / 418 / 423
+#   causal S=1K 134 / 252 / 317 (the 192-row pairs leave most SMs idle at short causal)
+# An older run (f38c623) had found three no faster than two with 3 stages. Compiled offline for
+# sm_90a at 0099be1 neither spills at 160 registers a thread, BLOCK_N 64 or 128, 2-4 stages.
+# dispatch.FORWARD_GLUON_FROM sends D=64 here only where this config was measured faster.
 # (Key tiles of FA3's widths, which are no powers of two, held as two buffers with two score
 # accumulators under one softmax, were slower at all but two shapes: D128 160 and 192 keys
 # 0.85-0.99 and 0.69-1.00 of 128 at S 2K-16K, D256 80 keys 0.88-0.93 of 64, D64 192 keys
 # 0.63-1.02 of 128; correct, 72 of 72 GPU cases (H100, 2026-11-27,
 # logs/split_ab_0430849.json). The trial's code is commit 0430849.)
 VARIANTS = {
-    64: dict(BLOCK_N=128, STAGES=3),
+    64: dict(BLOCK_N=128, STAGES=2, NUM_WG=3),
     128: dict(BLOCK_N=128, STAGES=2),
     192: dict(BLOCK_N=128, STAGES=2),
     256: dict(BLOCK_N=64, STAGES=2),
