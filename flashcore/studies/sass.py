@@ -296,6 +296,10 @@ def _variants():
     gluon = {}
     if GLUON_AVAILABLE:
         gluon = {
+            "forward D64 non-causal (Gluon, three warpgroups)": (
+                gluon_forward_spec(64, False),
+                "shipped (Gluon)",
+            ),
             "forward D128 causal (Gluon, warp-specialized)": (
                 gluon_forward_spec(128, True),
                 "shipped (Gluon)",
@@ -521,8 +525,8 @@ def analyze_variants(keep_sass: bool = False) -> dict:
 
 
 # The forward kernels flashcore's public forward functions can run: the Triton kernel's
-# variants ("shipped"), the Gluon kernel that flashcore.attention dispatches to at D128, D256
-# and MLA's D192/128 (dispatch.FORWARD_GLUON_FROM, "shipped (Gluon)"), the fp8 forward and
+# variants ("shipped"), the Gluon kernel that flashcore.attention dispatches to at D64, D128,
+# D256 and MLA's D192/128 (dispatch.FORWARD_GLUON_FROM, "shipped (Gluon)"), the fp8 forward and
 # the Gluon kernel's FP8 mode that flashcore.fp8_attention dispatches to (dispatch.FP8_GLUON_FROM).
 DISPATCHED_ROLES = ("shipped", "shipped (Gluon)")
 GLUON_DISPATCH_REASON = "warp_specialize's partition dispatch, not proven public by this analysis"

@@ -174,10 +174,10 @@ def gluon_backward_report() -> list[dict]:
 # The Gluon forward's kernels the budget is read for: (label, head dim, dtype, causal), each in
 # its shipped tile config, non-causal as the measurements set beside them (a causal kernel's
 # unmasked loop, which ``softmax_loops`` lists first, is the same to an instruction). D64 bf16
-# is compiled even though flashcore.attention sends D64 to the Triton kernel
-# (dispatch.FORWARD_GLUON_FROM): it is the head dim the Gluon kernel is slowest at.
+# runs three consumer warpgroups (forward_hopper.VARIANTS[64]; dispatched from S = 4K
+# non-causal, dispatch.FORWARD_GLUON_FROM): the head dim the Gluon kernel is slowest at.
 KERNELS = (
-    ("bf16 D64 non-causal (not dispatched)", 64, "bf16", False),
+    ("bf16 D64 non-causal (three warpgroups)", 64, "bf16", False),
     ("bf16 D128 non-causal", 128, "bf16", False),
     ("bf16 D256 non-causal", 256, "bf16", False),
     ("fp8 D128 non-causal", 128, "fp8", False),
@@ -198,12 +198,14 @@ def budget_report() -> list[dict]:
     rows = []
     for label, head_dim, dtype, causal in KERNELS:
         if dtype == "fp8":
-            spec, block_n = sass.gluon_fp8_forward_spec(head_dim, causal), fh.FP8_VARIANTS
+            spec, cfg = sass.gluon_fp8_forward_spec(head_dim, causal), fh.FP8_VARIANTS[head_dim]
         else:
-            spec, block_n = sass.gluon_forward_spec(head_dim, causal), fh.VARIANTS
-        block_n = block_n[head_dim]["BLOCK_N"]
+            spec, cfg = sass.gluon_forward_spec(head_dim, causal), fh.VARIANTS[head_dim]
+        block_n, warpgroups = cfg["BLOCK_N"], cfg.get("NUM_WG", 2)
         loop = softmax_loops(sass.compile_sass(spec))[0]
-        cycles = budget(loop, head_dim=head_dim, block_n=block_n, dtype=dtype)
+        cycles = budget(
+            loop, head_dim=head_dim, block_n=block_n, dtype=dtype, warpgroups=warpgroups
+        )
         rows.append({"kernel": label, "D": head_dim, "BLOCK_N": block_n, "dtype": dtype}
                     | loop | cycles)  # fmt: skip
     return rows
