@@ -15,14 +15,17 @@
 # the measurement says so. Speed is not claimed from this notebook's own runs: the H100
 # records rendered below (sinks' cost, D 192 / D_v 128 beside FlashAttention-4, paged decode
 # beside FA4 and the copy ceiling, the models' generation, the host cost per call) are
-# checked against issue 28's targets, each verdict computed from its record. The sinks' cost
-# (`feature_costs.json`, commit `8739133`), D 192/128 beside FA4, paged decode and the
-# models' generation (commit `0099be1`) are of today's kernels (their status lines: current).
-# Two records are stale: the host cost per call (`launch.json`, commit `6c8aae4`; after it
-# `3f5270a` changed `decode.py`'s paged branch, `e5df583` MLA's atomic-mode backward config and
-# the Gluon forward's FP8 mode went in before `8739133`) and the Nsight profile of MLA's pair
-# (`ncu_compare.json`, commit `f9591a6`, stale since `8739133`); neither was re-recorded, and
-# what they show is of the kernels of their commits.
+# checked against issue 28's targets, each verdict computed from its record. D 192/128 beside
+# FA4 (`value_head_dim_speed.json`) and the models' generation (`models.json`) are of commit
+# `d8fa890`, today's kernels (their status lines: current). The other records are stale (their
+# status lines): the sinks' cost (`feature_costs.json`, commit `8739133`) and paged decode
+# (`paged_decode.json`, commit `0099be1`), both recorded before `0e0358b` split MLA's q/k head
+# dim in the Triton backward and `d8fa890` sent D64's forward to the Gluon kernel from S 4K
+# (causal: 16K); the host cost per call (`launch.json`, commit `6c8aae4`; after it `3f5270a`
+# changed `decode.py`'s paged branch, `e5df583` MLA's atomic-mode backward config and the Gluon
+# forward's FP8 mode went in before `8739133`); and the Nsight profile of MLA's pair
+# (`ncu_compare.json`, commit `f9591a6`, stale since `8739133`). None of these four was
+# re-recorded, and what they show is of the kernels of their commits.
 #
 # Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
 # the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
@@ -168,7 +171,8 @@ print(
 # Sinks run on both forward kernels: the Gluon kernel, like the Triton one, starts every row
 # as if it had seen the sink (running max = the sink, denominator 1), so a call with sinks
 # takes the kernel the call without them takes (`kernel_with` = `kernel_without` in every
-# `sinks` row: Gluon at D128 from S 1-2K, Triton at D64). The `sinks_vs_triton` rows pin both
+# `sinks` row: Gluon at D128 from S 1-2K, Triton at D64 when this record ran; since `d8fa890`
+# D64 takes the Gluon kernel from S 4K, causal from 16K). The `sinks_vs_triton` rows pin both
 # sides to the Triton kernel: the sinks' cost there. (Until commit cc2f32f the Gluon kernel had
 # no sinks and a call with them fell back to the Triton kernel: 1.14-1.24x the forward at D128,
 # the record of b44173b in the history of this file.)
@@ -218,7 +222,10 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 # %% [markdown]
 # The target is computed over the same-kernel rows, forward and forward + backward, which are
 # every row of this record: what a user sees is the sinks' own cost, on the kernel the call
-# would take anyway. The record is of commit `8739133` and current (its status line). Its
+# would take anyway. The record is of commit `8739133` and stale (its status line), not
+# re-recorded. Since it, `d8fa890` sends D64 to the Gluon kernel from S 4K without a mask: the
+# record's D64 S4K row without a mask timed the Triton kernel, which that call no longer takes
+# (`0e0358b`'s backward change is MLA's split; other head dims compile without it). Its
 # ratios run from 0.951 to 1.029 (the lines above name the shapes): the highest, the Triton
 # kernel's forward at D128 S16K without a mask, is under the 1.03 bound by 0.001, and the
 # lowest, the Gluon kernel's forward at the same shape, has the call with sinks, which does
@@ -235,9 +242,10 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 # run that mode. On Hopper, MLA's pair itself (192/128) runs the Gluon forward (since commit
 # `98e26a3`, from S = 128 since `a075789`: section "at speed" below); every other pair, and
 # the backward, run the mode (the backward with launch configs of its own for 192/128 since
-# `d444f79`). A second route, exact by construction, stays as a switch
-# (`kernels/_launch.py`'s `PAD_VALUE_HEAD_DIM_ON`, empty by default; the tests and this
-# notebook switch it on to compare): pad the narrower operand with zero columns to
+# `d444f79`, and q/k's 192 columns split into tiles of 128 and 64 since `0e0358b`). A second
+# route, exact by construction, stays as a switch (`kernels/_launch.py`'s
+# `PAD_VALUE_HEAD_DIM_ON`, empty by default; the tests and this notebook switch it on to
+# compare): pad the narrower operand with zero columns to
 # $W = \max(D, D_v)$ and run the one-head-dim kernel.
 #
 # * $D_v < D$: $v' = [v, 0]$. Then $O' = P v' = [P v, P\,0] = [O, 0]$: drop the last
@@ -496,37 +504,43 @@ print(
 )
 
 # %% [markdown]
-# Missed, both ways, by different margins, in this record of `0099be1` (log
-# `value_head_dim_speed_0099be1.log`), which is current (its status line). **Forward:** the
-# Gluon kernel runs MLA's pair 2.66-3.66x faster than the Triton mode and ahead of cuDNN at
-# every shape, but 0.84-0.96x FA4 (geomean 0.89). The records of the same study at `4e9f906`,
-# `833b4cf` and `6c8aae4` had 0.84-0.91x, 0.86-0.96x and 0.86-0.96x (the `833b4cf` one was
-# replaced: its `padded` forward rows had timed the Gluon kernel), so the per-shape ratio
-# moves by a few percent run to run. The tile is not the difference:
+# Missed, both ways, by different margins, in this record of `d8fa890` (log
+# `value_head_dim_speed_d8fa890.log`), which is current (its status line). **Forward:** the
+# Gluon kernel runs MLA's pair 2.61-3.60x faster than the Triton mode and ahead of cuDNN at
+# every shape, but 0.83-0.91x FA4 (geomean 0.865). Its code for this pair did not change
+# since `0099be1`, whose record had 0.84-0.96x (geomean 0.89); the records of the same study
+# at `4e9f906`, `833b4cf` and `6c8aae4` had 0.84-0.91x, 0.86-0.96x and 0.86-0.96x (the
+# `833b4cf` one was replaced: its `padded` forward rows had timed the Gluon kernel), so the
+# per-shape ratio moves by a few percent run to run. The tile is not the difference:
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
 # in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
 # shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
 # 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `f9591a6`, stale since
 # `8739133`) is rendered at the end of this section. **Backward:** the Triton mode,
-# 0.58-0.60x FA4 (geomean 0.59) in this record (`6c8aae4`'s: 0.56-0.61x, geomean 0.59), where
-# the record of `4e9f906` had 0.32-0.42x (geomean 0.37).
-# What changed is its launch table: MLA's pair (q/k 192 padded to 256, v 128) ran the D256
-# bucket's configs and since `d444f79` has an entry of its own (`_HOPPER_TABLE_OWN_V` in
-# `kernels/backward.py`), dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2), picked by
-# timing on the H100: 1.39x (dK/dV) and 1.11x (dQ) the D256 bucket's configs before
-# `6c8aae4`, (64, 64, 8, 1) and (64, 32, 4, 1), in the whole backward's geomean over S 4K/8K,
-# causal and not (`logs/dv_backward_probe_3669f4a.log`). Those are the deterministic mode's
-# configs (what autograd runs, and the mode this record times). The atomic mode (dQ summed
-# with atomics inside the dK/dV kernel: `attention_backward` or `attention_varlen_backward`
+# 0.62-0.73x FA4 (geomean 0.673) in this record, where that of `0099be1` had 0.58-0.60x
+# (geomean 0.59), `6c8aae4`'s 0.56-0.61x (geomean 0.59) and `4e9f906`'s 0.32-0.42x (geomean
+# 0.37). What changed since `0099be1` is the tile: `0e0358b` splits q/k's 192 columns into a
+# 128-wide and a 64-wide tile (`QK_TAIL` in `kernels/backward.py`) instead of padding them to
+# 256, 1.06-1.23x faster in the deterministic mode and 1.05-1.09x in the atomic one in an A/B
+# on the H100 (`logs/mla_backward_split_ab_b391df4.json`, S 4K-16K, causal and not, 3
+# rounds). Before that, its launch table changed: MLA's pair (q/k then padded to 256, v 128)
+# ran the D256 bucket's configs and since `d444f79` has an entry of its own
+# (`_HOPPER_TABLE_OWN_V`), dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2), picked
+# by timing on the H100 on the padded tiles (the split runs the same configs, not re-swept):
+# 1.39x (dK/dV) and 1.11x (dQ) the D256 bucket's configs before `6c8aae4`, (64, 64, 8, 1) and
+# (64, 32, 4, 1), in the whole backward's geomean over S 4K/8K, causal and not
+# (`logs/dv_backward_probe_3669f4a.log`). Those are the deterministic mode's configs (what
+# autograd runs, and the mode this record times). The atomic mode (dQ summed with atomics
+# inside the dK/dV kernel: `attention_backward` or `attention_varlen_backward`
 # called with `deterministic=False`; the autograd of `flashcore.attention` and of
 # `attention_varlen` passes `True`) kept the D256 bucket's dK/dV (64, 64, 8, 1) for the pair
 # until `e5df583`, which gave it (64, 64, 8, 2) (the middle entry of `_HOPPER_TABLE_OWN_V`):
 # 166 against 132 TFLOP/s, the probe's table at the end of this section. No record here
-# times the atomic mode at 192/128. Against cuDNN the backward is level
-# without a mask and behind with the causal one (the table). Why the rest of the gap to FA4,
-# from the code (not measured apart): q/k's 192 columns are padded to 256 in registers
-# (`tl.arange` needs powers of two), so $q k^\top$ runs a third wider than its FLOPs, and the
-# mode reads K/V through pointers, not TMA. The Gluon backward (`kernels/backward_hopper.py`,
+# times the atomic mode at 192/128. Against cuDNN the backward is ahead without a mask
+# (1.06-1.09x) and behind with the causal one (0.72-0.75x; the table). Why the rest of the gap
+# to FA4, from the code (not measured apart): the mode reads K/V through pointers, not TMA
+# (the split tiles take the pointer path), and the deterministic mode's dQ kernel computes
+# $S$ and $dP$ again. The Gluon backward (`kernels/backward_hopper.py`,
 # D64/128, opt-in) has no 192/128 variant. Against its own padded route (the `padded` column,
 # which runs the D256 bucket) the Triton mode is faster in both directions (the ratios
 # below).
@@ -581,7 +595,8 @@ print(table(probe_rows, ["log", "S", "causal", "gluon", "triton", "cudnn", "gluo
 # `ncu_compare.json` is of commit `f9591a6` and stale since `8739133` (its status line below):
 # the Gluon forward's FP8 mode went in between the two, and the PTX comparison across it
 # (`logs/ptx_compare_82e4625_8739133.log`: identical) covers the bf16 Gluon forward and the
-# Triton backward at D 64/128/256, not MLA's 192/128 pair profiled here.
+# Triton backward at D 64/128/256, not MLA's 192/128 pair profiled here. Its backward rows
+# time the tile padded to 256, which `0e0358b` replaced for this pair.
 
 # %%
 ncu = results.read_result("ncu_compare", RECORDED_GPU)
@@ -762,8 +777,10 @@ print("a table that points one page at the wrong page fails the rule:", not plan
 # FA4's paged call (`flash_attn_varlen_func` with `page_table`, same pages in its layout) over
 # flashcore's paged call. Issue 28's targets: paged decode ≥ 0.95 of the copy ceiling from
 # 32K, and at least as fast as FA4's paged decode. The record is of commit `0099be1` and
-# current (its status line): the paged kernel of `3f5270a` (the block-table lookup carried one
-# tile ahead; below), which `kernels/decode.py` still holds.
+# stale (its status line: `dispatch.py`, `backward.py` and `forward_hopper.py` changed since,
+# in `0e0358b` and `d8fa890`), not re-recorded. `kernels/decode.py` did not change: the record
+# times the paged kernel of `3f5270a` (the block-table lookup carried one tile ahead; below),
+# which `kernels/decode.py` still holds.
 
 # %%
 paged_record = results.read_result("paged_decode", RECORDED_GPU)
@@ -992,25 +1009,35 @@ for model_name in ("gpt-oss", "deepseek-v3"):
     )
 
 # %% [markdown]
-# This record is of commit `0099be1` (log `models_0099be1.log`) and current (its status
-# line). gpt-oss generates faster through flashcore than through eager attention at both
-# batches (1.11x at B1, 1.12x at B8; single rounds 1.09-1.18x and 0.99-1.15x): met, where
-# `6c8aae4` had 0.90x/1.18x, `833b4cf` 1.09x/1.02x and `044ea55` 1.34x/1.11x. DeepSeek-V3 is
-# level with SDPA: 1.00x at B1 (0.997, so the target prints `False`) and 1.01x at B8, inside
-# the spread of its single rounds (0.91-1.06x and 0.98-1.28x). Earlier DeepSeek-V3 records:
-# 0.97x/0.96x (`6c8aae4`), 0.98x/0.96x (`833b4cf`), 0.99x/0.99x (`044ea55`), 1.07/0.94
-# (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). The tokens/s columns are each side's
-# median over the rounds, not paired: at B8 both come from the round where gpt-oss ran at
-# 0.99x, and a side's throughput moves from round to round (416-706 tokens/s for flashcore's
-# gpt-oss at B8), which is why the verdict uses the rounds' own ratios. Since `a075789` (this
-# record and `6c8aae4`'s) DeepSeek-V3's prefill takes the Gluon kernel, by the dispatch table
-# (the run does not log which kernel ran): its 512-token prompt is above the table's 128 for
-# D192 (until `a075789` it was below the 1K there, and the prefill took the Triton mode; the
-# probe table in section 2 has the Gluon kernel 1.65-2.89x the Triton mode at S = 512). Its 128
-# decode steps (one query row each) still run the dense forward on the Triton kernel, since the
-# KV-cache kernel has one head dim. Not measured, so not claimed: which part of flashcore's
-# path costs the time. Candidates: those Triton calls and flashcore's host cost per call
-# (section 5).
+# This record is of commit `d8fa890` (log `models_d8fa890.log`) and current (its status
+# line). Both models miss the target, at B1. gpt-oss: 0.97x eager at B1 (rounds 1.14, 0.97,
+# 0.77x) and 1.11x at B8 (1.08, 1.36, 1.11x), so its verdict prints `False`; the record of
+# `0099be1` had 1.11x/1.12x (met), `6c8aae4` 0.90x/1.18x, `833b4cf` 1.09x/1.02x and `044ea55`
+# 1.34x/1.11x. DeepSeek-V3: 0.68x SDPA at B1 (rounds 0.60, 0.68, 0.95x) and 1.16x at B8
+# (1.16, 1.25, 0.96x), so its verdict prints `False`. Earlier DeepSeek-V3 records: 1.00x/1.01x
+# (`0099be1`), 0.97x/0.96x (`6c8aae4`), 0.98x/0.96x (`833b4cf`), 0.99x/0.99x (`044ea55`),
+# 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). The B1 rounds spread
+# widely. At DeepSeek-V3 B1 flashcore's throughput rises round on round (54, 64, 86 tokens/s)
+# while SDPA's stays at 89-95: that points at warm-up inside this measurement (compiles or
+# caches in the first rounds), but it is not established, and it was not re-measured. At
+# gpt-oss B1 flashcore's goes the other way (76, 64, 55 tokens/s; eager 66-72): not explained.
+# From the code, none of the kernel changes since `0099be1` is on the calls generation makes
+# (the backward is not run; D64 takes the Gluon kernel only from S 4K, and the prompt is 512),
+# and the default attention's own throughput moved as well between the two records: SDPA's
+# DeepSeek-V3 91 and 613 tokens/s at B1 and B8 against 108 and 927 at `0099be1`, eager's
+# gpt-oss 67 and 508 against 56 and 605.
+# The tokens/s columns are each side's median over the rounds, not paired: at gpt-oss B8
+# flashcore's (624) is of the second round and eager's (508) of the first, and a side's
+# throughput moves from round to round (546-630 tokens/s for flashcore's gpt-oss at B8,
+# 458-570 for eager), which is why the verdict uses the rounds' own ratios. Since `a075789`
+# (this record, `0099be1`'s and `6c8aae4`'s) DeepSeek-V3's prefill takes the Gluon kernel, by
+# the dispatch table (the run does not log which kernel ran): its 512-token prompt is above the
+# table's 128 for D192 (until `a075789` it was below the 1K there, and the prefill took the
+# Triton mode; the probe table in section 2 has the Gluon kernel 1.65-2.89x the Triton mode at
+# S = 512). Its 128 decode steps (one query row each) still run the dense forward on the Triton
+# kernel, since the KV-cache kernel has one head dim. Not measured, so not claimed: which part
+# of flashcore's path costs the time. Candidates: those Triton calls and flashcore's host cost
+# per call (section 5).
 
 # %% [markdown]
 # ## 5. What is measured, and what is not yet
@@ -1028,8 +1055,10 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
 # with a record, their verdicts printed above: the sinks' cost (section 1), D 192/128 beside
 # FA4 (section 2), paged decode against the copy ceiling and FA4's paged decode (section 3),
-# the models' generation against their default attention (section 4). These four records
-# are current: the sinks' cost of `8739133`, the other three of `0099be1`.
+# the models' generation against their default attention (section 4). Two of these records
+# are current, both of `d8fa890`: D 192/128 beside FA4 and the models' generation. The sinks'
+# cost (`8739133`) and paged decode (`0099be1`) are stale (their status lines), not
+# re-recorded after `0e0358b` and `d8fa890`.
 #
 # One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
 # `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
@@ -1063,8 +1092,9 @@ print(
 )
 
 # %% [markdown]
-# This notebook's GPU profile last ran on the H100 at commit `0099be1`, today's kernels
-# (`reproduce_timing.json`, current; the line below).
+# This notebook's GPU profile last ran on the H100 at commit `0099be1`
+# (`reproduce_timing.json`, stale: `0e0358b` and `d8fa890` changed the kernels since; the line
+# below). It was not run again at `d8fa890`.
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
