@@ -1018,9 +1018,11 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # (`0099be1`), 0.97x/0.96x (`6c8aae4`), 0.98x/0.96x (`833b4cf`), 0.99x/0.99x (`044ea55`),
 # 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). The B1 rounds spread
 # widely. At DeepSeek-V3 B1 flashcore's throughput rises round on round (54, 64, 86 tokens/s)
-# while SDPA's stays at 89-95: that points at warm-up inside this measurement (compiles or
-# caches in the first rounds), but it is not established, and it was not re-measured. At
-# gpt-oss B1 flashcore's goes the other way (76, 64, 55 tokens/s; eager 66-72): not explained.
+# while SDPA's stays at 89-95; at gpt-oss B1 flashcore's goes the other way (76, 64, 55
+# tokens/s; eager 66-72). Compiles are not the cause: `e2e.paired_generation` runs and
+# discards one warm-up round of each side first. With drifts in both directions at the
+# host-bound batch of one, the likeliest reading is the host's speed moving within a round,
+# which the paired ratios do not cancel; it is not established, and it was not re-measured.
 # From the code, none of the kernel changes since `0099be1` is on the calls generation makes
 # (the backward is not run; D64 takes the Gluon kernel only from S 4K, and the prompt is 512),
 # and the default attention's own throughput moved as well between the two records: SDPA's
