@@ -427,10 +427,11 @@ print(
 # `forward_hopper` runs of `sanitizer.json`, listed above; a third, `forward_hopper_mla`, runs
 # MLA's head dims, and a fourth, `fp8_hopper`, the fp8 study on its FP8 mode). memcheck and
 # synccheck are clean; racecheck reports 5 hazards in each of the two `forward_hopper` runs and
-# in the FP8 run, 4 in the MLA run (the record of `8739133`; 5/5/4 at `f9591a6`, 5 in each at
-# `6c8aae4`), and they are not in the kernel's data path. In every run each report pairs a read
-# at the kernel's entry (its `def` line) with writes at that line and at the statement holding
-# the `gl.warp_specialize` calls (`logs/sanitize_8739133.log`; the cells below check every
+# in the MLA run, 8 in the FP8 run (the record of `d8fa890`; 5/5/5/4 at `8739133`, 5/5/4 at
+# `f9591a6`, 5 in each at `6c8aae4`), and they are not in the kernel's data path. In every run
+# each report pairs a read at the kernel's entry (its `def` line) with writes at that line and
+# at the statement holding the `gl.warp_specialize` calls (`logs/sanitize_d8fa890.log`; the
+# cells below check every
 # reported line against today's source). Where they
 # were traced to the SASS (commit `f2502d2`, 5 per run; the runs above were not traced again),
 # every one pairs the worker warps' read of their partition-state byte at kernel entry

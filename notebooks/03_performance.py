@@ -83,18 +83,17 @@ print(
 )
 
 # %% [markdown]
-# `perf.json` is current: it was re-recorded on the H100 at commit `0099be1` (2026-11-27), with
-# FlashAttention-4 (`flash-attn-4` 4.0.0b36) timed in the same process, and the kernel files
-# have had comment and docstring edits only since (the status line above). It replaces a record
-# of `6c8aae4`, older than three kernel changes: the paged branch of `kernels/decode.py`
-# (`3f5270a`), MLA's atomic-mode dK/dV config in `kernels/backward.py` (`e5df583`) and the
-# Gluon forward's FP8 mode (before `8739133`). None changes the bf16 forward: the Gluon kernel
-# compiles to the same PTX across them (`logs/ptx_compare_0e654ee_296ff3f.log`,
-# `logs/ptx_compare_82e4625_8739133.log`), the Triton forward's source did not change, and the
-# re-recorded flashcore / FA4 geomeans moved by less than 0.01 from the old record's. Every
+# `perf.json` is current: it was re-recorded on the H100 at commit `d8fa890` (2026-11-27), with
+# FlashAttention-4 (`flash-attn-4` 4.0.0b36) timed in the same process (the status line above).
+# It replaces a record of `0099be1`, before two kernel changes: D=64 now runs the Gluon kernel
+# with three consumer warpgroups from S = 4K non-causal and 16K causal (`dispatch.py`, measured
+# faster than the Triton kernel in `logs/d64_gluon_sweep_b391df4.json`), and the Triton
+# backward splits MLA's head dim (no forward code). The D=64 rows it changed moved from 416,
+# 414, 419 to 439, 439, 450 TFLOP/s (non-causal S = 4K, 8K, 16K) and from 395 to 446 (causal
+# 16K); at D=128 and D=256 the flashcore / FA4 geomeans moved by less than 0.01. Every
 # number this notebook quotes from `perf.json` (the forward sweep, the targets, the
-# prior-report regime) is `0099be1`'s. The decode section renders `decode.json` and
-# `decode_splits.json` (commit `8739133`, current). Three records read here are stale and were
+# prior-report regime) is `d8fa890`'s. The decode section renders `decode.json` and
+# `decode_splits.json` (commit `d8fa890`, current). Three records read here are stale and were
 # not re-recorded: the Nsight Compute profile (`ncu_compare.json`, `f9591a6`), the host cost
 # per call (`launch.json`, `6c8aae4`) and generation end to end (`e2e_transformers.json`,
 # `be540a8`). Each prints its status line.
@@ -187,11 +186,11 @@ print(
 )
 
 # %% [markdown]
-# In this record (`perf.json`, commit `0099be1`, current; bf16 only) the two D=128 targets
-# above are met (geomean 1.83x SDPA flash, 0.93x cuDNN) and flashcore is ahead of
-# FlexAttention (1.46x).
-# Beating cuDNN is not met at any head dim: 0.90x at D=64, 0.93x at D=128, 0.99x at D=256.
-# Against FlashAttention-4 (`vs fa4`) the geomeans are 0.79x, 0.87x and 0.87x: flashcore is
+# In this record (`perf.json`, commit `d8fa890`, current; bf16 only) the two D=128 targets
+# above are met (geomean 1.83x SDPA flash, 0.95x cuDNN) and flashcore is ahead of
+# FlexAttention (1.45x).
+# Beating cuDNN is not met at any head dim: 0.95x at D=64, 0.95x at D=128, 0.99x at D=256.
+# Against FlashAttention-4 (`vs fa4`) the geomeans are 0.82x, 0.87x and 0.86x: flashcore is
 # slower at every head dim (issue 26's section below gives it per shape).
 #
 # **Where the cuDNN target is missed, and why.** Until issue 12 the kernel was FlashAttention-2's
@@ -365,7 +364,8 @@ print(
 # above; the lines above print every number quoted here). At D=128 the Gluon kernel keeps the
 # tensor pipe busy 74.7% of its active cycles, cuDNN's kernel 77.2% and FA4's 84.8% (kernel time
 # 1652, 1614 and 1501 µs); at D=256 87.2%, 83.5% and 96.4% (1481, 1485 and 1366 µs); at D=64,
-# where flashcore runs the Triton kernel, 46.1%, 52.2% and 62.8% (2540, 2241 and 1868 µs). For
+# where flashcore ran the Triton kernel then (since `d8fa890` it runs the Gluon kernel at this
+# S=8K, not profiled yet), 46.1%, 52.2% and 62.8% (2540, 2241 and 1868 µs). For
 # MLA's pair, on the Gluon kernel, 82.8%, 74.6% and 91.6% (1898, 2029 and 1769 µs). flashcore's
 # kernel is below FA4's everywhere, in tensor-pipe use and in time. It is below cuDNN's at D=64
 # and D=128, and above it at D=256 and for MLA's pair, where its kernel is also the faster of
@@ -435,13 +435,14 @@ print(
 # ### Issue 12's targets (against cuDNN only), from the performance record
 #
 # The performance record this notebook renders (`perf.json`, recorded on the H100 at commit
-# `0099be1`, bf16, with the Gluon kernel dispatched; current, as said at the top) times the
+# `d8fa890`, bf16, with the Gluon kernel dispatched; current, as said at the top) times the
 # dispatched `flashcore`, the Triton kernel alone at its default config
 # (`flashcore_triton`), cuDNN and FlashAttention-4 in one process, interleaved over rounds. Per
 # shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the Triton kernel's); then the
 # targets: geomean over S 2K-16K × {causal, full} ≥ 1.00 at each head dim, no shape of those
-# below 0.95, S=1K ≥ 0.90. At D=64 the dispatch never picks the Gluon kernel (`python -m
-# flashcore info`), so there the brackets compare two configs of the Triton kernel. The variant
+# below 0.95, S=1K ≥ 0.90. At D=64 the dispatch picks the Gluon kernel from S = 4K non-causal
+# and 16K causal (`python -m flashcore info`); below those the brackets compare two configs
+# of the Triton kernel. The variant
 # sweep's last run (`fa3_attempt.json`, commit `2c03bb9`, a record of an earlier kernel) gave a
 # similar picture: geomean 0.953 at D=128, 1.017 at D=256 and 0.905 at D=64 (the Triton kernel).
 # fp16 was not re-recorded with the Gluon kernel. Issue 26's targets, against FlashAttention-4
@@ -481,13 +482,13 @@ for d, res in shipped.items():
     )
 
 # %% [markdown]
-# Every target of issue 12 is missed in this record (`perf.json`, commit `0099be1`, current),
-# at every head dim: the geomeans over S 2K-16K are 0.90x cuDNN at D=64, 0.93x at D=128 and
+# Every target of issue 12 is missed in this record (`perf.json`, commit `d8fa890`, current),
+# at every head dim: the geomeans over S 2K-16K are 0.95x cuDNN at D=64, 0.95x at D=128 and
 # 0.99x at D=256 (the targets cell above the Gluon section prints them), the shapes below 0.95x
-# are listed above, and at S=1K flashcore reaches 0.87x and 0.91x of cuDNN at D=64, 0.78x and
-# 0.80x at D=128, 0.81x and 0.76x at D=256 (non-causal, causal). flashcore is ahead of cuDNN
-# at D=128 only at c8K (1.04), and at D=256 at c4K (1.03), c8K (1.10) and c16K (1.19); at D=64
-# at no shape.
+# are listed above, and at S=1K flashcore reaches 0.89x and 0.92x of cuDNN at D=64, 0.80x and
+# 0.80x at D=128, 0.80x and 0.76x at D=256 (non-causal, causal). flashcore is ahead of cuDNN
+# at D=64 only at 16K non-causal (1.05), at D=128 only at c8K (1.07), and at D=256 at c4K
+# (1.04), c8K (1.09) and c16K (1.08).
 #
 # **What the persistent grid bought, and four negative results** (H100; runs `5a4f6ad` and
 # `f38c623` of the variant table, 2026-11-23, unless a bullet names another):
@@ -508,11 +509,11 @@ for d, res in shipped.items():
 # * Non-causal, single query tiles as work units instead of pairs (branch
 #   `forward-single-tiles`, `05d8363`, not merged): against the pairs, both forced onto the
 #   Gluon kernel, 3 alternating rounds, times within 0.98-1.02 at D 64/128/256 × S 2K/8K/16K
-#   (`logs/forward_single_tiles_ab_05d8363.json`). At D=64 the Gluon kernel stayed level with
-#   the Triton kernel (non-causal S=8K 435 against 435 TFLOP/s, S=16K 446 against 442; S=1K 368
-#   against 398; `logs/d64_gluon_sweep_05d8363.json`): an older note crediting single tiles
-#   with 530 TFLOP/s at D=64 S=8K (`f38c623`) is not reproduced, and D=64 stays on the Triton
-#   kernel.
+#   (`logs/forward_single_tiles_ab_05d8363.json`). At D=64 the Gluon kernel with two consumer
+#   warpgroups stayed level with the Triton kernel (non-causal S=8K 435 against 435 TFLOP/s,
+#   S=16K 446 against 442; S=1K 368 against 398; `logs/d64_gluon_sweep_05d8363.json`): an
+#   older note crediting single tiles with 530 TFLOP/s at D=64 S=8K (`f38c623`) is not
+#   reproduced.
 # * Causal, longest tile first across the whole launch (instead of per head): the ~130
 #   programs running together then belong to ~130 different heads and read their K/V from
 #   HBM instead of sharing it in L2. D=128 S=2K causal fell to 0.60× cuDNN (from 0.82×).
@@ -522,9 +523,13 @@ for d, res in shipped.items():
 #   notebook 06). Every sweep here since interleaves the implementations over rounds in a
 #   rotated order and pools the samples (`bench.bench_attention_shape`).
 #
-# Three consumer warpgroups (192-row tiles) paid at D=64 for long non-causal sequences in the
-# first runs; with 3 pipeline stages two warpgroups are as fast, without the register spills of
-# three, so D=64 now runs two.
+# Three consumer warpgroups (192-row tiles, FA3's D=64 tile) at D=64, measured again at
+# `b391df4` (3 rotated rounds, `logs/d64_gluon_sweep_b391df4.json`) with 2 stages, beat both the
+# two-warpgroup config and the Triton kernel at non-causal S ≥ 4K (458, 454, 451 TFLOP/s against
+# 432, 430, 423 and Triton's 420, 411, 427) and at causal 16K (455 against 418 and 423), and
+# lose at short causal lengths (S=1K: 134 against 252 and 317; a 192-row pair leaves most SMs
+# idle). An earlier run (`f38c623`) had three no faster than two with 3 stages. D=64 now runs
+# three, dispatched only at those lengths; the re-recorded sweep above shows them at 439-450.
 
 # %% [markdown]
 # ## Issue 26: against FlashAttention-4 and the best peer at each shape
@@ -652,21 +657,22 @@ for d, res in targets26.items():
     )
 
 # %% [markdown]
-# Every target of issue 26 is missed in this record (`perf.json`, commit `0099be1`, current;
+# Every target of issue 26 is missed in this record (`perf.json`, commit `d8fa890`, current;
 # the lines above compute each). flashcore is slower than FA4 at every shape with S ≥ 2K (the
-# per-head-dim ranges under the table; geomeans 0.794, 0.866 and 0.868 at D = 64, 128, 256). FA4
-# is the best peer at every one of those shapes but two where cuDNN is (D=64 causal S=2K, D=128
-# non-causal S=16K), so the best-peer geomeans are within 0.003 of those against FA4. At S=1K
+# per-head-dim ranges under the table; geomeans 0.823, 0.868 and 0.863 at D = 64, 128, 256;
+# 0.794 at D=64 before it moved to the Gluon kernel). FA4 is the best peer at every one of those
+# shapes but one where cuDNN is (D=64 causal S=2K). At S=1K
 # the faster of cuDNN and FA4 is cuDNN at every shape but D=256 non-causal, where FA4 is; against
-# it flashcore reaches 0.87x-0.91x at D=64, 0.78x-0.80x at D=128 and 0.76x-0.78x at D=256 (the
+# it flashcore reaches 0.89x-0.92x at D=64, 0.80x at D=128 and 0.76x-0.77x at D=256 (the
 # `x_best` column). At S=1K causal FA4 is the slowest of the three at D=64 and D=128 (flashcore
-# 1.21x and 1.03x FA4). At D=128 non-causal flashcore reaches 627 TFLOP/s at S=8K and 621 at 16K,
-# 78% of the 800 TFLOP/s matmul ceiling measured in the same run; FA4 reaches 731 and 681 there
-# (and 811 at D=256 non-causal S=8K and 807 at causal S=16K, above the measured matmul ceiling:
+# 1.21x and 1.46x FA4). At D=128 non-causal flashcore reaches 610 TFLOP/s at S=8K and 621 at 16K,
+# FA4 734 and 692 there (and 806 at D=256 non-causal S=8K and 807 at causal S=16K, at or above
+# the measured matmul ceiling:
 # that ceiling is one 8192³ matmul's rate, not a hard bound). The Nsight Compute section above
 # is the evidence on where the gap comes from at S=8K; it profiles the kernels of `f9591a6`
-# (`ncu_compare.json`, stale since `8739133`; the bf16 Gluon forward's PTX at D 64/128/256 is
-# unchanged since), not this record's run.
+# (`ncu_compare.json`, stale since `8739133`; the bf16 Gluon forward's PTX at D 128/256 is
+# unchanged since, `logs/ptx_compare_0099be1_d8fa890.log`, but at D=64 flashcore now runs the
+# Gluon kernel with three warpgroups, which the profile does not have), not this record's run.
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
@@ -767,7 +773,7 @@ print(
 )
 
 # %% [markdown]
-# What the table says about the reports' numbers (`perf.json`, commit `0099be1`, current).
+# What the table says about the reports' numbers (`perf.json`, commit `d8fa890`, current).
 # "Per sequence" figures under 5 µs are real as throughput (graph time / B) for every backend,
 # flashcore included; none of them is a latency. At these sizes the eager time is mostly set by
 # the launch path, not the GPU work; the last line above gives each implementation's host time
@@ -793,9 +799,9 @@ print(
 # (`flashcore/kernels/decode.py`, its dense-cache path); "forward kernel (no split)" is the
 # forward kernel on the same inputs, to show why split-KV exists: one query row per head leaves
 # most SMs idle. The CPU profile renders `decode.json`, the same decode shapes recorded on
-# their own at `8739133` (`python -m flashcore bench --suite decode --topic decode --record`,
+# their own at `d8fa890` (`python -m flashcore bench --suite decode --topic decode --record`,
 # with the copy ceiling measured in that run); `perf.json` holds decode rows too, from its run
-# at `0099be1` (`kernels/decode.py` is the same at both commits). The GPU profile shows its own
+# at the same commit, a few minutes later. The GPU profile shows its own
 # run's rows. The last line of the first cell compares flashcore's decode time in the two
 # records, shape by shape.
 
@@ -993,29 +999,31 @@ if harness:
     )
 
 # %% [markdown]
-# In `decode.json` (commit `8739133`, current) decode is at least as fast as SDPA flash at every
-# shape under CUDA-graph replay (1.02x-1.32x). Against SDPA cuDNN it is 0.96x-1.03x, and "at
+# In `decode.json` (commit `d8fa890`, current) decode is at least as fast as SDPA flash at every
+# shape under CUDA-graph replay (1.01x-1.32x). Against SDPA cuDNN it is 0.95x-1.04x, and "at
 # least as fast as SDPA cuDNN at every shape" prints False: flashcore is slower at B1 Hkv8 cache
-# 8192 (0.959). The margins are small either way: on long caches both read K and V at close to
+# 8192 (0.955), and by less than a percent at B1 Hkv8 cache 131072 (0.998) and B1 Hkv32 cache
+# 32768 (0.999). The margins are small either way: on long caches both read K and V at close to
 # the copy ceiling, and at margins of a percent the per-shape verdict moves from one session to
 # the next. "At least 90% of the copy ceiling on caches ≥ 32K" prints False: B1 Hkv8 cache 32768
 # reaches 0.89. The short-cache, batch-1 GQA case (B1 Hkv8 cache 8192) reads too few bytes per
 # launch to approach the ceiling (0.57). The eager column carries flashcore's Python launch cost.
-# Against `perf.json`'s decode rows (`0099be1`, the same decode kernel) flashcore's time in
-# `decode.json` is 0.99-1.01x at every shape but B1 Hkv8 cache 8192, where it is 1.11x (the
-# line under the table). That shape is the one `decode.json` has behind cuDNN: `perf.json`'s run
-# times flashcore there at 17.64 µs and the split-count harness below at 17.59 (the last line of
-# the next cell), against `decode.json`'s 19.52. Why that one run is slower at this 20 µs shape
+# Against `perf.json`'s decode rows (`d8fa890`, the same session) flashcore's time in
+# `decode.json` is 0.99-1.01x at every shape but B1 Hkv8 cache 8192, where it is 1.10x (the
+# line under the table), as in the `0099be1` and `8739133` records before. That shape is the one
+# `decode.json` has behind cuDNN: `perf.json`'s run times flashcore there at 17.67 µs and the
+# split-count harness below at 17.85 (the last line of the next cell), against `decode.json`'s
+# 19.45. Why `decode.json`'s harness is slower at this 20 µs shape, three sessions running,
 # was not measured.
 #
-# The split counts (`decode_splits.json`, commit `8739133`, current; another harness). At two
+# The split counts (`decode_splits.json`, commit `d8fa890`, current; another harness). At two
 # short-cache shapes, B1 and B8 at Hkv4 cache 640 (D=64), the count `decode.choose_num_splits`
-# picks, 1, loses to cuDNN: 8.65 against 6.46 µs and 8.84 against 6.74, while 8 and 4 splits
-# would beat it (5.26 and 6.17 µs). At the other 12 shapes the chosen count is the fastest one
+# picks, 1, loses to cuDNN: 8.66 against 6.47 µs and 8.82 against 6.67, while 8 and 4 splits
+# would beat it (5.28 and 6.19 µs). At the other 12 shapes the chosen count is the fastest one
 # measured and beats cuDNN or ties it: cuDNN's time over flashcore's is 1.001 (B32 Hkv8 cache
-# 4096: 178.01 against 178.23 µs) to 1.185. At the ten shapes both harnesses time, they agree on
+# 4096: 177.82 against 177.71 µs) to 1.181. At the ten shapes both harnesses time, they agree on
 # flashcore's time within 2% but at B1 Hkv8 cache 8192, where this harness has flashcore at
-# 17.59 µs and ahead of cuDNN (1.105) and `decode.json` has it at 19.52 µs and behind (0.959):
+# 17.85 µs and ahead of cuDNN (1.068) and `decode.json` has it at 19.45 µs and behind (0.955):
 # at this size the two harnesses disagree by more than the margin between the kernels.
 
 # %% [markdown]
@@ -1236,7 +1244,7 @@ print(
 # their status lines: `3f5270a` changed the paged branch of `kernels/decode.py`, `e5df583`
 # MLA's atomic-mode dK/dV config in `kernels/backward.py`, and the Gluon forward's FP8 mode
 # went in before `8739133`. Neither record was re-recorded after them (`perf.json` was, at
-# `0099be1`), so their numbers describe `6c8aae4`'s kernels. Host cost: the table above is
+# `d8fa890`), so their numbers describe `6c8aae4`'s kernels. Host cost: the table above is
 # `launch.json` (300 calls x 5 repeats per row). `flashcore.attention` is within 1.10x of SDPA's
 # default eager time at two shapes of six, B1 H8 S128 D64 (22.0 against 20.3 µs, 1.08x) and the
 # GQA prefill on the Gluon kernel (82.9 against 85.0 µs, 0.98x), so that verdict prints False.
