@@ -379,7 +379,7 @@ print(
 # %% [markdown]
 # From 512K tokens on, every kernel streams the cache at 3.02-3.15 TB/s (flashcore 3.11-3.15,
 # cuDNN 3.09-3.13, SDPA flash 3.02-3.08). That is about the HBM read bandwidth: the copy ceiling
-# in `perf.json` (3.02 TB/s, another run on the same GPU, at commit `0099be1`, current) counts a
+# in `perf.json` (3.02 TB/s, another run on the same GPU, at commit `d8fa890`, current) counts a
 # read and a write. flashcore's split-KV kernel is ahead of
 # cuDNN at every cache length here, by 1.004x-1.023x (the line above). Long-cache decode is a
 # solved problem for exact attention.

@@ -703,10 +703,12 @@ if record is not None and "speed" in record:
 # **Reading it.** The record joins two device sessions at commit `0099be1` (logs
 # `backward_grid_0099be1.log`, `backward_speed_0099be1.log`): the grid session (gradient grid,
 # determinism, memory, fp16 speed at D=128) and the bf16 speed session beside FA4 (D 64/128/256,
-# forward+backward too). It is current (its status line in sections 3 and 6: only comments
-# changed since), so the numbers below are today's kernels', the paged-decode change
-# `3f5270a`, MLA's atomic-mode config `e5df583` and the Gluon forward's FP8 mode (`8739133`)
-# included. All 438 grid cases pass (fp32 included; worst ratio 0.865), the default mode is
+# forward+backward too). It is stale since `d8fa890` (its status line in sections 3 and 6):
+# `0e0358b` split MLA's q/k head dim in `kernels/backward.py` and `d8fa890` moved D64's forward
+# onto the Gluon kernel. The backward kernels this record times at D 64/128/256 compile to the
+# same PTX at `d8fa890` as at `0099be1` (`logs/ptx_compare_0099be1_d8fa890.log`), so its
+# backward numbers describe today's code there, but they were not re-measured; its
+# forward+backward rows at D64 ran the Triton forward. All 438 grid cases pass (fp32 included; worst ratio 0.865), the default mode is
 # bitwise reproducible, extra memory grows linearly (S ×16, extra memory ×16).
 #
 # **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.69 at
@@ -819,7 +821,7 @@ for pair in ("mla", "256"):
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
 # at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, and again at `0099be1` (the
-# record above, current): 438 cases, 0 failed each time.
+# record above, stale since `d8fa890` as said there): 438 cases, 0 failed each time.
 
 # %% [markdown] tags=[]
 # **Why the deterministic default trails FA4: the matmuls it runs.** The FLOPs above count
