@@ -733,14 +733,8 @@ loops = sass_budget.budget_report()
 columns = ["kernel", "BLOCK_N", "FMUL", "GMMA", *sass_budget.TABLE_COLUMNS]
 print(table(loops, columns, sass_budget.TABLE_FORMATS))
 # Measured beside it: non-causal S = 16K, TFLOP/s and the fraction of the dense datasheet peak
-# (989 bf16, 1979 e4m3) the budget's rates come from: bf16 D128/D256 from perf.json (the Gluon
-# kernel serves them), fp8 from fp8.json, and D64 on the Gluon kernel (flashcore.attention runs
-# D64 on the Triton kernel) from the H100 sweep of the single-tile trial branch, whose
-# non-causal Gluon kernel timed level with main's (notebook 03, the Gluon section).
-import json
-
-from flashcore.results import RESULTS_DIR
-
+# (989 bf16, 1979 e4m3) the budget's rates come from: bf16 from perf.json (the Gluon kernel
+# serves D64, D128 and D256 there), fp8 from fp8.json.
 perf = read_result("perf", RECORDED_GPU)
 measured = {
     ("bf16", r["D"]): r["tflops"]
@@ -752,13 +746,6 @@ measured |= {
     for r in record["speed"]
     if r["impl"] == "fp8_per_block" and r["S"] == 16384 and not r["causal"]
 }
-sweep_log = RESULTS_DIR / RECORDED_GPU / "logs" / "d64_gluon_sweep_05d8363.json"
-if sweep_log.exists():
-    measured["bf16", 64] = next(
-        r["tflops"]
-        for r in json.loads(sweep_log.read_text())["rows"]
-        if r["impl"] == "pers_bn128_s3" and r["S"] == 16384 and not r["causal"]
-    )
 for row in loops:
     value = measured.get((row["dtype"], row["D"]))
     peak = 1979 if row["dtype"] == "fp8" else 989
@@ -768,6 +755,7 @@ for row in loops:
             f"{row['mufu_over_tensor']:.2f}; measured {value:.0f} TFLOP/s = {value / peak:.0%} of {peak}"
         )
 print("  " + status_line_for("perf", RECORDED_GPU))
+print("  " + status_line_for("fp8", RECORDED_GPU))
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -798,7 +786,18 @@ print(
 # stored. A power of two can instead go into the exponent (exp2(x + 8) = 256 · exp2(x), the
 # running sum scaled alike so that it cancels in O / l). Branch `fp8-fold-p-scale`
 # does this. Compiled offline by this module, its D128 loop has 503 instructions against 565
-# (issue/tensor 0.98), and the bf16 kernels' PTX is unchanged. It has not run on a GPU yet. The 32 `STS` are P's trip through
+# (issue/tensor 0.98), and the bf16 kernels' PTX is unchanged.
+#
+# **On the H100 the fold was slower where it mattered** (commit b391df4, 2026-11-27, two
+# alternating rounds against main's kernel in one process, the FP8 mode's 50 GPU tests
+# passing first: `logs/fp8_fold_ab_b391df4.json`). Branch over main, per S = 4K / 8K / 16K:
+# at the shipped D128 config (128 keys, 4 stages) 0.92 / 0.94 / 0.92 non-causal and
+# 0.97 / 0.97 / 1.01 causal; at D256's 0.97 / 0.99 / 0.95 non-causal and 1.03 / 1.04 / 1.03
+# causal. Only the three-warpgroup configs gained (1.02–1.17), and they stay below the shipped
+# one. So removing a ninth of the loop's instructions did not buy time: the budget says the loop
+# has no slack, not that its issue count is what binds. The branch stays unmerged; what the
+# time goes to at D128 is the next measurement (Nsight Compute's stall reasons on both
+# builds), not a guess. The 32 `STS` are P's trip through
 # shared memory, two bytes a store (section 4 says why P does not stay in registers). The
 # exponentials themselves (66 `MUFU` per tile) stay: at D64 and FP8 D128 they alone fill the
 # special-function pipe for as long as the tensor cores work.
@@ -808,7 +807,9 @@ print(
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
 # commit 8739133: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K, beside the
-# Triton fp8 kernel.)
+# Triton fp8 kernel. Its status line says stale since `d8fa890`: the kernel files changed
+# there in the bf16 forward's D64 config and MLA's backward, not in the FP8 mode's code or
+# dispatch, and the record was not re-run.)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this
