@@ -19,7 +19,7 @@ sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from sm90_compile import compile_launch  # noqa: E402  (pops TRITON_INTERPRET first)
+from sm90_compile import capture_launches, compile_launch  # noqa: E402  (pops TRITON_INTERPRET)
 from triton.compiler import ASTSource  # noqa: E402
 
 from flashcore.kernels import backward as bw  # noqa: E402
@@ -28,42 +28,26 @@ from flashcore.studies import sass, sass_budget  # noqa: E402
 REGISTERS_PER_SM, SHARED_PER_SM = 65536, 227 * 1024  # H100
 
 
-class _Capture:
-    """Stands in for a kernel: `kernel[grid](*args, **kwargs)` records the call."""
-
-    def __getitem__(self, grid):
-        def call(*args, **kwargs):
-            self.last = (args, kwargs)
-
-        return call
-
-
 def kernels(head_dim: int, atomic: bool) -> dict:
-    names = ("_bwd_dkdv_kernel", "_bwd_dq_kernel", "_bwd_preprocess")
-    real = {n: getattr(bw, n) for n in names}
-    caps = {n: _Capture() for n in names}
-    saved = bw.tma_compatible, bw.on_interpreter
-    bw.tma_compatible, bw.on_interpreter = (lambda *a: True), (lambda t: False)
-    try:
-        for n in names:
-            setattr(bw, n, caps[n])
-        q = torch.empty(4, 16, 4096, head_dim, dtype=torch.bfloat16)
-        lse = torch.empty(4, 16, 4096)
-        acc = torch.empty(q.shape, dtype=torch.float32) if atomic else None
+    q = torch.empty(4, 16, 4096, head_dim, dtype=torch.bfloat16)
+    lse = torch.empty(4, 16, 4096)
+    acc = torch.empty(q.shape, dtype=torch.float32) if atomic else None
+
+    def backward():
         bw._launch_backward(q, q, q, q, q, lse, lse, q, q, q, acc, seqs=None, varlen=0,
                             causal=False, causal_offset=0, window=None, softcap=None,
                             scale=None, config=None)  # fmt: skip
-    finally:
-        for n in names:
-            setattr(bw, n, real[n])
-        bw.tma_compatible, bw.on_interpreter = saved
+
+    names = ("_bwd_dkdv_kernel", "_bwd_dq_kernel", "_bwd_preprocess")
+    launches = capture_launches(
+        bw, names, backward, tma_compatible=lambda *a: True, on_interpreter=lambda t: False
+    )
     out = {}
     for n in ("_bwd_dkdv_kernel", "_bwd_dq_kernel"):
-        if not hasattr(caps[n], "last"):
+        if n not in launches:
             continue  # the atomic mode has no dQ kernel
-        args, kwargs = caps[n].last
-        launch = dict(zip(real[n].arg_names, args)) | kwargs
-        compiled = compile_launch(real[n], launch, ASTSource)
+        launch = launches[n]
+        compiled = compile_launch(getattr(bw, n), launch, ASTSource)
         usage = sass.resource_usage(compiled)
         loop = sass_budget.softmax_loops(sass.disassemble(compiled.asm["cubin"]))[0]
         warps = launch["num_warps"]

@@ -29,7 +29,7 @@ sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.environ["PTX_COMPARE_TOOLS"])  # this checkout's tools/: sm90_compile
 import torch, triton
 from triton.compiler import ASTSource
-from sm90_compile import compile_launch
+from sm90_compile import capture_launches, compile_launch
 
 def compile_jit(fn, args, kw, source_cls):
     allkw = dict(zip(fn.arg_names, args))
@@ -49,49 +49,39 @@ for d in (64, 128, 256):
             fh._fa3_fwd_kernel, args, kw, GluonASTSource)
 
 from flashcore.kernels import backward as bw
-class Cap:
-    def __getitem__(self, grid):
-        def call(*a, **k): self.last = (a, k)
-        return call
-bw.tma_compatible = lambda *a: True
-bw.on_interpreter = lambda t: False
-real = {n: getattr(bw, n) for n in ("_bwd_dkdv_kernel", "_bwd_dq_kernel", "_bwd_preprocess")}
+def backward(*tensors, causal, tma=lambda *a: True):
+    return capture_launches(
+        bw, ("_bwd_dkdv_kernel", "_bwd_dq_kernel", "_bwd_preprocess"),
+        lambda: bw._launch_backward(*tensors, seqs=None, varlen=0, causal=causal,
+            causal_offset=0, window=None, softcap=None, scale=None, config=None),
+        tma_compatible=tma, on_interpreter=lambda t: False)
+def compile_bwd(launches, names, label):
+    for n in names:
+        out[f"backward {n} {label}"] = compile_launch(
+            getattr(bw, n), launches[n], ASTSource).asm["ptx"]
 for d in (64, 128, 256):
     for causal in (False, True):
-        caps = {n: Cap() for n in real}
-        for n, c in caps.items(): setattr(bw, n, c)
         q = torch.empty(1, 4, 1024, d, dtype=torch.bfloat16)
         lse = torch.empty(1, 4, 1024)
-        bw._launch_backward(q, q, q, q, q, lse, lse, q, q, q, None, seqs=None, varlen=0,
-            causal=causal, causal_offset=0, window=None, softcap=None, scale=None, config=None)
-        for n in ("_bwd_dkdv_kernel", "_bwd_dq_kernel"):
-            a, k = caps[n].last
-            out[f"backward {n} D{d} causal={causal}"] = compile_jit(real[n], a, k, ASTSource)
-        for n, f in real.items(): setattr(bw, n, f)
+        launches = backward(q, q, q, q, q, lse, lse, q, q, q, None, causal=causal)
+        compile_bwd(launches, ("_bwd_dkdv_kernel", "_bwd_dq_kernel"), f"D{d} causal={causal}")
 if os.environ.get("PTX_COMPARE_WIDE"):
     # TMA where a GPU would take it: half precision, a power-of-two head dim.
-    bw.tma_compatible = lambda ts, d: d == triton.next_power_of_2(d)
+    pow2 = lambda ts, d: d == triton.next_power_of_2(d)
     # --wide: the backward's other modes and head-dim pairs: atomic dQ (TMA path, bulk dQ
     # reduce), D192 with v at 192 (TMA), v of its own (pointer path: 128/64, MLA's 192/128).
     for d, dv, det in ((64, 64, False), (128, 128, False), (256, 256, False), (192, 192, True),
                        (192, 192, False), (128, 64, True), (128, 64, False), (192, 128, True),
                        (192, 128, False)):
         for causal in (False, True):
-            caps = {n: Cap() for n in real}
-            for n, c in caps.items(): setattr(bw, n, c)
             q = torch.empty(1, 4, 1024, d, dtype=torch.bfloat16)
             v = torch.empty(1, 4, 1024, dv, dtype=torch.bfloat16)
             lse = torch.empty(1, 4, 1024)
             acc = None if det else torch.empty(1, 4, 1024, d)
-            bw._launch_backward(v, q, q, v, v, lse, lse, q, q, v, acc, seqs=None, varlen=0,
-                causal=causal, causal_offset=0, window=None, softcap=None, scale=None,
-                config=None)
+            launches = backward(v, q, q, v, v, lse, lse, q, q, v, acc, causal=causal, tma=pow2)
             mode = "deterministic" if det else "atomic"
-            for n in ("_bwd_dkdv_kernel", "_bwd_dq_kernel") if det else ("_bwd_dkdv_kernel",):
-                a, k = caps[n].last
-                out[f"backward {n} D{d}/{dv} {mode} causal={causal}"] = compile_jit(
-                    real[n], a, k, ASTSource)
-            for n, f in real.items(): setattr(bw, n, f)
+            names = ("_bwd_dkdv_kernel", "_bwd_dq_kernel") if det else ("_bwd_dkdv_kernel",)
+            compile_bwd(launches, names, f"D{d}/{dv} {mode} causal={causal}")
 print("RESULT " + json.dumps(out))
 """
 
