@@ -90,8 +90,8 @@ for name, r in sass_report["kernels"].items():
 # (`offs_m < seqlen_q`, `pos < seqlen_new`) kept in a register that earlier held a softmax value
 # or a loaded element, whose other bits nothing reads.
 #
-# **The Gluon kernels** (`forward … (Gluon, …)` and `fp8 forward … (Gluon FP8 mode)` at D128
-# and D256, `kernels/forward_hopper.py`) keep
+# **The Gluon kernels** (`forward … (Gluon, …)` at D64, D128 and D256 and `fp8 forward … (Gluon
+# FP8 mode)` at D128 and D256, `kernels/forward_hopper.py`) keep
 # two flagged branches each (`@P0 BRA`, `BRX`): warp_specialize's dispatch. Each worker warp
 # reads its partition id as a byte from shared memory and jumps through a table. The only stores
 # to those bytes in the whole kernel write constants (the partition ids at entry, the exit case
@@ -99,17 +99,17 @@ for name, r in sass_report["kernels"].items():
 # the branches cannot depend on q, k or v. The analysis still counts them because it treats
 # every shared-memory load as data; proving it would take a shared-memory alias analysis (a TMA
 # write's extent is in its tensor map, not in the instruction). So the verdict below, which covers
-# every forward kernel that ships (`flashcore.attention` runs the Gluon kernel at D128 and D256,
-# and at MLA's q/k 192 with v 128, from the lengths in `dispatch.FORWARD_GLUON_FROM`;
+# every forward kernel that ships (`flashcore.attention` runs the Gluon kernel at D64, D128 and
+# D256, and at MLA's q/k 192 with v 128, from the lengths in `dispatch.FORWARD_GLUON_FROM`;
 # `flashcore.fp8_attention` runs its FP8 mode at D128 and D256 from the lengths in
 # `dispatch.FP8_GLUON_FROM`), prints
 # False and says why beside it; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `8739133`, its four
-# Gluon forward runs: 5 hazards in each of the two at the standard head dims and in the FP8
-# mode's, 4 in MLA's; in all four every report pairs a read at the kernel's entry with writes
-# at the entry and at the `gl.warp_specialize` call, `logs/sanitize_8739133.log`; notebook 02
+# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `d8fa890`, its four
+# Gluon forward runs: 5 hazards in each of the two at the standard head dims and in MLA's, 8 in
+# the FP8 mode's; in all four every report pairs a read at the kernel's entry with writes
+# at the entry and at the `gl.warp_specialize` call, `logs/sanitize_d8fa890.log`; notebook 02
 # checks those locations against the source. At
 # `f2502d2` the hazards, 5 per run, were traced to the workers' entry reads against these
 # stores; notebook 02 renders the record), and nothing in the K/V ring, Q buffers or mbarriers.
@@ -407,8 +407,8 @@ if power:
 # causal and non-causal, sliding window, D64 warp-specialized and pointer-load) and the fp8
 # forward have no data-dependent branch; their data-dependent work is straight-line (selects,
 # `MUFU.EX2`, tensor-core MMAs). The decode kernel's branches depend on the cache lengths, read
-# from memory but public shapes. The Gluon kernel, which `flashcore.attention` runs at D128 and
-# D256 on longer sequences, keeps two flagged branches in each variant: warp_specialize's
+# from memory but public shapes. The Gluon kernel, which `flashcore.attention` runs at D64, D128
+# and D256 on longer sequences, keeps two flagged branches in each variant: warp_specialize's
 # partition dispatch. The reading above says they load only bytes written with constants, but
 # this analysis does not prove it, so the verdict over every shipped forward kernel prints
 # False, with that reason beside it. No shipped kernel has a data-guarded memory access (the
