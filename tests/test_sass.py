@@ -214,21 +214,20 @@ def test_softmax_loops_finds_the_innermost_exp_loop_only():
     assert loop["gmma_flops"] == 2 * 64 * 128 * 16  # the one wgmma's M x N x K
 
 
-def test_budget_counts_both_warpgroups_and_the_tile_flops():
+def test_budget_counts_every_warpgroup_and_the_matmul_flops_the_loop_issues():
     from flashcore.studies import sass_budget
 
-    loop = {"instructions": 500, "MUFU": 64}
-    b = sass_budget.budget(loop, head_dim=128, block_n=128, dtype="bf16")
-    assert b["tensor_cycles"] == 2 * (2 * 64 * 128 * 256) / 4096  # two GEMMs, two warpgroups
+    # A forward key tile (two matmuls, D 128, 128 keys) as the loop's wgmma would issue it.
+    flops = sass_budget.tile_flops(head_dim=128, block_n=128)
+    assert flops == 2 * 64 * 128 * 256
+    loop = {"instructions": 500, "MUFU": 64, "gmma_flops": flops}
+    b = sass_budget.budget(loop, warpgroups=2, dtype="bf16")
+    assert b["tensor_cycles"] == 2 * flops / 4096
     assert b["issue_cycles"] == 1000 and b["mufu_cycles"] == 2 * 64 * 8
-    fp8 = sass_budget.budget(loop, head_dim=128, block_n=128, dtype="fp8")
+    fp8 = sass_budget.budget(loop, warpgroups=2, dtype="fp8")
     assert fp8["issue_over_tensor"] == 2 * b["issue_over_tensor"]  # twice the rate, same loop
-
-
-def test_gemm_budget_takes_the_matmul_flops_the_loop_issues():
-    from flashcore.studies import sass_budget
-
+    # The backward's five matmuls of 32 x 128 x 128, three warpgroups.
     loop = {"instructions": 600, "MUFU": 32, "gmma_flops": 5 * 2 * 32 * 128 * 128}
-    b = sass_budget.gemm_budget(loop, warpgroups=2, dtype="bf16")
-    assert b["tensor_cycles"] == 2 * 5 * 2 * 32 * 128 * 128 / 4096
-    assert b["issue_cycles"] == 1200 and b["mufu_cycles"] == 2 * 32 * 8
+    b = sass_budget.budget(loop, warpgroups=3, dtype="bf16")
+    assert b["tensor_cycles"] == 3 * 5 * 2 * 32 * 128 * 128 / 4096
+    assert b["issue_cycles"] == 1800 and b["mufu_cycles"] == 3 * 32 * 8

@@ -498,18 +498,26 @@ def disassemble(cubin: bytes) -> str:
         ).stdout
 
 
+def in_compiler_process(module: str, *args: str):
+    """The JSON that ``python -m MODULE ARGS`` prints, run with the Triton interpreter off,
+    when this process has it on (its @jit functions cannot be compiled there); None when it
+    is off and the caller can compile in process."""
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return None
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    cmd = [sys.executable, "-m", module, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
 def analyze_variants(keep_sass: bool = False) -> dict:
     """Compile and analyze every variant. Runs in a subprocess when the current process has
     the Triton interpreter switched on (its @jit functions cannot be compiled)."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        env = dict(os.environ, TRITON_INTERPRET="0")
-        cmd = [sys.executable, "-m", "flashcore", "sass", "--json"] + (
-            ["--keep-sass"] if keep_sass else []
-        )
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"SASS subprocess failed:\n{proc.stderr[-3000:]}")
-        return json.loads(proc.stdout)
+    done = in_compiler_process("flashcore", "sass", "--json", *(["--keep-sass"] * keep_sass))
+    if done is not None:
+        return done
     import triton
 
     out = {"triton": triton.__version__, "arch": "sm_90", "kernels": {}}

@@ -98,21 +98,20 @@ def softmax_loops(sass: str) -> list[dict]:
     return sorted(out, key=lambda r: r["instructions"])
 
 
-def budget(loop: dict, *, head_dim: int, block_n: int, dtype: str, warpgroups: int = 2,
-           head_dim_v: int | None = None, rows: int = 64) -> dict:  # fmt: skip
-    """Tensor, issue and MUFU cycles of one round (each consumer warpgroup one key tile) of
-    a softmax loop (``softmax_loops``), and the ratios of issue and MUFU to tensor cycles."""
-    flops = 2 * rows * block_n * (head_dim + (head_dim_v or head_dim))
-    return _cycles(loop, warpgroups * flops / TENSOR_FLOPS_PER_CLOCK[dtype], warpgroups)
+def tile_flops(*, head_dim: int, block_n: int, head_dim_v: int | None = None, rows: int = 64):
+    """The FLOPs of one warpgroup's forward key tile: S = Q K^T and O += P V over ``rows``
+    queries and ``block_n`` keys."""
+    return 2 * rows * block_n * (head_dim + (head_dim_v or head_dim))
 
 
-def gemm_budget(loop: dict, *, warpgroups: int, dtype: str) -> dict:
-    """``budget`` from the matmul FLOPs the loop's ``wgmma`` issue (``gmma_flops``, per
-    warpgroup) rather than from a tile shape: for loops with other than the forward's two
-    matmuls (the backward's five)."""
-    return _cycles(
-        loop, warpgroups * loop["gmma_flops"] / TENSOR_FLOPS_PER_CLOCK[dtype], warpgroups
-    )
+def budget(loop: dict, *, warpgroups: int, dtype: str) -> dict:
+    """Tensor, issue and MUFU cycles of one round (each of ``warpgroups`` consumer warpgroups
+    one loop iteration) of a loop found by ``softmax_loops``, and the ratios of issue and
+    MUFU to tensor cycles. The tensor cycles come from the matmul FLOPs the loop's ``wgmma``
+    issue (``gmma_flops``, per warpgroup), so the same function serves the forward's two
+    matmuls and the backward's five."""
+    tensor = warpgroups * loop["gmma_flops"] / TENSOR_FLOPS_PER_CLOCK[dtype]
+    return _cycles(loop, tensor, warpgroups)
 
 
 def _cycles(loop: dict, tensor: float, warpgroups: int) -> dict:
@@ -134,40 +133,23 @@ TABLE_FORMATS = {"matmuls": "{:.0f}", "tensor_cycles": "{:.0f}", "issue_over_ten
                  "mufu_over_tensor": "{:.2f}"}  # fmt: skip
 
 
-def _in_compiler_process(flag: str):
-    """The report of ``python -m flashcore.studies.sass_budget FLAG`` when this process runs
-    the Triton interpreter (its @jit functions cannot be compiled), else None."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        return None
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    cmd = [sys.executable, "-m", "flashcore.studies.sass_budget", *([flag] if flag else [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"SASS budget subprocess failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)
-
-
 def gluon_backward_report() -> list[dict]:
     """The opt-in Gluon backward (kernels/backward_hopper.py, sass.gluon_backward_spec: 8
     warps, two warpgroups, 64 queries x 128 keys a step), bf16, D 64 and 128, non-causal:
     its loop's counts, the matmuls it runs per (query, key) pair (one = 2 D FLOPs) and
-    ``gemm_budget``. Compiled offline, in a subprocess under the interpreter."""
-    done = _in_compiler_process("--gluon-backward")
+    ``budget``. Compiled offline, in a subprocess under the interpreter."""
+    from . import sass
+
+    done = sass.in_compiler_process("flashcore.studies.sass_budget", "--gluon-backward")
     if done is not None:
         return done
-    from . import sass
 
     rows = []
     for head_dim in (64, 128):
         loop = softmax_loops(sass.compile_sass(sass.gluon_backward_spec(head_dim, False)))[0]
         pairs = 64 * 128
         rows.append({"D": head_dim, "matmuls": 2 * loop["gmma_flops"] / pairs / (2 * head_dim)}
-                    | loop | gemm_budget(loop, warpgroups=2, dtype="bf16"))  # fmt: skip
+                    | loop | budget(loop, warpgroups=2, dtype="bf16"))  # fmt: skip
     return rows
 
 
@@ -189,11 +171,12 @@ def budget_report() -> list[dict]:
     """Compile the ``KERNELS`` for sm_90 (offline) and return, per kernel, its steady-state
     softmax loop's instruction counts and ``budget``. Runs in a subprocess when the current
     process has the Triton interpreter switched on (its @jit functions cannot be compiled)."""
-    done = _in_compiler_process("")
-    if done is not None:
-        return done
     from ..kernels import forward_hopper as fh
     from . import sass
+
+    done = sass.in_compiler_process("flashcore.studies.sass_budget")
+    if done is not None:
+        return done
 
     rows = []
     for label, head_dim, dtype, causal in KERNELS:
@@ -203,9 +186,14 @@ def budget_report() -> list[dict]:
             spec, cfg = sass.gluon_forward_spec(head_dim, causal), fh.VARIANTS[head_dim]
         block_n, warpgroups = cfg["BLOCK_N"], cfg.get("NUM_WG", 2)
         loop = softmax_loops(sass.compile_sass(spec))[0]
-        cycles = budget(
-            loop, head_dim=head_dim, block_n=block_n, dtype=dtype, warpgroups=warpgroups
-        )
+        # The loop found must issue exactly one key tile's matmuls: a cross-check that the
+        # innermost exp loop is the steady-state softmax loop and not some other one.
+        expected = tile_flops(head_dim=head_dim, block_n=block_n)
+        if loop["gmma_flops"] != expected:
+            raise RuntimeError(
+                f"{label}: the loop's wgmma do {loop['gmma_flops']} FLOPs, a key tile {expected}"
+            )
+        cycles = budget(loop, warpgroups=warpgroups, dtype=dtype)
         rows.append({"kernel": label, "D": head_dim, "BLOCK_N": block_n, "dtype": dtype}
                     | loop | cycles)  # fmt: skip
     return rows
