@@ -9,6 +9,7 @@ assumes. Launches are captured, not run; the result is written as JSON.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -71,6 +72,9 @@ def kernels(head_dim: int, atomic: bool) -> dict:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="the JSON file to write")
+    args = parser.parse_args()  # before any compile: --help answers at once
     rows = []
     for head_dim in (64, 128, 256):
         for atomic in (False, True):
@@ -99,7 +103,7 @@ def main() -> int:
         "problem": "bf16 (4, 16, 4096, D), non-causal",
         "rows": rows,
     }
-    with open(sys.argv[1], "w") as f:
+    with open(args.out, "w") as f:
         f.write(json.dumps(payload, indent=1) + "\n")
     return 0
 
