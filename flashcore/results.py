@@ -14,6 +14,7 @@ never declared; ``commit_source`` says where the commit came from.
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import hashlib
 import json
@@ -106,6 +107,10 @@ KERNELS_DIR = "flashcore/kernels"
 # ops.py routes the torch op's few-query calls to the decode kernel, and its registration is
 # the op path's host cost that launch.json measures).
 DISPATCH_FILES = ("flashcore/interface.py", "flashcore/dispatch.py", "flashcore/ops.py")
+# The kernel modules whose functions the dispatch consults to route a call (``supports``,
+# the Gluon kernels' tile tables): a change there can send a call to another kernel, so every
+# record of a run that ran kernels counts them, whether or not their own kernels ran.
+ROUTING_FILES = ("flashcore/kernels/forward_hopper.py", "flashcore/kernels/backward_hopper.py")
 
 
 def blob_id(data: bytes) -> str:
@@ -141,6 +146,73 @@ def imported_kernel_files(root: Path = REPO_ROOT) -> list[str]:
     if found:
         found.update(f for f in DISPATCH_FILES if (base / f).exists())
     return sorted(found)
+
+
+def _compiled_here(obj) -> bool:
+    """Whether ``obj`` (a module attribute) is a Triton or Gluon ``@jit`` kernel, or a
+    ``CachedKernel`` around one, that this process compiled for a GPU: its per-device compile
+    cache holds a kernel. (On the interpreter nothing compiles, and nothing counts.)"""
+    obj = getattr(obj, "kernel", obj)  # a CachedKernel launches its .kernel
+    caches = getattr(obj, "device_caches", None)
+    if not isinstance(caches, dict):
+        return False
+    return any(entry and entry[0] for entry in list(caches.values()))
+
+
+def _kernel_imports(path: Path) -> set[str]:
+    """The flashcore.kernels modules a kernel source imports (``from .x import``, ``from . import
+    x``, ``from flashcore.kernels.x import``), as file names in the kernels directory."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 1:
+            parts = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+        elif node.level == 0 and (node.module or "").startswith(KERNELS_PACKAGE + "."):
+            parts = [node.module[len(KERNELS_PACKAGE) + 1 :].split(".")[0]]
+        else:
+            continue
+        names.update(f"{part}.py" for part in parts)
+    return names
+
+
+def kernel_import_closure(files: list[str], root: Path = REPO_ROOT) -> list[str]:
+    """``files`` (kernel sources, repository-relative) and every kernel source they import,
+    directly or through each other: the code a kernel of theirs can call or read."""
+    base = Path(root)
+    seen, todo = set(), list(files)
+    while todo:
+        rel = todo.pop()
+        if rel in seen or not (base / rel).is_file():
+            continue
+        seen.add(rel)
+        todo += [f"{KERNELS_DIR}/{name}" for name in _kernel_imports(base / rel)]
+    return sorted(seen)
+
+
+def ran_kernel_files(root: Path = REPO_ROOT, modules: dict | None = None) -> list[str]:
+    """The kernel sources behind the kernels this process ran on a GPU: each flashcore.kernels
+    module with a ``@jit`` kernel it compiled, every kernel source those import, the routing
+    files (``ROUTING_FILES``) and the dispatch files; [] where it ran none (the interpreter,
+    or a run whose kernels ran in other processes). ``modules``: {name: module} to look in,
+    default ``sys.modules``."""
+    base = Path(root).resolve()
+    ran = []
+    for name, module in list((sys.modules if modules is None else modules).items()):
+        if not name.startswith(KERNELS_PACKAGE + ".") or module is None:
+            continue
+        file = getattr(module, "__file__", None)
+        if not file or not any(_compiled_here(v) for v in list(vars(module).values())):
+            continue
+        try:
+            ran.append(Path(file).resolve().relative_to(base).as_posix())
+        except ValueError:  # a module from outside this tree is not this tree's source
+            continue
+    if not ran:
+        return []
+    fixed = [KERNELS_DIR + "/__init__.py", *ROUTING_FILES, *DISPATCH_FILES]
+    fixed = [f for f in fixed if (base / f).exists()]
+    return sorted(set(kernel_import_closure(ran, base)) | set(fixed))
 
 
 def fingerprint_digest(files: dict[str, str | None]) -> str:
@@ -181,9 +253,12 @@ def committed_blobs(commit: str, root: Path = REPO_ROOT) -> dict[str, str] | Non
 def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -> dict:
     """The fingerprint a record stores: which kernel sources it ran, byte for byte.
 
-    ``files``: repository-relative paths; default, the kernel modules this process imported
-    (scope ``"imported"``), or every kernel source of the tree where it imported none (scope
-    ``"tree"``: a run whose kernels ran in other processes, e.g. papermill's). Returns
+    ``files``: repository-relative paths; default, the sources behind the kernels this process
+    ran on a GPU (scope ``"ran"``, ``ran_kernel_files``: a record is stale when code that ran
+    for it, or that routes its calls, changed, and not when a kernel it never ran did); where
+    it ran none, the kernel modules it imported (scope ``"imported"``), or every kernel source
+    of the tree where it imported none (scope ``"tree"``: a run whose kernels ran in other
+    processes, e.g. papermill's). Returns
     ``{"sha256", "scope", "files": {path: git object id}, "dirty_files"}``: ``sha256`` is
     ``fingerprint_digest(files)``; ``dirty_files`` lists the files that differ from the
     commit the record names (FLASHCORE_COMMIT where set, else HEAD; computed by git, None
@@ -192,7 +267,9 @@ def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -
     """
     scope = "given"
     if files is None:
-        files, scope = imported_kernel_files(root), "imported"
+        files, scope = ran_kernel_files(root), "ran"
+        if not files:
+            files, scope = imported_kernel_files(root), "imported"
         if not files:
             files, scope = tree_kernel_files(root), "tree"
     blobs = file_blobs(sorted(files), root)
@@ -275,7 +352,8 @@ def write_result(
     """Write ``payload`` with provenance to results/<slug>/<topic>.json (stable key order).
 
     Beside the provenance the record gets ``kernel_fingerprint`` (``kernel_fingerprint()``: the
-    kernel sources this process imported, as they are on disk now)."""
+    kernel sources behind the kernels this process ran, else those it imported, as they are on
+    disk now)."""
     path = result_path(topic, slug)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {

@@ -371,3 +371,43 @@ def test_code_of_ignores_docstrings_and_comments_but_not_strings_in_code():
     msg = 'def f(x):\n    assert x, "message a"\n'
     assert records.code_of(msg) != records.code_of(msg.replace("message a", "message b"))
     assert records.code_of("def (") is None
+
+
+def test_import_closure_follows_the_kernel_sources_imports():
+    forward = R.kernel_import_closure(["flashcore/kernels/forward.py"])
+    assert {"flashcore/kernels/_mask.py", "flashcore/kernels/_softmax.py"} <= set(forward)
+    assert "flashcore/kernels/backward.py" not in forward
+    # the Gluon backward reuses the Triton backward's preprocess kernel
+    gluon_bwd = R.kernel_import_closure(["flashcore/kernels/backward_hopper.py"])
+    assert "flashcore/kernels/backward.py" in gluon_bwd
+
+
+class _FakeJit:
+    """A stand-in for a @jit kernel: Triton's per-device cache of (kernel cache, ...)."""
+
+    def __init__(self, compiled: bool):
+        self.device_caches = {0: ({"key": object()} if compiled else {}, {}, None, None, None)}
+
+
+def test_a_record_names_the_sources_behind_the_kernels_it_ran(monkeypatch):
+    import torch
+
+    import flashcore.interface  # noqa: F401  (imports every kernel module)
+    from flashcore.kernels import decode, forward
+
+    # Look at two kernel modules only (on a GPU machine this process may have run others).
+    here = {"flashcore.kernels.decode": decode, "flashcore.kernels.forward": forward}
+    monkeypatch.setattr(decode, "_fake_kernel", _FakeJit(compiled=False), raising=False)
+    if not torch.cuda.is_available():  # nothing compiled for a GPU: no "ran" scope
+        assert R.ran_kernel_files(modules=here) == []
+        assert R.kernel_fingerprint()["scope"] == "imported"
+    # A decode kernel ran: decode.py, what it imports, the routing and dispatch files; not
+    # the forward's or the backward's Triton sources, which no kernel of this run came from.
+    monkeypatch.setattr(decode, "_fake_kernel", _FakeJit(compiled=True), raising=False)
+    files = R.ran_kernel_files(modules=here)
+    assert {"flashcore/kernels/decode.py", "flashcore/kernels/_softmax.py"} <= set(files)
+    assert set(R.ROUTING_FILES) | set(R.DISPATCH_FILES) <= set(files)
+    assert not {"flashcore/kernels/forward.py", "flashcore/kernels/backward.py"} & set(files)
+    if not torch.cuda.is_available():
+        fp = R.kernel_fingerprint()
+        assert fp["scope"] == "ran" and sorted(fp["files"]) == files
