@@ -154,12 +154,14 @@ def speed_configs(prompt_len: int, new_tokens: int) -> dict:
 
 
 def generation_speed(
-    device="cuda", *, prompt_len=512, new_tokens=128, repeats=3, batches=(1, 8)
+    device="cuda", *, prompt_len=512, new_tokens=128, repeats=7, batches=(1, 8)
 ) -> list[dict]:
     """Greedy generation tokens/s in bf16, flashcore against each model's default attention
     in transformers (gpt-oss: eager, the model has no SDPA path; DeepSeek-V3: sdpa), same
     process, paired rounds and their medians (``e2e.paired_generation``, whose ``sdpa``
-    columns hold the default's numbers)."""
+    columns hold the default's numbers). 7 rounds: at batch 1, which is host-bound, the
+    record of d8fa890 had 3 rounds spreading 0.77-1.14 and 0.60-0.95, too few to place a
+    median against 1.00 (about 2 s a round and side)."""
     import flashcore.ops
 
     from .e2e import build_model, paired_generation

@@ -50,7 +50,7 @@ def run_e2e(args) -> int:
 
 
 def add_models_arguments(p) -> None:
-    p.add_argument("--repeats", type=int, default=3, help="paired generation rounds")
+    p.add_argument("--repeats", type=int, default=7, help="paired generation rounds")
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--record", action="store_true", help="write results/<gpu>/models.json")
 
