@@ -793,8 +793,10 @@ print(
 # passing first: `logs/fp8_fold_ab_b391df4.json`). Branch over main, per S = 4K / 8K / 16K:
 # at the shipped D128 config (128 keys, 4 stages) 0.92 / 0.94 / 0.92 non-causal and
 # 0.97 / 0.97 / 1.01 causal; at D256's 0.97 / 0.99 / 0.95 non-causal and 1.03 / 1.04 / 1.03
-# causal. Only the three-warpgroup configs gained (1.02–1.17), and they stay below the shipped
-# one. So removing a ninth of the loop's instructions did not buy time: the budget says the loop
+# causal. Only the three-warpgroup configs gained (1.02–1.17 over themselves on main); against
+# the shipped config they are below at S = 4K and at causal 8K and 3-4% above at 16K, inside
+# the rounds' spread there (the shipped config's own rounds at non-causal 16K: 776 and 863
+# TFLOP/s). So removing a ninth of the loop's instructions did not buy time: the budget says the loop
 # has no slack, not that its issue count is what binds. The branch stays unmerged; what the
 # time goes to at D128 is the next measurement (Nsight Compute's stall reasons on both
 # builds), not a guess. The 32 `STS` are P's trip through
