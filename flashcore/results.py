@@ -192,8 +192,9 @@ def kernel_import_closure(files: list[str], root: Path = REPO_ROOT) -> list[str]
 
 def ran_kernel_files(root: Path = REPO_ROOT, modules: dict | None = None) -> list[str]:
     """The kernel sources behind the kernels this process ran on a GPU: each flashcore.kernels
-    module with a ``@jit`` kernel it compiled, every kernel source those import, the routing
-    files (``ROUTING_FILES``) and the dispatch files; [] where it ran none (the interpreter,
+    module with a ``@jit`` kernel it compiled, every kernel source those import, every kernel
+    source that imports one of them (its launchers may have run), the routing files
+    (``ROUTING_FILES``) and the dispatch files; [] where it ran none (the interpreter,
     or a run whose kernels ran in other processes). ``modules``: {name: module} to look in,
     default ``sys.modules``."""
     base = Path(root).resolve()
@@ -210,9 +211,14 @@ def ran_kernel_files(root: Path = REPO_ROOT, modules: dict | None = None) -> lis
             continue
     if not ran:
         return []
+    # The sources that import a module that ran, too: a module with launchers and no kernel
+    # of its own (varlen.py packs its batches for forward.py's kernel) ran as host code.
+    launchers = [
+        f for f in tree_kernel_files(base) if set(kernel_import_closure([f], base)) & set(ran)
+    ]
     fixed = [KERNELS_DIR + "/__init__.py", *ROUTING_FILES, *DISPATCH_FILES]
     fixed = [f for f in fixed if (base / f).exists()]
-    return sorted(set(kernel_import_closure(ran, base)) | set(fixed))
+    return sorted(set(kernel_import_closure(ran, base)) | set(launchers) | set(fixed))
 
 
 def fingerprint_digest(files: dict[str, str | None]) -> str:

@@ -408,6 +408,14 @@ def test_a_record_names_the_sources_behind_the_kernels_it_ran(monkeypatch):
     assert {"flashcore/kernels/decode.py", "flashcore/kernels/_softmax.py"} <= set(files)
     assert set(R.ROUTING_FILES) | set(R.DISPATCH_FILES) <= set(files)
     assert not {"flashcore/kernels/forward.py", "flashcore/kernels/backward.py"} & set(files)
+    # A forward kernel ran: varlen.py, which launches it for packed batches, counts too.
+    monkeypatch.setattr(decode, "_fake_kernel", _FakeJit(compiled=False), raising=False)
+    monkeypatch.setattr(forward, "_fake_kernel", _FakeJit(compiled=True), raising=False)
+    ran_forward = R.ran_kernel_files(modules=here)
+    assert {"flashcore/kernels/forward.py", "flashcore/kernels/varlen.py"} <= set(ran_forward)
+    assert not {"flashcore/kernels/decode.py", "flashcore/kernels/backward.py"} & set(ran_forward)
+    monkeypatch.setattr(forward, "_fake_kernel", _FakeJit(compiled=False), raising=False)
+    monkeypatch.setattr(decode, "_fake_kernel", _FakeJit(compiled=True), raising=False)
     if not torch.cuda.is_available():
         fp = R.kernel_fingerprint()
         assert fp["scope"] == "ran" and sorted(fp["files"]) == files

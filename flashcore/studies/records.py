@@ -3,10 +3,10 @@ notebook prints under a record it renders, and ``results/SUMMARY.md``.
 
 A record written by ``results.write_result`` carries ``kernel_fingerprint``: the git object id
 of every kernel source behind the kernels the run ran (``results.ran_kernel_files``: the
-``flashcore/kernels`` modules whose kernels it compiled, the kernel sources those import, the
-Gluon kernels' routing files and the dispatch files; records made before 2026-11-27's
-d8fa890 follow-up, or by a run that ran no kernel in its own process, list every kernel
-source it imported), computed from the files' bytes. Today's files are hashed the same way,
+``flashcore/kernels`` modules whose kernels it compiled, the kernel sources those import and
+those that import them, the Gluon kernels' routing files and the dispatch files; records made
+before this rule (2026-11-27), or by a run that ran no kernel in its own process, list every
+kernel source it imported), computed from the files' bytes. Today's files are hashed the same way,
 so a record is
 
 * **current**: every file it ran has today's bytes (the fingerprint equals today's over the
