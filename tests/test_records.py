@@ -62,6 +62,8 @@ def test_write_result_fingerprints_the_imported_kernels_and_reads_back_current(
 ):
     import flashcore.kernels.forward  # noqa: F401  (what a run that launches it has imported)
 
+    # As a run that ran no kernel in this process (on a GPU machine, earlier tests may have).
+    monkeypatch.setattr(R, "ran_kernel_files", lambda root=None, modules=None: [])
     monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
     path = R.write_result("unit", {"value": 1.5}, slug="test-gpu")
     record = json.loads(path.read_text())
