@@ -147,7 +147,7 @@ def main() -> int:
         torch.cuda.empty_cache()
     record["speed"] = speed
     record["seconds"] = time.perf_counter() - start
-    record["kernel_fingerprint"] = kernel_fingerprint()  # the kernel modules this run imported
+    record["kernel_fingerprint"] = kernel_fingerprint()  # the sources of the kernels it ran
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
     print(f"wrote {args.out} ({record['seconds']:.0f} s)")
