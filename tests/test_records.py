@@ -9,6 +9,7 @@ generated from the records and must equal what they generate now."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -421,3 +422,32 @@ def test_a_record_names_the_sources_behind_the_kernels_it_ran(monkeypatch):
     if not torch.cuda.is_available():
         fp = R.kernel_fingerprint()
         assert fp["scope"] == "ran" and sorted(fp["files"]) == files
+
+
+# A log named in the code, the notebooks or the README: `logs/<file>` (globs and placeholders
+# such as `logs/*_0099be1.log` or `logs/sanitize_<commit>.log` name no one file).
+_CITED_LOG = re.compile(r"logs/([A-Za-z0-9_.-]*[A-Za-z0-9])(?![A-Za-z0-9_*<{-]|\.[A-Za-z0-9])")
+
+
+def cited_logs(text: str) -> set[str]:
+    """The log file names ``text`` cites (with an extension; not globs or placeholders)."""
+    return {m.group(1) for m in _CITED_LOG.finditer(text) if "." in m.group(1)}
+
+
+def test_cited_logs_reads_names_not_globs():
+    text = (
+        "see `logs/perf_0099be1.log`, logs/*_0099be1.log, logs/sanitize_<commit>.log, logs/x.json."
+    )
+    assert cited_logs(text) == {"perf_0099be1.log", "x.json"}
+
+
+def test_every_log_the_project_cites_is_committed():
+    roots = [R.REPO_ROOT / p for p in ("flashcore", "notebooks", "tools")]
+    texts = [R.REPO_ROOT / "README.md", *(f for root in roots for f in root.rglob("*.py"))]
+    committed = {p.name for p in R.REPO_ROOT.glob("results/*/logs/*")}
+    cited = {(path, name) for path in texts for name in cited_logs(path.read_text())}
+    assert len(cited) > 30  # the pattern still finds the citations
+    missing = sorted(
+        f"{p.relative_to(R.REPO_ROOT)}: logs/{n}" for p, n in cited if n not in committed
+    )
+    assert not missing, missing
