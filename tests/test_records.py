@@ -451,3 +451,29 @@ def test_every_log_the_project_cites_is_committed():
         f"{p.relative_to(R.REPO_ROOT)}: logs/{n}" for p, n in cited if n not in committed
     )
     assert not missing, missing
+
+
+@pytest.mark.gpu
+def test_gpu_the_ran_scope_sees_the_kernels_a_call_ran():
+    """On the GPU, with Triton's real compile caches: a decode call (a Triton kernel of
+    decode.py through its own launcher) shows up in ``ran_kernel_files``."""
+    import torch
+
+    from flashcore import attention_with_kvcache
+    from flashcore.kernels import decode
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k_new, v_new = (
+        torch.randn(1, 8, 1, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for _ in range(3)
+    )
+    k_cache, v_cache = (
+        torch.randn(1, 8, 256, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for _ in range(2)
+    )
+    lens = torch.full((1,), 100, device="cuda", dtype=torch.int32)
+    attention_with_kvcache(q, k_cache, v_cache, lens, k_new, v_new)
+    torch.cuda.synchronize()
+    here = {"flashcore.kernels.decode": decode}
+    assert "flashcore/kernels/decode.py" in R.ran_kernel_files(modules=here)
+    assert R.kernel_fingerprint()["scope"] == "ran"
