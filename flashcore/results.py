@@ -159,21 +159,36 @@ def _compiled_here(obj) -> bool:
     return any(entry and entry[0] for entry in list(caches.values()))
 
 
-def _kernel_imports(path: Path) -> set[str]:
-    """The flashcore.kernels modules a kernel source imports (``from .x import``, ``from . import
-    x``, ``from flashcore.kernels.x import``), as file names in the kernels directory."""
-    names = set()
+def module_name(path: Path, root: Path = REPO_ROOT) -> str:
+    """The dotted module name of a source under ``root`` (``flashcore/kernels/__init__.py``
+    -> ``flashcore.kernels``)."""
+    parts = list(Path(path).relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def module_imports(path: Path, root: Path = REPO_ROOT) -> set[str]:
+    """Every flashcore module the source at ``path`` imports, wherever in the file the import
+    stands (module level or in a function), relative imports resolved: dotted names of the
+    sources under ``root``/flashcore. (tests/test_architecture.py checks the layout with it.)"""
+    path, root = Path(path), Path(root)
+    name, is_package = module_name(path, root), path.name == "__init__.py"
+    found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        if node.level == 1:
-            parts = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-        elif node.level == 0 and (node.module or "").startswith(KERNELS_PACKAGE + "."):
-            parts = [node.module[len(KERNELS_PACKAGE) + 1 :].split(".")[0]]
-        else:
-            continue
-        names.update(f"{part}.py" for part in parts)
-    return names
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            found.add(prefix)
+            found.update(f"{prefix}.{a.name}" for a in node.names)
+    modules = {module_name(p, root) for p in (root / "flashcore").rglob("*.py")}
+    return {m for m in found if m in modules and m != name}
 
 
 def kernel_import_closure(files: list[str], root: Path = REPO_ROOT) -> list[str]:
@@ -186,7 +201,12 @@ def kernel_import_closure(files: list[str], root: Path = REPO_ROOT) -> list[str]
         if rel in seen or not (base / rel).is_file():
             continue
         seen.add(rel)
-        todo += [f"{KERNELS_DIR}/{name}" for name in _kernel_imports(base / rel)]
+        imported = module_imports(base / rel, base)
+        todo += [
+            f"{KERNELS_DIR}/{m[len(KERNELS_PACKAGE) + 1 :]}.py"
+            for m in imported
+            if m.startswith(KERNELS_PACKAGE + ".")
+        ]
     return sorted(seen)
 
 

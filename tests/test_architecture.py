@@ -10,45 +10,19 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+import flashcore.results as R
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "flashcore"
 LONG_FILE_LINES = 760  # "~700": a little slack, not a license
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
-
-
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-
-
-def _imports(name: str, path: Path) -> set[str]:
-    """Every flashcore module ``name`` imports, wherever in the file the import stands."""
-    is_package = path.name == "__init__.py"
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")
-                base = base[: len(base) - node.level + (1 if is_package else 0)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            found.add(prefix)
-            found.update(f"{prefix}.{a.name}" for a in node.names)
-    modules = _modules()
-    return {m for m in found if m in modules and m != name}
+    return {R.module_name(p, ROOT): p for p in PACKAGE.rglob("*.py")}
 
 
 def _is_lab(name: str) -> bool:
@@ -57,7 +31,7 @@ def _is_lab(name: str) -> bool:
 
 def _library() -> dict[str, set[str]]:
     return {
-        name: _imports(name, path)
+        name: R.module_imports(path, ROOT)  # wherever in the file the import stands
         for name, path in _modules().items()
         if not _is_lab(name) and name != "flashcore.__main__"
     }
