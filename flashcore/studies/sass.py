@@ -515,7 +515,8 @@ def in_compiler_process(module: str, *args: str):
 def analyze_variants(keep_sass: bool = False) -> dict:
     """Compile and analyze every variant. Runs in a subprocess when the current process has
     the Triton interpreter switched on (its @jit functions cannot be compiled)."""
-    done = in_compiler_process("flashcore", "sass", "--json", *(["--keep-sass"] * keep_sass))
+    flags = ["--json", "--keep-sass"] if keep_sass else ["--json"]
+    done = in_compiler_process("flashcore", "sass", *flags)
     if done is not None:
         return done
     import triton
