@@ -111,10 +111,6 @@ def budget(loop: dict, *, warpgroups: int, dtype: str) -> dict:
     issue (``gmma_flops``, per warpgroup), so the same function serves the forward's two
     matmuls and the backward's five."""
     tensor = warpgroups * loop["gmma_flops"] / TENSOR_FLOPS_PER_CLOCK[dtype]
-    return _cycles(loop, tensor, warpgroups)
-
-
-def _cycles(loop: dict, tensor: float, warpgroups: int) -> dict:
     issue = warpgroups * loop["instructions"]
     mufu = warpgroups * loop["MUFU"] * MUFU_CLOCKS_PER_WARP_INSTRUCTION
     return {
