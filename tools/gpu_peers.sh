@@ -28,6 +28,15 @@
 #   backward  the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
 #             forward + backward too (backward.json's speed rows; merged with the grid part
 #             by tools/merge_backward_records.py)
+#   rerecord_a (carry .fa4a and .whl) unpack FA4's compiler library; the GPU check of the
+#             fingerprint's "ran" scope (tests/test_records.py, first, so no record is written
+#             under a scope that misses kernels); the FP8 study (fp8.json, ~250 s); the backward
+#             grid part (tools/gpu_backward_record.sh grid, ~120 s)
+#   rerecord_b (carry .fa4b, right after rerecord_a) the backward speed part beside FA4 (as
+#             `backward` above, ~240 s), paged decode (paged_decode.json), the transformers
+#             models (models.json, 7 paired generation rounds)
+#   rerecord_c varlen.json (~210 s), feature_costs.json (~170 s); the notebooks' GPU profiles
+#             then go through tools/gpu_reproduce_timing.sh in a call of their own
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
 set -u
 part=$1; out=$2
@@ -36,7 +45,8 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
 . tools/stage.sh
 fa4site=/root/fa4site
-if [ "$part" = dv ] || [ "$part" = ncu ] || [ "$part" = ncu_fa4 ] || [ "$part" = current_b ]; then
+case "$part" in dv | ncu | ncu_fa4 | current_b | rerecord_b) fa4b=1 ;; *) fa4b=0 ;; esac
+if [ "$fa4b" = 1 ]; then
   # shellcheck disable=SC1091
   source .fa4b/install.sh
 elif [ -d "$fa4site" ]; then
@@ -97,6 +107,24 @@ case "$part" in
       python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
       --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
       --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
+    ;;
+  rerecord_a)
+    bash .fa4a/install.sh
+    TAIL=4 stage ran_scope 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_records.py
+    TAIL=20 stage fp8 300 python3 -m flashcore fp8 --record
+    BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
+    ;;
+  rerecord_b)
+    TAIL=70 STAGE_HIDE="gradients\|UserWarning\|return Variable" stage backward_speed 300 \
+      python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
+      --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
+      --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
+    TAIL=4 STAGE_HIDE="it/s\]" stage paged 90 python3 -m flashcore bench --suite paged --record
+    TAIL=12 stage models 200 python3 -m flashcore models --record
+    ;;
+  rerecord_c)
+    TAIL=6 stage varlen 260 python3 -m flashcore varlen --record
+    TAIL=6 stage feature_costs 220 python3 flashcore/studies/feature_costs.py --record
     ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
