@@ -6,7 +6,10 @@ head dim is 256). The table kernels/backward.py ships took its MLA and D256 entr
 sweep.
 
 Usage: python tools/dv_backward_probe.py OUT.json [--seqlens 4096 8192] [--pair 192/128]
-                                          [--atomic]
+                                          [--atomic] [--around-shipped]
+With --around-shipped, the kernel not varied stays at the config kernels/backward.py ships for
+the pair (its ``_pick_config``), and the shipped configs join the lists: a re-sweep after a
+kernel change (the 192/128 split tiles of 23f9d53 ran configs swept on padded tiles).
 With --atomic, the atomic mode instead (dQ summed inside the dK/dV kernel: the backward's
 ``deterministic=False``; autograd, varlen's included, runs the deterministic mode): only the
 dK/dV config varies; the first is the atomic config both pairs shipped before e5df583.
@@ -47,6 +50,9 @@ DKDV = [
     (32, 128, 8, 2),
     (128, 64, 8, 1),
     (128, 64, 8, 2),
+    (32, 128, 8, 3),
+    (32, 128, 4, 2),
+    (64, 128, 8, 3),
 ]
 DQ = [
     (64, 32, 4, 1),
@@ -58,13 +64,32 @@ DQ = [
     (128, 32, 8, 2),
     (128, 64, 8, 1),
     (128, 64, 8, 2),
+    (128, 64, 8, 3),
+    (128, 128, 8, 2),
 ]
 
 
-def _runs(atomic=False):
-    runs = [dict(dkdv=c, dq=DQ[0]) for c in DKDV]
+def _bases(pair, atomic, around_shipped):
+    """(dK/dV config, dQ config) each list's rows hold fixed for the other kernel."""
+    if not around_shipped:
+        return DKDV[0], DQ[0]
+    from flashcore.kernels.backward import _pick_config
+
+    def padded(width):
+        return max(16, 1 << (width - 1).bit_length())
+
+    d, dv = pair  # as attention_backward picks: the wider padded head dim, v's where it differs
+    shipped = _pick_config(
+        max(padded(d), padded(dv)), torch.bfloat16, False, padded(dv) if dv != d else 0
+    )
+    return (shipped["dkdv_atomic"] if atomic else shipped["dkdv"]), shipped["dq"]
+
+
+def _runs(atomic=False, bases=(DKDV[0], DQ[0])):
+    dkdv_base, dq_base = bases
+    runs = [dict(dkdv=c, dq=dq_base) for c in dict.fromkeys([dkdv_base, *DKDV])]
     if not atomic:
-        runs += [dict(dkdv=DKDV[0], dq=c) for c in DQ[1:]]
+        runs += [dict(dkdv=dkdv_base, dq=c) for c in dict.fromkeys(DQ) if c != dq_base]
     return runs
 
 
@@ -109,11 +134,16 @@ def main():
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--pair", default=f"{D}/{DV}", help="q/k head dim / v head dim")
     ap.add_argument("--atomic", action="store_true", help="time the atomic mode's dK/dV kernel")
+    ap.add_argument(
+        "--around-shipped", action="store_true", help="hold the other kernel at the shipped config"
+    )
     args = ap.parse_args()
     pair = tuple(int(x) for x in args.pair.split("/"))
     h = 2048 // pair[1] if pair[1] > 128 else H  # H * D_v = 2048 past 128, as the speed rows
     t0 = time.time()
-    runs = _runs(args.atomic)
+    bases = _bases(pair, args.atomic, args.around_shipped)
+    print(f"held fixed: dkdv {bases[0]}, dq {bases[1]}", flush=True)
+    runs = _runs(args.atomic, bases)
     jobs = [
         (c, cfg, s, pair, args.atomic)
         for s in args.seqlens[:1]
@@ -163,7 +193,7 @@ def main():
                 )
             torch.cuda.empty_cache()
     best = {}
-    kernels = (("dkdv", ("dq", DQ[0])),) + (() if args.atomic else (("dq", ("dkdv", DKDV[0])),))
+    kernels = (("dkdv", ("dq", bases[1])),) + (() if args.atomic else (("dq", ("dkdv", bases[0])),))
     for kernel, baseline_other in kernels:
         groups = defaultdict(list)
         for r in rows:
@@ -181,9 +211,11 @@ def main():
             provenance=provenance(
                 f"tools/dv_backward_probe.py OUT.json --pair {args.pair}"
                 + (" --atomic" if args.atomic else "")
+                + (" --around-shipped" if args.around_shipped else "")
             ),
             kernel_fingerprint=kernel_fingerprint(),
             rows=rows,
+            held_fixed=dict(dkdv=bases[0], dq=bases[1]),
             ranked=best,
             compile_errors=errors,
         )

@@ -35,7 +35,9 @@
 #   rerecord_b (carry .fa4b, right after rerecord_a) the backward speed part beside FA4 (as
 #             `backward` above, ~240 s), paged decode (paged_decode.json), the transformers
 #             models (models.json, 7 paired generation rounds)
-#   rerecord_c varlen.json (~210 s), feature_costs.json (~170 s); the notebooks' GPU profiles
+#   rerecord_c varlen.json (~210 s), feature_costs.json (~170 s), the MLA backward's launch
+#             configs re-swept on its split tiles (tools/dv_backward_probe.py --around-shipped,
+#             both modes, ~50 s each; under <outdir>/probe); the notebooks' GPU profiles
 #             then go through tools/gpu_reproduce_timing.sh in a call of their own
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
 set -u
@@ -125,6 +127,12 @@ case "$part" in
   rerecord_c)
     TAIL=6 stage varlen 260 python3 -m flashcore varlen --record
     TAIL=6 stage feature_costs 220 python3 flashcore/studies/feature_costs.py --record
+    mkdir -p "$out/probe"
+    for mode in deterministic atomic; do
+      TAIL=16 stage "mla_probe_$mode" 120 python3 tools/dv_backward_probe.py \
+        "$out/probe/mla_backward_probe_$mode.json" --around-shipped \
+        $([ $mode = atomic ] && echo --atomic)
+    done
     ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
