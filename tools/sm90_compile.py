@@ -37,17 +37,18 @@ class _Capture:
 
     def __getitem__(self, grid):
         def call(*args, **kwargs):
-            self.last = (args, kwargs)
+            self.grid, self.last = grid, (args, kwargs)
 
         return call
 
 
-def capture_launches(module, names, launch, **patches) -> dict:
+def capture_launches(module, names, launch, *, grids=None, **patches) -> dict:
     """Calls ``launch()`` with ``module``'s kernels ``names`` replaced by stand-ins that record
     their ``kernel[grid](...)`` call instead of running it, and ``module``'s attributes
     ``patches`` set (e.g. ``on_interpreter``, so that CPU tensors take the GPU path); restores
     all of them after. Returns, for each kernel launched, the keyword arguments of its last
-    launch, every parameter by name, as ``compile_launch`` takes them."""
+    launch, every parameter by name, as ``compile_launch`` takes them; ``grids``, a dict if
+    given, receives each one's launch grid."""
     caps = {n: _Capture() for n in names}
     saved = {n: getattr(module, n) for n in (*names, *patches)}
     try:
@@ -57,6 +58,8 @@ def capture_launches(module, names, launch, **patches) -> dict:
     finally:
         for n, value in saved.items():
             setattr(module, n, value)
+    if grids is not None:
+        grids.update({n: c.grid for n, c in caps.items() if hasattr(c, "last")})
     return {
         n: dict(zip(saved[n].arg_names, c.last[0])) | c.last[1]
         for n, c in caps.items()

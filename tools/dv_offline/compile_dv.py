@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import torch  # noqa: E402
-from sm90_compile import compile_launch  # noqa: E402
+from sm90_compile import capture_launches, compile_launch  # noqa: E402
 
 if os.environ.get("DV_VARIANT") == "hoist_v":
     # forward.py with V's load moved above q @ k^T (hoist_v.py builds it from the patch)
@@ -33,16 +33,6 @@ else:
     from flashcore.kernels import forward as fwd  # noqa: E402
 
 REAL = fwd._attn_fwd_kernel
-
-
-class _Capture:
-    arg_names = REAL.arg_names
-
-    def __getitem__(self, grid):
-        def call(**kw):
-            _Capture.last = (grid, kw)
-
-        return call
 
 
 def compile_case(
@@ -64,10 +54,11 @@ def compile_case(
     v = torch.randn(b, hkv, sk, dv, generator=g).to(dtype)
     out = torch.empty(b, hq, sq, dv, dtype=dtype)
     lse = torch.empty(b, hq, sq, dtype=torch.float32)
-    fwd.on_interpreter = lambda t: False
-    fwd._attn_fwd_kernel = _Capture()
-    try:
-        fwd.launch_forward(
+    grids = {}
+    kw = capture_launches(
+        fwd,
+        ["_attn_fwd_kernel"],
+        lambda: fwd.launch_forward(
             q,
             k,
             v,
@@ -83,10 +74,11 @@ def compile_case(
             return_lse=True,
             config=None,
             key=None,
-        )
-    finally:
-        fwd._attn_fwd_kernel = REAL
-    grid, kw = _Capture.last
+        ),
+        grids=grids,
+        on_interpreter=lambda t: False,
+    )["_attn_fwd_kernel"]
+    grid = grids["_attn_fwd_kernel"]
     kw.update(overrides or {})
     compiled = compile_launch(REAL, kw)
     meta = {n: v for n, v in kw.items() if not isinstance(v, torch.Tensor)}
