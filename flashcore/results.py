@@ -152,7 +152,11 @@ def _compiled_here(obj) -> bool:
     """Whether ``obj`` (a module attribute) is a Triton or Gluon ``@jit`` kernel, or a
     ``CachedKernel`` around one, that this process compiled for a GPU: its per-device compile
     cache holds a kernel. (On the interpreter nothing compiles, and nothing counts.)"""
-    obj = getattr(obj, "kernel", obj)  # a CachedKernel launches its .kernel
+    # A CachedKernel launches its .kernel. (A @jit function has a .kernel too, always None:
+    # unwrap only where the attribute is itself a kernel with compile caches.)
+    inner = getattr(obj, "kernel", None)
+    if getattr(inner, "device_caches", None) is not None:
+        obj = inner
     caches = getattr(obj, "device_caches", None)
     if not isinstance(caches, dict):
         return False

@@ -390,6 +390,27 @@ class _FakeJit:
 
     def __init__(self, compiled: bool):
         self.device_caches = {0: ({"key": object()} if compiled else {}, {}, None, None, None)}
+        self.kernel = None  # as a JITFunction has (see the test above)
+
+
+def test_a_real_jit_kernel_and_its_cached_launcher_count_once_compiled():
+    """The compile-cache check on Triton's own classes, not only the stand-in: a
+    ``JITFunction`` carries a ``.kernel`` attribute of its own (None), which must not be
+    taken for a ``CachedKernel``'s wrapped kernel (it was, and on the GPU the "ran" scope
+    then saw nothing)."""
+    from triton.runtime.jit import JITFunction  # what @triton.jit makes off the interpreter
+
+    from flashcore.kernels._launch import CachedKernel
+
+    def body(X):
+        pass
+
+    kernel = JITFunction(body)
+    assert hasattr(kernel, "kernel") and kernel.kernel is None
+    kernel.device_caches = {0: ({}, {}, None, None, None)}  # what a first launch creates
+    assert not R._compiled_here(kernel) and not R._compiled_here(CachedKernel(kernel))
+    kernel.device_caches[0][0]["key"] = object()  # a compiled kernel in the cache
+    assert R._compiled_here(kernel) and R._compiled_here(CachedKernel(kernel))
 
 
 def test_a_record_names_the_sources_behind_the_kernels_it_ran(monkeypatch):
