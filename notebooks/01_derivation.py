@@ -32,13 +32,13 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # verdict is a stale verdict until it is re-recorded), and a verdict: **holds**, **refuted**,
 # **reframed** (the number can be reproduced but does not mean what the report said), or **not
 # testable**. Each record's status line follows the table, and the last line names the claims
-# whose record is stale. The kernel sources change after some records are made (the latest
-# changes, at 3f5270a and e5df583, touched paged decode and one backward launch config), and a
-# record not re-recorded since keeps the numbers of the kernels it measured: its claim's
-# measurement and verdict are those kernels', not necessarily today's. (perf.json and fp8.json
-# went stale with those two changes; the forward and backward kernels they timed compile to
-# PTX identical to 0e654ee's, `logs/ptx_compare_0e654ee_296ff3f.log`, but that is a compile
-# check, not a measurement.)
+# whose record is stale. The kernel sources change after some records are made, and a record
+# not re-recorded since keeps the numbers of the kernels it measured: its claim's measurement
+# and verdict are those kernels', not necessarily today's. (The latest kernel changes, at
+# 23f9d53 and d8fa890, split MLA's head dim in the backward and moved D=64's forward to the
+# Gluon kernel; `perf.json` and `correctness.json` were re-recorded at d8fa890 and `fp8.json`
+# at c530054, the same kernels. `long_context.json` and `timing_leak.json` were not: their
+# claims' lines below say stale.)
 
 # %%
 from flashcore.studies import claims
