@@ -346,7 +346,7 @@ else:
 # `SPEED_HEAD_DIMS` live (a peer that is not installed gets an error row, not a number); the
 # CPU profile renders the record, which joins two sessions at one commit: bf16 at D 128, 64,
 # 256 with every peer and forward+backward timed too, and fp16 at D=128 (no FA4, no Flex)
-# with the gradient grid. The figure shows bf16.
+# with the gradient grid and the D=128 launch-config tune. The figure shows bf16.
 
 # %% tags=[]
 SPEED_IMPLS = ["flashcore", "flashcore_atomic", "fa4", "sdpa_cudnn", "sdpa_flash", "flex"]
@@ -700,26 +700,30 @@ if record is not None and "speed" in record:
         print("  ", c["name"], {g: round(c[g]["ratio"], 3) for g in ("dq", "dk", "dv")})
 
 # %% [markdown] tags=[]
-# **Reading it.** The record joins two device sessions at commit `0099be1` (logs
-# `backward_grid_0099be1.log`, `backward_speed_0099be1.log`): the grid session (gradient grid,
-# determinism, memory, fp16 speed at D=128) and the bf16 speed session beside FA4 (D 64/128/256,
-# forward+backward too). It is stale since `d8fa890` (its status line in sections 3 and 6):
-# `0e0358b` split MLA's q/k head dim in `kernels/backward.py` and `d8fa890` moved D64's forward
-# onto the Gluon kernel. The backward kernels this record times at D 64/128/256 compile to the
-# same PTX at `d8fa890` as at `0099be1` (`logs/ptx_compare_0099be1_d8fa890.log`), so its
-# backward numbers describe today's code there, but they were not re-measured; its
-# forward+backward rows at D64 ran the Triton forward. All 438 grid cases pass (fp32 included; worst ratio 0.865), the default mode is
-# bitwise reproducible, extra memory grows linearly (S ×16, extra memory ×16).
+# **Reading it.** The record joins two device sessions at commit `c530054` (2026-11-27; logs
+# `backward_grid_c530054.log`, `backward_speed_c530054.log`): the grid session (gradient grid,
+# determinism, memory, fp16 speed at D=128, and the D=128 launch-config tune of section 6) and
+# the bf16 speed session beside FA4 (D 64/128/256, forward+backward too). It is current (its
+# status line in sections 3 and 6): `c530054`'s kernel sources are `d8fa890`'s. The backward
+# code it times at D 64/128/256 compiles to the same PTX as at `0099be1`, the previous
+# record's commit (`logs/ptx_compare_0099be1_d8fa890.log`), so what moved since that record
+# is run to run, on both sides (FA4 at D=128 S=4K full: 595 TFLOP/s then, 550 now). Its
+# forward+backward rows at D64 now run the forward `d8fa890` moved onto the Gluon kernel
+# (non-causal from S=4K, causal at S=16K); `0099be1`'s ran the Triton forward. All 438 grid
+# cases pass (fp32 included; worst ratio 0.865), the default mode is bitwise reproducible,
+# extra memory grows linearly (S ×16, extra memory ×16).
 #
-# **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.69 at
-# D=128 (target 1.00), x0.69 at D=64 and x0.84 at D=256 (target 0.95). Not one of the 24 bf16
-# shapes reaches 0.90× FA4: the best is x0.87 (D=256), the worst x0.63 (D=64). Against cuDNN:
-# x0.80 at D=128, x0.83 at D=64, x0.71 at D=256 (target 1.0 at each). Forward+backward of one
-# call at D=128: x0.78 of FA4 (target 1.0; x0.75 at D=64, x0.81 at D=256). The one target met
-# is determinism's cost: the deterministic default runs at x1.28 the atomic mode at D=128 (bar
-# 0.85), because the atomic mode is the slower one at every recorded shape, at every D. The
-# earlier bar holds: x1.43 SDPA flash in bf16, x1.40 in fp16, x1.03 FlexAttention (geomean;
-# worst x0.99, at D=128 S16384 full).
+# **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.707
+# at D=128 (target 1.00), x0.686 at D=64 and x0.835 at D=256 (target 0.95); at `0099be1`
+# x0.689, x0.689 and x0.839. Not one of the 24 bf16 shapes reaches 0.90× FA4: the best is
+# x0.86 (D=256 S4096 full), the worst x0.594 (D=64 S16384 causal). Against cuDNN: x0.813 at
+# D=128, x0.835 at D=64, x0.715 at D=256 (target 1.0 at each). Forward+backward of one call
+# at D=128: x0.781 of FA4 (target 1.0; x0.75 at D=64, x0.82 at D=256). The one target met is
+# determinism's cost: the deterministic default runs at x1.278 the atomic mode at D=128 (bar
+# 0.85), because the atomic mode is the slower one at every recorded shape at D=128 and
+# D=256, and at all but one at D=64 (S8192 causal, 322 against 320 TFLOP/s; worst x0.99).
+# The earlier bar holds: x1.45 SDPA flash in bf16, x1.42 in fp16, x1.05 FlexAttention
+# (geomean; worst x1.01, at D=128 S16384 full, where `0099be1`'s worst was x0.99).
 #
 # **D=256 since `6c8aae4`.** The launch table's D=256 bucket now runs the deterministic
 # mode's dK/dV kernel at (64, 64, 8 warps, 2 stages) and its dQ kernel at (64, 32, 4, 3)
@@ -727,8 +731,8 @@ if record is not None and "speed" in record:
 # causal and not, 1.25× (dK/dV) and 1.11× (dQ) the old configs
 # (`logs/d256_backward_probe_d444f79.log`). Against the record of `b44173b` (D=256: x0.60 of
 # FA4, x0.51 of cuDNN, x0.78 of SDPA flash) D=256 went from the furthest of the three head
-# dims to the closest to FA4, x0.84; it is still the furthest from cuDNN (x0.71) and the least
-# ahead of SDPA flash (x1.08). Section 10 profiles the D=128, D=64 and MLA 192/128 time.
+# dims to the closest to FA4, x0.835; it is still the furthest from cuDNN (x0.715) and the
+# least ahead of SDPA flash (x1.07). Section 10 profiles the D=128, D=64 and MLA 192/128 time.
 #
 # **The atomic mode since 044ea55.** Since commit 044ea55 the atomic mode adds each dQ tile
 # with one TMA bulk reduce-add (`cp.reduce.async.bulk`) on the descriptor path, which is how
@@ -740,10 +744,11 @@ if record is not None and "speed" in record:
 # 0.77-0.88, 0.56-0.81 and 0.87-0.93 for the per-element atomics of the `b44173b` record at
 # the same S. In the record, same S (the atomic mode timed directly, the default through
 # autograd: a different harness from the probe's, so the comparison is rough), atomic /
-# deterministic is 0.90-0.97 at D=64, 0.69-0.92 at D=128 and 0.62-0.67 at D=256: at D=256 the
+# deterministic is 0.91-0.98 at D=64, 0.67-0.90 at D=128 and 0.63-0.68 at D=256: at D=256 the
 # deterministic configs were re-tuned at `6c8aae4` and the atomic mode's dK/dV config was not.
-# In this Triton structure the deterministic second pass stays the faster mode at every D: it
-# stays the default, and dQ inside one kernel remains work for a Gluon backward (section 10).
+# In this Triton structure the deterministic second pass stays the faster mode at every D (by
+# geomean; at D=64 S8192 causal the two are level): it stays the default, and dQ inside one
+# kernel remains work for a Gluon backward (section 10).
 #
 # **The atomic mode's configs since `e5df583`.** The atomic mode is the backward's
 # `deterministic=False`; autograd, varlen's included, runs the deterministic mode. Its dK/dV
@@ -763,14 +768,18 @@ if record is not None and "speed" in record:
 # default).
 #
 # **The launch table** comes from timing, not register reports. The record's grid session ran
-# without its tuning stage, so the sweep section 6 renders is the last one recorded,
-# `backward_tuning.json` (commit `29013ed`, D=128, S 4K and 16K): stale, since kernel sources
-# changed after it (the atomic mode's dQ sum among them, `044ea55`) and it was not
-# re-recorded. In it the deterministic mode's fastest dK/dV tile is 64×64 with 4 warps (one
-# warpgroup per tile) at all four tuned shapes, and the atomic mode's fastest (64×128, 8
-# warps) takes 1.25–1.62× its time; the configs the table ships at D=128 are those fastest
-# ones (the lines under that table). The D=256 bucket and MLA's 192/128 pair were tuned by
-# the probes named above and in notebook 09 (`logs/d256_backward_probe_d444f79.log`,
+# its tuning stage (`--tune --tune-s 4096 16384`), so the sweep section 6 renders is the
+# record's own `tuning` field (commit `c530054`, D=128, S 4K and 16K, 52 timings);
+# `backward_tuning.json`, the sweep recorded on its own at `29013ed`, stays stale and is no
+# longer rendered. In the record's sweep the deterministic mode's fastest dK/dV tile is 64×64
+# with 4 warps (one warpgroup per tile) at all four tuned shapes, and the atomic mode's
+# fastest (64×128, 8 warps) takes 1.11–1.44× its time (1.25–1.62× in `backward_tuning.json`,
+# before the atomic mode's dQ sum changed at `044ea55`). The configs the table ships at D=128
+# (the lines under that table) are the fastest at three of the four shapes in each mode; at
+# the fourth the fastest differs in its stages, and the shipped pair is 0.8% slower
+# (deterministic, S=16K causal: dQ at 4 stages) and 4.6% slower (atomic, S=4K causal: dK/dV
+# at 2 stages). The D=256 bucket and MLA's 192/128 pair were tuned by the probes named above
+# and in notebook 09 (`logs/d256_backward_probe_d444f79.log`,
 # `logs/dv_backward_probe_3669f4a.log`, and for the atomic mode
 # `logs/atomic_backward_probe_3f5270a.*`), not by this sweep.
 
@@ -820,8 +829,8 @@ for pair in ("mla", "256"):
 # rounds differently with AVX-512: there the D16 causal case fails at 0 of 400 seeds), so the
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
-# at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, and again at `0099be1` (the
-# record above, stale since `d8fa890` as said there): 438 cases, 0 failed each time.
+# at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, at `0099be1`, and again at
+# `c530054` (the record above, current): 438 cases, 0 failed each time.
 
 # %% [markdown] tags=[]
 # **Why the deterministic default trails FA4: the matmuls it runs.** The FLOPs above count
@@ -902,11 +911,11 @@ if budget and executed_rows:
 
 # %% [markdown] tags=[]
 # So per matmul the default mode's kernels keep the tensor cores about as busy as FA4's or
-# busier (the table: 48% against 50% at D=64, 56% against 58% at D=128), and its gap to FA4
-# there (0.69) is close to 5/7 = 0.71: the two matmuls the dQ pass runs again. At D=256 the
-# count finds more: the eight-warp dK/dV kernel computes S and dP in both warpgroups (each
-# warpgroup needs the whole Pᵀ and dSᵀ as the register operand of its half of dV and dK), so
-# the default mode runs nine matmuls a pair and the atomic mode seven; per matmul that is 47%
+# busier (the table: 48% against 50% at D=64, 56% against 57% at D=128), and its gap to FA4
+# there (0.686 and 0.707) is close to 5/7 = 0.71: the two matmuls the dQ pass runs again.
+# At D=256 the count finds more: the eight-warp dK/dV kernel computes S and dP in both
+# warpgroups (each warpgroup needs the whole Pᵀ and dSᵀ as the register operand of its half of dV and dK), so
+# the default mode runs nine matmuls a pair and the atomic mode seven; per matmul that is 46%
 # of the peak against FA4's 31%, and the duplicated pair alone costs 9/7. The atomic mode
 # runs its matmuls at about half the default's rate. At D=128 its dK/dV kernel (64 × 128,
 # eight warps) fits one CTA per SM and spills (59 local stores), where the default's fits two;
