@@ -637,7 +637,8 @@ print(
     f"fp8 / bf16 throughput at D=128, S>=4096: per shape {min(ratios):.2f}-{max(ratios):.2f}, geomean {geomean(ratios):.2f}"
 )
 # The same measurement in another process (the quick record): a measure of run-to-run noise
-# only when its status line says current (same kernels); stale, it measured another version.
+# only when its status line says current (same kernels); stale, it measured another version of
+# the kernel files, and whether the fp8 code differs is for the verdict below to say.
 quick = read_result("fp8_quick", RECORDED_GPU)
 quick_long = [l for l in F.speed_table(quick["speed"]) if l["S"] >= 4096 and l["D"] == 128]
 o = [l["x_bf16"] for l in quick_long]
@@ -669,23 +670,30 @@ for causal in (False, True):
     )
 
 # %% [markdown]
-# **Verdict on the targets** (the lines above, from `fp8.json`, commit 8739133):
+# **Verdict on the targets** (the lines above, from `fp8.json`, commit c530054, 2026-11-27,
+# current):
 #
-# * **≥ 1000 TFLOP/s at D = 128, S ≥ 8K, non-causal: missed.** The Gluon FP8 mode serves those
-#   shapes and reaches 823 (S = 8192) and 816 (S = 16384), about 0.82 of the target. At D128,
-#   S ≥ 4K it runs 796–823 TFLOP/s non-causal and 671–833 causal, 1.01–1.13× the Triton fp8
-#   kernel on the same inputs.
-# * **≥ 1.5× bf16 at the same shapes: missed** (1.26 and 1.34). Across D128 S ≥ 4K the ratio is
-#   1.19–1.41, geomean 1.29, so the earlier target (≥ 1.5× at every D128 shape from 4K) is
-#   missed too; it was 1.12–1.25 with the Triton kernel alone (the previous record, commit
-#   5aac3ce). The `quick record` lines are this notebook's GPU profile, run with papermill on
-#   the H100 at 0099be1, whose fp8 kernels are this record's (its status line): another process
-#   timing the same kernels, so the spread between the two runs (the last indented line) is
-#   the run-to-run noise these verdicts sit in.
-# * **D = 256, for information: both pass** at every recorded S: 1077–1133 TFLOP/s
-#   non-causal at S 4K–16K and 1.53–1.67× bf16 there (the causal lines in section 7: 885–1162,
-#   1.43–1.59× bf16); 1.29–1.40× the Triton fp8 kernel, causal or not. The narrowest margin is
-#   S = 4096 non-causal against bf16, 1.53×.
+# * **≥ 1000 TFLOP/s at D = 128, S ≥ 8K, non-causal: missed at both shapes.** The Gluon FP8
+#   mode serves them and reaches 829 (S = 8192) and 835 (S = 16384), about 0.83 of the target
+#   (823 and 816 in the previous record, 8739133). At D128, S ≥ 4K it runs 791–835 TFLOP/s
+#   non-causal and 667–766 causal, 1.00–1.13× the Triton fp8 kernel on the same inputs; the
+#   1.00 is causal S = 16K (766 against 767), where the probe runs of section 4 had the Gluon
+#   mode 1.07–1.22× ahead and this record's naive row, the same code, runs 806.
+# * **≥ 1.5× bf16 at the same shapes: missed at both** (1.26 at S = 8192 against bf16's 656,
+#   1.38 at S = 16384 against 606). Across D128 S ≥ 4K the ratio is 1.19–1.38, geomean 1.27,
+#   so the earlier target (≥ 1.5× at every D128 shape from 4K) is missed too; it was 1.12–1.25
+#   with the Triton kernel alone (commit 5aac3ce) and 1.19–1.41, geomean 1.29, in the previous
+#   record (8739133). The `quick record` lines are this notebook's GPU profile, run with
+#   papermill on the H100 at 0099be1. Its status line says stale: the kernel files changed
+#   after it in MLA's backward and the bf16 forward's D64 config (`d8fa890`), not in the FP8
+#   mode's code or dispatch nor in the bf16 D128 path (`git diff 0099be1 c530054`), so it is
+#   another process timing the same kernels at D128, and the spread between the two runs (the
+#   last indented line: 1.005–1.053, the quick run ahead at all four shapes) is the run-to-run
+#   noise these verdicts sit in. The quick run misses 1.5× too (1.24–1.39).
+# * **D = 256, for information: both pass** at every recorded S: 1055–1223 TFLOP/s
+#   non-causal at S 4K–16K and 1.55–1.83× bf16 there (the causal lines in section 7: 876–1115,
+#   1.43–1.72× bf16); 1.28–1.42× the Triton fp8 kernel, causal or not. The narrowest margin is
+#   S = 4096 non-causal against bf16, 1.55× (1.53× in the previous record).
 # * **RMSE ≤ 9.1e-3 on the outlier inputs: met at S = 4096, missed at causal S = 1024.** The
 #   S = 4096 rows, served by the Gluon mode, have medians 8.38e-03 (non-causal) and 8.73e-03
 #   (causal), every seed within the target. At S = 1024, on the Triton kernel, non-causal passes
@@ -700,15 +708,19 @@ for causal in (False, True):
 #   below FlashAttention-3's per-tensor 2.4e-2; whether FlashAttention-3's baseline was measured
 #   at another shape or by another method, this record cannot tell.
 #
-# The spread of one kernel timed twice (section 7) bounds what these timings can say. At D128
-# causal S = 1024 the shipped row (354 TFLOP/s) and the explicit Triton row (425) are the same
-# kernel at the same config, 20% apart at a 0.2 ms call: that is the noise at that size, and no
-# difference between them. And at D256 causal S = 4096, `fp8_naive` (652) against
-# `fp8_per_block` (885) is one kernel too; the naive row's 95th percentile is 0.74 ms against a
-# 0.42 ms median, an unsteady run. Against that noise, the D128 speed verdicts are clear (823
-# against 1000; 1.26–1.34× against 1.5×), while two passes are near their thresholds: D256
-# non-causal S = 4096 at 1.53× bf16, and the causal S = 4096 RMSE's worst seed, 8.85e-03
-# against 9.1e-3.
+# The spread of one kernel timed twice (section 7) bounds what these timings can say. Where
+# the dispatch picks the Triton kernel, the shipped row and the explicit Triton row run one
+# kernel at one config and agree within 1.00–1.04 (widest at D128 non-causal S = 2048: 719
+# against 692 TFLOP/s at a 0.38 ms call). `fp8_naive` and `fp8_per_block` run the same code,
+# but compiled apart (p's scale is a compile-time constant), and at D128 non-causal on the
+# Gluon mode their gap is not noise: naive is below per_block at all three shapes (726, 764,
+# 786 against 791, 829, 835, 0.92–0.94) in a steady run (at S = 4096 the naive row's p95 is
+# 0.760 ms against its 0.757 ms median), and was below there in the previous record too; what
+# differs between the two builds is not measured here. For the Gluon shapes the noise is the
+# quick run against this one, up to 1.053. Against that, the D128 speed verdicts are clear (829
+# and 835 against 1000; 1.26× and 1.38× against 1.5×, 1.24–1.39× in the quick run), while two
+# passes are near their thresholds: D256 non-causal S = 4096 at 1.55× bf16 (1055 TFLOP/s), and
+# the causal S = 4096 RMSE's worst seed, 8.85e-03 against 9.1e-3.
 
 # %% [markdown]
 # ## 9. Why D = 128 misses: the softmax loop's instruction budget
@@ -774,7 +786,7 @@ print(
 # Read with the measurements: two loops need as many special-function cycles as their tensor
 # cores, and nearly as many issue cycles: FP8 at D128 and bf16 at D64, the two with the least
 # matmul work per score (an e4m3 D128 tile takes the cycles of a bf16 D64 one). They are the
-# two furthest from their peaks, about 41% and 45%, against 57% for FP8 at D256 and 63-67%
+# two furthest from their peaks, about 42% and 45%, against 62% for FP8 at D256 and 63-67%
 # for bf16 at D128 and D256 (lines above). There the softmax cannot hide under the matmuls:
 # ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
 # matmuls double and the loop does not, and the same pipeline clears 1000 TFLOP/s. So at
@@ -808,10 +820,11 @@ print(
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
-# commit 8739133: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K, beside the
-# Triton fp8 kernel. Its status line says stale since `d8fa890`: the kernel files changed
-# there in the bf16 forward's D64 config and MLA's backward, not in the FP8 mode's code or
-# dispatch, and the record was not re-run.)
+# commit c530054, 2026-11-27: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K,
+# beside the Triton fp8 kernel. Its status line says current. It replaces the record at
+# 8739133, stale since `d8fa890` (the bf16 forward's D64 config and MLA's backward, not the
+# FP8 mode's code or dispatch): the error rows are the same numbers, the speed rows a new
+# measurement.)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this
@@ -829,21 +842,21 @@ print(
 #   gain is larger: median RMSE 4.27e-02 against per-tensor 1.50e-01 (non-causal) and 5.24e-02
 #   against 1.81e-01 (causal).
 # * **Speed.** FlashAttention-3's structure, ported to fp8 as the Gluon forward's FP8 mode,
-#   takes D128 fp8 at S ≥ 4K to 796–823 TFLOP/s non-causal and 671–833 causal, 1.01–1.13× the
-#   Triton fp8 kernel and 1.19–1.41× flashcore's bf16 (geomean 1.29), and
-#   D256 to 1077–1162, 1.29–1.40× the Triton kernel and 1.43–1.67× bf16. D256 clears 1000
-#   TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (823/816 TFLOP/s, 1.26/1.34×
-#   at S = 8K/16K non-causal). Below S = 4K the Triton kernel still serves every call (not
+#   takes D128 fp8 at S ≥ 4K to 791–835 TFLOP/s non-causal and 667–766 causal, 1.00–1.13× the
+#   Triton fp8 kernel and 1.19–1.38× flashcore's bf16 (geomean 1.27), and D256 to 1055–1223
+#   non-causal and 876–1115 causal, 1.28–1.42× the Triton kernel and 1.43–1.83× bf16. D256
+#   clears 1000 TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (829/835
+#   TFLOP/s, 1.26/1.38× at S = 8K/16K non-causal). Below S = 4K the Triton kernel still serves every call (not
 #   probed with the Gluon mode), and D64 stays on it (measured faster). One structural
 #   difference from FlashAttention-3 remains in the FP8 mode: P goes to the $PV$ wgmma through
 #   shared memory rather than registers (section 4); how much of the D128 gap it accounts for
 #   is not measured. Triton's own warp specialization did not help the Triton kernel: the
 #   `ws` rows of the sweep are within a few TFLOP/s of the same config without it (703 against
-#   703, 552 against 546 non-causal; 651 against 650, 522 against 521 causal), and the
-#   sweep's best config (64x128 w4 s3: 799 non-causal, 742 causal) has no `ws` run, a known
-#   compile failure. An unfused `quantize` from bf16 costs 0.82× the D128 fp8 attention time
-#   at best (non-causal S = 16K) and up to 11× (short S); counting it, fp8's D128 geomean at
-#   S ≥ 4096 drops to 227 TFLOP/s, below bf16's 605, so fp8 pays only when the producer
+#   702, 546 against 542 non-causal; 649 against 645, 516 against 518 causal), and the
+#   sweep's best config (64x128 w4 s3: 791 non-causal, 731 causal) has no `ws` run, a known
+#   compile failure. An unfused `quantize` from bf16 costs 0.84× the D128 fp8 attention time
+#   at best (non-causal S = 16K) and up to 13× (short S); counting it, fp8's D128 geomean at
+#   S ≥ 4096 drops to 227 TFLOP/s, below bf16's 607, so fp8 pays only when the producer
 #   already emits fp8.
 # * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
 #   p-rounding bound), live and in the record, on both kernels, so the errors above belong to
