@@ -526,7 +526,9 @@ elif PROFILE == "gpu":
 # A random Llama-style model (GQA 8/2, 2 layers) in fp32: one forward, next-token loss and
 # backward with `attn_implementation="fc_triton"` (through `torch.ops.flashcore.attention` and
 # its registered autograd) and with "sdpa"; each parameter's gradient under the rule against
-# the same model in float64, with sdpa's as the same-precision baseline. The loss is a mean of
+# the same model in float64, with the worse of sdpa's and eager's as the same-precision
+# baseline (one path's largest error over a small tensor is one draw; notebook 09 section 2
+# tells the CPU where sdpa's alone failed a DeepSeek-V3 gradient). The loss is a mean of
 # B·(S−1) per-token terms, rounded at every addition: it is held to the rule with a floor for
 # that summation (`validate.reduction_rule`: ⌈log2 N⌉ + 1 roundings of the mean |term|, a few
 # ulps), and its float64 reference is computed in float64 (transformers' own loss casts the
