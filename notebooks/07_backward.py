@@ -944,6 +944,26 @@ if budget and executed_rows:
 # OUT.json` does; the recorded run, the whole grid and 3 timing rounds, took 124 s by its
 # `seconds`), with its status line.
 
+# %% [markdown] tags=[]
+# Who does what in one step of the inner loop (one key block against one query block), for the
+# backward as it ships, this Gluon version, and FA3's structure that a Gluon backward is meant
+# to reach. The figure is drawn from the kernels' issue order (`kernels/backward.py`,
+# `kernels/backward_hopper.py`) and from FA3's design (`hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp`
+# in the flash-attention repository, which FA4's `flash_bwd_sm90.py` ports); the durations are
+# illustrative units, not measurements (`studies/backward_structure.py`; the measured profile
+# is section 10's). Read it for three things. The shipped backward runs seven matmuls a pair,
+# two of them repeated by its dQ kernel, which is what keeps dQ's sum in order
+# (deterministic). The Gluon version runs five, but its eight warps do everything in turn:
+# the tensor cores wait while they compute P and dS, hand them over through shared memory, and
+# add dQ with atomics. FA3's structure moves the loads to a producer warp that runs a step
+# ahead and the dQ add to a warp of its own, so only P and dS stay on the matmuls' path.
+
+# %% tags=[]
+from flashcore.studies import backward_structure
+
+fig = backward_structure.timeline_figure()
+save_figure(fig, "07_backward_structure")
+
 # %% tags=[]
 hopper_bwd = (
     read_result("backward_hopper_check", RECORDED_GPU)

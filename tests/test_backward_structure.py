@@ -1,0 +1,38 @@
+"""Notebook 07's structure figure (studies/backward_structure.py) draws what the kernels do:
+the matmuls per tile pair each structure runs, and the order its loads and dQ sums take."""
+
+from flashcore.studies import backward_structure as bs
+
+
+def _matmuls(bars):
+    return [b for b in bars if b[4] in ("mma", "recompute")]
+
+
+def test_each_structure_draws_its_matmuls_per_tile_pair():
+    steps = 3
+    # Triton, deterministic: dK/dV kernel S, dP, dV, dK; dQ kernel repeats S, dP, then dQ.
+    triton = bs.triton_deterministic(steps)
+    assert len(_matmuls(triton)) == 7 * steps
+    assert sum(b[4] == "recompute" for b in triton) == 2 * steps
+    # The Gluon backward and FA3's structure: five matmuls a pair, none repeated.
+    for build in (bs.gluon_first_version, bs.fa3_structure):
+        bars = build(steps)
+        assert len(_matmuls(bars)) == 5 * steps
+        assert not any(b[4] == "recompute" for b in bars)
+
+
+def test_no_lane_runs_two_things_at_once_and_fa3_loads_land_before_use():
+    for _, build in bs.STRUCTURES:
+        bars = build(3)
+        for lane in {b[0] for b in bars}:
+            spans = sorted((b[1], b[1] + b[2]) for b in bars if b[0] == lane)
+            assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:])), lane
+    fa3 = bs.fa3_structure(3)
+    loads = [b for b in fa3 if b[4] == "load"]
+    firsts = [b for b in fa3 if b[4] == "mma" and b[3].startswith("S")]
+    assert len(loads) == len(firsts) == 3
+    assert all(ld[1] + ld[2] <= s[1] for ld, s in zip(loads, firsts))
+    # dQ leaves the consumers in FA3's structure; the first Gluon version adds it on them.
+    assert {b[0] for b in fa3 if b[4] == "dq"} == {"dQ-writer warp (TMA reduce-add)"}
+    gluon = bs.gluon_first_version(3)
+    assert {b[0] for b in gluon if b[4] == "dq"} == {"warpgroups 0+1 (CUDA cores)"}
