@@ -815,6 +815,16 @@ print(
 # shared memory, two bytes a store (section 4 says why P does not stay in registers). The
 # exponentials themselves (66 `MUFU` per tile) stay: at D64 and FP8 D128 they alone fill the
 # special-function pipe for as long as the tensor cores work.
+#
+# A second build already in every run says the same. `fp8_naive` runs this kernel with
+# P_SCALE = 1, so its 64 multiplies fold away at compile time: offline its D128 loop has 501
+# instructions against per_block's 565, the difference exactly those `FMUL`s, every other
+# class the same count (`tools/fp8_pscale_sass.py`, `logs/fp8_pscale_sass_ebac0bd.log`). In
+# `fp8.json` (c530054) it runs 0.92-0.94 of per_block at D128 non-causal, as the fold did. In
+# the shorter loop the exponentials sit closer together (66 `MUFU.EX2` over 254 instruction
+# slots against 372), with fewer independent instructions between them while the
+# special-function pipe drains. That is a candidate for the stall profile to confirm or
+# refute, not a finding.
 
 # %% [markdown]
 # ## Conclusion
