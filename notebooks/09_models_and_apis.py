@@ -917,7 +917,7 @@ else:
 # **Measured, not merged: pages of 16.** Branch `paged-small-pages` (commit `aaedaf5`) loads
 # each 64-key tile's 4 page ids once and broadcasts them to the tile's rows at pages of 16,
 # instead of a block-table gather per key row: 574 -> 425 SASS instructions per key tile
-# (offline sm_90a compile; `logs/paged_decode_sass_528bc5d.log` on that branch). An A/B
+# (offline sm_90a compile; `logs/paged_decode_sass_528bc5d.log`, from that branch). An A/B
 # against main (`c530054`) on the H100, 3 alternating rounds of CUDA-graph replay
 # (`logs/paged_small_pages_ab_aaedaf5.json`, here: its A is the branch, its B main), put pages
 # of 16 at 0.811, 0.950, 0.904 and 0.976 of the copy ceiling against main's 0.791, 0.917,
