@@ -9,7 +9,10 @@ backward, flashcore beside cuDNN and FA4.
 
 PHASE ``forward``: IMPL ``flashcore`` (``flashcore.attention`` as it ships; the kernel its
 dispatch picks is recorded), ``triton`` (FLASHCORE_FORWARD_HOPPER=never), ``cudnn`` (SDPA),
-``fa4`` (``flash_attn.cute``, its sm90 path). PHASE ``backward``: ``flashcore`` (the Triton
+``fa4`` (``flash_attn.cute``, its sm90 path), and at D 128 ``fp8_per_block`` and ``fp8_naive``
+(``flashcore.fp8_attention`` on inputs quantized before the range, so the Gluon FP8 mode as
+dispatched: the two builds of one loop that differ by P's multiply, notebook 04 section 9;
+``NCU_ONLY=fp8`` runs just these). PHASE ``backward``: ``flashcore`` (the Triton
 backward autograd runs by default), ``gluon`` (FLASHCORE_BACKWARD_HOPPER=always: the opt-in
 Gluon backward), ``cudnn``, ``fa4``; the forward runs before the profiled range.
 
@@ -94,6 +97,8 @@ def _kernel_metrics(raw: dict) -> dict:
 
 CASES = [("forward", impl, d) for d in (128, 64, 256) for impl in ("flashcore", "cudnn", "fa4")]
 CASES += [("forward", "triton", 128)]
+FP8_IMPLS = ("fp8_per_block", "fp8_naive")
+CASES += [("forward", impl, 128) for impl in FP8_IMPLS]
 BACKWARD_IMPLS = ("flashcore", "gluon", "cudnn", "fa4")
 PEERS = ("flashcore", "cudnn", "fa4")
 CASES += [("backward", impl, d) for d in (128, 64) for impl in BACKWARD_IMPLS]
@@ -135,6 +140,12 @@ def run(phase: str, impl: str, d: int, causal: bool) -> None:
         fwd = bench.make_sdpa("cudnn", causal, False)
     elif impl == "fa4":
         fwd = bench.make_fa4(causal)
+    elif impl in FP8_IMPLS:
+        from flashcore.kernels.fp8 import quantize
+
+        x = quantize(q, k, v, impl.removeprefix("fp8_"))
+        print("fp8 kernel:", dispatch.fp8_kernel(x, causal=causal), file=sys.stderr)
+        fwd = lambda *_: interface.fp8_attention(x, causal=causal)  # noqa: E731
     else:
         raise SystemExit(f"unknown implementation {impl!r}")
     leaves = [t.detach().requires_grad_(phase == "backward") for t in (q, k, v)]
