@@ -35,6 +35,10 @@
 #   rerecord_b (carry .fa4b, right after rerecord_a) the backward speed part beside FA4 (as
 #             `backward` above, ~240 s), paged decode (paged_decode.json), the transformers
 #             models (models.json, 7 paired generation rounds)
+#   probes    (FA4 not needed) the GPU check of the fingerprint's "ran" scope first, then the
+#             MLA backward's launch configs re-swept on its split tiles (both modes, ~50 s each)
+#             and Nsight Compute on the FP8 mode's per_block and naive builds at D128
+#             (NCU_ONLY=fp8; ncu_compare.json under <outdir>/results: merge, never overwrite)
 #   rerecord_c varlen.json (~210 s), feature_costs.json (~170 s), the MLA backward's launch
 #             configs re-swept on its split tiles (tools/dv_backward_probe.py --around-shipped,
 #             both modes, ~50 s each; under <outdir>/probe); the notebooks' GPU profiles
@@ -123,6 +127,16 @@ case "$part" in
       --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
     TAIL=4 STAGE_HIDE="it/s\]" stage paged 90 python3 -m flashcore bench --suite paged --record
     TAIL=12 stage models 200 python3 -m flashcore models --record
+    ;;
+  probes)
+    TAIL=4 stage ran_scope 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_records.py
+    mkdir -p "$out/probe"
+    for mode in deterministic atomic; do
+      TAIL=16 stage "mla_probe_$mode" 150 python3 tools/dv_backward_probe.py \
+        "$out/probe/mla_backward_probe_$mode.json" --around-shipped \
+        $([ $mode = atomic ] && echo --atomic)
+    done
+    NCU_ONLY=fp8 TAIL=8 stage ncu_fp8 200 bash tools/gpu_ncu_compare.sh "$out/ncu"
     ;;
   rerecord_c)
     TAIL=6 stage varlen 260 python3 -m flashcore varlen --record
