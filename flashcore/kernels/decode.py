@@ -46,7 +46,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_attention_inputs, check_sinks, check_softcap, check_window
+from .._checks import (
+    check_attention_inputs,
+    check_sinks,
+    check_softcap,
+    check_window,
+    on_interpreter,
+)
 from . import _launch as launch
 from ._launch import LaunchCache
 from ._softmax import kernel_scales, online_softmax_tile, softcap_tanh
@@ -422,7 +428,7 @@ def launch_decode(
     batch, num_q_heads, seqlen_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
-    interpreted = q.device.type != "cuda"
+    interpreted = on_interpreter(q)
     head_dim_padded = max(16, _next_pow2(head_dim))
     rows = group * seqlen_new
     block_m = max(16, min(64, _next_pow2(rows)))
