@@ -76,6 +76,23 @@ def triton_deterministic(steps: int = 3):
     return bars + more
 
 
+def _five_matmul_step(j, t, cuda_lane):
+    """One step of a five-matmul backward from time ``t``: S and dP on the tensor cores, P's
+    exponentials (overlapping dP) and dS on ``cuda_lane``, the shared-memory hand-off, then
+    dV, dK and dQ. Returns the bars and when the last matmul ends."""
+    s_end = t + MATMUL
+    bars = [("tensor cores", t, MATMUL, f"S{j}", "mma"),
+            ("tensor cores", s_end, MATMUL, f"dP{j}", "mma"),
+            (cuda_lane, s_end, EXP, f"P{j}", "elementwise")]  # fmt: skip
+    ds_start = s_end + max(EXP, MATMUL)  # dS needs P and dP
+    bars.append((cuda_lane, ds_start, DS, f"dS{j}", "elementwise"))
+    bars.append((cuda_lane, ds_start + DS, HANDOFF, "", "sync"))
+    m_start = ds_start + DS + HANDOFF
+    for k, name in enumerate(("dV", "dK", "dQ")):
+        bars.append(("tensor cores", m_start + k * MATMUL, MATMUL, f"{name}{j}", "mma"))
+    return bars, m_start + 3 * MATMUL
+
+
 def gluon_first_version(steps: int = 3):
     """kernels/backward_hopper.py: FA3's orientation with no warp specialization. Both
     warpgroups run the same phases at once (they split the key block), so the tensor cores
@@ -85,19 +102,8 @@ def gluon_first_version(steps: int = 3):
     bars, t = [], 0.0
     for j in range(steps):
         bars.append(("TMA (issued by the consumers)", t, LOAD, f"Q,dO {j + 1}", "load"))
-        s_end = t + MATMUL
-        bars.append(("tensor cores", t, MATMUL, f"S{j}", "mma"))
-        bars.append(("tensor cores", s_end, MATMUL, f"dP{j}", "mma"))
-        p_end = s_end + EXP  # P's exponentials overlap dP's wgmma
-        bars.append(("warpgroups 0+1 (CUDA cores)", s_end, EXP, f"P{j}", "elementwise"))
-        ds_start = max(p_end, s_end + MATMUL)
-        bars.append(("warpgroups 0+1 (CUDA cores)", ds_start, DS, f"dS{j}", "elementwise"))
-        h_start = ds_start + DS
-        bars.append(("warpgroups 0+1 (CUDA cores)", h_start, HANDOFF, "", "sync"))
-        m_start = h_start + HANDOFF
-        for k, name in enumerate(("dV", "dK", "dQ")):
-            bars.append(("tensor cores", m_start + k * MATMUL, MATMUL, f"{name}{j}", "mma"))
-        a_start = m_start + 3 * MATMUL
+        step, a_start = _five_matmul_step(j, t, "warpgroups 0+1 (CUDA cores)")
+        bars += step
         bars.append(("warpgroups 0+1 (CUDA cores)", a_start, DQ_ADD, "atomics", "dq"))
         t = a_start + DQ_ADD
     return bars
@@ -113,19 +119,8 @@ def fa3_structure(steps: int = 3):
     bars, t, starts = [], 0.0, []
     for j in range(steps):
         starts.append(t)
-        s_end = t + MATMUL
-        bars.append(("tensor cores", t, MATMUL, f"S{j}", "mma"))
-        bars.append(("tensor cores", s_end, MATMUL, f"dP{j}", "mma"))
-        p_end = s_end + EXP
-        bars.append(("consumer warpgroups (CUDA cores)", s_end, EXP, f"P{j}", "elementwise"))
-        ds_start = max(p_end, s_end + MATMUL)
-        bars.append(("consumer warpgroups (CUDA cores)", ds_start, DS, f"dS{j}", "elementwise"))
-        h_start = ds_start + DS
-        bars.append(("consumer warpgroups (CUDA cores)", h_start, HANDOFF, "", "sync"))
-        m_start = h_start + HANDOFF
-        for k, name in enumerate(("dV", "dK", "dQ")):
-            bars.append(("tensor cores", m_start + k * MATMUL, MATMUL, f"{name}{j}", "mma"))
-        dq_done = m_start + 3 * MATMUL
+        step, dq_done = _five_matmul_step(j, t, "consumer warpgroups (CUDA cores)")
+        bars += step
         bars.append(("dQ-writer warp (TMA reduce-add)", dq_done, DQ_ADD, f"dQ{j} add", "dq"))
         t = dq_done  # the next S issues behind this step's matmuls; the add runs aside
     # The ring runs a step ahead: step j's Q and dO land before step j starts.
