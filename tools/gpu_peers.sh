@@ -61,6 +61,24 @@ fi
 python3 -c 'import flash_attn.cute, importlib.metadata as m; print("fa4", m.version("flash-attn-4"))' \
   2>&1 | tail -n 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+# Stages more than one part runs.
+ran_scope_check() {  # the fingerprint's "ran" scope on the GPU, before any record is written
+  TAIL=4 stage ran_scope 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_records.py
+}
+backward_speed() {  # backward_speed SECONDS: the bf16 backward sweep beside FA4, SDPA and Flex
+  TAIL=70 STAGE_HIDE="gradients\|UserWarning\|return Variable" stage backward_speed "$1" \
+    python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
+    --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
+    --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
+}
+mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around the shipped ones
+  mkdir -p "$out/probe"
+  for mode in deterministic atomic; do
+    TAIL=16 stage "mla_probe_$mode" "$1" python3 tools/dv_backward_probe.py \
+      "$out/probe/mla_backward_probe_$mode.json" --around-shipped \
+      $([ $mode = atomic ] && echo --atomic)
+  done
+}
 case "$part" in
   check)
     bash .fa4a/install.sh
@@ -109,44 +127,28 @@ case "$part" in
       --decode-impls flashcore_decode sdpa_flash sdpa_cudnn --reps 32 --record
     ;;
   backward)
-    TAIL=70 STAGE_HIDE="gradients\|UserWarning\|return Variable" stage backward_speed 560 \
-      python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
-      --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
-      --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
+    backward_speed 560
     ;;
   rerecord_a)
     bash .fa4a/install.sh
-    TAIL=4 stage ran_scope 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_records.py
+    ran_scope_check
     TAIL=20 stage fp8 300 python3 -m flashcore fp8 --record
     BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
     ;;
   rerecord_b)
-    TAIL=70 STAGE_HIDE="gradients\|UserWarning\|return Variable" stage backward_speed 300 \
-      python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
-      --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
-      --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
+    backward_speed 300
     TAIL=4 STAGE_HIDE="it/s\]" stage paged 90 python3 -m flashcore bench --suite paged --record
     TAIL=12 stage models 200 python3 -m flashcore models --record
     ;;
   probes)
-    TAIL=4 stage ran_scope 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_records.py
-    mkdir -p "$out/probe"
-    for mode in deterministic atomic; do
-      TAIL=16 stage "mla_probe_$mode" 150 python3 tools/dv_backward_probe.py \
-        "$out/probe/mla_backward_probe_$mode.json" --around-shipped \
-        $([ $mode = atomic ] && echo --atomic)
-    done
+    ran_scope_check
+    mla_probes 150
     NCU_ONLY=fp8 TAIL=8 stage ncu_fp8 200 bash tools/gpu_ncu_compare.sh "$out/ncu"
     ;;
   rerecord_c)
     TAIL=6 stage varlen 260 python3 -m flashcore varlen --record
     TAIL=6 stage feature_costs 220 python3 flashcore/studies/feature_costs.py --record
-    mkdir -p "$out/probe"
-    for mode in deterministic atomic; do
-      TAIL=16 stage "mla_probe_$mode" 120 python3 tools/dv_backward_probe.py \
-        "$out/probe/mla_backward_probe_$mode.json" --around-shipped \
-        $([ $mode = atomic ] && echo --atomic)
-    done
+    mla_probes 120
     ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
