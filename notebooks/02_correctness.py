@@ -191,8 +191,9 @@ print(
 # 16 to 256 and two padded ones, S up to 4096, Sq != Sk, fp32 and the transposed layout
 # among them), recorded as `correctness_quick.json` (its H100 record, of commit `6c8aae4`, is
 # stale: `decode.py`, `backward.py` and the Gluon forward changed after it, at `3f5270a`,
-# `e5df583` and with the FP8 mode by `8739133`, and it was not re-recorded; the full grid's
-# record below was, at `8739133`). Its time
+# `e5df583`, with the FP8 mode by `8739133`, the MLA backward split (`23f9d53`) and D=64's move
+# to the Gluon forward (`d8fa890`), and it was not re-recorded; the full grid's record below
+# was, at `d8fa890`). Its time
 # is mostly compiling: each case with a new combination of head dim, dtype, mask and the
 # integer arguments Triton specializes on (equal to 1, divisible by 16) is a new kernel, about
 # a second each on the H100's host; the full grid has about 156 of them. CPU profile: the
@@ -252,10 +253,10 @@ print(
 #
 # Rendered from `results/<gpu>/correctness.json`; the provenance line says which device, date
 # and commit produced it. On the CPU profile this is the record committed from the H100 run:
-# commit `8739133` (2026-11-27, the kernels of the paged-decode change `3f5270a`, MLA's atomic
-# backward config `e5df583` and the Gluon forward's FP8 mode), 450 cases, 0 failed, as at
-# `f9591a6` before it (log `logs/correctness_f9591a6.log`). It is current: since `8739133`
-# only comments changed in the kernel sources (its status line).
+# commit `d8fa890` (2026-11-27, the kernels of the MLA backward split `23f9d53` and of D=64 on
+# the Gluon forward with three consumer warpgroups), 450 cases, 0 failed, as at `8739133` and
+# `f9591a6` before it (log `logs/correctness_f9591a6.log`). It is current: the kernel sources
+# have not changed since `d8fa890` (its status line).
 
 # %%
 record = read_result("correctness", RECORDED_GPU)
@@ -531,10 +532,11 @@ print(
 # with splits, sinks, softcap and windows, the Gluon backward, and MLA's head dims on the
 # forward) ran with PyTorch's caching allocator off, so every tensor is its own
 # allocation and a masked load that strayed past a tensor's end would be reported rather than
-# land silently in a neighbour's memory. The record is of commit `8739133` and current (its
+# land silently in a neighbour's memory. The record is of commit `d8fa890` and current (its
 # status line), so its paged decode runs are of the block-table lookup carried one tile ahead
-# (`3f5270a`) and its `fp8_hopper` run is of the Gluon forward's FP8 mode; its backward runs are
-# not MLA's pair, so MLA's atomic dK/dV config (`e5df583`) is not among them.
+# (`3f5270a`), its `fp8_hopper` run is of the Gluon forward's FP8 mode and its Gluon forward
+# runs of D=64's three-warpgroup config; its backward runs are not MLA's pair, so MLA's split
+# tiles (`23f9d53`) and atomic dK/dV config (`e5df583`) are not among them.
 #
 # ## 4. The prior reports' failing cases
 #
