@@ -825,6 +825,33 @@ print(
 # slots against 372), with fewer independent instructions between them while the
 # special-function pipe drains. That is a candidate for the stall profile to confirm or
 # refute, not a finding.
+#
+# **The stall profile confirms it** (Nsight Compute on the H100, commit 0f83d17, 2026-11-27:
+# `NCU_ONLY=fp8 bash tools/gpu_ncu_compare.sh`, one launch each of `fp8_per_block` and
+# `fp8_naive` at D128, S = 8K, B = 2, H = 16, non-causal; `logs/ncu_fp8_pscale_0f83d17.*` and
+# the two CSVs beside it). The naive build ran 1435 µs against 1292 (tensor pipe 41.4% active
+# against 45.8%), issuing 1.66 instructions a cycle per SM against 2.07 although it has fewer
+# to issue. Its warps wait longer per issued instruction on the MIO queue (`mio_throttle`
+# 0.59 against 0.09; the `MUFU` instructions go through it) and at barriers (2.56 against
+# 1.76: the other warpgroup waits at the ping-pong turn), and a little more on memory (long
+# scoreboard 0.95 against 0.76). So the multiplies were spacing the exponentials: take them
+# out and the exponentials queue up behind the special-function pipe.
+#
+# **Moving exponentials to the FMA pipe did not buy time either** (trial commit 216cefa,
+# merged and reverted in main's history; 2026-11-27, H100, three alternating rounds in one
+# process: `logs/exp2_emulation_fp8_216cefa.*`, `logs/exp2_emulation_bf16_216cefa.*`). It
+# computes k of every 8 exponentials of an unmasked tile as 2^round(x) · p(x − round(x)), p a
+# degree-3 polynomial (relative error at most 7.5e-5), FlashAttention-4's trick on Blackwell.
+# Offline, each emulated exponential costs 7 more instructions in the loop (565 → 622 at
+# k = 1). FP8 D128, k = 1 over k = 0 at S = 8K / 16K: 803 / 811 against 794 / 811 TFLOP/s
+# non-causal, 721 / 781 against 730 / 769 causal (−1.3% to +1.5%, inside the rounds'
+# spread); k = 2 is 3–9% slower at every shape. The bf16 Gluon kernel at D128 is 2.7% slower
+# to 0.9% faster with k = 1. Only at D64, the other loop the budget calls tight,
+# did k = 1 gain: 473 / 487 against 452 / 472 TFLOP/s non-causal at S = 4K / 16K, and
+# −1.1% / +1.9% causal. The issue slots are as tight as the special-function pipe (the
+# budget's two ratios above are both near 1), so an exponential moved off one lands on the
+# other. What is left is the order of the loop: spacing the exponentials without adding
+# instructions, which Triton's scheduler decides, not this code.
 
 # %% [markdown]
 # ## Conclusion
