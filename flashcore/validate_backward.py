@@ -117,9 +117,10 @@ def _poisoned_like(t):
     return torch.full(t.shape, float("nan"), dtype=t.dtype, device=t.device)
 
 
-def _gluon_backward(case, do, q, k, v, out, lse, grads):
-    """The Gluon Hopper backward (kernels/backward_hopper.py) into ``grads``; raises where it
-    does not support the case."""
+def _gluon_backward(case, do, q, k, v, out, lse, grads, *, pipelined: bool = False):
+    """The Gluon Hopper backward (kernels/backward_hopper.py, or with ``pipelined`` its
+    variant kernels/backward_hopper_pipelined.py) into ``grads``; raises where it does not
+    support the case."""
     import math
 
     from .kernels import backward_hopper
@@ -127,7 +128,12 @@ def _gluon_backward(case, do, q, k, v, out, lse, grads):
     if not backward_hopper.supports(q, k, v, window=case.window):
         raise ValueError(f"the Gluon backward does not support {case.name} on {q.device}")
     bottom_right = case.causal and case.alignment == "bottom_right"
-    backward_hopper.attention_backward_hopper(
+    launch = backward_hopper.attention_backward_hopper
+    if pipelined:
+        from .kernels.backward_hopper_pipelined import attention_backward_hopper_pipelined
+
+        launch = attention_backward_hopper_pipelined
+    launch(
         do, q, k, v, out, lse, *grads,
         causal_offset=case.seqlen_k - case.seqlen_q if bottom_right else 0,
         is_causal=case.causal, scale=1.0 / math.sqrt(case.head_dim),
@@ -138,8 +144,9 @@ def check_grad_case(
     case: AttentionCase, device, seed: int, *, deterministic: bool = True, kernel: str = "triton"
 ) -> dict:
     """Forward (saving lse), backward into NaN-poisoned buffers, the rule on dq, dk, dv.
-    ``kernel``: ``"triton"`` (kernels/backward.py) or ``"gluon"`` (kernels/backward_hopper.py,
-    Hopper only; atomic dQ whatever ``deterministic`` says)."""
+    ``kernel``: ``"triton"`` (kernels/backward.py), ``"gluon"`` (kernels/backward_hopper.py,
+    Hopper only; atomic dQ whatever ``deterministic`` says) or ``"gluon_pipelined"``
+    (kernels/backward_hopper_pipelined.py, likewise)."""
     from .interface import attention
     from .kernels.backward import attention_backward
 
@@ -148,8 +155,10 @@ def check_grad_case(
     with torch.no_grad():
         out, lse = attention(q, k, v, return_lse=True, **kwargs)
         grads = tuple(_poisoned_like(t) for t in (q, k, v))
-        if kernel == "gluon":
-            _gluon_backward(case, do, q, k, v, out, lse, grads)
+        if kernel in ("gluon", "gluon_pipelined"):
+            _gluon_backward(
+                case, do, q, k, v, out, lse, grads, pipelined=kernel == "gluon_pipelined"
+            )
         else:
             attention_backward(
                 do, q, k, v, out, lse, deterministic=deterministic,
