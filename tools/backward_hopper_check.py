@@ -2,6 +2,7 @@
 backward, in one process (about two minutes with compilation).
 
     python3 tools/backward_hopper_check.py OUT.json [--grid-stride N] [--rounds R]
+        [--kernel {gluon,gluon_pipelined,both}]
 
 1. ``backward_grid("hopper")`` (240 cases: D64/D128, fp16/bf16, S 1..1000, Sq != Sk, GQA,
    both causal alignments, a (B, S, H, D) layout) through ``check_grad_case(kernel="gluon")``
@@ -17,8 +18,15 @@ backward, in one process (about two minutes with compilation).
    max |Triton|, per gradient: a sanity check at sizes the grid does not reach, not the
    rule).
 
+``--kernel`` (default ``gluon``, the above): ``gluon_pipelined`` does both parts with the
+pipelined variant (``backward_hopper_pipelined.attention_backward_hopper_pipelined``) in
+place of the Gluon path; ``both`` runs the grid for the pipelined variant and times the
+original Gluon path, the pipelined one and the Triton backward alternating in one process,
+printing each one's TFLOP/s and the pipelined/original ratio per shape.
+
 Prints one line per case failure and per shape, writes OUT.json (provenance, grid summary,
-speed rows), and exits 1 if any grid case fails.
+speed rows with ``impl`` "gluon", "gluon_pipelined" or "triton"; ``kernel``: the option,
+``grid.kernel``: the kernel the grid ran), and exits 1 if any grid case fails.
 """
 
 import argparse
@@ -37,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from flashcore.interface import attention  # noqa: E402
 from flashcore.kernels import backward_hopper as bh  # noqa: E402
+from flashcore.kernels import backward_hopper_pipelined as bhp  # noqa: E402
 from flashcore.kernels.backward import attention_backward  # noqa: E402
 from flashcore.results import kernel_fingerprint, provenance  # noqa: E402
 from flashcore.validate_backward import GRADIENTS, backward_grid, check_grad_case  # noqa: E402
@@ -45,12 +54,12 @@ TOKENS, HIDDEN = 16 * 1024, 2048
 SHAPES = [(d, s, c) for d in (64, 128) for s in (2048, 4096, 8192) for c in (False, True)]
 
 
-def run_grid(stride: int) -> dict:
+def run_grid(stride: int, kernel: str = "gluon") -> dict:
     cases = backward_grid("hopper")[::stride]
     failures, worst = [], (0.0, None)
     for case in cases:
         seed = zlib.crc32(case.name.encode()) % 10_000  # as tests/test_backward_hopper.py
-        row = check_grad_case(case, "cuda", seed=seed, kernel="gluon")
+        row = check_grad_case(case, "cuda", seed=seed, kernel=kernel)
         if row["ratio"] > worst[0]:
             worst = (row["ratio"], case.name)
         if not row["passed"]:
@@ -58,9 +67,12 @@ def run_grid(stride: int) -> dict:
             detail = {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
             print(f"FAIL {case.name}: {detail}", flush=True)
     print(
-        f"grid: {len(cases)} cases, {len(failures)} failed, worst ratio {worst[0]:.3f} ({worst[1]})"
+        f"grid{'' if kernel == 'gluon' else f' ({kernel})'}: {len(cases)} cases, "
+        f"{len(failures)} failed, "
+        f"worst ratio {worst[0]:.3f} ({worst[1]})"
     )
     return {
+        "kernel": kernel,
         "cases": len(cases),
         "failed": len(failures),
         "failures": failures,
@@ -69,7 +81,11 @@ def run_grid(stride: int) -> dict:
     }
 
 
-def time_shape(d: int, s: int, causal: bool, rounds: int) -> list[dict]:
+def time_shape(
+    d: int, s: int, causal: bool, rounds: int, gluon_impls: tuple = ("gluon",)
+) -> list[dict]:
+    """Rows of the Gluon impls ``gluon_impls`` ("gluon", "gluon_pipelined") and "triton",
+    timed alternating (the order reversed every other round)."""
     b, h = TOKENS // s, HIDDEN // d
     gen = torch.Generator(device="cuda").manual_seed(s + d + causal)
 
@@ -80,7 +96,8 @@ def time_shape(d: int, s: int, causal: bool, rounds: int) -> list[dict]:
     with torch.no_grad():
         out, lse = attention(q, k, v, causal=causal, return_lse=True)
     assert bh.supports(q, k, v), "the Gluon backward does not support the timing shape"
-    bufs = {name: [torch.empty_like(t) for t in (q, k, v)] for name in ("gluon", "triton")}
+    names = (*gluon_impls, "triton")
+    bufs = {name: [torch.empty_like(t) for t in (q, k, v)] for name in names}
     scale = 1.0 / math.sqrt(d)
 
     def gluon():
@@ -88,17 +105,27 @@ def time_shape(d: int, s: int, causal: bool, rounds: int) -> list[dict]:
             do, q, k, v, out, lse, *bufs["gluon"], causal_offset=0, is_causal=causal, scale=scale
         )
 
+    def gluon_pipelined():
+        bhp.attention_backward_hopper_pipelined(
+            do, q, k, v, out, lse, *bufs["gluon_pipelined"],
+            causal_offset=0, is_causal=causal, scale=scale,
+        )  # fmt: skip
+
     def triton_bwd():
         dq, dk, dv = bufs["triton"]
         attention_backward(do, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
 
-    impls = {"gluon": gluon, "triton": triton_bwd}
+    fns = {"gluon": gluon, "gluon_pipelined": gluon_pipelined, "triton": triton_bwd}
+    impls = {name: fns[name] for name in names}
     for fn in impls.values():  # compile outside the timed region
         fn()
     torch.cuda.synchronize()
-    agreement = {
-        g: float((a.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30))
-        for g, a, r in zip(GRADIENTS, bufs["gluon"], bufs["triton"])
+    agreements = {
+        name: {
+            g: float((a.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30))
+            for g, a, r in zip(GRADIENTS, bufs[name], bufs["triton"])
+        }
+        for name in gluon_impls
     }
     times = {name: [] for name in impls}
     for r in range(rounds):
@@ -115,16 +142,30 @@ def time_shape(d: int, s: int, causal: bool, rounds: int) -> list[dict]:
                 ms=med, ms_rounds=ms, tflops=flops / med / 1e9,
             )
         )  # fmt: skip
-    g, t = rows[0], rows[1]
-    print(
-        f"D{d} S{s} {'causal' if causal else 'full  '}: gluon {g['tflops']:6.1f} TFLOP/s "
-        f"({g['ms']:.3f} ms), triton {t['tflops']:6.1f} ({t['ms']:.3f} ms), "
-        f"gluon/triton {t['ms'] / g['ms']:.3f}; |gluon - triton| / max|triton|: "
-        + ", ".join(f"{k} {v:.1e}" for k, v in agreement.items()),
-        flush=True,
-    )
+    by = {row["impl"]: row for row in rows}
+    t = by["triton"]
+    head = f"D{d} S{s} {'causal' if causal else 'full  '}:"
+    if len(gluon_impls) == 1:  # the original line, with the impl's name
+        (name,) = gluon_impls
+        g = by[name]
+        print(
+            f"{head} {name} {g['tflops']:6.1f} TFLOP/s "
+            f"({g['ms']:.3f} ms), triton {t['tflops']:6.1f} ({t['ms']:.3f} ms), "
+            f"{name}/triton {t['ms'] / g['ms']:.3f}; |{name} - triton| / max|triton|: "
+            + ", ".join(f"{k} {v:.1e}" for k, v in agreements[name].items()),
+            flush=True,
+        )
+    else:
+        g, p = by["gluon"], by["gluon_pipelined"]
+        print(
+            f"{head} gluon {g['tflops']:6.1f}, gluon_pipelined {p['tflops']:6.1f}, "
+            f"triton {t['tflops']:6.1f} TFLOP/s; pipelined/original {g['ms'] / p['ms']:.3f}, "
+            f"pipelined/triton {t['ms'] / p['ms']:.3f}; |pipelined - triton| / max|triton|: "
+            + ", ".join(f"{k} {v:.1e}" for k, v in agreements["gluon_pipelined"].items()),
+            flush=True,
+        )
     for row in rows:
-        row["agreement_vs_triton"] = agreement if row["impl"] == "gluon" else None
+        row["agreement_vs_triton"] = agreements.get(row["impl"])
     return rows
 
 
@@ -133,17 +174,29 @@ def main() -> int:
     parser.add_argument("out", help="JSON file to write")
     parser.add_argument("--grid-stride", type=int, default=1, help="run every N-th grid case")
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
+    parser.add_argument(
+        "--kernel",
+        choices=("gluon", "gluon_pipelined", "both"),
+        default="gluon",
+        help="the Gluon backward to check: the original, the pipelined variant, or both "
+        "timed (the grid then runs the pipelined one)",
+    )
     args = parser.parse_args()
     if not (torch.cuda.is_available() and bh.GLUON_AVAILABLE):
         print("needs a Hopper GPU and triton with Gluon", file=sys.stderr)
         return 2
     record = {"provenance": provenance(), "tool": "tools/backward_hopper_check.py"}
+    record["kernel"] = args.kernel
+    grid_kernel = "gluon" if args.kernel == "gluon" else "gluon_pipelined"
+    gluon_impls = {"gluon": ("gluon",), "gluon_pipelined": ("gluon_pipelined",)}.get(
+        args.kernel, ("gluon", "gluon_pipelined")
+    )
     start = time.perf_counter()
-    record["grid"] = run_grid(args.grid_stride)
+    record["grid"] = run_grid(args.grid_stride, grid_kernel)
     record["grid_seconds"] = time.perf_counter() - start
     speed = []
     for d, s, causal in SHAPES:
-        speed += time_shape(d, s, causal, args.rounds)
+        speed += time_shape(d, s, causal, args.rounds, gluon_impls)
         torch.cuda.empty_cache()
     record["speed"] = speed
     record["seconds"] = time.perf_counter() - start
