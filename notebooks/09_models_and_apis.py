@@ -1138,9 +1138,9 @@ print(
 )
 
 # %% [markdown]
-# This notebook's GPU profile last ran on the H100 at commit `0099be1`
-# (`reproduce_timing.json`, stale: `0e0358b` and `d8fa890` changed the kernels since; the line
-# below). It was not run again at `d8fa890` or `c530054`.
+# This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27,
+# `reproduce_timing.json`; its kernels are `d8fa890`'s, the line below says whether they still
+# are).
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
