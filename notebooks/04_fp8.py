@@ -684,12 +684,11 @@ for causal in (False, True):
 #   so the earlier target (≥ 1.5× at every D128 shape from 4K) is missed too; it was 1.12–1.25
 #   with the Triton kernel alone (commit 5aac3ce) and 1.19–1.41, geomean 1.29, in the previous
 #   record (8739133). The `quick record` lines are this notebook's GPU profile, run with
-#   papermill on the H100 at 0099be1. Its status line says stale: the kernel files changed
-#   after it in MLA's backward and the bf16 forward's D64 config (`d8fa890`), not in the FP8
-#   mode's code or dispatch nor in the bf16 D128 path (`git diff 0099be1 c530054`), so it is
-#   another process timing the same kernels at D128, and the spread between the two runs (the
-#   last indented line: 1.005–1.053, the quick run ahead at all four shapes) is the run-to-run
-#   noise these verdicts sit in. The quick run misses 1.5× too (1.24–1.39).
+#   papermill on the H100 at d807aaa (2026-11-27). Its status line says current: the same
+#   kernel sources as the record's, so it is another process timing the same kernels, and the
+#   spread between the two runs (the last indented line: 1.001–1.074, the quick run ahead at
+#   all four shapes) is the run-to-run noise these verdicts sit in. The quick run misses 1.5×
+#   too (1.19–1.36).
 # * **D = 256, for information: both pass** at every recorded S: 1055–1223 TFLOP/s
 #   non-causal at S 4K–16K and 1.55–1.83× bf16 there (the causal lines in section 7: 876–1115,
 #   1.43–1.72× bf16); 1.28–1.42× the Triton fp8 kernel, causal or not. The narrowest margin is
