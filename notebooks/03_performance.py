@@ -93,10 +93,11 @@ print(
 # 16K); at D=128 and D=256 the flashcore / FA4 geomeans moved by less than 0.01. Every
 # number this notebook quotes from `perf.json` (the forward sweep, the targets, the
 # prior-report regime) is `d8fa890`'s. The decode section renders `decode.json` and
-# `decode_splits.json` (commit `d8fa890`, current). Three records read here are stale and were
-# not re-recorded: the Nsight Compute profile (`ncu_compare.json`, `f9591a6`), the host cost
-# per call (`launch.json`, `6c8aae4`) and generation end to end (`e2e_transformers.json`,
-# `be540a8`). Each prints its status line.
+# `decode_splits.json` (commit `d8fa890`, current). The Nsight Compute profile
+# (`ncu_compare.json`) is current too: re-recorded at commit `6b0fa16` (2026-11-27), whose
+# kernel sources are `d8fa890`'s. Two records read here are stale and were not re-recorded: the
+# host cost per call (`launch.json`, `6c8aae4`) and generation end to end
+# (`e2e_transformers.json`, `be540a8`). Each prints its status line.
 
 # %% [markdown]
 # ## TFLOP/s vs sequence length
@@ -253,29 +254,27 @@ save_figure(fig, "03_fa3_timeline")
 # %% [markdown]
 # ### What Nsight Compute says (recorded on the H100)
 #
-# `ncu_compare.json`: one call of each implementation inside an NVTX range, every kernel in
-# that range profiled with `ncu --clock-control none` (`tools/ncu_compare.py`), bf16, B=2,
-# S=8192, H=2048/D, non-causal, forward at D 64, 128 and 256, and MLA's pair (q/k head dim
-# 192, v head dim 128, H=16: the rows labelled `MLA 192/128`, the record's D=192 rows).
-# `flashcore` is `flashcore.attention` as it ships (its dispatch runs the Gluon kernel,
-# `_fa3_fwd_kernel`, at D=128, D=256 and MLA's pair, and the Triton kernel,
-# `_attn_fwd_kernel`, at D=64), `triton` the same call with `FLASHCORE_FORWARD_HOPPER=never`
-# (the Triton kernel at its default config, D=128 only), `cudnn` SDPA's cuDNN backend, `fa4`
+# `ncu_compare.json`: one call of each implementation inside an NVTX range, every kernel in that
+# range profiled with `ncu --clock-control none` (`tools/ncu_compare.py`), bf16, B=2, S=8192,
+# H=2048/D, non-causal, forward at D 64, 128 and 256, and MLA's pair (q/k head dim 192, v head
+# dim 128, H=16: the rows labelled `MLA 192/128`, the record's D=192 rows). `flashcore` is
+# `flashcore.attention` as it ships (its dispatch runs the Gluon kernel, `_fa3_fwd_kernel`, at
+# every case here: D=64, with three consumer warpgroups since `d8fa890`, D=128, D=256 and MLA's
+# pair), `triton` the same call with `FLASHCORE_FORWARD_HOPPER=never` (the Triton kernel,
+# `_attn_fwd_kernel`, at its default config, D=128 only), `cudnn` SDPA's cuDNN backend, `fa4`
 # FlashAttention-4's sm90 kernel. Each row is the call's main kernel. `us` its duration;
 # `tensor %`: tensor-pipe busy cycles as a share of peak over the active cycles; `regs`
 # registers per thread; `smem KiB` shared memory per block; `warps_active` active warps per
 # scheduler (`-` where the record holds none); `issue/cyc` the share of cycles that issue an
 # instruction; `top stalls per issue` warps stalled per issued instruction, the three largest
 # (the columns and `top_stalls` are `flashcore.studies.report`'s, which notebook 07's backward
-# table shares). Every row comes from one device session at commit `f9591a6` (2026-11-27, FA4
-# installed). The record is stale since `8739133` (its status line below): the kernel changes
-# between the two commits add the Gluon forward's FP8 mode and its dispatch, and the bf16 Gluon
-# forward at D 64/128/256 compiles to the same PTX before and after them
-# (`logs/ptx_compare_82e4625_8739133.log`; MLA's 192/128 pair is not in that log, and the
-# Triton forward's `kernels/forward.py` did not change), but the kernels were not re-profiled.
-# The notebook reads the record (ncu is not re-run). The earlier profile, `ncu_forward.json`,
-# held D=128 only (the Gluon kernel, the Triton kernel and cuDNN); its status line below says
-# whether it still matches today's kernels, and it is not rendered.
+# table shares). Every row comes from one device session at commit `6b0fa16` (2026-11-27, FA4
+# installed; console log `logs/ncu_compare_6b0fa16.log`), whose kernel sources are those of
+# `d8fa890`, the commit of `perf.json`: the record is current (its status line below). It
+# replaces a record of `f9591a6`, which had the Triton kernel at D=64; the other rows are the
+# same kernels measured again. The notebook reads the record (ncu is not re-run). The earlier
+# profile, `ncu_forward.json`, held D=128 only (the Gluon kernel, the Triton kernel and cuDNN);
+# its status line below says whether it still matches today's kernels, and it is not rendered.
 
 # %%
 ncu = read_result("ncu_compare", RECORDED_GPU)
@@ -360,42 +359,45 @@ print(
 )
 
 # %% [markdown]
-# Reading the profile (`ncu_compare.json`, commit `f9591a6`, stale since `8739133` as said
-# above; the lines above print every number quoted here). At D=128 the Gluon kernel keeps the
-# tensor pipe busy 74.7% of its active cycles, cuDNN's kernel 77.2% and FA4's 84.8% (kernel time
-# 1652, 1614 and 1501 µs); at D=256 87.2%, 83.5% and 96.4% (1481, 1485 and 1366 µs); at D=64,
-# where flashcore ran the Triton kernel then (since `d8fa890` it runs the Gluon kernel at this
-# S=8K, not profiled yet), 46.1%, 52.2% and 62.8% (2540, 2241 and 1868 µs). For
-# MLA's pair, on the Gluon kernel, 82.8%, 74.6% and 91.6% (1898, 2029 and 1769 µs). flashcore's
-# kernel is below FA4's everywhere, in tensor-pipe use and in time. It is below cuDNN's at D=64
-# and D=128, and above it at D=256 and for MLA's pair, where its kernel is also the faster of
-# the two (1481 against 1485 µs at D=256, 1898 against 2029 for MLA's pair).
+# Reading the profile (`ncu_compare.json`, commit `6b0fa16`, current as said above; the lines
+# above print every number quoted here). At D=128 the Gluon kernel keeps the tensor pipe busy
+# 74.7% of its active cycles, cuDNN's kernel 77.2% and FA4's 84.8% (kernel time 1666, 1632 and
+# 1511 µs); at D=256 87.3%, 83.6% and 96.5% (1501, 1504 and 1384 µs); at D=64, now on the Gluon
+# kernel with three consumer warpgroups, 52.1%, 52.2% and 62.8% (2343, 2222 and 1880 µs). For
+# MLA's pair 82.9%, 74.6% and 91.7% (1920, 2049 and 1793 µs). flashcore's kernel is below FA4's
+# everywhere, in tensor-pipe use and in time. It is below cuDNN's at D=128; at D=64 it is level
+# with cuDNN's in tensor-pipe use (52.1% against 52.2%) but slower (2343 against 2222 µs); it is
+# above cuDNN's at D=256 and for MLA's pair, where its kernel is also the faster of the two
+# (1501 against 1504 µs at D=256, 1920 against 2049 for MLA's pair).
 #
 # * D=128, D=256 and MLA's pair: the Gluon kernel and FA4's have the same block (384 threads,
-#   three warpgroups), 168 registers per thread and about the same shared memory (160 against
-#   161 KiB at D=128, 208 against 209 for MLA's pair), and issue at about the same rate (0.38
-#   against 0.39 per cycle at D=128). What differs is where their warps wait: the Gluon
+#   three warpgroups), 168 registers per thread and about the same shared memory (160.4 against
+#   161.0 KiB at D=128, 208.4 against 209.0 for MLA's pair), and issue at about the same rate
+#   (0.38 against 0.39 per cycle at D=128). What differs is where their warps wait: the Gluon
 #   kernel's top stall is `barrier`, 2.79 per issued instruction at D=128, 2.29 at D=256 and
-#   2.94 for MLA's pair, against FA4's 0.55, 0.42 and 0.43 (cuDNN's: 1.34, 3.17 and 2.34);
-#   FA4's top stall is `wait`. The Gluon compiler puts a warpgroup-wide `bar.sync` before
-#   each mbarrier arrive and around each `warpgroup_mma_wait` (so that all four warps have
-#   finished with a buffer before one thread releases it). A trial that released the K/V
-#   stages and the ping-pong turn per thread instead (`forward_barrier_trial.json`, commit
-#   `390c742`, stale, its outcome printed above the verdicts) gained nothing at D=128 and was
-#   3.6-4.6% slower at D=256, and was reverted: removing the `bar.sync` before the arrives did
-#   not make the kernel faster. The other difference is the grid: flashcore's is persistent
-#   (132 programs), FA4's one program per 128-row tile (2048 at D=128: 32 heads of 64 tiles;
-#   1024 at D=256; 2048 for MLA's pair, whose B·H is 32 too).
-# * D=64: the Triton kernel (256 threads, 106 registers, 65 KiB shared memory, 128-row tiles:
-#   grid 4096) against FA4's 512 threads (four warpgroups) at 128 registers and a grid of
-#   2752, which over 64 heads is 43 tiles of 192 rows each. The Triton kernel's stalls are
-#   spread over `barrier`, `wait`, `not_selected` and `mio_throttle` (1.02-1.38 per issue
-#   each); FA4's largest is `wait` (1.49).
-# * The Triton kernel alone at D=128 reaches 56.1% (2086 µs), with `barrier` (2.77) and
+#   2.94 for MLA's pair, against FA4's 0.55, 0.42 and 0.43 (cuDNN's: 1.34, 3.17 and 2.34); FA4's
+#   top stall is `wait`. The Gluon compiler puts a warpgroup-wide `bar.sync` before each
+#   mbarrier arrive and around each `warpgroup_mma_wait` (so that all four warps have finished
+#   with a buffer before one thread releases it). A trial that released the K/V stages and the
+#   ping-pong turn per thread instead (`forward_barrier_trial.json`, commit `390c742`, stale,
+#   its outcome printed above the verdicts) gained nothing at D=128 and was 3.6-4.6% slower at
+#   D=256, and was reverted: removing the `bar.sync` before the arrives did not make the kernel
+#   faster. The other difference is the grid: flashcore's is persistent (132 programs), FA4's
+#   one program per 128-row tile (2048 at D=128: 32 heads of 64 tiles; 1024 at D=256; 2048 for
+#   MLA's pair, whose B·H is 32 too).
+# * D=64: the Gluon kernel with three consumer warpgroups and FA4's have the same block here
+#   too (512 threads, four warpgroups), 128 registers per thread and about the same shared
+#   memory (88.4 against 89.0 KiB); both take 192 query rows per tile (the Gluon kernel's
+#   `forward_hopper.VARIANTS[64]`; FA4's grid of 2752 is 64 heads of 43 such tiles), the Gluon
+#   kernel over its persistent grid of 132. It issues 0.48 per cycle against FA4's 0.52
+#   (cuDNN's 0.53, with 384 threads, 168 registers and 131.0 KiB). Its top stall is again
+#   `barrier`, 1.89 per issue against FA4's 0.33 and cuDNN's 0.73, then `wait` (1.54) and
+#   `long_scoreboard` (1.03); FA4's largest is `wait` (1.49).
+# * The Triton kernel alone at D=128 reaches 56.1% (2077 µs), with `barrier` (2.77) and
 #   `mio_throttle` (1.03) among its top stalls.
 #
 # These are single-call profiles without clock control, not the timing record: the
-# per-shape ratios in the next sections come from `perf.json` (commit `0099be1`, current).
+# per-shape ratios in the next sections come from `perf.json` (commit `d8fa890`, current).
 #
 # The second table is the variant sweep (`fa3_attempt.json`, every run it holds: the line above
 # the table counts them and names their commits; a record of earlier kernels, stale by its
@@ -669,10 +671,10 @@ for d, res in targets26.items():
 # FA4 734 and 692 there (and 806 at D=256 non-causal S=8K and 807 at causal S=16K, at or above
 # the measured matmul ceiling:
 # that ceiling is one 8192³ matmul's rate, not a hard bound). The Nsight Compute section above
-# is the evidence on where the gap comes from at S=8K; it profiles the kernels of `f9591a6`
-# (`ncu_compare.json`, stale since `8739133`; the bf16 Gluon forward's PTX at D 128/256 is
-# unchanged since, `logs/ptx_compare_0099be1_d8fa890.log`, but at D=64 flashcore now runs the
-# Gluon kernel with three warpgroups, which the profile does not have), not this record's run.
+# is the evidence on where the gap comes from at S=8K; it profiles the same kernel sources as
+# this record (`ncu_compare.json`, commit `6b0fa16`, current: `d8fa890`'s kernels, the Gluon
+# kernel with three consumer warpgroups at D=64 included), in its own session, not this
+# record's run.
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
