@@ -847,7 +847,9 @@ print(
 # spread); k = 2 is 3–9% slower at every shape. The bf16 Gluon kernel at D128 is 2.7% slower
 # to 0.9% faster with k = 1. Only at D64, the other loop the budget calls tight,
 # did k = 1 gain: 473 / 487 against 452 / 472 TFLOP/s non-causal at S = 4K / 16K, and
-# −1.1% / +1.9% causal. The issue slots are as tight as the special-function pipe (the
+# −1.1% / +1.9% causal; a second run over D64's sweep (`logs/exp2_emulation_d64_216cefa.*`) had
+# k = 1 at +0.1 / +4.0 / +6.8 / +2.5% non-causal (S = 2K / 4K / 8K / 16K) and 2.4–5.2% slower
+# causal. The issue slots are as tight as the special-function pipe (the
 # budget's two ratios above are both near 1), so an exponential moved off one lands on the
 # other. What is left is the order of the loop: spacing the exponentials without adding
 # instructions, which Triton's scheduler decides, not this code.
