@@ -1014,13 +1014,30 @@ else:
 # kernels) the Gluon backward is correct on the whole grid (240 cases, 0 failed, worst ratio
 # 0.870) and slower than the Triton backward at every one of the 12 shapes (Gluon / Triton
 # 0.81–0.95), as in the record of `382853b` before it (every 2nd case, 120, 0 failed;
-# 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `f9591a6`; stale
-# since `8739133`, whose kernel change, the Gluon forward's FP8 mode, leaves these backward
-# kernels' PTX identical) shows where, at one shape (bf16, S=8192, non-causal): the Gluon call took 7.22 ms of kernel
-# time against the Triton backward's 6.02 ms at D=128, and 8.79 ms against 6.81 ms at D=64;
-# FA4's 4.09 ms and 4.74 ms. Offline, ptxas gives the D=128 kernel 255 registers with no
-# spills and the D=64 one 196 (`tests/test_backward_hopper.py` compiles both for sm_90 on any
-# machine and prints the counts); the profile reports the same 255 and 196.
+# 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `6b0fa16`,
+# 2026-11-27; current: today's kernels) shows where, at one shape (bf16, S=8192,
+# non-causal): the Gluon call took 7.11 ms of kernel time against the Triton backward's
+# 6.01 ms at D=128, and 8.72 ms against 6.76 ms at D=64; FA4's 4.11 ms and 4.74 ms. Offline,
+# ptxas gives the D=128 kernel 255 registers with no spills and the D=64 one 196
+# (`tests/test_backward_hopper.py` compiles both for sm_90 on any machine and prints the
+# counts); the profile reports the same 255 and 196.
+#
+# **A pipelined variant (logs, not a record).** `flashcore/kernels/backward_hopper_pipelined.py`
+# keeps this kernel's program, grid and signature and changes the step (its module
+# docstring): dQ's wgmma is issued first and waited on alone, so dQ's fp32 atomics run while
+# dV's and dK's are still on the tensor cores; Q and dO come through a 3-stage ring loaded two
+# steps ahead; dS is double-buffered; BLOCK_M is 128 at D64. The barrier that Triton's
+# compiler (its Membar pass) re-inserts at the top of each step still keeps the two
+# warpgroups in lockstep, as the docstring says. Its first GPU run (H100, commit `6b0fa16`,
+# 2026-11-27; `logs/backward_pipelined_tests_6b0fa16.log`, and
+# `logs/backward_pipelined_check_6b0fa16.log` and `.json` from `python3
+# tools/backward_hopper_check.py OUT.json --kernel both --grid-stride 4 --rounds 3`): 20 GPU
+# tests passed; every 4th case of the grid, 60 cases, 0 failed; speed at bf16, B*S 16K,
+# H*D 2048, three alternating rounds: pipelined / original 1.031–1.058 at the 12 shapes,
+# pipelined / Triton 0.870–1.044, the only shape above 1 being D64 S8192 causal (314.1
+# against 300.9 TFLOP/s). It is still below the shipped Triton backward at 11 of 12 shapes,
+# so it stays opt-in (called by name: `tools/backward_hopper_check.py --kernel`) and is not
+# dispatched; this notebook does not render those logs.
 
 # %% tags=[]
 # The kernel's main loop, compiled offline for sm_90 (studies/sass_budget.py): the matmuls it
@@ -1233,42 +1250,42 @@ if ncu_bwd:
 
 # %% [markdown] tags=[]
 # **Why flashcore is slower, from these numbers.** Every row of the record comes from one
-# device session at commit `f9591a6` (2026-11-27, FA4 installed). The record is stale since
-# `8739133` (its status line above): that commit added the Gluon forward's FP8 mode, and the
-# backward kernels profiled here compile to the same PTX before and after it
-# (`logs/ptx_compare_82e4625_8739133.log`), but it was not re-profiled. It profiles the
+# device session at commit `6b0fa16` (2026-11-27, FA4 4.0.0b36 installed), whose kernel
+# sources are those of `d8fa890`: current (its status line above), so it profiles today's
+# kernels, including `0e0358b`'s split of MLA's q/k 192 columns into a 128-wide and a 64-wide
+# tile (the older record's MLA rows padded them to 256; notebook 09). It profiles the
 # deterministic default; the atomic mode, and MLA's atomic-mode config changed at `e5df583`
 # (section 8), are not in it.
 #
 # * **D=128.** FA4's backward kernel keeps the tensor pipe 78.7% active and is 96.1% of its
-#   4.09 ms call; cuDNN's 66.5% (4.66 ms). flashcore's call is two matmul kernels: dK/dV at
-#   64.4% (58.8% of the call, one warpgroup of 128 threads at 255 registers) and the
-#   deterministic mode's separate dQ kernel at 72.1% (40.3%), 6.02 ms in all. Per executed
-#   FLOP those two kernels run at 645 TFLOP/s, between cuDNN's 611 and FA4's 700: the larger
+#   4.11 ms call; cuDNN's 66.6% (4.67 ms). flashcore's call is two matmul kernels: dK/dV at
+#   64.4% (58.6% of the call, one warpgroup of 128 threads at 255 registers) and the
+#   deterministic mode's separate dQ kernel at 72.2% (40.5%), 6.01 ms in all. Per executed
+#   FLOP those two kernels run at 646 TFLOP/s, between cuDNN's 610 and FA4's 696: the larger
 #   part of the gap is work, not speed: seven matmuls against five. At its own rate, five
-#   matmuls would take 5/7 of 5.97 ms, 4.26 ms, 4% more than FA4's 4.09 ms call. The atomic
+#   matmuls would take 5/7 of 5.96 ms, 4.26 ms, 4% more than FA4's 4.11 ms call. The atomic
 #   mode does five matmuls but is slower still (section 6; it was not profiled).
-# * **D=64.** The dK/dV kernel is the weak one: 53.0% tensor pipe for 64.3% of a 6.81 ms
-#   call, while the dQ kernel reaches 75.5% (FA4 63.5%, cuDNN 51.4%); 569 executed TFLOP/s
-#   against FA4's 600. Five matmuls at that rate would take 4.83 ms, 2% more than FA4's whole
+# * **D=64.** The dK/dV kernel is the weak one: 53.1% tensor pipe for 63.7% of a 6.76 ms
+#   call, while the dQ kernel reaches 75.5% (FA4 63.5%, cuDNN 51.6%); 573 executed TFLOP/s
+#   against FA4's 599. Five matmuls at that rate would take 4.79 ms, 1% more than FA4's whole
 #   call (4.74 ms).
-# * **MLA 192/128.** flashcore's dK/dV kernel (256 threads, 255 registers, 144 KiB of shared
-#   memory) keeps the tensor pipe 43.2% active for 65.3% of a 12.26 ms call, its dQ kernel
-#   69.5% (34.3%); FA4's kernel 59.5% (6.49 ms call), cuDNN's 31.0% (12.31 ms). Per executed
-#   FLOP flashcore runs at 405 TFLOP/s, cuDNN at 296 and FA4 at 569. Unlike at D=128, the rate
-#   is a large part of the gap: five matmuls at flashcore's rate would still take 8.82 ms
-#   against FA4's 6.49 ms call; the two extra matmuls are the rest (12.21 ms of matmul kernels
-#   against 8.82). flashcore's call is as long as cuDNN's (291 against 290 useful TFLOP/s)
-#   and 1.9x FA4's.
+# * **MLA 192/128.** flashcore's dK/dV kernel (256 threads, 255 registers, 120.2 KiB of
+#   shared memory) keeps the tensor pipe 40.3% active for 63.4% of an 11.36 ms call, its dQ
+#   kernel 56.6% (36.2%); FA4's kernel 59.4% (6.54 ms call), cuDNN's 31.0% (12.27 ms). Per
+#   executed FLOP flashcore runs at 437 TFLOP/s, cuDNN at 296 and FA4 at 565. Unlike at D=128,
+#   the rate is a large part of the gap: five matmuls at flashcore's rate would still take
+#   8.17 ms against FA4's 6.54 ms call; the two extra matmuls are the rest (11.31 ms of matmul
+#   kernels against 8.17). flashcore's call is shorter than cuDNN's (11.36 against 12.27 ms;
+#   314 against 291 useful TFLOP/s) and 1.7x FA4's.
 # * **Stalls.** At D=128 and for MLA's pair every flashcore matmul kernel stalls most on
-#   `barrier` (2.34 and 2.61 cycles per issue at D=128, 3.04 and 2.76 for MLA's pair), then
+#   `barrier` (2.33 and 2.61 cycles per issue at D=128, 3.26 and 3.20 for MLA's pair), then
 #   `wait` or `long_scoreboard` (at D=64 the dK/dV kernel's top stall is `wait`); FA4's
-#   and cuDNN's top stall is `long_scoreboard` (3.28 and 1.60 at D=128, 2.75 and 4.35 for
-#   MLA's pair), with `barrier` second (1.60 and 1.54; 2.48 and 3.48). FA4 and cuDNN run 384
+#   and cuDNN's top stall is `long_scoreboard` (3.28 and 1.61 at D=128, 2.73 and 4.36 for
+#   MLA's pair), with `barrier` second (1.60 and 1.53; 2.49 and 3.48). FA4 and cuDNN run 384
 #   threads (three warpgroups) at 168 registers with 211–227 KiB of shared memory at D=128;
 #   flashcore's dK/dV kernel one warpgroup at 255 registers and 97 KiB.
-# * **The Gluon backward** is slow per matmul, not from extra work: 41.9% tensor pipe at
-#   D=128 and 34.0% at D=64 (394 and 321 executed TFLOP/s, five matmuls), the lowest issue
+# * **The Gluon backward** is slow per matmul, not from extra work: 41.8% tensor pipe at
+#   D=128 and 34.0% at D=64 (400 and 324 executed TFLOP/s, five matmuls), the lowest issue
 #   rate of the four (0.18 instructions per cycle at D=128), `barrier`, `long_scoreboard` and
 #   `wait` its top stalls; its call also launches three elementwise kernels around the
 #   atomically summed fp32 dQ (a fill, a unary float op and a bf16 copy, by their names).
@@ -1276,6 +1293,6 @@ if ncu_bwd:
 # So two things separate flashcore from FA4 at D=128: the deterministic dQ pass (two extra
 # matmuls per tile pair), and a dK/dV kernel whose tensor pipe is 14 points less busy than
 # FA4's single kernel. For MLA's pair the kernels' rate weighs more: five matmuls at
-# flashcore's rate would still take longer than FA4's call, and the dK/dV kernel, 65% of the
-# call, keeps the tensor pipe 16 points less busy than FA4's kernel (43.2% against 59.5%).
-# Neither is fixed in this commit.
+# flashcore's rate would still take longer than FA4's call, and the dK/dV kernel, 63.4% of
+# the call, keeps the tensor pipe 19 points less busy than FA4's kernel (40.3% against
+# 59.4%). Neither is fixed in this commit.

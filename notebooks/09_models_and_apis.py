@@ -20,13 +20,13 @@
 # checked against issue 28's targets, each verdict computed from its record. The sinks' cost
 # (`feature_costs.json`), paged decode (`paged_decode.json`) and the models' checks and
 # generation (`models.json`) are of commit `c530054` (2026-11-27), whose kernel sources are
-# `d8fa890`'s, and D 192/128 beside FA4 (`value_head_dim_speed.json`) is of `d8fa890`: today's
-# kernels (their status lines: current). Two records are stale (their status lines): the host
-# cost per call (`launch.json`, commit `6c8aae4`; after it `3f5270a` changed `decode.py`'s
-# paged branch, `e5df583` MLA's atomic-mode backward config and the Gluon forward's FP8 mode
-# went in before `8739133`); and the Nsight profile of MLA's pair (`ncu_compare.json`, commit
-# `f9591a6`, stale since `8739133`). Neither was re-recorded, and what they show is of the
-# kernels of their commits.
+# `d8fa890`'s, D 192/128 beside FA4 (`value_head_dim_speed.json`) is of `d8fa890`, and the
+# Nsight profile of MLA's pair (`ncu_compare.json`) is of commit `6b0fa16` (2026-11-27), whose
+# kernel sources are `d8fa890`'s: today's kernels (their status lines: current). One record is
+# stale (its status line): the host cost per call (`launch.json`, commit `6c8aae4`; after it
+# `3f5270a` changed `decode.py`'s paged branch, `e5df583` MLA's atomic-mode backward config and
+# the Gluon forward's FP8 mode went in before `8739133`). It was not re-recorded, and what it
+# shows is of the kernels of its commit.
 #
 # Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
 # the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
@@ -536,8 +536,8 @@ print(
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
 # in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
 # shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
-# 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `f9591a6`, stale since
-# `8739133`) is rendered at the end of this section. **Backward:** the Triton mode,
+# 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `6b0fa16`, current) is
+# rendered at the end of this section. **Backward:** the Triton mode,
 # 0.62-0.73x FA4 (geomean 0.673) in this record, where that of `0099be1` had 0.58-0.60x
 # (geomean 0.59), `6c8aae4`'s 0.56-0.61x (geomean 0.59) and `4e9f906`'s 0.32-0.42x (geomean
 # 0.37). What changed since `0099be1` is the tile: `0e0358b` splits q/k's 192 columns into a
@@ -613,11 +613,10 @@ print(table(probe_rows, ["log", "S", "causal", "gluon", "triton", "cudnn", "gluo
 # records): MLA's pair (H 16) and the D256 bucket, S 4K/8K, causal and not, the geomean
 # TFLOP/s of the whole atomic backward with the dK/dV config varied (dQ stays (64, 32, 4, 1);
 # configs that do not fit shared memory are left out), beside the config the table ships.
-# `ncu_compare.json` is of commit `f9591a6` and stale since `8739133` (its status line below):
-# the Gluon forward's FP8 mode went in between the two, and the PTX comparison across it
-# (`logs/ptx_compare_82e4625_8739133.log`: identical) covers the bf16 Gluon forward and the
-# Triton backward at D 64/128/256, not MLA's 192/128 pair profiled here. Its backward rows
-# time the tile padded to 256, which `0e0358b` replaced for this pair.
+# `ncu_compare.json` is of commit `6b0fa16` (2026-11-27), whose kernel sources are
+# `d8fa890`'s: current (its status line below). Its backward rows time the split tiles of
+# `0e0358b` (a 128-wide and a 64-wide tile for q/k's 192 columns), where the record of
+# `f9591a6` before it timed the tile padded to 256.
 
 # %%
 ncu = results.read_result("ncu_compare", RECORDED_GPU)
@@ -680,16 +679,17 @@ print(
 )
 
 # %% [markdown]
-# **Forward:** flashcore's kernel keeps the tensor pipe busy 82.8% (of peak, over its active
-# cycles), FA4's 91.6%, cuDNN's 74.6%, at the same 168 registers a thread and about the same
-# shared memory as FA4's (208 and 209 KB); flashcore's call takes 1.90 ms against FA4's 1.77
+# **Forward:** flashcore's kernel keeps the tensor pipe busy 82.9% (of peak, over its active
+# cycles), FA4's 91.7%, cuDNN's 74.6%, at the same 168 registers a thread and about the same
+# shared memory as FA4's (208 and 209 KB); flashcore's call takes 1.92 ms against FA4's 1.79
 # (0.93). It stalls at barriers 2.94 times per issued instruction, FA4's kernel 0.43 times
 # (cuDNN's 2.34). The profile says where the kernels differ, not why. **Backward:** the
-# Triton mode's two kernels take 12.26 ms, dK/dV 8.01 ms with the tensor pipe 43.2% busy and
-# dQ 4.20 ms at 69.5%, both at 255 registers a thread, against FA4's one kernel at 6.28 ms and
-# 59.5% (FA4 / call 0.53); cuDNN's backward, 12.31 ms, is level with flashcore's here, as in the
-# speed table without a mask. The profile is of the deterministic mode, at one shape, one call
-# each.
+# Triton mode's call takes 11.36 ms, its dK/dV kernel 7.20 ms with the tensor pipe 40.3% busy
+# at 255 registers a thread and its dQ kernel 4.11 ms at 56.6% and 240 registers, against
+# FA4's one kernel at 6.32 ms and 59.4% (FA4 / call 0.58); cuDNN's backward, 12.27 ms, is
+# longer than flashcore's here (the `f9591a6` record, on the padded tile, had the two level),
+# as in the speed table without a mask. The profile is of the deterministic mode, at one
+# shape, one call each.
 #
 # **The atomic config:** the sweep over MLA's pair ranks (64, 64, 8, 2) first (165.8), ahead of
 # (64, 128, 8, 1) (148.8) and of the D256 bucket's (64, 64, 8, 1) (132.3), which the pair ran
