@@ -4,7 +4,11 @@ TRITON_INTERPRET is read when @triton.jit decorates, so it is set here, before a
 module imports flashcore's kernels. GPU-marked tests are skipped without CUDA.
 """
 
+import json
 import os
+import subprocess
+import sys
+import zlib
 
 import pytest
 import torch
@@ -34,6 +38,27 @@ def _inductor_cache_per_cpu_path() -> str:
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_cache_per_cpu_path()
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
+# The Gluon kernels' tests (forward_hopper, backward_hopper*) need compute capability 9.x.
+HAS_HOPPER = HAS_CUDA and torch.cuda.get_device_capability()[0] == 9
+
+
+def offline_report(script: str):
+    """Runs ``script`` (Python that prints JSON) in a subprocess with the Triton interpreter
+    off, from the repository root, and returns what it printed: offline sm_90 compiles from a
+    test process that itself runs the interpreter."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=root
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def case_seed(name: str) -> int:
+    """A case's input seed, from its name: the same inputs in every process (str hash() is
+    salted per process, which once made a grid draw other inputs on every run)."""
+    return zlib.crc32(name.encode()) % 10_000
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,10 +1,8 @@
 """The backward kernels against float64 autograd, under the gradient rule, on fresh inputs."""
 
-import zlib
-
 import pytest
 import torch
-from conftest import DEVICE
+from conftest import DEVICE, case_seed
 
 from flashcore import attention
 from flashcore.kernels.backward import attention_backward
@@ -21,15 +19,9 @@ from flashcore.validate_backward import (
 )
 
 
-def _seed(name: str) -> int:
-    # The same seed in every process (str hash() is salted per process, which made this grid
-    # draw other inputs on every run and fail at random; see the test below).
-    return zlib.crc32(name.encode()) % 10_000
-
-
 @pytest.mark.parametrize("case", backward_grid("cpu"), ids=lambda c: c.name)
 def test_grid_case_passes_gradient_rule(case):
-    row = check_grad_case(case, DEVICE, seed=_seed(case.name))
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name))
     for g in GRADIENTS:
         assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}

@@ -6,19 +6,14 @@ register spills. On a Hopper GPU: gradients against float64 autograd under the g
 rule on the 240-case ``backward_grid("hopper")`` (NaN-poisoned gradient buffers), the
 autograd door, and a planted bug (delta dropped) that the rule must reject."""
 
-import json
-import os
-import subprocess
-import sys
-import zlib
-
 import pytest
 import torch
-from conftest import DEVICE
+from conftest import DEVICE, HAS_HOPPER, case_seed, offline_report
 
 import flashcore
 from flashcore.interface import describe_backward_dispatch
 from flashcore.kernels import backward_hopper as bh
+from flashcore.kernels import backward_hopper_pipelined as bhp
 from flashcore.validate import AttentionCase, error_rule
 from flashcore.validate_backward import (
     GRADIENTS,
@@ -28,14 +23,9 @@ from flashcore.validate_backward import (
     rule_rejects,
 )
 
-HAS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 needs_hopper = pytest.mark.skipif(
     not (HAS_HOPPER and bh.GLUON_AVAILABLE), reason="needs a Hopper GPU and triton with Gluon"
 )
-
-
-def _seed(name: str) -> int:
-    return zlib.crc32(name.encode()) % 10_000
 
 
 def test_import_guard_and_supports_on_cpu():
@@ -120,13 +110,7 @@ def test_offline_compile_for_sm90(record_property):
     pytest.importorskip("triton.experimental.gluon")
     if not bh.GLUON_AVAILABLE:
         pytest.skip("this triton has no Gluon Hopper API")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(
-        [sys.executable, "-c", _REPORT], capture_output=True, text=True, env=env, cwd=root
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    report = offline_report(_REPORT)
     assert len(report) == 8
     for name, r in report.items():
         record_property(
@@ -146,7 +130,7 @@ def test_offline_compile_for_sm90(record_property):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", backward_grid("hopper"), ids=lambda c: c.name)
 def test_gradient_rule(case):
-    row = check_grad_case(case, DEVICE, seed=_seed(case.name), kernel="gluon")
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon")
     for g in GRADIENTS:
         assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
@@ -178,29 +162,43 @@ class _ZeroDelta:
         return lambda out, do, delta, *args, **kwargs: delta.zero_()
 
 
+# Both Gluon backwards (the first version and its pipelined variant, kernels/
+# backward_hopper_pipelined.py): their module (whose preprocess a test replaces), launcher and
+# check_grad_case name.
+GLUON_BACKWARDS = {
+    "gluon": (bh, bh.attention_backward_hopper),
+    "gluon_pipelined": (bhp, bhp.attention_backward_hopper_pipelined),
+}
+
+
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", list(GLUON_BACKWARDS))
 @pytest.mark.parametrize("d", [64, 128])
-def test_planted_bug_dropped_delta_is_rejected(monkeypatch, d):
+def test_planted_bug_dropped_delta_is_rejected(monkeypatch, kernel, d):
     # The same kernel with delta dropped (dS = P o dP): the rule must reject dQ and dK.
-    monkeypatch.setattr(bh, "_bwd_preprocess", _ZeroDelta())
+    monkeypatch.setattr(GLUON_BACKWARDS[kernel][0], "_bwd_preprocess", _ZeroDelta())
     case = AttentionCase(1, 4, 2, 129, 257, d, "bfloat16", True, "bottom_right")
-    row = check_grad_case(case, DEVICE, seed=_seed(case.name), kernel="gluon")
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel=kernel)
     assert not row["dq"]["passed"] and not row["dk"]["passed"], row
     assert row["dv"]["passed"]  # dV does not use delta
 
 
 @needs_hopper
 @pytest.mark.gpu
-def test_gqa_group_is_summed_and_every_row_written():
-    # GQA 4:1 with Sk not a multiple of the 128-key block and Sq not of the 64-row block.
-    case = AttentionCase(1, 8, 2, 200, 333, 64, "float16", False)
+@pytest.mark.parametrize(
+    "kernel, d", [("gluon", 64), ("gluon_pipelined", 64), ("gluon_pipelined", 128)]
+)
+def test_gqa_group_is_summed_and_every_row_written(kernel, d):
+    # GQA 4:1 with Sk not a multiple of the 128-key block and Sq not of the 64-row block
+    # (nor of the pipelined variant's 128-row block at D64).
+    case = AttentionCase(1, 8, 2, 200, 333, d, "float16", False)
     q, k, v, do = make_grad_inputs(case, DEVICE, 11)
     with torch.no_grad():
         out, lse = flashcore.attention(q, k, v, return_lse=True)
         grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-        bh.attention_backward_hopper(
-            do, q, k, v, out, lse, *grads, causal_offset=0, is_causal=False, scale=64**-0.5
+        GLUON_BACKWARDS[kernel][1](
+            do, q, k, v, out, lse, *grads, causal_offset=0, is_causal=False, scale=d**-0.5
         )
     assert all(torch.isfinite(g).all() for g in grads)
     assert rule_rejects(grads, q, k, v, do) == {g: True for g in GRADIENTS}

@@ -6,20 +6,14 @@ sm_90 (D64/D128, causal and not, fp16/bf16) with wgmma in the SASS, no spills, n
 conversion added, the step's wgmma waits where the kernel puts them, and the warpgroup
 ownership of P's key columns that the missing top-of-step barrier relies on. On a Hopper
 GPU: gradients under the gradient rule on a handful of cases (ring and double-buffer edges:
-1, 2 and 3 steps, GQA, both causal alignments, lengths off the block sizes), a planted bug
-(delta dropped) that the rule must reject, and every row written with GQA."""
-
-import json
-import os
-import subprocess
-import sys
-import zlib
+1, 2 and 3 steps, GQA, both causal alignments, lengths off the block sizes). The planted bug
+(delta dropped) that the rule must reject and every row written with GQA are
+tests/test_backward_hopper.py's, parametrized over both Gluon backwards."""
 
 import pytest
 import torch
-from conftest import DEVICE
+from conftest import DEVICE, HAS_HOPPER, case_seed, offline_report
 
-import flashcore
 from flashcore.kernels import backward_hopper as bh
 from flashcore.kernels import backward_hopper_pipelined as bhp
 from flashcore.validate import AttentionCase, error_rule
@@ -27,17 +21,11 @@ from flashcore.validate_backward import (
     GRADIENTS,
     check_grad_case,
     make_grad_inputs,
-    rule_rejects,
 )
 
-HAS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 needs_hopper = pytest.mark.skipif(
     not (HAS_HOPPER and bhp.GLUON_AVAILABLE), reason="needs a Hopper GPU and triton with Gluon"
 )
-
-
-def _seed(name: str) -> int:
-    return zlib.crc32(name.encode()) % 10_000
 
 
 def test_import_guard_and_supports_on_cpu():
@@ -144,13 +132,7 @@ def test_offline_compile_for_sm90(record_property):
     pytest.importorskip("triton.experimental.gluon")
     if not bhp.GLUON_AVAILABLE:
         pytest.skip("this triton has no Gluon Hopper API")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(
-        [sys.executable, "-c", _REPORT], capture_output=True, text=True, env=env, cwd=root
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    report = offline_report(_REPORT)
     assert len(report) == 16
     for name, r in report.items():
         record_property(
@@ -218,41 +200,7 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
 def test_gradient_rule(case):
-    row = check_grad_case(case, DEVICE, seed=_seed(case.name), kernel="gluon_pipelined")
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon_pipelined")
     for g in GRADIENTS:
         assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
-
-
-class _ZeroDelta:
-    """Stands in for the preprocess kernel: delta = 0 instead of rowsum(dO o O)."""
-
-    def __getitem__(self, grid):
-        return lambda out, do, delta, *args, **kwargs: delta.zero_()
-
-
-@needs_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("d", [64, 128])
-def test_planted_bug_dropped_delta_is_rejected(monkeypatch, d):
-    monkeypatch.setattr(bhp, "_bwd_preprocess", _ZeroDelta())
-    case = AttentionCase(1, 4, 2, 129, 257, d, "bfloat16", True, "bottom_right")
-    row = check_grad_case(case, DEVICE, seed=_seed(case.name), kernel="gluon_pipelined")
-    assert not row["dq"]["passed"] and not row["dk"]["passed"], row
-    assert row["dv"]["passed"]  # dV does not use delta
-
-
-@needs_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("d", [64, 128])
-def test_gqa_group_is_summed_and_every_row_written(d):
-    case = AttentionCase(1, 8, 2, 200, 333, d, "float16", False)
-    q, k, v, do = make_grad_inputs(case, DEVICE, 11)
-    with torch.no_grad():
-        out, lse = flashcore.attention(q, k, v, return_lse=True)
-        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-        bhp.attention_backward_hopper_pipelined(
-            do, q, k, v, out, lse, *grads, causal_offset=0, is_causal=False, scale=d**-0.5
-        )
-    assert all(torch.isfinite(g).all() for g in grads)
-    assert rule_rejects(grads, q, k, v, do) == {g: True for g in GRADIENTS}

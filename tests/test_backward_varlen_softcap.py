@@ -2,11 +2,9 @@
 reference, under the gradient rule (flashcore.validate_backward_softcap_varlen), on fresh
 inputs with NaN-poisoned gradient buffers; planted bugs show the same checker fails."""
 
-import zlib
-
 import pytest
 import torch
-from conftest import DEVICE, HAS_CUDA
+from conftest import DEVICE, HAS_CUDA, case_seed
 
 from flashcore import attention, attention_varlen
 from flashcore.interface import _VarlenFunction
@@ -28,10 +26,6 @@ from flashcore.validate_backward_softcap_varlen import (
 
 # On CUDA the grid runs in bfloat16 too (the interpreter's bfloat16 dot is wrong on CPU).
 HALF = ("float16", "bfloat16") if HAS_CUDA else ("float16",)
-
-
-def _seed(name: str) -> int:
-    return zlib.crc32(name.encode()) % 10_000
 
 
 def _failures(row):
@@ -66,7 +60,7 @@ def test_softcap_gradients_pass_the_rule(item, deterministic):
     row = check_softcap_grad_case(
         case,
         DEVICE,
-        _seed(_softcap_id(item)),
+        case_seed(_softcap_id(item)),
         softcap=cap,
         scale=scale,
         deterministic=deterministic,
@@ -144,7 +138,7 @@ def _varlen_cases():
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
 @pytest.mark.parametrize("case", _varlen_cases(), ids=lambda c: c.name)
 def test_varlen_gradients_pass_the_rule(case, deterministic):
-    row = check_varlen_grad_case(case, DEVICE, _seed(case.name), deterministic=deterministic)
+    row = check_varlen_grad_case(case, DEVICE, case_seed(case.name), deterministic=deterministic)
     for g in GRADIENTS:
         assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
     assert row["passed"], _failures(row)
