@@ -842,7 +842,8 @@ print(
 # computes k of every 8 exponentials of an unmasked tile as 2^round(x) · p(x − round(x)), p a
 # degree-3 polynomial (relative error at most 7.5e-5), FlashAttention-4's trick on Blackwell.
 # Offline, each emulated exponential costs 7 more instructions in the loop (565 → 622 at
-# k = 1). FP8 D128, k = 1 over k = 0 at S = 8K / 16K: 803 / 811 against 794 / 811 TFLOP/s
+# k = 1; 216cefa's FP8 D128 kernel through `studies/sass.py`'s `gluon_fp8_forward_spec` and
+# `sass_budget.softmax_loops`, with EXP2_EMULATED set). FP8 D128, k = 1 over k = 0 at S = 8K / 16K: 803 / 811 against 794 / 811 TFLOP/s
 # non-causal, 721 / 781 against 730 / 769 causal (−1.3% to +1.5%, inside the rounds'
 # spread); k = 2 is 3–9% slower at every shape. The bf16 Gluon kernel at D128 is 2.7% slower
 # to 0.9% faster with k = 1. Only at D64, the other loop the budget calls tight,
