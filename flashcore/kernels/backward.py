@@ -1224,7 +1224,7 @@ _HOPPER_TABLE = {
 # configs, not re-swept (offline ptxas at sm_90a: the deterministic dK/dV kernel's spills
 # about halve and the dQ kernel's go to none; the atomic dK/dV kernel's grow by about 1.3-1.5x).
 _HOPPER_TABLE_OWN_V = {
-    (256, 128): ((32, 128, 8, 2), (64, 64, 8, 2), (128, 64, 8, 2)),
+    (256, 128): ((32, 64, 4, 3), (64, 128, 8, 2), (128, 64, 8, 3)),
 }
 
 # q/k head dims split into a power-of-two main part and a tail (the kernels' QK_TAIL), where
