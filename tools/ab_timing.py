@@ -22,6 +22,10 @@ A is the checkout this script lives in. Suites:
 * ``paged``: the decode kernel on paged and dense caches, paged_decode.json's harness
   (``bench_paged_shape``: CUDA-graph replay, bf16 D128 GQA 32/8, pages of 16/64/256 in a
   random order), at B 1 and 4, caches of 32K and 128K tokens.
+* ``paged_ceiling``: the same harness at pages of 16 and 256 and the dense cache, B 1 and 8,
+  caches of 32K and 128K tokens, each row also as ``of_copy``: K + V bytes read per second
+  over the device-copy ceiling (``bench.copy_ceiling``) its process measured first, the
+  target of the small-page work (>= 0.95 from 32K tokens).
 * ``mla_backward``: the backward alone (``attention_backward`` on a saved forward's output
   and lse, fixed dO) at MLA's head dims, q/k 192 and v 128: bf16, H 16, B*S = 16K tokens,
   S 4K/8K/16K, causal and not, deterministic and atomic dQ.
@@ -90,6 +94,24 @@ for b, sk in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
+PAGED_CEILING_SHAPES = [(b, sk) for sk in (32768, 131072) for b in (1, 8)]  # (B, Sk)
+
+PAGED_CEILING_WORKER = r"""
+import json, sys
+from flashcore.studies import bench
+from flashcore.studies.paged_decode import bench_paged_shape
+ceiling = bench.copy_ceiling()["tbps"]
+out = {}
+for b, sk in json.loads(sys.argv[1]):
+    shape = dict(B=b, Hq=32, Hkv=8, Sk=sk, D=128, dtype="bfloat16")
+    for r in bench_paged_shape(shape, reps=50, page_sizes=(16, 256)):
+        if not r["impl"].startswith("fa4"):
+            out[f"B{b} Sk{sk} {r['impl']}"] = dict(
+                graph_ms=r["graph_timing"]["median_ms"], of_copy=r["tbps"] / ceiling
+            )
+print("RESULT " + json.dumps(out))
+"""
+
 MLA_BACKWARD_SHAPES = [  # (S, causal, deterministic)
     (s, causal, det)
     for s in (4096, 8192, 16384)
@@ -119,6 +141,7 @@ print("RESULT " + json.dumps(out))
 SUITES = {  # worker, its shapes, the metrics it reports
     "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),
     "paged": (PAGED_WORKER, PAGED_SHAPES, ("graph_ms",)),
+    "paged_ceiling": (PAGED_CEILING_WORKER, PAGED_CEILING_SHAPES, ("graph_ms", "of_copy")),
     "mla_backward": (MLA_BACKWARD_WORKER, MLA_BACKWARD_SHAPES, ("backward_ms",)),
 }
 

@@ -33,8 +33,11 @@ as in the dense cache; FA's ``(num_pages, page_size, Hkv, D)`` pool is the same 
 with other strides (``.transpose(1, 2)``) and runs unchanged. Only the address of a
 tile's rows changes (_page_rows): when page_size is a multiple of BLOCK_N a tile never
 crosses a page (tiles start at multiples of BLOCK_N), so one block-table entry per tile
-is read; smaller pages look up a page per key row. Splits, windows, softcap, sinks and
-the combine are unchanged; the append writes through the same table.
+is read. Smaller pages that divide the tile (16 tokens at BLOCK_N 64, say) read the
+tile's BLOCK_N / page_size ids with one small load and keep each row's offset in its page
+fixed, since such tiles span whole pages (_tile_pages); other page sizes look up a page
+per key row. Splits, windows, softcap, sinks and the combine are unchanged; the append
+writes through the same table.
 """
 
 from __future__ import annotations
@@ -46,7 +49,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_attention_inputs, check_sinks, check_softcap, check_window
+from .._checks import (
+    check_attention_inputs,
+    check_sinks,
+    check_softcap,
+    check_window,
+    on_interpreter,
+)
 from . import _launch as launch
 from ._launch import LaunchCache
 from ._softmax import kernel_scales, online_softmax_tile, softcap_tanh
@@ -66,6 +75,28 @@ def _page_rows(BlockTable, start_n, cols, key_hi, PAGE_SIZE: tl.constexpr, BLOCK
     else:
         page = tl.load(BlockTable + cols // PAGE_SIZE, mask=cols < key_hi, other=0).to(tl.int64)
     return page, (cols % PAGE_SIZE).to(tl.int64)
+
+
+@triton.jit
+def _tile_pages(BlockTable, start_n, key_hi, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The ids of the BLOCK_N // PAGE_SIZE pages a key tile spans when PAGE_SIZE divides
+    BLOCK_N: one small contiguous load per tile instead of one gather per key row. Pages
+    past the sequence's end read nothing and get page 0, which the caller's mask never
+    uses."""
+    first = start_n + tl.arange(0, BLOCK_N // PAGE_SIZE) * PAGE_SIZE
+    ids = tl.load(
+        BlockTable + start_n // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE),
+        mask=first < key_hi,
+        other=0,
+    )
+    return ids.to(tl.int64)
+
+
+@triton.jit
+def _page_row_offsets(page_offsets, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One offset per page -> the same offset for each of the page's PAGE_SIZE key rows."""
+    per_row = tl.broadcast_to(page_offsets[:, None], (BLOCK_N // PAGE_SIZE, PAGE_SIZE))
+    return tl.reshape(per_row, (BLOCK_N,))
 
 
 @triton.jit(do_not_specialize=["uniform_len"])
@@ -165,7 +196,20 @@ def _decode_split_kernel(
         + offs_d[None, :] * stride_qk
     )
     q = tl.load(q_ptrs, mask=row_in[:, None] & d_in[None, :], other=0.0)
-    if PAGED:
+    # Pages smaller than a key tile that tile it evenly: a tile spans whole pages, so a key
+    # row's place in its page depends only on the row (offs_n % PAGE_SIZE), not on the tile.
+    SUB_TILE_PAGES: tl.constexpr = PAGED and PAGE_SIZE < BLOCK_N and BLOCK_N % PAGE_SIZE == 0
+    if SUB_TILE_PAGES:
+        # In-page offsets fixed here; per tile only the pages' offsets (_tile_pages) change.
+        in_page = (offs_n % PAGE_SIZE)[:, None].to(tl.int64)
+        k_ptrs = (
+            K + kv_head.to(tl.int64) * stride_kh + in_page * stride_kn + offs_d[None, :] * stride_kk
+        )
+        v_ptrs = (
+            V + kv_head.to(tl.int64) * stride_vh + in_page * stride_vn + offs_d[None, :] * stride_vk
+        )
+        BlockTable += batch.to(tl.int64) * stride_bz
+    elif PAGED:
         # Rows are placed per tile through the block table (_page_rows).
         k_ptrs = K + kv_head.to(tl.int64) * stride_kh + offs_d[None, :] * stride_kk
         v_ptrs = V + kv_head.to(tl.int64) * stride_vh + offs_d[None, :] * stride_vk
@@ -202,7 +246,10 @@ def _decode_split_kernel(
         # Keys below the first query's window are skipped whole tiles at a time.
         first_seen = tl.maximum(cache_len - window + 1, 0)
         key_lo = tl.maximum(key_lo, (first_seen // BLOCK_N) * BLOCK_N)
-    if PAGED:
+    if SUB_TILE_PAGES:
+        # Carried one tile ahead, as below (two ahead, sm_90 lost the async K/V copies).
+        pages_next = _tile_pages(BlockTable, key_lo, key_hi, PAGE_SIZE, BLOCK_N)
+    elif PAGED:
         # The block-table lookup is carried one tile ahead of the tile that uses it. Looked
         # up inside its own tile, Triton's pipeliner turned it into an async copy that the
         # tile's K/V copies waited on, which left one K/V tile in flight (a wait for every
@@ -216,7 +263,12 @@ def _decode_split_kernel(
         start_n = tl.multiple_of(start_n, BLOCK_N)  # split_len is a multiple of BLOCK_N
         cols = start_n + offs_n
         kv_mask = (cols[:, None] < key_hi) & d_in[None, :]
-        if PAGED:
+        if SUB_TILE_PAGES:
+            pages = pages_next
+            pages_next = _tile_pages(BlockTable, start_n + BLOCK_N, key_hi, PAGE_SIZE, BLOCK_N)
+            k_rows = _page_row_offsets(pages, PAGE_SIZE, BLOCK_N) * stride_kz
+            k = tl.load(k_ptrs + k_rows[:, None], mask=kv_mask, other=0.0)
+        elif PAGED:
             page = page_next
             row = row_next
             page_next, row_next = _page_rows(
@@ -239,7 +291,10 @@ def _decode_split_kernel(
             visible = visible & (valid[None, :] != 0)
         s = tl.where(visible, s * qk_scale, float("-inf"))
         p, alpha, m_new, l_i = online_softmax_tile(s, m_i, l_i, qk_scale, PRESCALED=True)
-        if PAGED:
+        if SUB_TILE_PAGES:
+            v_rows = _page_row_offsets(pages, PAGE_SIZE, BLOCK_N) * stride_vz
+            v = tl.load(v_ptrs + v_rows[:, None], mask=kv_mask, other=0.0)
+        elif PAGED:
             v_rows = page * stride_vz + row * stride_vn
             v = tl.load(v_ptrs + v_rows[:, None], mask=kv_mask, other=0.0)
         else:
@@ -422,7 +477,7 @@ def launch_decode(
     batch, num_q_heads, seqlen_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
-    interpreted = q.device.type != "cuda"
+    interpreted = on_interpreter(q)
     head_dim_padded = max(16, _next_pow2(head_dim))
     rows = group * seqlen_new
     block_m = max(16, min(64, _next_pow2(rows)))
