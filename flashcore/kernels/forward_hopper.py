@@ -152,9 +152,71 @@ FP8_VARIANTS = {
     256: dict(BLOCK_N=128, STAGES=2),
 }
 
+# exp2 on the FMA pipe for part of a tile (FlashAttention-4's trick on Blackwell): the
+# multi-function unit (MUFU) computes 16 exp2 a clock per SM, against 128 FMAs, and at FP8
+# D128 a tile's exps take as long as its two matmuls at peak. EXP2_EMULATED = k computes
+# k of every 8 consecutive register values of a thread by 2^x = 2^round(x) * p(x - round(x)),
+# p a degree-3 polynomial fitted to relative error on [-0.5, 0.5] (max 7.5e-5, far below
+# bf16's 3.9e-3 and e4m3's rounding of P), and the other 8 - k on the MUFU. Unmasked tiles
+# only: their x = s - m is finite and <= 0; x is clamped at -125 (2^-125 instead of the
+# MUFU's flush to 0, a difference no P V or row sum can see).
+_EXP2_POLY = (
+    "{{\n.reg .f32 xc, r, j, f, p;\n.reg .b32 rb, pb;\n"
+    "max.f32 xc, ${x}, 0fC2FA0000;\n"  # clamp at -125
+    "add.rn.f32 r, xc, 0f4B400000;\n"  # + 1.5 * 2^23: r's low mantissa bits = round(xc)
+    "sub.rn.f32 j, r, 0f4B400000;\n"
+    "sub.rn.f32 f, xc, j;\n"  # f in [-0.5, 0.5]
+    "fma.rn.f32 p, f, 0f3D61FB59, 0f3E786ED8;\n"
+    "fma.rn.f32 p, p, f, 0f3F31798D;\n"
+    "fma.rn.f32 p, p, f, 0f3F7FFB4A;\n"
+    "mov.b32 rb, r;\nshl.b32 rb, rb, 23;\n"  # round(xc) into the exponent field
+    "mov.b32 pb, p;\nadd.s32 ${y}, pb, rb;\n}}\n"
+)
+
+
+def _exp2_pack_asm(emulated: int) -> str:
+    """PTX for 8 values ($8..$15 in, $0..$7 out): the last ``emulated`` by the polynomial."""
+    lines = []
+    for i in range(8):
+        if i < 8 - emulated:
+            lines.append(f"ex2.approx.ftz.f32 ${i}, ${i + 8};\n")
+        else:
+            lines.append(_EXP2_POLY.format(x=i + 8, y=i))
+    return "".join(lines)
+
+
+
 if GLUON_AVAILABLE:
     # Rows of q (and keys of k) per fp8 scale: kernels/fp8.py's QUANT_BLOCK.
     FP8_QUANT_BLOCK = gl.constexpr(FP8_QUANT_ROWS)
+    # (A jit function reads constexpr globals only: one string per emulated count.)
+    _EXP2_ASM_1 = gl.constexpr(_exp2_pack_asm(1))
+    _EXP2_ASM_2 = gl.constexpr(_exp2_pack_asm(2))
+    _EXP2_ASM_3 = gl.constexpr(_exp2_pack_asm(3))
+    _EXP2_ASM_4 = gl.constexpr(_exp2_pack_asm(4))
+
+    @gluon.jit
+    def _exp2_pack(x, asm: gl.constexpr):
+        return gl.inline_asm_elementwise(
+            asm, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r", [x], dtype=gl.float32,
+            is_pure=True, pack=8,
+        )  # fmt: skip
+
+    @gluon.jit
+    def _exp2(x, EXP2_EMULATED: gl.constexpr):
+        """exp2(x), with EXP2_EMULATED (0-4) of every 8 values on the FMA pipe."""
+        gl.static_assert(EXP2_EMULATED >= 0 and EXP2_EMULATED <= 4)
+        if EXP2_EMULATED == 1:
+            p = _exp2_pack(x, _EXP2_ASM_1)
+        elif EXP2_EMULATED == 2:
+            p = _exp2_pack(x, _EXP2_ASM_2)
+        elif EXP2_EMULATED == 3:
+            p = _exp2_pack(x, _EXP2_ASM_3)
+        elif EXP2_EMULATED == 4:
+            p = _exp2_pack(x, _EXP2_ASM_4)
+        else:
+            p = gl.exp2(x)
+        return p
 
     @gluon.jit
     def _work_unit(u, sched):
@@ -302,9 +364,11 @@ if GLUON_AVAILABLE:
     def _softmax_step(
         s, m_i, l_i, qk_scale, rows, start_n, seqlen_k, causal_offset,
         s_layout: gl.constexpr, BLOCK_N: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+        EXP2_EMULATED: gl.constexpr = 0,
     ):  # fmt: skip
         """Online softmax over one key tile: p = exp2(s*scale - m_new), the rescale factor
-        alpha for what was accumulated before, the new running max and denominator."""
+        alpha for what was accumulated before, the new running max and denominator.
+        EXP2_EMULATED: unmasked tiles compute that many of every 8 exps on the FMA pipe."""
         if MASKED:
             cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
             visible = gl.expand_dims(cols < seqlen_k, 0)
@@ -321,7 +385,7 @@ if GLUON_AVAILABLE:
         else:
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             m_use = m_new
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
+            p = _exp2(s * qk_scale - gl.expand_dims(m_use, 1), EXP2_EMULATED)
         alpha = gl.exp2(m_i - m_use)
         return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
@@ -381,6 +445,7 @@ if GLUON_AVAILABLE:
         o_layout: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
         QK_TAIL: gl.constexpr, k_scales=None, P_SCALE: gl.constexpr = 1.0,
+        EXP2_EMULATED: gl.constexpr = 0,
     ):  # fmt: skip
         """Key tiles [first, last) of one warpgroup's work tile, whose key tile 0 sits at ring
         position `it`; tile j's softmax overlaps P_{j-1} V_{j-1}. fp8 (k_scales not None): key
@@ -409,7 +474,7 @@ if GLUON_AVAILABLE:
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, alpha, m_i, l_i = _softmax_step(
                 s, m_i, l_i, tile_scale, rows, j * BLOCK_N, seqlen_k, causal_offset,
-                s_layout, BLOCK_N, MASKED, IS_CAUSAL,
+                s_layout, BLOCK_N, MASKED, IS_CAUSAL, EXP2_EMULATED,
             )  # fmt: skip
             acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
             mbarrier.arrive(v_empty.index(prev), count=1)
@@ -425,7 +490,7 @@ if GLUON_AVAILABLE:
         wg: gl.constexpr, args, HEAD_DIM_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
         HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr, FP8: gl.constexpr = False,
-        P_SCALE: gl.constexpr = 1.0,
+        P_SCALE: gl.constexpr = 1.0, EXP2_EMULATED: gl.constexpr = 0,
     ):  # fmt: skip
         """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program.
         Q K^T reduces over q's head dim (the shared tiles' width); the output is HEAD_DIM_V wide.
@@ -528,7 +593,7 @@ if GLUON_AVAILABLE:
                 acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
                 acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, 1, mid,
                 seqlen_k, causal_offset, tile_qk_scale, wg, s_layout, o_layout, BLOCK_N, STAGES,
-                False, IS_CAUSAL, PINGPONG, QK_TAIL, k_scales, P_SCALE,
+                False, IS_CAUSAL, PINGPONG, QK_TAIL, k_scales, P_SCALE, EXP2_EMULATED,
             )  # fmt: skip
                 acc, p_op, m_i, l_i, turn_phase = _attend_tiles(
                 acc, p_op, m_i, l_i, turn_phase, q_tiles, ring, turn, rows, it, mid, n_tiles,
@@ -594,6 +659,7 @@ if GLUON_AVAILABLE:
         HEAD_DIM_V: gl.constexpr = 0, QK_TAIL: gl.constexpr = 0, q_tail_desc=None,
         k_tail_desc=None, QScale=None, KScale=None, VScale=None, n_q_blocks=None,
         n_k_blocks=None, inv_p_scale=None, FP8: gl.constexpr = False, P_SCALE: gl.constexpr = 1.0,
+        EXP2_EMULATED: gl.constexpr = 0,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
@@ -685,11 +751,14 @@ if GLUON_AVAILABLE:
             gl.warp_specialize(
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
+                                 EXP2_EMULATED)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
+                                 EXP2_EMULATED)),
                     (_consumer, (2, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
+                                 EXP2_EMULATED)),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 4, 1],
@@ -699,9 +768,11 @@ if GLUON_AVAILABLE:
             gl.warp_specialize(
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
+                                 EXP2_EMULATED)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
-                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE)),
+                                 PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
+                                 EXP2_EMULATED)),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 1],
@@ -750,7 +821,7 @@ _GLUON_DTYPES = (
 def _launch_args(
     q, k, v, out, lse, *, causal_offset, is_causal, qk_scale, store_lse, sinks=None,
     block_n=None, stages=None, pingpong=True, num_wg=None, consumer_regs=None, persistent=None,
-    max_programs=None,
+    max_programs=None, exp2_emulated=None,
 ):  # fmt: skip
     """The grid, positional and keyword arguments of one launch (see ``attention_hopper``)."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
@@ -791,6 +862,9 @@ def _launch_args(
         HEAD_DIM_V=head_dim_v if head_dim_v != head_dim else 0,
         num_warps=4,
     )
+    exp2_emulated = cfg.get("EXP2_EMULATED", 0) if exp2_emulated is None else exp2_emulated
+    if exp2_emulated:  # (0 adds nothing, so those kernels compile exactly as before)
+        kwargs.update(EXP2_EMULATED=exp2_emulated)
     if qk_tail:  # (kernels without a tail get None there, as before: no descriptor to encode)
         kwargs.update(
             QK_TAIL=qk_tail,
@@ -886,7 +960,9 @@ def supports_fp8(x) -> bool:
     return all(tma_strides_ok(t) for t in (q8, x.k8, x.v8t))
 
 
-def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None, num_wg=None):
+def attention_hopper_fp8(
+    x, out, *, causal, scale, block_n=None, stages=None, num_wg=None, exp2_emulated=None
+):
     """Launch the kernel's FP8 mode on quantized inputs ``x`` (``supports_fp8`` true) into
     ``out`` (B, Hq, Sq, D), fp16/bf16, any strides. Top-left causal alignment, as
     kernels/fp8.py's kernel; no lse. ``block_n``, ``stages`` and ``num_wg`` (consumer
@@ -933,6 +1009,7 @@ def attention_hopper_fp8(x, out, *, causal, scale, block_n=None, stages=None, nu
         inv_p_scale=1.0 / x.p_scale,
         FP8=True,
         P_SCALE=float(x.p_scale),
+        EXP2_EMULATED=cfg.get("EXP2_EMULATED", 0) if exp2_emulated is None else exp2_emulated,
         num_warps=4,
     )
     return out
