@@ -28,7 +28,7 @@ def test_import_guard_never_breaks_flashcore():
 
 
 def _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed, dv=None):
-    gen = torch.Generator(device="cpu").manualcase_seed(seed)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
 
     def rand(h, s, width=d):
         if layout == "bshd":
@@ -186,7 +186,7 @@ def test_sinks_error_rule(case, dtype, grid):
     of each row's mass, so the same call without them fails this reference."""
     b, hq, hkv, sq, sk, d, causal, alignment, layout = case
     q, k, v = _inputs(b, hq, hkv, sq, sk, d, dtype, layout, seed=200 + CASES.index(case))
-    gen = torch.Generator().manualcase_seed(300 + CASES.index(case))
+    gen = torch.Generator().manual_seed(300 + CASES.index(case))
     # log(Sk) + 2..4: the sink outweighs the keys' sum (about 1.6 Sk at these scores)
     sinks = (torch.rand(hq, generator=gen) * 2 + 2 + math.log(sk)).to("cuda")
     kw = dict(causal=causal, causal_alignment=alignment)

@@ -367,6 +367,12 @@ def test_mla_backward_takes_its_own_launch_configs():
     assert bw._pick_config(128, torch.bfloat16, False, 64) == bw._pick_config(
         128, torch.bfloat16, False
     )
+    # Causal MLA keeps the dK/dV config its sweep ranked first there; dQ and the atomic
+    # mode's dK/dV are the non-causal ones; D256 has no causal entry.
+    mla_causal = bw._pick_config(256, torch.bfloat16, False, 128, causal=True)
+    assert mla_causal["dkdv"] == bw._OWN_V_CAUSAL_DKDV[(256, 128)] != mla["dkdv"]
+    assert (mla_causal["dq"], mla_causal["dkdv_atomic"]) == (mla["dq"], mla["dkdv_atomic"])
+    assert bw._pick_config(256, torch.bfloat16, False, causal=True) == d256
 
 
 @pytest.mark.parametrize(

@@ -1221,11 +1221,18 @@ _HOPPER_TABLE = {
 # shapes): (64, 64, 8, 2) 166 against the D256 bucket's (64, 64, 8, 1) 132. (D256's own
 # atomic sweep kept (64, 64, 8, 1): 168, next best 119.) These were swept on the padded
 # 256-wide q/k tiles; the 192/128 kernels now split q/k (QK_TAIL below) and run the same
-# configs, not re-swept (offline ptxas at sm_90a: the deterministic dK/dV kernel's spills
-# about halve and the dQ kernel's go to none; the atomic dK/dV kernel's grow by about 1.3-1.5x).
+# configs until the re-sweep on the split tiles (tools/dv_backward_probe.py --around-shipped,
+# logs results/<gpu>/logs/mla_backward_probe_{deterministic,atomic}_0f83d17.*; S 4K/8K/16K,
+# whole-backward TFLOP/s with one kernel varied): dK/dV (32, 64, 4, 3), dQ (128, 64, 8, 3),
+# atomic dK/dV (64, 128, 8, 2). An A/B of the whole backward against the old configs
+# (logs/mla_backward_configs_ab_bdbb35b.*, S 4K-16K) measured 0.825-0.841 of the old time
+# non-causal and 0.64-0.74 in atomic mode, but 1.002-1.029 causal: there the sweep ranks the
+# old dK/dV (32, 128, 8, 2) first (292 against 285 TFLOP/s at S4K, 324 against 318 at S8K),
+# so causal calls keep it (_OWN_V_CAUSAL_DKDV) and take the new dQ config (312 and 343).
 _HOPPER_TABLE_OWN_V = {
     (256, 128): ((32, 64, 4, 3), (64, 128, 8, 2), (128, 64, 8, 3)),
 }
+_OWN_V_CAUSAL_DKDV = {(256, 128): (32, 128, 8, 2)}
 
 # q/k head dims split into a power-of-two main part and a tail (the kernels' QK_TAIL), where
 # v has a head dim of its own: MLA's 192 = 128 + 64, as the Gluon forward's QK_TAIL. A D=192
@@ -1234,10 +1241,15 @@ QK_TAIL = {192: 64}
 
 
 def _pick_config(
-    head_dim_padded: int, dtype: torch.dtype, interpreted: bool, head_dim_v_padded: int = 0
+    head_dim_padded: int,
+    dtype: torch.dtype,
+    interpreted: bool,
+    head_dim_v_padded: int = 0,
+    causal: bool = False,
 ) -> dict:
     """Launch configs by padded head dim (q/k's, or the wider of q/k's and v's), and v's
-    padded head dim where it differs from q/k's (0: it does not)."""
+    padded head dim where it differs from q/k's (0: it does not); causal picks the
+    deterministic dK/dV config where the table has one of its own for causal calls."""
     if interpreted:
         return dict(dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
     if dtype == torch.float32:  # IEEE fp32 dots: small tiles (untuned, correct)
@@ -1247,6 +1259,8 @@ def _pick_config(
     bucket = 64 if head_dim_padded <= 64 else head_dim_padded
     own_v = _HOPPER_TABLE_OWN_V.get((bucket, head_dim_v_padded))
     dkdv, dkdv_atomic, dq = own_v or _HOPPER_TABLE[bucket]
+    if causal:
+        dkdv = _OWN_V_CAUSAL_DKDV.get((bucket, head_dim_v_padded), dkdv)
     return dict(dkdv=dkdv, dkdv_atomic=dkdv_atomic, dq=dq)
 
 
@@ -1543,7 +1557,11 @@ def _launch_backward(
         config
         if config is not None
         else _pick_config(
-            widest_padded, q.dtype, on_interpreter(q), head_dim_v_padded if own_v else 0
+            widest_padded,
+            q.dtype,
+            on_interpreter(q),
+            head_dim_v_padded if own_v else 0,
+            causal=causal,
         )
     )
     deterministic = dq_acc is None

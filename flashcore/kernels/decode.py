@@ -38,6 +38,10 @@ tile's BLOCK_N / page_size ids with one small load and keep each row's offset in
 fixed, since such tiles span whole pages (_tile_pages); other page sizes look up a page
 per key row. Splits, windows, softcap, sinks and the combine are unchanged; the append
 writes through the same table.
+
+This file is long because the kernels and their launcher are: the split kernel with its
+page-address helpers and the combine (about 300 lines), and ``launch_decode`` (about 200),
+which binds dense and paged caches, splits and the combine to one launch.
 """
 
 from __future__ import annotations
