@@ -43,6 +43,14 @@
 #             configs re-swept on its split tiles (tools/dv_backward_probe.py --around-shipped,
 #             both modes, ~50 s each; under <outdir>/probe); the notebooks' GPU profiles
 #             then go through tools/gpu_reproduce_timing.sh in a call of their own
+#   tests     (carry .fa4a) unpack FA4's compiler library; the GPU check of the "ran" scope;
+#             the GPU tests of every kernel file a change touches (forward_hopper, backward,
+#             both Gluon backwards, decode/paged, v's own head dim), 16 shards under one timeout
+#   correct   (FA4 not needed) the correctness grids and sanitizer (tools/gpu_evidence.sh), then
+#             the backward grid part (tools/gpu_backward_record.sh grid)
+#   studies   (FA4 not needed) varlen.json, feature_costs.json, decode.json, decode_splits.json
+#   fp8       (FA4 not needed) the FP8 study (fp8.json)
+#   dv_speed  (after an FA4 install on the same machine) value_head_dim_speed.json
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
 set -u
 part=$1; out=$2
@@ -80,6 +88,27 @@ mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around t
   done
 }
 case "$part" in
+  tests)
+    bash .fa4a/install.sh
+    ran_scope_check
+    bash tools/gpu_test_shards.sh "$out/tests" 430 "gpu:16:-m gpu tests/test_forward_hopper.py \
+tests/test_value_head_dim.py tests/test_paged_kv.py tests/test_decode.py tests/test_backward.py \
+tests/test_backward_hopper.py tests/test_backward_hopper_pipelined.py \
+tests/test_backward_varlen_softcap.py"
+    ;;
+  correct)
+    TAIL=40 stage evidence 330 bash tools/gpu_evidence.sh "$out/evidence" 300
+    BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
+    ;;
+  studies)
+    TAIL=6 stage varlen 260 python3 -m flashcore varlen --record
+    TAIL=6 stage feature_costs 220 python3 flashcore/studies/feature_costs.py --record
+    TAIL=6 STAGE_HIDE="it/s\]" stage decode 100 python3 -m flashcore bench --suite decode --topic decode --record
+    TAIL=4 stage decode_splits 50 python3 tools/decode_splits.py --record
+    ;;
+  fp8)
+    TAIL=20 stage fp8 300 python3 -m flashcore fp8 --record
+    ;;
   check)
     bash .fa4a/install.sh
     bash tools/gpu_test_shards.sh "$out/tests" 400 "dv:8:-m gpu tests/test_value_head_dim.py"
@@ -114,6 +143,9 @@ case "$part" in
     ;;
   ncu_fa4)  # (carry .fa4b) FA4's ncu cases alone, after a session that ran the others
     TAIL=30 NCU_ONLY=fa4 stage ncu 200 bash tools/gpu_ncu_compare.sh "$out/ncu"
+    ;;
+  dv_speed)
+    TAIL=12 stage dv_speed 200 python3 -m flashcore.studies.value_head_dim_speed --record
     ;;
   dv)
     bash tools/gpu_test_shards.sh "$out/tests" 150 "doors:4:-m gpu tests/test_flash_attn_interface.py"
