@@ -355,24 +355,30 @@ def test_launch_cache_keys_differ_with_vs_head_dim():
 
 
 def test_mla_backward_takes_its_own_launch_configs():
-    """The backward's configs for q/k padded to 256 with v at 128 (MLA's 192/128) are their
-    own (measured); D256 with v of q/k's width keeps the D256 bucket's, and so does any pair
-    without an entry."""
+    """The backward's configs for q/k padded to 256 with v at 128 are their own (measured);
+    MLA's 192/128, whose kernels split q/k, has configs of its own again (causal calls keep
+    their dK/dV one); D256 with v of q/k's width keeps the D256 bucket's, and so does any
+    pair without an entry."""
     from flashcore.kernels import backward as bw
 
-    mla = bw._pick_config(256, torch.bfloat16, False, 128)
+    padded = bw._pick_config(256, torch.bfloat16, False, 128)
     d256 = bw._pick_config(256, torch.bfloat16, False)
-    assert mla["dkdv"] == bw._HOPPER_TABLE_OWN_V[(256, 128)][0] != d256["dkdv"]
+    assert padded["dkdv"] == bw._HOPPER_TABLE_OWN_V[(256, 128)][0] != d256["dkdv"]
     assert d256["dkdv"] == bw._HOPPER_TABLE[256][0]
     assert bw._pick_config(128, torch.bfloat16, False, 64) == bw._pick_config(
         128, torch.bfloat16, False
     )
-    # Causal MLA keeps the dK/dV config its sweep ranked first there; dQ and the atomic
-    # mode's dK/dV are the non-causal ones; D256 has no causal entry.
-    mla_causal = bw._pick_config(256, torch.bfloat16, False, 128, causal=True)
-    assert mla_causal["dkdv"] == bw._OWN_V_CAUSAL_DKDV[(256, 128)] != mla["dkdv"]
-    assert (mla_causal["dq"], mla_causal["dkdv_atomic"]) == (mla["dq"], mla["dkdv_atomic"])
+    split = bw._pick_config(256, torch.bfloat16, False, 128, split_qk=192)
+    split_causal = bw._pick_config(256, torch.bfloat16, False, 128, causal=True, split_qk=192)
+    assert (split["dkdv"], split["dkdv_atomic"], split["dq"]) == bw._SPLIT_QK_TABLE[(192, 128)]
+    assert split_causal["dkdv"] == bw._SPLIT_QK_CAUSAL_DKDV[(192, 128)] != split["dkdv"]
+    assert (split_causal["dq"], split_causal["dkdv_atomic"]) == (split["dq"], split["dkdv_atomic"])
+    # causal alone changes nothing where no split pair has an entry
+    assert bw._pick_config(256, torch.bfloat16, False, 128, causal=True) == padded
     assert bw._pick_config(256, torch.bfloat16, False, causal=True) == d256
+    assert bw._pick_config(256, torch.bfloat16, False, 64, split_qk=192) == bw._pick_config(
+        256, torch.bfloat16, False, 64
+    )
 
 
 @pytest.mark.parametrize(

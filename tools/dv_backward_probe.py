@@ -79,8 +79,14 @@ def _bases(pair, atomic, around_shipped):
         return max(16, 1 << (width - 1).bit_length())
 
     d, dv = pair  # as attention_backward picks: the wider padded head dim, v's where it differs
+    from flashcore.kernels.backward import QK_TAIL
+
     shipped = _pick_config(
-        max(padded(d), padded(dv)), torch.bfloat16, False, padded(dv) if dv != d else 0
+        max(padded(d), padded(dv)),
+        torch.bfloat16,
+        False,
+        padded(dv) if dv != d else 0,
+        split_qk=d if dv != d and d in QK_TAIL else 0,
     )
     return (shipped["dkdv_atomic"] if atomic else shipped["dkdv"]), shipped["dq"]
 

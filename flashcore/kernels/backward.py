@@ -1221,18 +1221,24 @@ _HOPPER_TABLE = {
 # shapes): (64, 64, 8, 2) 166 against the D256 bucket's (64, 64, 8, 1) 132. (D256's own
 # atomic sweep kept (64, 64, 8, 1): 168, next best 119.) These were swept on the padded
 # 256-wide q/k tiles; the 192/128 kernels now split q/k (QK_TAIL below) and run the same
-# configs until the re-sweep on the split tiles (tools/dv_backward_probe.py --around-shipped,
-# logs results/<gpu>/logs/mla_backward_probe_{deterministic,atomic}_0f83d17.*; S 4K/8K/16K,
-# whole-backward TFLOP/s with one kernel varied): dK/dV (32, 64, 4, 3), dQ (128, 64, 8, 3),
-# atomic dK/dV (64, 128, 8, 2). An A/B of the whole backward against the old configs
-# (logs/mla_backward_configs_ab_bdbb35b.*, S 4K-16K) measured 0.825-0.841 of the old time
-# non-causal and 0.64-0.74 in atomic mode, but 1.002-1.029 causal: there the sweep ranks the
-# old dK/dV (32, 128, 8, 2) first (292 against 285 TFLOP/s at S4K, 324 against 318 at S8K),
-# so causal calls keep it (_OWN_V_CAUSAL_DKDV) and take the new dQ config (312 and 343).
+# configs on the padded tiles; a D=256 with v at 128 (no split) still does.
 _HOPPER_TABLE_OWN_V = {
-    (256, 128): ((32, 64, 4, 3), (64, 128, 8, 2), (128, 64, 8, 3)),
+    (256, 128): ((32, 128, 8, 2), (64, 64, 8, 2), (128, 64, 8, 2)),
 }
-_OWN_V_CAUSAL_DKDV = {(256, 128): (32, 128, 8, 2)}
+# The split 192/128 kernels, re-swept on their own tiles (tools/dv_backward_probe.py
+# --around-shipped, logs results/<gpu>/logs/mla_backward_probe_{deterministic,atomic}_0f83d17.*;
+# S 4K/8K/16K, whole-backward TFLOP/s with one kernel varied), by (q/k head dim, padded v head
+# dim): dK/dV (32, 64, 4, 3), atomic dK/dV (64, 128, 8, 2), dQ (128, 64, 8, 3). An A/B of the
+# whole backward against the padded-tile configs above (logs/mla_backward_configs_ab_bdbb35b.*,
+# S 4K-16K) measured 0.825-0.841 of their time non-causal and 0.64-0.74 in atomic mode, but
+# 1.002-1.029 causal: there the sweep ranks the old dK/dV (32, 128, 8, 2) first (292 against
+# 285 TFLOP/s at S4K, 324 against 318 at S8K), so causal calls keep it (_SPLIT_QK_CAUSAL_DKDV)
+# and take the new dQ config (312 and 343). (dQ (128, 64, 8, 3) on the padded 256-wide tiles
+# needs 240 KB of shared memory, past the H100's 227: the split is what lets it fit.)
+_SPLIT_QK_TABLE = {
+    (192, 128): ((32, 64, 4, 3), (64, 128, 8, 2), (128, 64, 8, 3)),
+}
+_SPLIT_QK_CAUSAL_DKDV = {(192, 128): (32, 128, 8, 2)}
 
 # q/k head dims split into a power-of-two main part and a tail (the kernels' QK_TAIL), where
 # v has a head dim of its own: MLA's 192 = 128 + 64, as the Gluon forward's QK_TAIL. A D=192
@@ -1246,10 +1252,12 @@ def _pick_config(
     interpreted: bool,
     head_dim_v_padded: int = 0,
     causal: bool = False,
+    split_qk: int = 0,
 ) -> dict:
     """Launch configs by padded head dim (q/k's, or the wider of q/k's and v's), and v's
-    padded head dim where it differs from q/k's (0: it does not); causal picks the
-    deterministic dK/dV config where the table has one of its own for causal calls."""
+    padded head dim where it differs from q/k's (0: it does not). split_qk: q/k's head dim
+    where the kernels split it (QK_TAIL; 0: they do not), whose pairs have configs of their
+    own, causal calls' deterministic dK/dV included."""
     if interpreted:
         return dict(dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
     if dtype == torch.float32:  # IEEE fp32 dots: small tiles (untuned, correct)
@@ -1259,8 +1267,11 @@ def _pick_config(
     bucket = 64 if head_dim_padded <= 64 else head_dim_padded
     own_v = _HOPPER_TABLE_OWN_V.get((bucket, head_dim_v_padded))
     dkdv, dkdv_atomic, dq = own_v or _HOPPER_TABLE[bucket]
-    if causal:
-        dkdv = _OWN_V_CAUSAL_DKDV.get((bucket, head_dim_v_padded), dkdv)
+    split = (split_qk, head_dim_v_padded)
+    if split in _SPLIT_QK_TABLE:
+        dkdv, dkdv_atomic, dq = _SPLIT_QK_TABLE[split]
+        if causal:
+            dkdv = _SPLIT_QK_CAUSAL_DKDV.get(split, dkdv)
     return dict(dkdv=dkdv, dkdv_atomic=dkdv_atomic, dq=dq)
 
 
@@ -1562,6 +1573,7 @@ def _launch_backward(
             on_interpreter(q),
             head_dim_v_padded if own_v else 0,
             causal=causal,
+            split_qk=head_dim if own_v and head_dim in QK_TAIL else 0,
         )
     )
     deterministic = dq_acc is None
