@@ -59,7 +59,7 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
 . tools/stage.sh
 fa4site=/root/fa4site
-case "$part" in dv | ncu | ncu_fa4 | current_b | rerecord_b) fa4b=1 ;; *) fa4b=0 ;; esac
+case "$part" in dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b) fa4b=1 ;; *) fa4b=0 ;; esac
 if [ "$fa4b" = 1 ]; then
   # shellcheck disable=SC1091
   source .fa4b/install.sh
