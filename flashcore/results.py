@@ -396,6 +396,13 @@ def write_result(
     return path
 
 
+def write_log(path, payload: dict, *, command: str) -> None:
+    """Write a probe's log ``payload`` to ``path`` (any place: logs are not records) with the
+    provenance and kernel fingerprint a record carries."""
+    record = {"provenance": provenance(command), "kernel_fingerprint": kernel_fingerprint()}
+    Path(path).write_text(json.dumps({**record, **payload}, indent=1, default=float) + "\n")
+
+
 def recorded_devices(topic: str) -> list[str]:
     """Slugs of devices with a record for ``topic`` (GPU records first, then cpu)."""
     if not RESULTS_DIR.exists():

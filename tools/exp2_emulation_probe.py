@@ -17,7 +17,6 @@ as FP8 D128's does): the row ``shipped`` is what ``flashcore.attention`` runs th
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -32,7 +31,7 @@ def main() -> int:
     from flashcore.interface import attention
     from flashcore.kernels import forward_hopper
     from flashcore.kernels._softmax import LOG2E
-    from flashcore.results import kernel_fingerprint, provenance
+    from flashcore.results import write_log
     from flashcore.studies.bench import TOKENS_PER_BATCH, attention_flops, time_launches
 
     ap = argparse.ArgumentParser()
@@ -96,18 +95,11 @@ def main() -> int:
                         flush=True,
                     )
             torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump(
-            dict(
-                provenance=provenance(
-                    "tools/exp2_emulation_probe.py OUT.json " + " ".join(sys.argv[2:])
-                ),
-                kernel_fingerprint=kernel_fingerprint(),
-                rows=rows,
-            ),
-            f,
-            indent=1,
-        )
+    write_log(
+        args.out,
+        dict(rows=rows),
+        command="tools/exp2_emulation_probe.py OUT.json " + " ".join(sys.argv[2:]),
+    )
     return 0
 
 

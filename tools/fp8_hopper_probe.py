@@ -21,7 +21,6 @@ prints a line per row."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -41,7 +40,7 @@ def main() -> int:
     from flashcore.interface import attention, fp8_attention
     from flashcore.kernels import forward_hopper
     from flashcore.kernels.fp8 import pick_config, quantize
-    from flashcore.results import kernel_fingerprint, provenance
+    from flashcore.results import write_log
     from flashcore.studies.bench import TOKENS_PER_BATCH, attention_flops, time_launches
 
     ap = argparse.ArgumentParser()
@@ -128,18 +127,11 @@ def main() -> int:
                         flush=True,
                     )
             torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump(
-            dict(
-                provenance=provenance(
-                    "tools/fp8_hopper_probe.py OUT.json " + " ".join(sys.argv[2:])
-                ),
-                kernel_fingerprint=kernel_fingerprint(),
-                rows=rows,
-            ),
-            f,
-            indent=1,
-        )
+    write_log(
+        args.out,
+        dict(rows=rows),
+        command="tools/fp8_hopper_probe.py OUT.json " + " ".join(sys.argv[2:]),
+    )
     return 0
 
 
