@@ -83,21 +83,30 @@ print(
 )
 
 # %% [markdown]
-# `perf.json` is current: it was re-recorded on the H100 at commit `d8fa890` (2026-11-27), with
-# FlashAttention-4 (`flash-attn-4` 4.0.0b36) timed in the same process (the status line above).
-# It replaces a record of `0099be1`, before two kernel changes: D=64 now runs the Gluon kernel
-# with three consumer warpgroups from S = 4K non-causal and 16K causal (`dispatch.py`, measured
-# faster than the Triton kernel in `logs/d64_gluon_sweep_b391df4.json`), and the Triton
-# backward splits MLA's head dim (no forward code). The D=64 rows it changed moved from 416,
-# 414, 419 to 439, 439, 450 TFLOP/s (non-causal S = 4K, 8K, 16K) and from 395 to 446 (causal
-# 16K); at D=128 and D=256 the flashcore / FA4 geomeans moved by less than 0.01. Every
-# number this notebook quotes from `perf.json` (the forward sweep, the targets, the
-# prior-report regime) is `d8fa890`'s. The decode section renders `decode.json` and
-# `decode_splits.json` (commit `d8fa890`, current). The Nsight Compute profile
-# (`ncu_compare.json`) is current too: re-recorded at commit `6b0fa16` (2026-11-27), whose
-# kernel sources are `d8fa890`'s. Two records read here are stale and were not re-recorded: the
-# host cost per call (`launch.json`, `6c8aae4`) and generation end to end
-# (`e2e_transformers.json`, `be540a8`). Each prints its status line.
+# `perf.json` was recorded on the H100 at commit `d8fa890` (2026-11-27), with
+# FlashAttention-4 (`flash-attn-4` 4.0.0b36) timed in the same process, and is now **stale** (the
+# status line above): three kernel files changed after it and it was not re-recorded.
+# `kernels/forward_hopper.py`: D=64 non-causal calls on the Gluon kernel now compute one exp in 8
+# on the FMA pipe by default (`EXP2_EMULATED_FULL`); of this record's rows that changes the D=64
+# non-causal rows from S = 4K on (the ones the dispatch sends to the Gluon kernel), and the
+# other Gluon rows ran a source that changed only in that option's plumbing, the Triton
+# kernel's rows an unchanged one (issue 26's section gives the one measurement of the new
+# default so far, a trial log). `kernels/decode.py`: the
+# paged small-page variant; the dense-cache decode path this record's decode rows time is the
+# same kernel mode. `kernels/backward.py`: MLA's backward launch configs, which no row here
+# runs. Every number this notebook quotes from `perf.json` (the forward sweep, the targets, the
+# prior-report regime) is `d8fa890`'s kernels'. That record replaced one of `0099be1`, before
+# two kernel changes: D=64 runs the Gluon kernel with three consumer warpgroups from S = 4K
+# non-causal and 16K causal (`dispatch.py`, measured faster than the Triton kernel in
+# `logs/d64_gluon_sweep_b391df4.json`), and the Triton backward splits MLA's head dim (no
+# forward code). The D=64 rows that changed moved from 416, 414, 419 to 439, 439, 450 TFLOP/s
+# (non-causal S = 4K, 8K, 16K) and from 395 to 446 (causal 16K); at D=128 and D=256 the
+# flashcore / FA4 geomeans moved by less than 0.01. The decode section renders `decode.json` and
+# `decode_splits.json`, re-recorded at commit `65d6c6c` (2026-11-27, current: today's decode
+# kernel). The Nsight Compute profile (`ncu_compare.json`, commit `6b0fa16`, whose kernel sources
+# are `d8fa890`'s) is stale for the same forward change. Two more records read here are stale and
+# were not re-recorded: the host cost per call (`launch.json`, `6c8aae4`) and generation end to
+# end (`e2e_transformers.json`, `be540a8`). Each prints its status line.
 
 # %% [markdown]
 # ## TFLOP/s vs sequence length
@@ -187,7 +196,8 @@ print(
 )
 
 # %% [markdown]
-# In this record (`perf.json`, commit `d8fa890`, current; bf16 only) the two D=128 targets
+# In this record (`perf.json`, commit `d8fa890`, stale: the kernels before the changes named at
+# the top; bf16 only) the two D=128 targets
 # above are met (geomean 1.83x SDPA flash, 0.95x cuDNN) and flashcore is ahead of
 # FlexAttention (1.45x).
 # Beating cuDNN is not met at any head dim: 0.95x at D=64, 0.95x at D=128, 0.99x at D=256.
@@ -270,11 +280,16 @@ save_figure(fig, "03_fa3_timeline")
 # (the columns and `top_stalls` are `flashcore.studies.report`'s, which notebook 07's backward
 # table shares). Every row comes from one device session at commit `6b0fa16` (2026-11-27, FA4
 # installed; console log `logs/ncu_compare_6b0fa16.log`), whose kernel sources are those of
-# `d8fa890`, the commit of `perf.json`: the record is current (its status line below). It
-# replaces a record of `f9591a6`, which had the Triton kernel at D=64; the other rows are the
-# same kernels measured again. The notebook reads the record (ncu is not re-run). The earlier
-# profile, `ncu_forward.json`, held D=128 only (the Gluon kernel, the Triton kernel and cuDNN);
-# its status line below says whether it still matches today's kernels, and it is not rendered.
+# `d8fa890`, the commit of `perf.json`. Like `perf.json` the record is now stale (its status line
+# below) and was not re-profiled: `kernels/forward_hopper.py` changed since, and its D=64 row,
+# non-causal S=8K on the Gluon kernel, is one of the calls the new exp2 default changes (the
+# D=128, D=256 and MLA rows ran a source that changed only in that option's plumbing);
+# `kernels/backward.py` changed too, for the record's backward rows, which notebook 07 reads.
+# Every number below is of `d8fa890`'s kernels. It replaced a record of `f9591a6`, which had the
+# Triton kernel at D=64; the other rows are the same kernels measured again. The notebook reads the
+# record (ncu is not re-run). The earlier profile, `ncu_forward.json`, held D=128 only (the Gluon
+# kernel, the Triton kernel and cuDNN); its status line below says whether it still matches today's
+# kernels, and it is not rendered.
 
 # %%
 ncu = read_result("ncu_compare", RECORDED_GPU)
@@ -359,7 +374,7 @@ print(
 )
 
 # %% [markdown]
-# Reading the profile (`ncu_compare.json`, commit `6b0fa16`, current as said above; the lines
+# Reading the profile (`ncu_compare.json`, commit `6b0fa16`, stale as said above; the lines
 # above print every number quoted here). At D=128 the Gluon kernel keeps the tensor pipe busy
 # 74.7% of its active cycles, cuDNN's kernel 77.2% and FA4's 84.8% (kernel time 1666, 1632 and
 # 1511 µs); at D=256 87.3%, 83.6% and 96.5% (1501, 1504 and 1384 µs); at D=64, now on the Gluon
@@ -385,7 +400,8 @@ print(
 #   faster. The other difference is the grid: flashcore's is persistent (132 programs), FA4's
 #   one program per 128-row tile (2048 at D=128: 32 heads of 64 tiles; 1024 at D=256; 2048 for
 #   MLA's pair, whose B·H is 32 too).
-# * D=64: the Gluon kernel with three consumer warpgroups and FA4's have the same block here
+# * D=64 (`d8fa890`'s kernel, before the exp2 default this call now takes): the Gluon kernel
+#   with three consumer warpgroups and FA4's have the same block here
 #   too (512 threads, four warpgroups), 128 registers per thread and about the same shared
 #   memory (88.4 against 89.0 KiB); both take 192 query rows per tile (the Gluon kernel's
 #   `forward_hopper.VARIANTS[64]`; FA4's grid of 2752 is 64 heads of 43 such tiles), the Gluon
@@ -397,7 +413,8 @@ print(
 #   `mio_throttle` (1.03) among its top stalls.
 #
 # These are single-call profiles without clock control, not the timing record: the
-# per-shape ratios in the next sections come from `perf.json` (commit `d8fa890`, current).
+# per-shape ratios in the next sections come from `perf.json` (commit `d8fa890`, stale as said at
+# the top).
 #
 # The second table is the variant sweep (`fa3_attempt.json`, every run it holds: the line above
 # the table counts them and names their commits; a record of earlier kernels, stale by its
@@ -437,7 +454,7 @@ print(
 # ### Issue 12's targets (against cuDNN only), from the performance record
 #
 # The performance record this notebook renders (`perf.json`, recorded on the H100 at commit
-# `d8fa890`, bf16, with the Gluon kernel dispatched; current, as said at the top) times the
+# `d8fa890`, bf16, with the Gluon kernel dispatched; stale, as said at the top) times the
 # dispatched `flashcore`, the Triton kernel alone at its default config
 # (`flashcore_triton`), cuDNN and FlashAttention-4 in one process, interleaved over rounds. Per
 # shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the Triton kernel's); then the
@@ -484,13 +501,13 @@ for d, res in shipped.items():
     )
 
 # %% [markdown]
-# Every target of issue 12 is missed in this record (`perf.json`, commit `d8fa890`, current),
-# at every head dim: the geomeans over S 2K-16K are 0.95x cuDNN at D=64, 0.95x at D=128 and
-# 0.99x at D=256 (the targets cell above the Gluon section prints them), the shapes below 0.95x
-# are listed above, and at S=1K flashcore reaches 0.89x and 0.92x of cuDNN at D=64, 0.80x and
-# 0.80x at D=128, 0.80x and 0.76x at D=256 (non-causal, causal). flashcore is ahead of cuDNN
-# at D=64 only at 16K non-causal (1.05), at D=128 only at c8K (1.07), and at D=256 at c4K
-# (1.04), c8K (1.09) and c16K (1.08).
+# Every target of issue 12 is missed in this record (`perf.json`, commit `d8fa890`, stale:
+# `d8fa890`'s kernels, as said at the top), at every head dim: the geomeans over S 2K-16K are
+# 0.95x cuDNN at D=64, 0.95x at D=128 and 0.99x at D=256 (the targets cell above the Gluon section
+# prints them), the shapes below 0.95x are listed above, and at S=1K flashcore reaches 0.89x and
+# 0.92x of cuDNN at D=64, 0.80x and 0.80x at D=128, 0.80x and 0.76x at D=256 (non-causal, causal).
+# flashcore is ahead of cuDNN at D=64 only at 16K non-causal (1.05), at D=128 only at c8K (1.07),
+# and at D=256 at c4K (1.04), c8K (1.09) and c16K (1.08).
 #
 # **What the persistent grid bought, and four negative results** (H100; runs `5a4f6ad` and
 # `f38c623` of the variant table, 2026-11-23, unless a bullet names another):
@@ -531,7 +548,8 @@ for d, res in shipped.items():
 # 432, 430, 423 and Triton's 420, 411, 427) and at causal 16K (455 against 418 and 423), and
 # lose at short causal lengths (S=1K: 134 against 252 and 317; a 192-row pair leaves most SMs
 # idle). An earlier run (`f38c623`) had three no faster than two with 3 stages. D=64 now runs
-# three, dispatched only at those lengths; the re-recorded sweep above shows them at 439-450.
+# three, dispatched only at those lengths; the sweep above (`d8fa890`, before the exp2 default)
+# shows them at 439-450.
 
 # %% [markdown]
 # ## Issue 26: against FlashAttention-4 and the best peer at each shape
@@ -659,22 +677,35 @@ for d, res in targets26.items():
     )
 
 # %% [markdown]
-# Every target of issue 26 is missed in this record (`perf.json`, commit `d8fa890`, current;
-# the lines above compute each). flashcore is slower than FA4 at every shape with S ≥ 2K (the
-# per-head-dim ranges under the table; geomeans 0.823, 0.868 and 0.863 at D = 64, 128, 256;
-# 0.794 at D=64 before it moved to the Gluon kernel). FA4 is the best peer at every one of those
-# shapes but one where cuDNN is (D=64 causal S=2K). At S=1K
-# the faster of cuDNN and FA4 is cuDNN at every shape but D=256 non-causal, where FA4 is; against
-# it flashcore reaches 0.89x-0.92x at D=64, 0.80x at D=128 and 0.76x-0.77x at D=256 (the
-# `x_best` column). At S=1K causal FA4 is the slowest of the three at D=64 and D=128 (flashcore
-# 1.21x and 1.46x FA4). At D=128 non-causal flashcore reaches 610 TFLOP/s at S=8K and 621 at 16K,
-# FA4 734 and 692 there (and 806 at D=256 non-causal S=8K and 807 at causal S=16K, at or above
-# the measured matmul ceiling:
-# that ceiling is one 8192³ matmul's rate, not a hard bound). The Nsight Compute section above
-# is the evidence on where the gap comes from at S=8K; it profiles the same kernel sources as
-# this record (`ncu_compare.json`, commit `6b0fa16`, current: `d8fa890`'s kernels, the Gluon
-# kernel with three consumer warpgroups at D=64 included), in its own session, not this
+# Every target of issue 26 is missed in this record (`perf.json`, commit `d8fa890`, stale:
+# `d8fa890`'s kernels, as said at the top; the lines above compute each). flashcore is slower
+# than FA4 at every shape with S ≥ 2K (the per-head-dim ranges under the table; geomeans 0.823,
+# 0.868 and 0.863 at D = 64, 128, 256; 0.794 at D=64 before it moved to the Gluon kernel). FA4 is
+# the best peer at every one of those shapes but one where cuDNN is (D=64 causal S=2K). At S=1K the
+# faster of cuDNN and FA4 is cuDNN at every shape but D=256 non-causal, where FA4 is; against it
+# flashcore reaches 0.89x-0.92x at D=64, 0.80x at D=128 and 0.76x-0.77x at D=256 (the `x_best`
+# column). At S=1K causal FA4 is the slowest of the three at D=64 and D=128 (flashcore 1.21x and
+# 1.46x FA4). At D=128 non-causal flashcore reaches 610 TFLOP/s at S=8K and 621 at 16K, FA4 734 and
+# 692 there (and 806 at D=256 non-causal S=8K and 807 at causal S=16K, at or above the measured
+# matmul ceiling: that ceiling is one 8192³ matmul's rate, not a hard bound). The Nsight Compute
+# section above is the evidence on where the gap comes from at S=8K; it profiles the same kernel
+# sources as this record (`ncu_compare.json`, commit `6b0fa16`, stale like it: `d8fa890`'s kernels,
+# the Gluon kernel with three consumer warpgroups at D=64 included), in its own session, not this
 # record's run.
+#
+# **What the D=64 exp2 default changes, and what measures it.** Since this record the Gluon
+# forward computes one exp in 8 on the FMA pipe instead of the MUFU in D=64 non-causal calls
+# (`EXP2_EMULATED_FULL = {64: 1}` in `kernels/forward_hopper.py`); causal calls, D=128, D=256
+# and FP8 keep 0. Of the rows above, the ones it changes are D=64 non-causal at S = 4K, 8K and
+# 16K (flashcore 439, 439 and 450 TFLOP/s here, x_fa4 0.819, 0.777 and 0.857), where the
+# dispatch runs the Gluon kernel; D=64 non-causal S ≤ 2K runs the Triton kernel, whose source did
+# not change. The only measurement of the default so far is the trial that chose it (commit
+# `216cefa`, `logs/exp2_emulation_d64_216cefa.*`: the Gluon kernel forced at every length, bf16,
+# B·S = 16K, H·D = 2048, 3 rounds, in its own session): non-causal, one emulated exp in 8 ran at
+# 393, 468, 484 and 472 TFLOP/s against 393, 450, 453 and 460 without at S = 2K, 4K, 8K and 16K;
+# causal it was 2.4-5.2% slower, which is why causal keeps 0. That is a trial log, not a record:
+# no sweep has timed the new default beside FA4, and the D=64 verdicts above stay those of
+# `d8fa890`'s kernels until one does.
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
@@ -775,23 +806,24 @@ print(
 )
 
 # %% [markdown]
-# What the table says about the reports' numbers (`perf.json`, commit `d8fa890`, current).
-# "Per sequence" figures under 5 µs are real as throughput (graph time / B) for every backend,
-# flashcore included; none of them is a latency. At these sizes the eager time is mostly set by
-# the launch path, not the GPU work; the last line above gives each implementation's host time
-# per call. Through Triton's own launcher (`flashcore_triton`: argument binding and
-# specialization on every call) the kernel costs about four times flashcore's host time
-# (108-251 against 25-52 µs), about as much as FlexAttention (89-268) and FA4's Python entry
-# point (107-280). flashcore's cached launch path (`flashcore`, the public call) reuses the
-# compiled kernel's launcher and costs less host time than every SDPA backend at every shape,
-# so its eager loop is at least as fast as the fastest SDPA backend at 9 of 10 shapes. It is
-# slower at B16 H96 S512 (eager ratio 0.84), where its kernel is the slower one (graph 300.41
-# against cuDNN's 254.83 µs); both "at every shape" lines print False. Under graph replay, the
-# kernel-against-kernel comparison, flashcore is ahead of the fastest SDPA backend only at the
-# three smallest shapes (B8 and B16 at S=128, B8 at S=256: 1.09-1.21) and behind it at the
-# other seven (0.82-0.93), where the fastest is cuDNN but for B32 H8 S128 (SDPA flash). The
-# verdicts compare against SDPA's backends; FA4's rows are in the table beside them. CUDA graphs
-# (or `torch.compile` with `mode="reduce-overhead"`) remove host cost altogether.
+# What the table says about the reports' numbers (`perf.json`, commit `d8fa890`, stale as said at
+# the top; these fp16 D=64 shapes at S ≤ 512 run the Triton kernel, whose source has not changed
+# since). "Per sequence" figures under 5 µs are real as throughput (graph time / B) for every
+# backend, flashcore included; none of them is a latency. At these sizes the eager time is mostly
+# set by the launch path, not the GPU work; the last line above gives each implementation's host
+# time per call. Through Triton's own launcher (`flashcore_triton`: argument binding and
+# specialization on every call) the kernel costs about four times flashcore's host time (111-231
+# against 25-53 µs), about as much as FlexAttention (90-408) and FA4's Python entry point (105-227).
+# flashcore's cached launch path (`flashcore`, the public call) reuses the compiled kernel's
+# launcher and costs less host time than every SDPA backend at every shape (10 of 10), so its eager
+# loop is at least as fast as the fastest SDPA backend at 8 of 10 shapes. It is slower at B16 H96
+# S512 and B32 H8 S512 (eager ratios 0.84 and 0.83), where its kernel is the slower one (graph
+# 300.64 against cuDNN's 261.56 µs, and 56.25 against 48.33); both "at every shape" lines print
+# False. Under graph replay, the kernel-against-kernel comparison, flashcore is ahead of the fastest
+# SDPA backend only at the three smallest shapes (B8 and B16 at S=128, B8 at S=256: 1.09-1.21) and
+# behind it at the other seven (0.81-0.92), where the fastest is cuDNN but for B32 H8 S128 (SDPA
+# flash). The verdicts compare against SDPA's backends; FA4's rows are in the table beside them.
+# CUDA graphs (or `torch.compile` with `mode="reduce-overhead"`) remove host cost altogether.
 
 # %% [markdown]
 # ## Decode: bytes over time
@@ -801,11 +833,12 @@ print(
 # (`flashcore/kernels/decode.py`, its dense-cache path); "forward kernel (no split)" is the
 # forward kernel on the same inputs, to show why split-KV exists: one query row per head leaves
 # most SMs idle. The CPU profile renders `decode.json`, the same decode shapes recorded on
-# their own at `d8fa890` (`python -m flashcore bench --suite decode --topic decode --record`,
-# with the copy ceiling measured in that run); `perf.json` holds decode rows too, from its run
-# at the same commit, a few minutes later. The GPU profile shows its own
-# run's rows. The last line of the first cell compares flashcore's decode time in the two
-# records, shape by shape.
+# their own at `65d6c6c` (2026-11-27, current; `python -m flashcore bench --suite decode --topic
+# decode --record`, with the copy ceiling measured in that run): today's `kernels/decode.py`,
+# which since `d8fa890` has the paged small-page variant (the dense-cache path timed here is the
+# same kernel mode). `perf.json` holds decode rows too, from its own run at `d8fa890` (stale, as
+# said at the top). The GPU profile shows its own run's rows. The last line of the first cell
+# compares flashcore's decode time in the two records, shape by shape.
 
 # %%
 if PROFILE == "gpu":
@@ -1001,32 +1034,37 @@ if harness:
     )
 
 # %% [markdown]
-# In `decode.json` (commit `d8fa890`, current) decode is at least as fast as SDPA flash at every
-# shape under CUDA-graph replay (1.01x-1.32x). Against SDPA cuDNN it is 0.95x-1.04x, and "at
+# In `decode.json` (commit `65d6c6c`, current) decode is at least as fast as SDPA flash at every
+# shape under CUDA-graph replay (1.02x-1.33x). Against SDPA cuDNN it is 0.98x-1.03x, and "at
 # least as fast as SDPA cuDNN at every shape" prints False: flashcore is slower at B1 Hkv8 cache
-# 8192 (0.955), and by less than a percent at B1 Hkv8 cache 131072 (0.998) and B1 Hkv32 cache
-# 32768 (0.999). The margins are small either way: on long caches both read K and V at close to
-# the copy ceiling, and at margins of a percent the per-shape verdict moves from one session to
-# the next. "At least 90% of the copy ceiling on caches ≥ 32K" prints False: B1 Hkv8 cache 32768
-# reaches 0.89. The short-cache, batch-1 GQA case (B1 Hkv8 cache 8192) reads too few bytes per
-# launch to approach the ceiling (0.57). The eager column carries flashcore's Python launch cost.
-# Against `perf.json`'s decode rows (`d8fa890`, the same session) flashcore's time in
-# `decode.json` is 0.99-1.01x at every shape but B1 Hkv8 cache 8192, where it is 1.10x (the
-# line under the table), as in the `0099be1` and `8739133` records before. That shape is the one
-# `decode.json` has behind cuDNN: `perf.json`'s run times flashcore there at 17.67 µs and the
-# split-count harness below at 17.85 (the last line of the next cell), against `decode.json`'s
-# 19.45. Why `decode.json`'s harness is slower at this 20 µs shape, three sessions running,
-# was not measured.
+# 8192 (0.984), and by less than a percent at B4 Hkv32 cache 32768 (0.997). The margins are
+# small either way: on long caches both read K and V at close to the copy ceiling, and at
+# margins of a percent the per-shape verdict moves from one session to the next (at `d8fa890`
+# the shapes under 1.00 were B1 Hkv8 cache 8192 at 0.955, B1 Hkv8 cache 131072 and B1 Hkv32
+# cache 32768). "At least 90% of the copy ceiling on caches ≥ 32K" prints False: B1 Hkv8 cache
+# 32768 reaches 0.88. The short-cache, batch-1 GQA case (B1 Hkv8 cache 8192) reads too few bytes
+# per launch to approach the ceiling (0.57). The eager column carries flashcore's Python launch
+# cost. Against `perf.json`'s decode rows (`d8fa890`, another session, before the small-page
+# change to `decode.py`) flashcore's time in `decode.json` is 0.99-1.01x at every shape but B1
+# Hkv8 cache 8192, where it is 1.10x (the line under the table), as at `d8fa890`, `0099be1` and
+# `8739133` before, when the two records came from one session. That shape is the one
+# `decode.json` has furthest behind cuDNN: `perf.json`'s run times flashcore there at 17.67 µs and
+# the split-count harness below, recorded seconds after `decode.json`, at 17.82 (the last line of
+# the next cell), against `decode.json`'s 19.45. Why `decode.json`'s harness is slower at this 20 µs
+# shape, four sessions running, was not measured.
 #
-# The split counts (`decode_splits.json`, commit `d8fa890`, current; another harness). At two
+# The split counts (`decode_splits.json`, commit `65d6c6c`, current; another harness). At two
 # short-cache shapes, B1 and B8 at Hkv4 cache 640 (D=64), the count `decode.choose_num_splits`
-# picks, 1, loses to cuDNN: 8.66 against 6.47 µs and 8.82 against 6.67, while 8 and 4 splits
-# would beat it (5.28 and 6.19 µs). At the other 12 shapes the chosen count is the fastest one
-# measured and beats cuDNN or ties it: cuDNN's time over flashcore's is 1.001 (B32 Hkv8 cache
-# 4096: 177.82 against 177.71 µs) to 1.181. At the ten shapes both harnesses time, they agree on
-# flashcore's time within 2% but at B1 Hkv8 cache 8192, where this harness has flashcore at
-# 17.85 µs and ahead of cuDNN (1.068) and `decode.json` has it at 19.45 µs and behind (0.955):
-# at this size the two harnesses disagree by more than the margin between the kernels.
+# picks, 1, loses to cuDNN: 8.63 against 6.43 µs and 8.84 against 6.71, while 8 and 4 splits
+# would beat it (5.31 and 6.17 µs). At B32 Hkv8 cache 4096 the chosen count, 1, is also the
+# fastest measured and cuDNN is 0.02 µs ahead of it (178.50 against 178.48 µs; at `d8fa890`
+# flashcore was ahead, 177.71 against 177.82), so the line lists that shape too: a tie. At the
+# other 11 shapes the chosen count is the fastest one measured and beats cuDNN: cuDNN's time over
+# flashcore's is 1.001 (B4 Hkv32 cache 32768: 685.72 against 686.65 µs) to 1.185. At the ten
+# shapes both harnesses time, they agree on flashcore's time within 2% but at B1 Hkv8 cache
+# 8192, where this harness has flashcore at 17.82 µs and ahead of cuDNN (1.081) and
+# `decode.json` has it at 19.45 µs and behind (0.984): at this size the two harnesses disagree
+# by more than the margin between the kernels.
 
 # %% [markdown]
 # ## Host cost per call, and generation end to end
@@ -1245,8 +1283,10 @@ print(
 # H100, commit `be540a8`, the same kernel sources by its fingerprint). Both are **stale** by
 # their status lines: `3f5270a` changed the paged branch of `kernels/decode.py`, `e5df583`
 # MLA's atomic-mode dK/dV config in `kernels/backward.py`, and the Gluon forward's FP8 mode
-# went in before `8739133`. Neither record was re-recorded after them (`perf.json` was, at
-# `d8fa890`), so their numbers describe `6c8aae4`'s kernels. Host cost: the table above is
+# went in before `8739133`; after `d8fa890` came the paged small-page decode, MLA's re-swept
+# backward configs and the D=64 non-causal exp2 default. Neither record was re-recorded after
+# them (`perf.json` was, at `d8fa890`, and is stale again), so their numbers describe
+# `6c8aae4`'s kernels. Host cost: the table above is
 # `launch.json` (300 calls x 5 repeats per row). `flashcore.attention` is within 1.10x of SDPA's
 # default eager time at two shapes of six, B1 H8 S128 D64 (22.0 against 20.3 µs, 1.08x) and the
 # GQA prefill on the Gluon kernel (82.9 against 85.0 µs, 0.98x), so that verdict prints False.
