@@ -18,15 +18,19 @@
 # records rendered below (sinks' cost, D 192 / D_v 128 beside FlashAttention-4, paged decode
 # beside FA4 and the copy ceiling, the models' generation, the host cost per call) are
 # checked against issue 28's targets, each verdict computed from its record. The sinks' cost
-# (`feature_costs.json`), paged decode (`paged_decode.json`) and the models' checks and
-# generation (`models.json`) are of commit `c530054` (2026-11-27), whose kernel sources are
-# `d8fa890`'s, D 192/128 beside FA4 (`value_head_dim_speed.json`) is of `d8fa890`, and the
-# Nsight profile of MLA's pair (`ncu_compare.json`) is of commit `6b0fa16` (2026-11-27), whose
-# kernel sources are `d8fa890`'s: today's kernels (their status lines: current). One record is
-# stale (its status line): the host cost per call (`launch.json`, commit `6c8aae4`; after it
-# `3f5270a` changed `decode.py`'s paged branch, `e5df583` MLA's atomic-mode backward config and
-# the Gluon forward's FP8 mode went in before `8739133`). It was not re-recorded, and what it
-# shows is of the kernels of its commit.
+# (`feature_costs.json`), D 192/128 beside FA4 (`value_head_dim_speed.json`), paged decode
+# (`paged_decode.json`) and the models' checks and generation (`models.json`) are of commit
+# `65d6c6c` (2026-11-27): today's kernels (their status lines: current). Three records are
+# stale (their status lines), not re-recorded, and what they show is of the kernels of their
+# commits: the Nsight profile of MLA's pair (`ncu_compare.json`, commit `6b0fa16`, whose
+# kernel sources are `d8fa890`'s), the host cost per call (`launch.json`, commit `6c8aae4`)
+# and this notebook's GPU-profile run (`reproduce_timing.json`, `d807aaa`). Since those
+# commits three kernel files changed: `kernels/backward.py` (MLA's split 192/128 backward has
+# launch configs of its own, `6960808`, `65d6c6c`), `kernels/decode.py` (the paged
+# small-pages variant, `17faf1b`) and `kernels/forward_hopper.py` (the exp2-emulation option,
+# on by default for D64 calls without a mask, `32159e0`, `840fd14`); before them, for
+# `launch.json`, `3f5270a` changed `decode.py`'s paged branch, `e5df583` MLA's atomic-mode
+# backward config, and the Gluon forward's FP8 mode went in before `8739133`.
 #
 # Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
 # the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
@@ -173,10 +177,11 @@ print(
 # as if it had seen the sink (running max = the sink, denominator 1), so a call with sinks
 # takes the kernel the call without them takes (`kernel_with` = `kernel_without` in every
 # `sinks` row: Gluon at D128 from S 1-2K, and since `d8fa890` at D64 from S 4K, causal from
-# 16K, so D64 S4K causal runs Triton). The `sinks_vs_triton` rows pin both sides to the
-# Triton kernel: the sinks' cost there. (Until commit cc2f32f the Gluon kernel had
-# no sinks and a call with them fell back to the Triton kernel: 1.14-1.24x the forward at D128,
-# the record of b44173b in the history of this file.)
+# 16K, so D64 S4K causal runs Triton; since `840fd14` the Gluon kernel's D64 calls without a
+# mask emulate one exp in 8, so both sides of the D64 S4K `sinks` row without a mask do). The
+# `sinks_vs_triton` rows pin both sides to the Triton kernel: the sinks' cost there. (Until
+# commit cc2f32f the Gluon kernel had no sinks and a call with them fell back to the Triton
+# kernel: 1.14-1.24x the forward at D128, the record of b44173b in the history of this file.)
 # Issue 28's target: that cost ≤ 3%.
 
 # %%
@@ -223,19 +228,23 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 # %% [markdown]
 # The target is computed over the same-kernel rows, forward and forward + backward, which are
 # every row of this record: what a user sees is the sinks' own cost, on the kernel the call
-# would take anyway. **Met.** The record is of commit `c530054` (2026-11-27, log
-# `feature_costs_c530054.log`) and current (its status line). Its D64 S4K row without a mask
-# runs the Gluon kernel, as today's dispatch sends that call, and a `sinks_vs_triton` row at
-# the same shape pins the Triton kernel (11 rows; the record of `8739133` had 10, its D64 S4K
-# row without a mask on the Triton kernel). Its ratios run from 0.986 to 1.023 (the lines
-# above name the shapes): the highest, the Triton kernel's forward at D128 S16K without a
-# mask, is under the 1.03 bound, and the lowest, the Triton kernel's forward at D128
-# S16K causal, has the call with sinks, which does more work, 1.4% faster than the call
-# without: the pairing's run-to-run noise at these shapes is a percent or two. At D128 S16K
-# causal the call takes the Gluon kernel, where the sinks cost 0.997 forward and 1.013
-# forward + backward. The record of `8739133` (in the history of this file) had 0.951-1.029,
-# its lowest, 0.951, the Gluon kernel's forward at D128 S16K without a mask (1.002 here); that
-# of `6c8aae4` 0.976-1.027.
+# would take anyway. **Missed in this record, at one of its 22 ratios:** the Triton kernel's
+# forward at D64 S4K causal, 1.037 (0.746 ms with sinks against 0.720 without, from the
+# record); the same call's forward + backward is at 0.995. The record is of commit `65d6c6c`
+# (2026-11-27, log `feature_costs_65d6c6c.log`) and current (its status line); its ratios run
+# from 0.992 to 1.037 (the lines above name the shapes), every other one under the 1.03
+# bound. That row's kernel did not change since `c530054` (`kernels/forward.py` and the
+# dispatch are the same; the kernel changes since touched `forward_hopper.py`, `backward.py`
+# and `decode.py`), and the record of `c530054` had 1.005 there (0.738 against 0.734 ms), those of
+# `8739133`, `6c8aae4`, `4e9f906` and `044ea55` 1.003-1.008 (in the history of this file). In
+# this record the call without sinks at that shape took 0.720, 0.725 and 0.721 ms in its three
+# pairings (sinks, softcap, varlen; the record), so the side that moved is the call with
+# sinks. Whether 1.037 is a cost the sinks now have at that shape or one run's noise (the
+# pairing's run-to-run noise at these shapes has been a percent or two) one record does not
+# establish: not measured again. At D128 S16K causal the call takes the Gluon kernel, where
+# the sinks cost 1.013 forward and 1.013 forward + backward. The record of `c530054` (in the
+# history of this file) had 0.986-1.023 and met the target; that of `8739133` 0.951-1.029;
+# that of `6c8aae4` 0.976-1.027.
 
 # %% [markdown]
 # ## 2. A value head dim of its own (D_v ≠ D)
@@ -246,7 +255,8 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 # run that mode. On Hopper, MLA's pair itself (192/128) runs the Gluon forward (since commit
 # `98e26a3`, from S = 128 since `a075789`: section "at speed" below); every other pair, and
 # the backward, run the mode (the backward with launch configs of its own for 192/128 since
-# `d444f79`, and q/k's 192 columns split into tiles of 128 and 64 since `0e0358b`). A second
+# `d444f79`, q/k's 192 columns split into tiles of 128 and 64 since `0e0358b`, and configs
+# re-swept on those split tiles since `6960808`). A second
 # route, exact by construction, stays as a switch (`kernels/_launch.py`'s
 # `PAD_VALUE_HEAD_DIM_ON`, empty by default; the tests and this notebook switch it on to
 # compare): pad the narrower operand with zero columns to
@@ -396,7 +406,12 @@ else:
 
 # %% [markdown]
 # The evidence after the fix: `tests/test_value_head_dim.py -m gpu` through the mode itself on
-# the H100. Last at commit `6c8aae4` (the backward's own 192/128 configs included): 179 tests in
+# the H100. Last at commit `65d6c6c` (the split pair's re-swept configs included): 215 tests in
+# 16 pytest processes, all passed, the 30 atomic-mode MLA tests among them
+# (`gpu_tests_value_head_dim_65d6c6c.txt`, not rendered below). The run before it, at
+# `97f60fb`, failed 26 cases of the padded D256 / D_v 128 pair with OutOfResources
+# (`gpu_tests_97f60fb.txt`; the D 192 / D_v 128 speed section says why, and what `65d6c6c`
+# changed). At commit `6c8aae4` (the backward's own 192/128 configs included): 179 tests in
 # 7 pytest processes, all passed; the same log holds `tests/test_launch.py -m gpu` (12 passed).
 # Before that at commit `b44173b`, 178 tests (156 dense cases: D/D_v 192/128, 64/32, 128/64,
 # 40/24, 32/64, 256/128, bf16 and fp16, S up to 2K, ragged, windows, softcap; 20 varlen
@@ -525,46 +540,62 @@ print(
 )
 
 # %% [markdown]
-# Missed, both ways, by different margins, in this record of `d8fa890` (log
-# `value_head_dim_speed_d8fa890.log`), which is current (its status line). **Forward:** the
-# Gluon kernel runs MLA's pair 2.61-3.60x faster than the Triton mode and ahead of cuDNN at
-# every shape, but 0.83-0.91x FA4 (geomean 0.865). Its code for this pair did not change
-# since `0099be1`, whose record had 0.84-0.96x (geomean 0.89); the records of the same study
+# Missed, both ways, by different margins, in this record of `65d6c6c` (log
+# `value_head_dim_speed_65d6c6c.log`), which is current (its status line). **Forward:** the
+# Gluon kernel runs MLA's pair 2.60-3.61x faster than the Triton mode and ahead of cuDNN at
+# every shape, but 0.85-0.91x FA4 (geomean 0.881; the record of `d8fa890` had 0.83-0.91x,
+# geomean 0.865). Its code for this pair did not change since `0099be1` but for the plumbing
+# of the exp2-emulation option, which is off at this head dim (`EXP2_EMULATED_FULL` names D64
+# only); `0099be1`'s record had 0.84-0.96x (geomean 0.89), and the records of the same study
 # at `4e9f906`, `833b4cf` and `6c8aae4` had 0.84-0.91x, 0.86-0.96x and 0.86-0.96x (the
 # `833b4cf` one was replaced: its `padded` forward rows had timed the Gluon kernel), so the
 # per-shape ratio moves by a few percent run to run. The tile is not the difference:
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
 # in registers for $PV$ and softmax overlapped with the next $QK^\top$ within a warpgroup, the
 # shape this kernel uses. It is the gap the Gluon forward has to FA4 at D128 as well (issue
-# 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `6b0fa16`, current) is
-# rendered at the end of this section. **Backward:** the Triton mode,
-# 0.62-0.73x FA4 (geomean 0.673) in this record, where that of `0099be1` had 0.58-0.60x
-# (geomean 0.59), `6c8aae4`'s 0.56-0.61x (geomean 0.59) and `4e9f906`'s 0.32-0.42x (geomean
-# 0.37). What changed since `0099be1` is the tile: `0e0358b` splits q/k's 192 columns into a
-# 128-wide and a 64-wide tile (`QK_TAIL` in `kernels/backward.py`) instead of padding them to
-# 256, 1.06-1.23x faster in the deterministic mode and 1.05-1.09x in the atomic one in an A/B
-# on the H100 (`logs/mla_backward_split_ab_b391df4.json`, S 4K-16K, causal and not, 3
-# rounds). Before that, its launch table changed: MLA's pair (q/k then padded to 256, v 128)
-# ran the D256 bucket's configs and since `d444f79` has an entry of its own
-# (`_HOPPER_TABLE_OWN_V`), dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2), picked
-# by timing on the H100 on the padded tiles (the split runs the same configs, not re-swept):
-# 1.39x (dK/dV) and 1.11x (dQ) the D256 bucket's configs before `6c8aae4`, (64, 64, 8, 1) and
-# (64, 32, 4, 1), in the whole backward's geomean over S 4K/8K, causal and not
-# (`logs/dv_backward_probe_3669f4a.log`). Those are the deterministic mode's configs (what
-# autograd runs, and the mode this record times). The atomic mode (dQ summed with atomics
-# inside the dK/dV kernel: `attention_backward` or `attention_varlen_backward`
-# called with `deterministic=False`; the autograd of `flashcore.attention` and of
-# `attention_varlen` passes `True`) kept the D256 bucket's dK/dV (64, 64, 8, 1) for the pair
-# until `e5df583`, which gave it (64, 64, 8, 2) (the middle entry of `_HOPPER_TABLE_OWN_V`):
-# 166 against 132 TFLOP/s, the probe's table at the end of this section. No record here
-# times the atomic mode at 192/128. Against cuDNN the backward is ahead without a mask
-# (1.06-1.09x) and behind with the causal one (0.72-0.75x; the table). Why the rest of the gap
-# to FA4, from the code (not measured apart): the mode reads K/V through pointers, not TMA
-# (the split tiles take the pointer path), and the deterministic mode's dQ kernel computes
-# $S$ and $dP$ again. The Gluon backward (`kernels/backward_hopper.py`,
-# D64/128, opt-in) has no 192/128 variant. Against its own padded route (the `padded` column,
-# which runs the D256 bucket) the Triton mode is faster in both directions (the ratios
-# below).
+# 26); Nsight Compute's profile of the pair (`ncu_compare.json`, `6b0fa16`, stale: of the
+# kernels before `6960808` and `32159e0`) is rendered at the end of this section. **Backward:**
+# the Triton mode, 0.73-0.79x FA4 (geomean 0.764) in this record, where that of `d8fa890` had
+# 0.62-0.73x (geomean 0.673), `0099be1`'s 0.58-0.60x (geomean 0.59), `6c8aae4`'s 0.56-0.61x
+# (geomean 0.59) and `4e9f906`'s 0.32-0.42x (geomean 0.37). What changed since `d8fa890` is
+# the launch configs: since `6960808` (keyed on the split pair since `65d6c6c`) the split
+# 192/128 kernels have configs of their own, `_SPLIT_QK_TABLE[(192, 128)]` in
+# `kernels/backward.py`, re-swept on the split tiles (`tools/dv_backward_probe.py
+# --around-shipped`, `logs/mla_backward_probe_{deterministic,atomic}_0f83d17.*`: S 4K/8K,
+# causal and not, the whole backward's TFLOP/s with one kernel's config varied):
+# deterministic dK/dV (32, 64, 4 warps, 3 stages), atomic dK/dV (64, 128, 8, 2) and dQ (128,
+# 64, 8, 3). An A/B of the whole backward against the configs before
+# (`logs/mla_backward_configs_ab_bdbb35b.*`, S 4K-16K, 3 alternating rounds) measured
+# 0.825-0.841 of their time without a mask and 0.64-0.74 in the atomic mode, but 1.002-1.029 causal,
+# where the sweep ranks the old dK/dV (32, 128, 8, 2) first (292 against 285 TFLOP/s at S
+# 4K, 324 against 318 at 8K): causal calls keep it (`_SPLIT_QK_CAUSAL_DKDV`) and take the new
+# dQ config (312 and 343 there). In this record the backward runs at 342-376 TFLOP/s without
+# a mask and 310-363 causal, against 301-306 and 296-349 in the record of `d8fa890` (two
+# sessions, not an A/B). Before that, `0e0358b` had split q/k's 192 columns into a 128-wide
+# and a 64-wide tile (`QK_TAIL`) instead of padding them to 256, 1.06-1.23x faster in the
+# deterministic mode and 1.05-1.09x in the atomic one in an A/B on the H100
+# (`logs/mla_backward_split_ab_b391df4.json`, S 4K-16K, causal and not, 3 rounds), and ran
+# the configs `d444f79` had picked by timing on the padded tiles (`_HOPPER_TABLE_OWN_V`,
+# dK/dV (32, 128, 8, 2) and dQ (128, 64, 8, 2): 1.39x (dK/dV) and 1.11x (dQ) the D256
+# bucket's configs, (64, 64, 8, 1) and (64, 32, 4, 1), in the whole backward's geomean over
+# S 4K/8K, causal and not, `logs/dv_backward_probe_3669f4a.log`). Those configs stay for a
+# D256 with v at 128, which is not split: the new dQ config needs 240 KB of shared memory on
+# its 256-wide tiles, past the H100's 227. The first GPU test run of the change, at
+# `97f60fb`, failed 26 such cases with OutOfResources (`logs/gpu_tests_97f60fb.txt`);
+# `65d6c6c` keys the new configs on the split pair, and `tests/test_value_head_dim.py`'s GPU
+# tests passed there (section 2's test logs). The atomic mode (dQ summed with atomics inside
+# the dK/dV kernel: `attention_backward` or `attention_varlen_backward` called with
+# `deterministic=False`; the autograd of `flashcore.attention` and of `attention_varlen`
+# passes `True`) ran the D256 bucket's dK/dV (64, 64, 8, 1) for the pair until `e5df583`,
+# (64, 64, 8, 2) from then (the middle entry of `_HOPPER_TABLE_OWN_V`) and (64, 128, 8, 2)
+# since `6960808` (the end of this section). No record here times the atomic mode at
+# 192/128; the A/B above does. Against cuDNN the backward is ahead without a mask
+# (1.24-1.32x) and behind with the causal one (0.785-0.795x; the table). Why the rest of the
+# gap to FA4, from the code (not measured apart): the mode reads K/V through pointers, not
+# TMA (the split tiles take the pointer path), and the deterministic mode's dQ kernel
+# computes $S$ and $dP$ again. The Gluon backward (`kernels/backward_hopper.py`, D64/128,
+# opt-in) has no 192/128 variant. Against its own padded route (the `padded` column, which
+# runs the D256 bucket) the Triton mode is faster in both directions (the ratios below).
 #
 # Since `a075789` the dispatch sends 192/128 to the Gluon kernel from S = 128
 # (`FORWARD_GLUON_FROM` in `flashcore/dispatch.py`; it was 1K, the shortest length of the
@@ -610,13 +641,20 @@ print(table(probe_rows, ["log", "S", "causal", "gluon", "triton", "cudnn", "gluo
 # shared memory a block, barrier stalls per issued instruction, the whole call's kernel time
 # and FA4's over it. Then the
 # atomic-mode dK/dV sweeps (`tools/dv_backward_probe.py --atomic`, logs with provenance, not
-# records): MLA's pair (H 16) and the D256 bucket, S 4K/8K, causal and not, the geomean
-# TFLOP/s of the whole atomic backward with the dK/dV config varied (dQ stays (64, 32, 4, 1);
-# configs that do not fit shared memory are left out), beside the config the table ships.
+# records, of commit `3f5270a`): MLA's pair (H 16) on the padded 256-wide q/k tiles, and the
+# D256 bucket, S 4K/8K, causal and not, the geomean TFLOP/s of the whole atomic backward with
+# the dK/dV config varied (dQ stays (64, 32, 4, 1); configs that do not fit shared memory are
+# left out), beside the config `_pick_config` gives those padded head dims (256 with v at
+# 128, and 256).
 # `ncu_compare.json` is of commit `6b0fa16` (2026-11-27), whose kernel sources are
-# `d8fa890`'s: current (its status line below). Its backward rows time the split tiles of
-# `0e0358b` (a 128-wide and a 64-wide tile for q/k's 192 columns), where the record of
-# `f9591a6` before it timed the tile padded to 256.
+# `d8fa890`'s: stale (its status line below: `backward.py` and `forward_hopper.py` changed
+# since). Its backward rows time the split tiles of `0e0358b` (a 128-wide and a 64-wide tile
+# for q/k's 192 columns) with the configs before `6960808` (dK/dV (32, 128, 8, 2), dQ (128,
+# 64, 8, 2)); its call has no mask, where MLA's pair now runs dK/dV (32, 64, 4, 3) and dQ
+# (128, 64, 8, 3), so its backward rows are of configs the pair no longer runs without a
+# mask. Its forward rows ran a kernel that changed only in the exp2-emulation option's
+# plumbing, off at this head dim. The record of `f9591a6` before it timed the tile padded to
+# 256.
 
 # %%
 ncu = results.read_result("ncu_compare", RECORDED_GPU)
@@ -689,21 +727,30 @@ print(
 # FA4's one kernel at 6.32 ms and 59.4% (FA4 / call 0.58); cuDNN's backward, 12.27 ms, is
 # longer than flashcore's here (the `f9591a6` record, on the padded tile, had the two level),
 # as in the speed table without a mask. The profile is of the deterministic mode, at one
-# shape, one call each.
+# shape, one call each, and of the kernels of `6b0fa16` (stale: the backward's configs above).
 #
-# **The atomic config:** the sweep over MLA's pair ranks (64, 64, 8, 2) first (165.8), ahead of
-# (64, 128, 8, 1) (148.8) and of the D256 bucket's (64, 64, 8, 1) (132.3), which the pair ran
-# before `e5df583`; D256's own sweep keeps (64, 64, 8, 1) (168.4, next 119.4). The sweep times
-# the configs; it does not check their gradients. The GPU test logs of section 2 ran before
-# `2414806`, and their grids (the `f9591a6` varlen one included) run the deterministic mode.
+# **The atomic config:** the sweep over MLA's pair on the padded tiles ranks (64, 64, 8, 2)
+# first (165.8), ahead of (64, 128, 8, 1) (148.8) and of the D256 bucket's (64, 64, 8, 1)
+# (132.3), which the pair ran before `e5df583`; D256's own sweep keeps (64, 64, 8, 1) (168.4,
+# next 119.4). Those padded tiles are no longer MLA's: since `6960808` the split 192/128 pair
+# runs configs of its own (`_SPLIT_QK_TABLE`), and its atomic sweep on the split tiles
+# (`logs/mla_backward_probe_atomic_0f83d17.log`, S 4K/8K, causal and not, dQ held at (128,
+# 64, 8, 2)) ranks (64, 128, 8, 2) first (260.0), ahead of (64, 128, 8, 1) (188.6) and (64,
+# 64, 8, 3) (187.2), with the padded tiles' (64, 64, 8, 2) at 177.3: (64, 128, 8, 2) ships for
+# the pair. So the `192/128` rows of the table above, and the check under it, are now of a
+# padded D256 with v at 128 (no split), which keeps `_HOPPER_TABLE_OWN_V`'s (64, 64, 8, 2),
+# not of MLA's pair. The sweeps time the configs; they do not check their gradients.
 # `2414806` added `gpu`-marked tests of the atomic mode at 192/128 (the 26 dense MLA cases of
 # the D_v grid and its 4 varlen ones, `test_gpu_mla_atomic_*`), and they ran on the H100 at
-# `ea07c61`, whose `backward.py` is `8739133`'s, in one session with the Gluon FP8 mode's tests
-# (`gpu_tests_fp8_hopper_mla_atomic_ea07c61.txt`, the summary lines above; by
-# `tools/gpu_fp8_hopper.sh`, the first four processes ran `tests/test_fp8.py -k hopper`, the FP8
-# mode's 50 tests, and the last four `tests/test_value_head_dim.py -k mla_atomic`:
-# 8 + 7 + 7 + 8 = 30 passed, 0 failed). So the config is measured for speed and its gradients
-# pass the rule on the GPU; the log is a test log, not a record.
+# `ea07c61`, whose `backward.py` is `8739133`'s (the config (64, 64, 8, 2)), in one session
+# with the Gluon FP8 mode's tests (`gpu_tests_fp8_hopper_mla_atomic_ea07c61.txt`, the summary
+# lines above; by `tools/gpu_fp8_hopper.sh`, the first four processes ran
+# `tests/test_fp8.py -k hopper`, the FP8 mode's 50 tests, and the last four
+# `tests/test_value_head_dim.py -k mla_atomic`: 8 + 7 + 7 + 8 = 30 passed, 0 failed), and
+# again at `65d6c6c` with the config that ships now, among the 215 GPU tests of
+# `tests/test_value_head_dim.py` (all passed; section 2's test logs). So the config is
+# measured for speed and its gradients pass the rule on the GPU; the logs are test logs, not
+# records.
 
 # %% [markdown]
 # ## 3. Paged KV
@@ -797,10 +844,12 @@ print("a table that points one page at the wrong page fails the rule:", not plan
 # measured in the same process; `vs dense` the dense call's time over this one's; `FA4 / ours`
 # FA4's paged call (`flash_attn_varlen_func` with `page_table`, same pages in its layout) over
 # flashcore's paged call. Issue 28's targets: paged decode ≥ 0.95 of the copy ceiling from
-# 32K, and at least as fast as FA4's paged decode. The record is of commit `c530054`
-# (2026-11-27, log `paged_decode_c530054.log`) and current (its status line); it times the
-# paged kernel of `3f5270a` (the block-table lookup carried one tile ahead; below), which
-# `kernels/decode.py` still holds.
+# 32K, and at least as fast as FA4's paged decode. The record is of commit `65d6c6c`
+# (2026-11-27, log `paged_decode_65d6c6c.log`) and current (its status line); it times the
+# paged kernel of `3f5270a` (the block-table lookup carried one tile ahead; below) with the
+# small-pages variant merged at `17faf1b` (pages that divide the 64-key tile, here 16, read
+# the tile's page ids with one small load; the end of this section), as `kernels/decode.py`
+# holds them.
 
 # %%
 paged_record = results.read_result("paged_decode", RECORDED_GPU)
@@ -863,20 +912,25 @@ print("issue 28: paged decode at least as fast as FA4's paged decode at every sh
       all(r["FA4 / ours"] >= 1.0 for r in paged_rows))  # fmt: skip
 
 # %% [markdown]
-# **The copy ceiling: missed, at 7 of the 12 shapes from 32K.** From 32K tokens flashcore's
-# paged call reads 0.791-1.008 of the copy ceiling (the records of `0099be1` and `f9591a6`,
-# same kernel, had 0.790-1.008 and 0.792-1.008; that of `6c8aae4`, before `3f5270a`,
-# 0.64-0.78). The lines above name the five shapes that meet 0.95 (pages of 64 or 256, at B4
-# or at 128K) and the seven that miss: B1 32K at every page size, where the dense call itself
-# reads 0.882; B1 128K with pages of 64 (0.946); and pages of 16 at every shape
-# (0.791-0.937). `of_copy` passes 1 in two rows (B4 128K: dense 1.036, pages of 256 1.008):
-# the ceiling is a device copy, which reads and writes, so it does not bound a kernel that
-# only reads. From 32K the paged call runs at 0.896-0.989 of the dense call's speed
-# (`vs dense`); at 8K and B1 it is faster than dense (1.023-1.076), at 8K and B4 slower
-# (0.904-0.970); why the B1 8K rows beat dense is not measured. **FA4: met at every shape.**
-# FA4's paged call, its varlen entry point with one query per sequence, reads 0.10-0.48 of
-# the copy ceiling; flashcore's is 1.98-8.24x faster (`FA4 / ours`; 5.52-8.24x at B1,
-# 1.98-2.23x at B4).
+# **The copy ceiling: missed, at 6 of the 12 shapes from 32K.** From 32K tokens flashcore's
+# paged call reads 0.811-1.007 of the copy ceiling (the record of `c530054`, before the
+# small-pages variant, had 0.791-1.008 and 7 of the 12 shapes missing; those of `0099be1` and
+# `f9591a6`, same kernel as `c530054`, 0.790-1.008 and 0.792-1.008; that of `6c8aae4`, before
+# `3f5270a`, 0.64-0.78). The lines above name the six shapes that meet 0.95 (pages of 64 or
+# 256 at B4, pages of 256 at B1 128K, and pages of 16 at B4 128K, 0.966) and the six that
+# miss: B1 32K at every page size (0.811-0.854), where the dense call itself reads 0.887;
+# pages of 16 at B4 32K (0.931) and B1 128K (0.925); and B1 128K with pages of 64 (0.945).
+# Pages of 16, the rows the variant changes, read 0.811-0.966 from 32K, against 0.791-0.937
+# in the record of `c530054` (B1 32K 0.811 against 0.791, B4 32K 0.931 against 0.896, B1 128K
+# 0.925 against 0.889, B4 128K 0.966 against 0.937); pages of 64 and 256, and the dense call,
+# are within 0.005 of that record at every shape from 32K. `of_copy` passes 1 in two rows (B4
+# 128K: dense 1.035, pages of 256 1.007): the ceiling is a device copy, which reads and
+# writes, so it does not bound a kernel that only reads. From 32K the paged call runs at
+# 0.915-0.988 of the dense call's speed (`vs dense`); at 8K and B1 it is faster than dense
+# (1.035-1.081), at 8K and B4 slower (0.932-0.972); why the B1 8K rows beat dense is not
+# measured. **FA4: met at every shape.** FA4's paged call, its varlen entry point with one
+# query per sequence, reads 0.10-0.47 of the copy ceiling; flashcore's is 1.95-8.70x faster
+# (`FA4 / ours`; 5.45-8.70x at B1, 1.95-2.33x at B4).
 #
 # **What changed.** Until `3f5270a` the paged kernel looked up each tile's page in the block
 # table inside that tile. Triton's pipeliner turned that lookup into an async copy that the
@@ -912,9 +966,10 @@ else:
 # %% [markdown]
 # The paged call is 1.230-1.293x faster after the change at every shape and page size of the
 # A/B, the dense call within 0.996-1.003 (its code did not change). The record above is of
-# the later commit `c530054`, whose `kernels/decode.py` is `3f5270a`'s.
+# the later commit `65d6c6c`, whose `kernels/decode.py` is `3f5270a`'s with the small-pages
+# variant below.
 #
-# **Measured, not merged: pages of 16.** Branch `paged-small-pages` (commit `aaedaf5`) loads
+# **Merged at `17faf1b`: pages of 16.** Branch `paged-small-pages` (commit `aaedaf5`) loads
 # each 64-key tile's 4 page ids once and broadcasts them to the tile's rows at pages of 16,
 # instead of a block-table gather per key row: 574 -> 425 SASS instructions per key tile
 # (offline sm_90a compile; `logs/paged_decode_sass_528bc5d.log`, from that branch). An A/B
@@ -923,8 +978,12 @@ else:
 # of 16 at 0.811, 0.950, 0.904 and 0.976 of the copy ceiling against main's 0.791, 0.917,
 # 0.886 and 0.945 (B1 32K, B8 32K, B1 128K, B8 128K; B8 is not a batch of the record above;
 # the 0.950 is 0.9499, still under 0.95); pages of 256 and the dense cache unchanged (main's
-# time over the branch's 0.995-1.000). It is not merged: its GPU correctness tests have not
-# run yet, only the CPU interpreter's.
+# time over the branch's 0.995-1.000). Its GPU tests (`tests/test_paged_kv.py` and
+# `tests/test_decode.py`, `-m gpu`: 164 passed) ran on the H100 at `281816d`, the variant on
+# that day's main (`logs/paged_small_pages_gpu_tests_281816d.log`), and `17faf1b` merged it.
+# The record above is the first to time it in main: pages of 16 at 0.811 (B1 32K) and 0.925
+# (B1 128K) of the copy ceiling, where the A/B had 0.811 and 0.904; it meets 0.95 at B4 128K
+# only (0.966).
 
 # %% [markdown]
 # ## 4. The doors
@@ -1042,75 +1101,87 @@ for model_name in ("gpt-oss", "deepseek-v3"):
     )
 
 # %% [markdown]
-# This record is of commit `c530054` (2026-11-27, log `models_c530054.log`), current (its
-# status line), with 7 paired rounds a row (since `d4f6174`; the record of `d8fa890`, whose
-# kernel sources `c530054` has, had 3). gpt-oss: 1.09x eager at B1 (rounds 1.02-1.26) and
-# 1.14x at B8 (1.07-1.31), every round above 1, so its verdict prints `True`.
-# DeepSeek-V3: 1.02x SDPA at B1 (rounds 0.92-1.07, two of seven below 1) and 1.00x at B8
-# (0.998 in the record; rounds 0.96-1.31, four of seven below 1), so its verdict prints
-# `False`: at B8 it misses "at least as fast" by 0.2%, with rounds on both sides of 1. The 3
-# rounds of `d8fa890` had 0.97x/1.11x (gpt-oss) and 0.68x/1.16x (DeepSeek-V3), their B1 rounds
-# at 0.77-1.14 and 0.60-0.95, and this notebook read those B1 misses as the host's speed
-# moving within a round, not established. On the same kernel sources, 7 rounds put both
-# models' B1 medians above 1 and no round near those lows: the B1 misses of `d8fa890` did not
-# reproduce, which fits that reading without establishing it (what moves the host's speed was
-# not measured). The rounds still spread, by 0.15 to 0.35 from lowest to highest in a
-# row. At DeepSeek-V3 B1 the two sides move together in part: the fifth round is the slowest
-# of both (flashcore 78, SDPA 79 tokens/s; ratio 0.98), which the pairing cancels, while the
-# fourth, flashcore's 80 against SDPA's 88, gives the lowest ratio (0.92); at B8 the round of
-# 1.31 is SDPA's slowest (485 tokens/s, 684-832 in the others). So at B8 the record shows
-# DeepSeek-V3 through flashcore level with SDPA within its rounds' spread, not faster.
+# This record is of commit `65d6c6c` (2026-11-27, log `models_65d6c6c.log`), current (its
+# status line), with 7 paired rounds a row (since `d4f6174`; the record of `c530054` had 7
+# too, that of `d8fa890` 3). gpt-oss: 1.08x eager at B1 (rounds 0.84-1.36, three of seven
+# below 1) and 1.13x at B8 (1.04-1.20, every round above 1); both medians are above 1, so its
+# verdict prints `True`. DeepSeek-V3: 1.12x SDPA at B1 (rounds 0.97-1.22, two of seven below
+# 1) and 0.95x at B8 (rounds 0.79-1.42, four of seven below 1), so its verdict prints
+# `False`: at B8 the median (0.953 in the record) misses "at least as fast", with rounds on
+# both sides of 1.
+# The record of `c530054` (kernel sources `d8fa890`'s) had 1.09x/1.14x (gpt-oss) and
+# 1.02x/1.00x (DeepSeek-V3; 0.998 at B8, rounds 0.96-1.31), every gpt-oss round above 1; the 3
+# rounds of `d8fa890` had 0.97x/1.11x and 0.68x/1.16x, their B1 rounds at 0.77-1.14 and
+# 0.60-0.95, which the 7 rounds of `c530054` did not reproduce. The rounds spread, by 0.16
+# to 0.63 from lowest to highest in a row of this record. At DeepSeek-V3 B8 the two sides
+# move in turn: in rounds two to four SDPA's throughput fell (726, 634, 581 tokens/s) while
+# flashcore's held (824-832), ratios 1.15-1.42; in rounds five to seven flashcore's fell (719,
+# 690, 768) while SDPA's held (845-869), ratios 0.79-0.90; round one, 0.95, had 797 against
+# 836. What moves each side's throughput was not measured, so at B8 the record shows
+# DeepSeek-V3 through flashcore short of SDPA by its median, within a spread of rounds on both
+# sides of 1, not an established slowdown.
 # Earlier gpt-oss records: 1.11x/1.12x (`0099be1`, met),
 # 0.90x/1.18x (`6c8aae4`), 1.09x/1.02x (`833b4cf`), 1.34x/1.11x (`044ea55`); DeepSeek-V3:
 # 1.00x/1.01x (`0099be1`), 0.97x/0.96x (`6c8aae4`), 0.98x/0.96x (`833b4cf`), 0.99x/0.99x
 # (`044ea55`), 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). From the code,
 # none of the kernel changes since `0099be1` is on the calls generation makes (the backward
-# is not run; D64 takes the Gluon kernel only from S 4K, and the prompt is 512), and the
-# default attention's own throughput moves between records as well: SDPA's DeepSeek-V3 89
-# and 775 tokens/s at B1 and B8 here, 91 and 613 at `d8fa890`, 108 and 927 at `0099be1`;
-# eager's gpt-oss 71 and 511, 67 and 508, 56 and 605.
+# is not run, so neither are MLA's new backward configs; D64 takes the Gluon kernel only
+# from S 4K, and the prompt is 512, so neither does the exp2 default of D64 calls without a
+# mask; `decode.py`'s changes are in its paged branch), and the default attention's own
+# throughput moves between records as well: SDPA's DeepSeek-V3 89 and 836 tokens/s at B1 and
+# B8 here, 89 and 775 at `c530054`, 91 and 613 at `d8fa890`, 108 and 927 at `0099be1`;
+# eager's gpt-oss 64 and 475, 71 and 511, 67 and 508, 56 and 605.
 # The tokens/s columns are each side's median over the rounds, not paired: at gpt-oss B8
-# flashcore's (630) is of the first round and eager's (511) of the fifth, and a side's
-# throughput moves from round to round (557-668 tokens/s for flashcore's gpt-oss at B8,
-# 442-599 for eager), which is why the verdict uses the rounds' own ratios. Since `a075789`
-# (this record and those of `d8fa890`, `0099be1` and `6c8aae4`) DeepSeek-V3's prefill takes
-# the Gluon kernel, by the dispatch table (the run does not log which kernel ran): its
-# 512-token prompt is above the table's 128 for D192 (until `a075789` it was below the 1K
-# there, and the prefill took the Triton mode; the probe table in section 2 has the Gluon
-# kernel 1.65-2.89x the Triton mode at S = 512). Its 128 decode steps (one query row each)
-# still run the dense forward on the Triton kernel, since the KV-cache kernel has one head
-# dim. Not measured, so not claimed: where flashcore's path spends DeepSeek-V3's time, which
-# keeps it level with SDPA rather than ahead. Candidates: those Triton calls and flashcore's
-# host cost per call (section 5).
+# flashcore's (534) is of the second round and eager's (475) of the fifth, and a side's
+# throughput moves from round to round (387-601 tokens/s for flashcore's gpt-oss at B8,
+# 350-558 for eager), which is why the verdict uses the rounds' own ratios. Since `a075789`
+# (this record and those of `c530054`, `d8fa890`, `0099be1` and `6c8aae4`) DeepSeek-V3's
+# prefill takes the Gluon kernel, by the dispatch table (the run does not log which kernel
+# ran): its 512-token prompt is above the table's 128 for D192 (until `a075789` it was below
+# the 1K there, and the prefill took the Triton mode; the probe table in section 2 has the
+# Gluon kernel 1.65-2.89x the Triton mode at S = 512). Its 128 decode steps (one query row
+# each) still run the dense forward on the Triton kernel, since the KV-cache kernel has one
+# head dim. Not measured, so not claimed: where flashcore's path spends DeepSeek-V3's time,
+# which keeps it level with SDPA or short of it rather than ahead. Candidates: those Triton
+# calls and flashcore's host cost per call (section 5).
 
 # %% [markdown]
 # ## 5. What is measured, and what is not yet
 #
 # Measured on the H100 through tests (logs, not records, under `results/<gpu>/logs/`): the
-# D_v grid through the mode (commit `b44173b`, again at `6c8aae4`: 179 tests; section 2) and
+# D_v grid through the mode (commit `b44173b`, again at `6c8aae4`: 179 tests, and at
+# `65d6c6c`: 215, after 26 OutOfResources failures of the padded D256/128 pair at `97f60fb`;
+# section 2) and
 # with the Gluon kernel forced, beside the Gluon kernel's own MLA grid of 120 cases
 # (`98e26a3`, repeated at `814a2e4`; section 2); the GPU tests of the launch cache (12,
 # `6c8aae4`); the Gluon kernel's sinks grid (40 cases, `98e26a3`); paged KV (199 tests: page sizes
 # 16-256, D 64/128/256, shared pages, the flash_attn door's `page_table`; `34c60c8`; again at
 # `f9591a6`, after the paged change, 157 of them selected in 5 processes, and the D_v varlen
-# grid, 20: section 2's log cell); sinks
+# grid, 20: section 2's log cell; the small-pages variant's 164 GPU tests of paged KV and
+# decode, `281816d`, end of section 3); sinks
 # (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`);
-# MLA's atomic-mode backward config (30 tests, `ea07c61`; end of section 2), all passing; and
+# MLA's atomic-mode backward config (30 tests, `ea07c61`, and again with today's config among
+# the 215 at `65d6c6c`; end of section 2), all passing; and
 # the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
 # with a record, their verdicts printed above: the sinks' cost (section 1), D 192/128 beside
 # FA4 (section 2), paged decode against the copy ceiling and FA4's paged decode (section 3),
 # the models' generation against their default attention (section 4). All four records are
-# current (their status lines): D 192/128 beside FA4 of `d8fa890`, the sinks' cost, paged
-# decode and the models' generation of `c530054` (2026-11-27), whose kernel sources are
-# `d8fa890`'s. Their verdicts: the sinks' cost met; D 192/128 missed; paged decode met beside
-# FA4 and missed against the copy ceiling; generation met for gpt-oss and missed for
-# DeepSeek-V3 (B8, 0.998).
+# current (their status lines), of commit `65d6c6c` (2026-11-27). Their verdicts: the sinks'
+# cost missed, at one ratio of 22 (the Triton kernel's forward at D64 S4K causal, 1.037,
+# where the kernel did not change and the record of `c530054` had 1.005; section 1); D
+# 192/128 missed (forward geomean 0.881, backward 0.764 of FA4); paged decode met beside FA4
+# and missed against the copy ceiling (6 of the 12 shapes from 32K, was 7 at `c530054`);
+# generation met for gpt-oss and missed for DeepSeek-V3 (B8, 0.95). Stale, and shown as the
+# kernels of their commits: the Nsight profile of MLA's pair (`ncu_compare.json`, `6b0fa16`),
+# the host cost below (`launch.json`) and this notebook's GPU-profile run
+# (`reproduce_timing.json`, the last cell).
 #
 # One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
 # `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
 # transformers makes) against SDPA's default backend; below, the ratios per shape. The record
-# is of `6c8aae4` and stale (its status line; not re-recorded after `3f5270a`, `e5df583` and
-# `8739133`).
+# is of `6c8aae4` and stale (its status line; not re-recorded after `3f5270a`, `e5df583`,
+# `8739133`, nor after the later changes to `backward.py`, `decode.py` and
+# `forward_hopper.py`: `6960808` to `65d6c6c`).
 # The flash_attn and SDPA doors' own host cost has no current record.
 
 # %%
@@ -1139,8 +1210,9 @@ print(
 
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27,
-# `reproduce_timing.json`; its kernels are `d8fa890`'s, the line below says whether they still
-# are).
+# `reproduce_timing.json`; its kernels are `d8fa890`'s). That record is stale (the line below):
+# `backward.py`, `decode.py` and `forward_hopper.py` changed since, and the profile has not run
+# on the H100 on today's kernels.
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
