@@ -1227,7 +1227,7 @@ _HOPPER_TABLE_OWN_V = {
 }
 # The split 192/128 kernels, re-swept on their own tiles (tools/dv_backward_probe.py
 # --around-shipped, logs results/<gpu>/logs/mla_backward_probe_{deterministic,atomic}_0f83d17.*;
-# S 4K/8K/16K, whole-backward TFLOP/s with one kernel varied), by (q/k head dim, padded v head
+# S 4K/8K, whole-backward TFLOP/s with one kernel varied), by (q/k head dim, padded v head
 # dim): dK/dV (32, 64, 4, 3), atomic dK/dV (64, 128, 8, 2), dQ (128, 64, 8, 3). An A/B of the
 # whole backward against the padded-tile configs above (logs/mla_backward_configs_ab_bdbb35b.*,
 # S 4K-16K) measured 0.825-0.841 of their time non-causal and 0.64-0.74 in atomic mode, but
