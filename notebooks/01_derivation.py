@@ -35,10 +35,16 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # whose record is stale. The kernel sources change after some records are made, and a record
 # not re-recorded since keeps the numbers of the kernels it measured: its claim's measurement
 # and verdict are those kernels', not necessarily today's. (The latest kernel changes, at
-# 23f9d53 and d8fa890, split MLA's head dim in the backward and moved D=64's forward to the
-# Gluon kernel; `perf.json` and `correctness.json` were re-recorded at d8fa890 and `fp8.json`
-# at c530054, the same kernels. `long_context.json` and `timing_leak.json` were not: their
-# claims' lines below say stale.)
+# 6960808, 17faf1b, 32159e0, 840fd14 and 65d6c6c, gave MLA's split-tile backward launch
+# configs of its own (`backward.py`), took the small-page variant into the paged decode
+# (`decode.py`) and made the Gluon forward compute one exponential in 8 on the FMA pipe for
+# D=64 non-causal calls (`forward_hopper.py`). `correctness.json` was re-recorded at 65d6c6c
+# and is current. `perf.json` (d8fa890) and `fp8.json` (c530054) were not, and are stale, as
+# are `long_context.json` and `timing_leak.json`: their claims' lines below say so. The three
+# claims on `perf.json` time the prior reports' regime, D=64 non-causal at S ≤ 512, which the
+# dispatch sends to the Triton forward (`forward.py`, unchanged by these commits); the FP8
+# launch keeps every exponential on the special-function unit, as before. Neither record has
+# been re-measured on today's kernels.)
 
 # %%
 from flashcore.studies import claims

@@ -670,8 +670,9 @@ for causal in (False, True):
     )
 
 # %% [markdown]
-# **Verdict on the targets** (the lines above, from `fp8.json`, commit c530054, 2026-11-27,
-# current):
+# **Verdict on the targets** (the lines above, from `fp8.json`, commit c530054, 2026-11-27;
+# **stale**, the kernels of `d8fa890`: the Conclusion says what changed since and what of it
+# these shapes run):
 #
 # * **≥ 1000 TFLOP/s at D = 128, S ≥ 8K, non-causal: missed at both shapes.** The Gluon FP8
 #   mode serves them and reaches 829 (S = 8192) and 835 (S = 16384), about 0.83 of the target
@@ -684,11 +685,12 @@ for causal in (False, True):
 #   so the earlier target (≥ 1.5× at every D128 shape from 4K) is missed too; it was 1.12–1.25
 #   with the Triton kernel alone (commit 5aac3ce) and 1.19–1.41, geomean 1.29, in the previous
 #   record (8739133). The `quick record` lines are this notebook's GPU profile, run with
-#   papermill on the H100 at d807aaa (2026-11-27). Its status line says current: the same
-#   kernel sources as the record's, so it is another process timing the same kernels, and the
-#   spread between the two runs (the last indented line: 1.001–1.074, the quick run ahead at
-#   all four shapes) is the run-to-run noise these verdicts sit in. The quick run misses 1.5×
-#   too (1.19–1.36).
+#   papermill on the H100 at d807aaa (2026-11-27). It ran the same kernel sources as the
+#   record (the files both fingerprint are identical), so it is another process timing the same
+#   kernels, and the spread between the two runs (the last indented line: 1.001–1.074, the
+#   quick run ahead at all four shapes) is the run-to-run noise these verdicts sit in. Its
+#   status line says stale too, for the same change to `forward_hopper.py` (below). The quick
+#   run misses 1.5× too (1.19–1.36).
 # * **D = 256, for information: both pass** at every recorded S: 1055–1223 TFLOP/s
 #   non-causal at S 4K–16K and 1.55–1.83× bf16 there (the causal lines in section 7: 876–1115,
 #   1.43–1.72× bf16); 1.28–1.42× the Triton fp8 kernel, causal or not. The narrowest margin is
@@ -786,7 +788,11 @@ print(
 # cores, and nearly as many issue cycles: FP8 at D128 and bf16 at D64, the two with the least
 # matmul work per score (an e4m3 D128 tile takes the cycles of a bf16 D64 one). They are the
 # two furthest from their peaks, about 42% and 45%, against 62% for FP8 at D256 and 63-67%
-# for bf16 at D128 and D256 (lines above). There the softmax cannot hide under the matmuls:
+# for bf16 at D128 and D256 (lines above; both records are stale, of `d8fa890`'s kernels). The
+# D64 row is the build with every exponential on the MUFU: the budget compiles it so (no
+# `EXP2_EMULATED`), and `perf.json` timed it so. Since `840fd14` D64 non-causal calls run one
+# exponential in 8 on the FMA pipe by default (the end of this section); no record times that
+# default yet. There the softmax cannot hide under the matmuls:
 # ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
 # matmuls double and the loop does not, and the same pipeline clears 1000 TFLOP/s. So at
 # D128 (and for the bf16 forward at D64) it is the instructions per tile that have to go, not
@@ -819,7 +825,7 @@ print(
 # P_SCALE = 1, so its 64 multiplies fold away at compile time: offline its D128 loop has 501
 # instructions against per_block's 565, the difference exactly those `FMUL`s, every other
 # class the same count (`tools/fp8_pscale_sass.py`, `logs/fp8_pscale_sass_ebac0bd.log`). In
-# `fp8.json` (c530054) it runs 0.92-0.94 of per_block at D128 non-causal, as the fold did. In
+# `fp8.json` (c530054) it ran 0.92-0.94 of per_block at D128 non-causal, as the fold did. In
 # the shorter loop the exponentials sit closer together (66 `MUFU.EX2` over 254 instruction
 # slots against 372), with fewer independent instructions between them while the
 # special-function pipe drains. That is a candidate for the stall profile to confirm or
@@ -836,8 +842,8 @@ print(
 # scoreboard 0.95 against 0.76). So the multiplies were spacing the exponentials: take them
 # out and the exponentials queue up behind the special-function pipe.
 #
-# **Moving exponentials to the FMA pipe did not buy time either** (trial commit 216cefa,
-# merged and reverted in main's history; 2026-11-27, H100, three alternating rounds in one
+# **Moving exponentials to the FMA pipe bought time only at bf16 D64 non-causal** (trial
+# commit 216cefa; 2026-11-27, H100, three alternating rounds in one
 # process: `logs/exp2_emulation_fp8_216cefa.*`, `logs/exp2_emulation_bf16_216cefa.*`). It
 # computes k of every 8 exponentials of an unmasked tile as 2^round(x) · p(x − round(x)), p a
 # degree-3 polynomial (relative error at most 7.5e-5), FlashAttention-4's trick on Blackwell.
@@ -850,20 +856,31 @@ print(
 # did k = 1 gain: 473 / 487 against 452 / 472 TFLOP/s non-causal at S = 4K / 16K, and
 # −1.1% / +1.9% causal; a second run over D64's sweep (`logs/exp2_emulation_d64_216cefa.*`) had
 # k = 1 at +0.1 / +4.0 / +6.8 / +2.5% non-causal (S = 2K / 4K / 8K / 16K) and 2.4–5.2% slower
-# causal. The issue slots are as tight as the special-function pipe (the
-# budget's two ratios above are both near 1), so an exponential moved off one lands on the
-# other. What is left is the order of the loop: spacing the exponentials without adding
-# instructions, which Triton's scheduler decides, not this code.
+# causal. The option is now in the kernel (`EXP2_EMULATED`, commit 32159e0), and from these
+# measurements D64 non-causal bf16/fp16 calls on the Gluon kernel take k = 1 by default
+# (`EXP2_EMULATED_FULL`, 840fd14); causal calls, D128, D256 and the FP8 mode keep k = 0
+# (`attention_hopper_fp8` passes `EXP2_EMULATED` = 0 unless asked), so FP8's exponentials all
+# stay on the MUFU. Only the trial's logs (216cefa's code) time k = 1 at D64; no record times
+# the default yet. Where it did not help, the issue slots are as tight as the special-function
+# pipe (the budget's two ratios above are both near 1), so an exponential moved off one lands
+# on the other. What is left at FP8 D128 is the order of the
+# loop: spacing the exponentials without adding instructions, which Triton's scheduler decides,
+# not this code.
 
 # %% [markdown]
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
 # commit c530054, 2026-11-27: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K,
-# beside the Triton fp8 kernel. Its status line says current. It replaces the record at
-# 8739133, stale since `d8fa890` (the bf16 forward's D64 config and MLA's backward, not the
-# FP8 mode's code or dispatch): the error rows are the same numbers, the speed rows a new
-# measurement.)
+# beside the Triton fp8 kernel. Its status line says **stale**: `forward_hopper.py` changed
+# since (32159e0 and 840fd14: the exp2-emulation option, on by default for D64 non-causal
+# only), and so did `backward.py` (MLA's split-tile backward configs) and `decode.py` (the
+# small-page paged decode), which this study does not run. Its shapes are D128 and D256, and
+# the FP8 launch passes `EXP2_EMULATED` = 0, so none of them takes the new default; it has not
+# been re-measured on today's kernels, and these are the numbers of `d8fa890`'s. The record
+# replaced the one at 8739133, stale since `d8fa890` (the bf16 forward's D64 config and MLA's
+# backward, not the FP8 mode's code or dispatch): the error rows were the same numbers, the
+# speed rows a new measurement.)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this

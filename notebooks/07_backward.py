@@ -705,12 +705,20 @@ if record is not None and "speed" in record:
 # **Reading it.** The record joins two device sessions at commit `c530054` (2026-11-27; logs
 # `backward_grid_c530054.log`, `backward_speed_c530054.log`): the grid session (gradient grid,
 # determinism, memory, fp16 speed at D=128, and the D=128 launch-config tune of section 6) and
-# the bf16 speed session beside FA4 (D 64/128/256, forward+backward too). It is current (its
-# status line in sections 3 and 6): `c530054`'s kernel sources are `d8fa890`'s. The backward
-# code it times at D 64/128/256 compiles to the same PTX as at `0099be1`, the previous
-# record's commit (`logs/ptx_compare_0099be1_d8fa890.log`), so what moved since that record
-# is run to run, on both sides (FA4 at D=128 S=4K full: 595 TFLOP/s then, 550 now). Its
-# forward+backward rows at D64 now run the forward `d8fa890` moved onto the Gluon kernel
+# the bf16 speed session beside FA4 (D 64/128/256, forward+backward too). `c530054`'s kernel
+# sources are `d8fa890`'s, and the record is **stale** (its status line in sections 3 and 6):
+# since it, `backward.py` changed (6960808, 840fd14, 65d6c6c), but only in MLA's split-tile
+# launch configs (`_SPLIT_QK_TABLE`, keyed on the split 192/128 pair, below), which this
+# record's D 64/128/256 sweep does not run (the diff of `backward.py` from `d8fa890`);
+# `forward_hopper.py` changed (32159e0, 840fd14: D64 non-causal Gluon forwards now compute one
+# exponential in 8 on the FMA pipe), which touches the forward of the D64 non-causal
+# forward+backward rows from S=4K (timed here with every exponential on the MUFU); and
+# `decode.py` changed, which no row here runs. No record has re-measured these shapes on
+# today's kernels: every number below is `c530054`'s. The backward code it timed at D
+# 64/128/256 compiles to the same PTX as at `0099be1`, the record before it
+# (`logs/ptx_compare_0099be1_d8fa890.log`), so what moved between those two records is run to
+# run, on both sides (FA4 at D=128 S=4K full: 595 TFLOP/s then, 550 in this one). Its
+# forward+backward rows at D64 run the forward `d8fa890` moved onto the Gluon kernel
 # (non-causal from S=4K, causal at S=16K); `0099be1`'s ran the Triton forward. All 438 grid
 # cases pass (fp32 included; worst ratio 0.865), the default mode is bitwise reproducible,
 # extra memory grows linearly (S ×16, extra memory ×16).
@@ -757,17 +765,34 @@ if record is not None and "speed" in record:
 # configs were swept on the H100 at `3f5270a` (`tools/dv_backward_probe.py --atomic`: bf16,
 # H=16, S 4K and 8K, causal and not, geomean TFLOP/s of the backward call; the cell below prints
 # each sweep's ranking). MLA's 192/128 pair, which had run the D=256 bucket's (64, 64, 8, 1),
-# now takes (64, 64, 8, 2) of its own: 166 against 132 TFLOP/s (logs
+# then took (64, 64, 8, 2) of its own: 166 against 132 TFLOP/s (logs
 # `atomic_backward_probe_3f5270a.mla.*`). D=256's own sweep kept its (64, 64, 8, 1): 168
 # TFLOP/s, the next best 119; MLA's (64, 64, 8, 2) does not fit in shared memory at D=256 (logs
-# `atomic_backward_probe_3f5270a.256.*`). The deterministic default's configs did not change.
-# MLA's new config has been timed, and its gradients checked: GPU tests of it were added at
-# `73c8f8f` (`tests/test_value_head_dim.py -k mla_atomic`, deterministic=False, 26 dense and 4
-# varlen cases) and ran on the H100 at `ea07c61`, whose `backward.py` is `8739133`'s: 30
-# passed, 0 failed (log `gpu_tests_fp8_hopper_mla_atomic_ea07c61.txt`, a test log, not a
-# record; notebook 09, section 2, renders its summary lines). No record this notebook renders
-# times it (the speed record runs D 64/128/256; section 10's profile runs the deterministic
-# default).
+# `atomic_backward_probe_3f5270a.256.*`). The deterministic default's configs did not change
+# then. GPU tests of that config were added at `73c8f8f` (`tests/test_value_head_dim.py -k
+# mla_atomic`, deterministic=False, 26 dense and 4 varlen cases) and ran on the H100 at
+# `ea07c61`, whose `backward.py` is `8739133`'s: 30 passed, 0 failed (log
+# `gpu_tests_fp8_hopper_mla_atomic_ea07c61.txt`, a test log, not a record; notebook 09,
+# section 2, renders its summary lines). Those configs were swept on the padded 256-wide q/k
+# tiles; a D=256 with v at 128 (no split) still runs them (`_HOPPER_TABLE_OWN_V`).
+#
+# **MLA's split-tile configs since `65d6c6c`.** Since `0e0358b` MLA's kernels split q/k's 192
+# columns into a 128-wide and a 64-wide tile (`QK_TAIL`); the configs were re-swept on those
+# tiles (logs `mla_backward_probe_{deterministic,atomic}_0f83d17.*`) and are now in main
+# (6960808, 840fd14, 65d6c6c: `_SPLIT_QK_TABLE[(192, 128)]`): deterministic dK/dV (32, 64,
+# 4 warps, 3 stages), atomic dK/dV (64, 128, 8, 2), dQ (128, 64, 8, 3). Causal calls keep dK/dV
+# (32, 128, 8, 2), which the sweep ranked first for causal, with the new dQ. An A/B of the
+# whole backward against the padded-tile configs (logs `mla_backward_configs_ab_bdbb35b.*`,
+# S 4K-16K, every config new) measured 0.825-0.841 of their time non-causal and 0.64-0.74 in
+# atomic mode, but 1.002-1.029 causal, hence the causal dK/dV kept. The padded D=256 / v 128
+# pair keeps its own configs: dQ (128, 64, 8, 3) needs 240 KB of shared memory on 256-wide
+# tiles (26 OutOfResources failures in the GPU tests at `97f60fb`, `logs/gpu_tests_97f60fb.txt`;
+# fixed at `65d6c6c`, where `tests/test_value_head_dim.py`'s GPU tests all passed,
+# `logs/gpu_tests_value_head_dim_65d6c6c.txt`: 215 passed). The record that times MLA's
+# backward, `value_head_dim_speed.json` (notebook 09; re-recorded at `65d6c6c`, current), has
+# flashcore / FA4 at a geomean 0.764 over S 4K-16K, causal and not (0.673 at `d8fa890`); it
+# runs autograd, the deterministic default. No record this notebook renders times MLA (the
+# speed record runs D 64/128/256; section 10's profile predates these configs).
 #
 # **The launch table** comes from timing, not register reports. The record's grid session ran
 # its tuning stage (`--tune --tune-s 4096 16384`), so the sweep section 6 renders is the
@@ -782,8 +807,9 @@ if record is not None and "speed" in record:
 # (deterministic, S=16K causal: dQ at 4 stages) and 4.6% slower (atomic, S=4K causal: dK/dV
 # at 2 stages). The D=256 bucket and MLA's 192/128 pair were tuned by the probes named above
 # and in notebook 09 (`logs/d256_backward_probe_d444f79.log`,
-# `logs/dv_backward_probe_3669f4a.log`, and for the atomic mode
-# `logs/atomic_backward_probe_3f5270a.*`), not by this sweep.
+# `logs/dv_backward_probe_3669f4a.log`, for the atomic mode
+# `logs/atomic_backward_probe_3f5270a.*`, and for MLA's split tiles
+# `logs/mla_backward_probe_{deterministic,atomic}_0f83d17.*`), not by this sweep.
 
 # %% tags=[]
 import ast
@@ -832,7 +858,8 @@ for pair in ("mla", "256"):
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
 # at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, at `0099be1`, and again at
-# `c530054` (the record above, current): 438 cases, 0 failed each time.
+# `c530054` (the record above, since stale: section 8 says what changed): 438 cases, 0 failed
+# each time.
 
 # %% [markdown] tags=[]
 # **Why the deterministic default trails FA4: the matmuls it runs.** The FLOPs above count
@@ -1009,13 +1036,14 @@ else:
 # %% [markdown] tags=[]
 # **Reading it.** This record is from `5aac3ce`, whose kernel sources are those of `6c8aae4`
 # (log `bhc_5aac3ce.log`), and it is **stale** (the status line above): the kernel changes
-# named in section 8 (`3f5270a`, `e5df583`, the FP8 mode by `8739133`) came after it, and unlike
-# `backward.json` it was not re-recorded. In it (`5aac3ce`'s
+# named in section 8 (`3f5270a`, `e5df583`, the FP8 mode by `8739133`, and those since
+# `d8fa890`) came after it, and it was not re-recorded. In it (`5aac3ce`'s
 # kernels) the Gluon backward is correct on the whole grid (240 cases, 0 failed, worst ratio
 # 0.870) and slower than the Triton backward at every one of the 12 shapes (Gluon / Triton
 # 0.81–0.95), as in the record of `382853b` before it (every 2nd case, 120, 0 failed;
 # 0.83–0.95). The Nsight profile of section 10 (`ncu_compare.json`, commit `6b0fa16`,
-# 2026-11-27; current: today's kernels) shows where, at one shape (bf16, S=8192,
+# 2026-11-27; stale since, but not for these rows: `backward_hopper.py` did not change, and
+# `backward.py` only in MLA's configs) shows where, at one shape (bf16, S=8192,
 # non-causal): the Gluon call took 7.11 ms of kernel time against the Triton backward's
 # 6.01 ms at D=128, and 8.72 ms against 6.76 ms at D=64; FA4's 4.11 ms and 4.74 ms. Offline,
 # ptxas gives the D=128 kernel 255 registers with no spills and the D=64 one 196
@@ -1251,11 +1279,15 @@ if ncu_bwd:
 # %% [markdown] tags=[]
 # **Why flashcore is slower, from these numbers.** Every row of the record comes from one
 # device session at commit `6b0fa16` (2026-11-27, FA4 4.0.0b36 installed), whose kernel
-# sources are those of `d8fa890`: current (its status line above), so it profiles today's
-# kernels, including `0e0358b`'s split of MLA's q/k 192 columns into a 128-wide and a 64-wide
-# tile (the older record's MLA rows padded them to 256; notebook 09). It profiles the
-# deterministic default; the atomic mode, and MLA's atomic-mode config changed at `e5df583`
-# (section 8), are not in it.
+# sources are those of `d8fa890`. It is **stale** (its status line above): `backward.py`
+# changed since, in MLA's split-tile configs only (section 8), and `forward_hopper.py`, which
+# no backward row runs. So its D=128 and D=64 rows still profile the backward configs that
+# ship, and its MLA rows do not: they ran `0e0358b`'s split of MLA's q/k 192 columns into a
+# 128-wide and a 64-wide tile (the older record's MLA rows padded them to 256; notebook 09)
+# with the padded pair's configs, dK/dV (32, 128, 8 warps, 2 stages) and dQ (128, 64, 8, 2),
+# where a non-causal call now runs dK/dV (32, 64, 4, 3) and dQ (128, 64, 8, 3) (`65d6c6c`,
+# section 8). It profiles the deterministic default; the atomic mode, and MLA's atomic-mode
+# configs (section 8), are not in it.
 #
 # * **D=128.** FA4's backward kernel keeps the tensor pipe 78.7% active and is 96.1% of its
 #   4.11 ms call; cuDNN's 66.6% (4.67 ms). flashcore's call is two matmul kernels: dK/dV at
@@ -1269,14 +1301,15 @@ if ncu_bwd:
 #   call, while the dQ kernel reaches 75.5% (FA4 63.5%, cuDNN 51.6%); 573 executed TFLOP/s
 #   against FA4's 599. Five matmuls at that rate would take 4.79 ms, 1% more than FA4's whole
 #   call (4.74 ms).
-# * **MLA 192/128.** flashcore's dK/dV kernel (256 threads, 255 registers, 120.2 KiB of
-#   shared memory) keeps the tensor pipe 40.3% active for 63.4% of an 11.36 ms call, its dQ
-#   kernel 56.6% (36.2%); FA4's kernel 59.4% (6.54 ms call), cuDNN's 31.0% (12.27 ms). Per
-#   executed FLOP flashcore runs at 437 TFLOP/s, cuDNN at 296 and FA4 at 565. Unlike at D=128,
-#   the rate is a large part of the gap: five matmuls at flashcore's rate would still take
-#   8.17 ms against FA4's 6.54 ms call; the two extra matmuls are the rest (11.31 ms of matmul
-#   kernels against 8.17). flashcore's call is shorter than cuDNN's (11.36 against 12.27 ms;
-#   314 against 291 useful TFLOP/s) and 1.7x FA4's.
+# * **MLA 192/128** (the configs replaced at `65d6c6c`). flashcore's dK/dV kernel (256
+#   threads, 255 registers, 120.2 KiB of shared memory) keeps the tensor pipe 40.3% active
+#   for 63.4% of an 11.36 ms call, its dQ kernel 56.6% (36.2%); FA4's kernel 59.4% (6.54 ms
+#   call), cuDNN's 31.0% (12.27 ms). Per executed FLOP flashcore runs at 437 TFLOP/s, cuDNN
+#   at 296 and FA4 at 565. Unlike at D=128, the rate is a large part of the gap: five matmuls
+#   at flashcore's rate would still take 8.17 ms against FA4's 6.54 ms call; the two extra
+#   matmuls are the rest (11.31 ms of matmul kernels against 8.17). flashcore's call is
+#   shorter than cuDNN's (11.36 against 12.27 ms; 314 against 291 useful TFLOP/s) and 1.7x
+#   FA4's.
 # * **Stalls.** At D=128 and for MLA's pair every flashcore matmul kernel stalls most on
 #   `barrier` (2.33 and 2.61 cycles per issue at D=128, 3.26 and 3.20 for MLA's pair), then
 #   `wait` or `long_scoreboard` (at D=64 the dK/dV kernel's top stall is `wait`); FA4's
@@ -1295,4 +1328,7 @@ if ncu_bwd:
 # FA4's single kernel. For MLA's pair the kernels' rate weighs more: five matmuls at
 # flashcore's rate would still take longer than FA4's call, and the dK/dV kernel, 63.4% of
 # the call, keeps the tensor pipe 19 points less busy than FA4's kernel (40.3% against
-# 59.4%). Neither is fixed in this commit.
+# 59.4%). MLA's configs have since been re-swept on the split tiles (`65d6c6c`, section 8:
+# 0.825-0.841 of the old backward time non-causal in their A/B; flashcore / FA4 0.764 in
+# `value_head_dim_speed.json`, 0.673 before); whether that dK/dV kernel now keeps the tensor
+# pipe busier is not measured: the profile has not been re-taken. The D=128 gap is not fixed.
