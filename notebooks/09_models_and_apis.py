@@ -688,14 +688,23 @@ print(table(ncu_rows, list(ncu_rows[0]),
 from flashcore.kernels.backward import _pick_config
 
 probe_top = []
-for pair, name, padded in (("192/128", "mla", (256, 128)), ("256/256", "256", (256, 0))):
-    path = logs / f"atomic_backward_probe_3f5270a.{name}.json"
+# (pair as swept, log, the _pick_config arguments of the calls that sweep's config serves):
+# 192/128 on the padded 256-wide tiles (3f5270a) is what a D256 / D_v 128 pair still runs;
+# MLA's 192/128 runs the split tiles, re-swept at 0f83d17.
+atomic_sweeps = (
+    ("192/128 padded", "atomic_backward_probe_3f5270a.mla.json", dict(head_dim_v_padded=128)),
+    ("192/128 split", "mla_backward_probe_atomic_0f83d17.json",
+     dict(head_dim_v_padded=128, split_qk=192)),
+    ("256/256", "atomic_backward_probe_3f5270a.256.json", {}),
+)  # fmt: skip
+for pair, name, pick in atomic_sweeps:
+    path = logs / name
     if not path.exists():
         print(f"--- {path.name}: (not in this checkout)")
         continue
     probe = json.loads(path.read_text())
     print(f"--- {path.name}:", results.describe(probe))
-    shipped = _pick_config(padded[0], torch.bfloat16, False, padded[1])["dkdv_atomic"]
+    shipped = _pick_config(256, torch.bfloat16, False, **pick)["dkdv_atomic"]
     for rank, r in enumerate(probe["ranked"]["dkdv"][:3], 1):
         probe_top.append({"pair": pair, "rank": rank, "dK/dV (M, N, warps, stages)": tuple(r["config"]),
                           "geomean TFLOP/s": r["geomean_tflops"],
@@ -737,9 +746,9 @@ print(
 # (`logs/mla_backward_probe_atomic_0f83d17.log`, S 4K/8K, causal and not, dQ held at (128,
 # 64, 8, 2)) ranks (64, 128, 8, 2) first (260.0), ahead of (64, 128, 8, 1) (188.6) and (64,
 # 64, 8, 3) (187.2), with the padded tiles' (64, 64, 8, 2) at 177.3: (64, 128, 8, 2) ships for
-# the pair. So the `192/128` rows of the table above, and the check under it, are now of a
-# padded D256 with v at 128 (no split), which keeps `_HOPPER_TABLE_OWN_V`'s (64, 64, 8, 2),
-# not of MLA's pair. The sweeps time the configs; they do not check their gradients.
+# the pair. So the table's `192/128 padded` rows are now of a padded D256 with v at 128 (no
+# split), which keeps `_HOPPER_TABLE_OWN_V`'s (64, 64, 8, 2), and its `192/128 split` rows are
+# MLA's; the check under the table asks `_pick_config` for each sweep's own calls. The sweeps time the configs; they do not check their gradients.
 # `2414806` added `gpu`-marked tests of the atomic mode at 192/128 (the 26 dense MLA cases of
 # the D_v grid and its 4 varlen ones, `test_gpu_mla_atomic_*`), and they ran on the H100 at
 # `ea07c61`, whose `backward.py` is `8739133`'s (the config (64, 64, 8, 2)), in one session
