@@ -1,0 +1,51 @@
+"""The copy engine's reduce-add from Gluon (flashcore/kernels/_gluon_tma.py), through the probe
+kernel of tools/gluon_tma_reduce_probe.py: offline, that it lowers to the bulk tensor reduce
+(UTMAREDG) and not to per-element atomics; on a Hopper GPU, that its sums of fp32 tiles, many
+programs into the same rows, match float64's within an order-free bound."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import HAS_HOPPER
+
+from flashcore.kernels import _gluon_tma
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(ROOT, "tools", "gluon_tma_reduce_probe.py")
+
+
+def _probe(*args):
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    proc = subprocess.run(
+        [sys.executable, PROBE, *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_offline_compile_lowers_to_the_bulk_reduce():
+    pytest.importorskip("triton.experimental.gluon")
+    if not _gluon_tma.AVAILABLE:
+        pytest.skip("this triton has no Gluon")
+    report = json.loads(_probe("--offline", "--d", "64", "128"))
+    for d in (64, 128):
+        tma, atomic = report[f"D{d} tma"], report[f"D{d} atomic"]
+        # the probe's offline build adds its tile 4 times
+        assert tma["ptx_reduce"] == 4 and tma["sass_utmaredg"] == 4, tma
+        assert tma["ptx_atomics"] == 0 and tma["sass_red"] == 0, tma
+        assert atomic["sass_utmaredg"] == 0 and atomic["sass_red"] > 0, atomic
+        assert tma["shared"] == 2 * 64 * d * 4  # two fp32 staging buffers
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_HOPPER, reason="needs a Hopper GPU")
+def test_sums_match_float64(tmp_path):
+    out = tmp_path / "probe.json"
+    _probe(str(out), "--d", "64", "128", "--programs", "264", "--blocks", "33", "--repeat", "4")
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 4
+    for row in rows:
+        assert row["passed"], row
