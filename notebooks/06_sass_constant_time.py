@@ -103,14 +103,20 @@ for name, r in sass_report["kernels"].items():
 # D256, and at MLA's q/k 192 with v 128, from the lengths in `dispatch.FORWARD_GLUON_FROM`;
 # `flashcore.fp8_attention` runs its FP8 mode at D128 and D256 from the lengths in
 # `dispatch.FP8_GLUON_FROM`), prints
-# False and says why beside it; the
+# False and says why beside it. One variant here is not the shipped default: since `840fd14`
+# the D64 non-causal calls run the kernel with one exp in 8 on the FMA pipe
+# (`EXP2_EMULATED_FULL = {64: 1}` in `kernels/forward_hopper.py`), while the
+# `forward D64 non-causal (Gluon, three warpgroups)` row is compiled without it
+# (`sass.gluon_forward_spec` sets no `EXP2_EMULATED`, so 0). The emulation's PTX is straight
+# line (a clamp, a rounding, three FMAs, an integer add into the exponent), but that variant's
+# SASS is not analysed here; the
 # line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
 # data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `d8fa890`, its four
-# Gluon forward runs: 5 hazards in each of the two at the standard head dims and in MLA's, 8 in
-# the FP8 mode's; in all four every report pairs a read at the kernel's entry with writes
-# at the entry and at the `gl.warp_specialize` call, `logs/sanitize_d8fa890.log`; notebook 02
-# checks those locations against the source. At
+# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `65d6c6c`, its four
+# Gluon forward runs: 5 hazards in each of the two at the standard head dims and in MLA's, 6 in
+# the FP8 mode's, as the log's racecheck summaries display too; in all four every report pairs
+# a read at the kernel's entry with writes at the entry, at the `gl.warp_specialize` call, or
+# both, `logs/sanitize_65d6c6c.log`; notebook 02 checks those locations against the source. At
 # `f2502d2` the hazards, 5 per run, were traced to the workers' entry reads against these
 # stores; notebook 02 renders the record), and nothing in the K/V ring, Q buffers or mbarriers.
 
@@ -408,8 +414,9 @@ if power:
 # forward have no data-dependent branch; their data-dependent work is straight-line (selects,
 # `MUFU.EX2`, tensor-core MMAs). The decode kernel's branches depend on the cache lengths, read
 # from memory but public shapes. The Gluon kernel, which `flashcore.attention` runs at D64, D128
-# and D256 on longer sequences, keeps two flagged branches in each variant: warp_specialize's
-# partition dispatch. The reading above says they load only bytes written with constants, but
+# and D256 on longer sequences, keeps two flagged branches in each variant compiled here:
+# warp_specialize's partition dispatch (the D64 non-causal default with emulated exps is not
+# among them, see above). The reading above says they load only bytes written with constants, but
 # this analysis does not prove it, so the verdict over every shipped forward kernel prints
 # False, with that reason beside it. No shipped kernel has a data-guarded memory access (the
 # `mem_data` column); the kernels listed as having a memory address that carries the data bit
@@ -472,10 +479,15 @@ if power:
 # GPU, with V loaded before $q k^\top$; later, up to 6c8aae4, the Gluon forward's sinks and MLA
 # head dims, the backward's dQ reduction and launch configs, MLA's dispatch and the launch
 # cache; then `3f5270a`, decode's paged branch, and `e5df583`, MLA's atomic-mode backward
-# config; then `8739133`, the Gluon forward's FP8 mode), and neither record was re-recorded
-# with the 6c8aae4, f9591a6, 8739133 or 0099be1 records: their status lines above say stale. The SASS section compiles today's kernels (its
-# decode split-KV variant is the dense cache's, without a block table, so the paged branch
-# that `3f5270a` changed is not among them); the timing
+# config; then `8739133`, the Gluon forward's FP8 mode; then `d8fa890`, D64 on the Gluon
+# forward, and `23f9d53`, MLA's split backward tiles; then, up to `65d6c6c`, MLA's backward
+# launch configs of its own, the paged decode's small-page read and the Gluon forward's D64
+# non-causal default of one exp in 8 on the FMA pipe), and neither record was re-recorded
+# with the 6c8aae4, f9591a6, 8739133, 0099be1, d8fa890 or 65d6c6c records: their status lines
+# above say stale. The SASS section compiles today's kernels (its decode split-KV variant is
+# the dense cache's, without a block table, so the paged branches that `3f5270a` and the
+# small-page read changed are not among them, and its Gluon D64 non-causal variant is without
+# the emulated exps); the timing
 # and power numbers are not re-measured on them, so whether today's kernels time the same is not
 # established here (the verdict lines recompute from whatever record is committed). The timing
 # test includes the Gluon kernel's shapes; the power study does not.
