@@ -84,10 +84,12 @@ def _gluon_consts(fh, d, causal, cfg, **extra):
     )
 
 
-def gluon_forward_spec(d, causal, dv=None, num_wg=None):
+def gluon_forward_spec(d, causal, dv=None, num_wg=None, exp2_emulated=None):
     # The Gluon Hopper kernel (kernels/forward_hopper.py) in the tile config it ships; dv:
     # v's head dim where it differs (MLA's 192/128: q/k through a main and a tail descriptor).
     # num_wg: consumer warpgroups other than the shipped config's (a candidate config).
+    # exp2_emulated: emulated exps of every 8; None: what the launcher picks (_launch_args:
+    # EXP2_EMULATED_FULL for non-causal calls, 0 for causal).
     from triton.experimental.gluon import language as gl
 
     from ..kernels import forward_hopper as fh
@@ -99,7 +101,11 @@ def gluon_forward_spec(d, causal, dv=None, num_wg=None):
     def desc(rows, cols=d - tail):
         return f"tensordesc<bf16[1,1,{rows},{cols}],{layout([rows, cols], gl.bfloat16)!r}>"
 
-    consts = _gluon_consts(fh, d, causal, cfg, HEAD_DIM_V=dv or 0, QK_TAIL=tail)
+    if exp2_emulated is None:
+        exp2_emulated = 0 if causal else fh.EXP2_EMULATED_FULL.get(d, 0)
+    consts = _gluon_consts(
+        fh, d, causal, cfg, HEAD_DIM_V=dv or 0, QK_TAIL=tail, EXP2_EMULATED=exp2_emulated
+    )
     tails = (
         {"q_tail_desc": desc(fh.BLOCK_M_WG, tail), "k_tail_desc": desc(cfg["BLOCK_N"], tail)}
         if tail
