@@ -64,9 +64,7 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d):
     params = bhp._bwd_hopper_pipelined_kernel.arg_names
     named = kwargs.keys() - {"num_warps"}
     assert len(args) + len(named) == len(params) and named == set(params[len(args) :])
-    # the original's arguments, but for its dQ reduce-add option (the copy engine's)
-    original = [a for a in bh._bwd_hopper_kernel.arg_names if a not in ("dq_desc", "DQ_TMA")]
-    assert params == original
+    assert params == bh._bwd_hopper_kernel.arg_names  # the original's arguments
     bound = dict(zip(params, args)) | kwargs
     block_m = bhp.BLOCK_M_FOR[d]
     assert (bound["BLOCK_M"], bound["BLOCK_N"], bound["STAGES"]) == (block_m, 128, 3)
@@ -105,8 +103,7 @@ def spec(d, causal, dtype, new):
         return f"tensordesc<{dtype}[1,1,{rows},{d}],{layout!r}>"
 
     s["fn"] = bhp._bwd_hopper_pipelined_kernel
-    consts = {k: v for k, v in s["consts"].items() if k != "DQ_TMA"}  # the original's option
-    s["consts"] = dict(consts, BLOCK_M=bm, BLOCK_N=bhp.BLOCK_N, STAGES=bhp.STAGES)
+    s["consts"] = dict(s["consts"], BLOCK_M=bm, BLOCK_N=bhp.BLOCK_N, STAGES=bhp.STAGES)
     s["descs"] = dict(q_desc=desc(bm), do_desc=desc(bm), k_desc=desc(128), v_desc=desc(128))
     s["num_warps"] = bhp.NUM_WARPS
     return s

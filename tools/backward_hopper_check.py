@@ -2,7 +2,7 @@
 backward, in one process (about two minutes with compilation).
 
     python3 tools/backward_hopper_check.py OUT.json [--grid-stride N] [--rounds R]
-        [--kernel {gluon,gluon_pipelined,both,dq_sum}]
+        [--kernel {gluon,gluon_pipelined,both}]
 
 1. ``backward_grid("hopper")`` (240 cases: D64/D128, fp16/bf16, S 1..1000, Sq != Sk, GQA,
    both causal alignments, a (B, S, H, D) layout) through ``check_grad_case(kernel="gluon")``
@@ -22,15 +22,11 @@ backward, in one process (about two minutes with compilation).
 pipelined variant (``backward_hopper_pipelined.attention_backward_hopper_pipelined``) in
 place of the Gluon path; ``both`` runs the grid for the pipelined variant and times the
 original Gluon path, the pipelined one and the Triton backward alternating in one process,
-printing each one's TFLOP/s and the pipelined/original ratio per shape; ``dq_sum`` runs the
-grid for the original (its dQ summed as ``backward_hopper.DQ_TMA`` says) and times it with dQ
-summed by the copy engine's reduce-add (``gluon``) and by per-element atomics
-(``gluon_atomic_dq``) beside the Triton backward.
+printing each one's TFLOP/s and the pipelined/original ratio per shape.
 
 Prints one line per case failure and per shape, writes OUT.json (provenance, grid summary,
-speed rows with ``impl`` "gluon", "gluon_atomic_dq", "gluon_pipelined" or "triton";
-``kernel``: the option, ``grid.kernel``: the kernel the grid ran), and exits 1 if any grid
-case fails.
+speed rows with ``impl`` "gluon", "gluon_pipelined" or "triton"; ``kernel``: the option,
+``grid.kernel``: the kernel the grid ran), and exits 1 if any grid case fails.
 """
 
 import argparse
@@ -109,12 +105,6 @@ def time_shape(
             do, q, k, v, out, lse, *bufs["gluon"], causal_offset=0, is_causal=causal, scale=scale
         )
 
-    def gluon_atomic_dq():  # the original kernel with dQ summed by per-element atomics
-        bh.attention_backward_hopper(
-            do, q, k, v, out, lse, *bufs["gluon_atomic_dq"],
-            causal_offset=0, is_causal=causal, scale=scale, dq_tma=False,
-        )  # fmt: skip
-
     def gluon_pipelined():
         bhp.attention_backward_hopper_pipelined(
             do, q, k, v, out, lse, *bufs["gluon_pipelined"],
@@ -125,8 +115,7 @@ def time_shape(
         dq, dk, dv = bufs["triton"]
         attention_backward(do, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
 
-    fns = {"gluon": gluon, "gluon_atomic_dq": gluon_atomic_dq,
-           "gluon_pipelined": gluon_pipelined, "triton": triton_bwd}  # fmt: skip
+    fns = {"gluon": gluon, "gluon_pipelined": gluon_pipelined, "triton": triton_bwd}
     impls = {name: fns[name] for name in names}
     for fn in impls.values():  # compile outside the timed region
         fn()
@@ -166,15 +155,6 @@ def time_shape(
             + ", ".join(f"{k} {v:.1e}" for k, v in agreements[name].items()),
             flush=True,
         )
-    elif "gluon_atomic_dq" in by:
-        g, a = by["gluon"], by["gluon_atomic_dq"]
-        print(
-            f"{head} gluon (dQ by TMA reduce) {g['tflops']:6.1f}, gluon_atomic_dq "
-            f"{a['tflops']:6.1f}, triton {t['tflops']:6.1f} TFLOP/s; tma/atomic "
-            f"{a['ms'] / g['ms']:.3f}, tma/triton {t['ms'] / g['ms']:.3f}; |gluon - triton| / "
-            "max|triton|: " + ", ".join(f"{k} {v:.1e}" for k, v in agreements["gluon"].items()),
-            flush=True,
-        )
     else:
         g, p = by["gluon"], by["gluon_pipelined"]
         print(
@@ -196,11 +176,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     parser.add_argument(
         "--kernel",
-        choices=("gluon", "gluon_pipelined", "both", "dq_sum"),
+        choices=("gluon", "gluon_pipelined", "both"),
         default="gluon",
         help="the Gluon backward to check: the original, the pipelined variant, or both "
-        "timed (the grid then runs the pipelined one); dq_sum: the original's grid, and it "
-        "timed with dQ summed by the copy engine's reduce-add and by atomics",
+        "timed (the grid then runs the pipelined one)",
     )
     args = parser.parse_args()
     if not (torch.cuda.is_available() and bh.GLUON_AVAILABLE):
@@ -208,12 +187,10 @@ def main() -> int:
         return 2
     record = {"provenance": provenance(), "tool": "tools/backward_hopper_check.py"}
     record["kernel"] = args.kernel
-    grid_kernel = "gluon" if args.kernel in ("gluon", "dq_sum") else "gluon_pipelined"
-    gluon_impls = {
-        "gluon": ("gluon",),
-        "gluon_pipelined": ("gluon_pipelined",),
-        "dq_sum": ("gluon", "gluon_atomic_dq"),
-    }.get(args.kernel, ("gluon", "gluon_pipelined"))
+    grid_kernel = "gluon" if args.kernel == "gluon" else "gluon_pipelined"
+    gluon_impls = {"gluon": ("gluon",), "gluon_pipelined": ("gluon_pipelined",)}.get(
+        args.kernel, ("gluon", "gluon_pipelined")
+    )
     start = time.perf_counter()
     record["grid"] = run_grid(args.grid_stride, grid_kernel)
     record["grid_seconds"] = time.perf_counter() - start

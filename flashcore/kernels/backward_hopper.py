@@ -16,10 +16,8 @@ head of the GQA group (dK/dV summed in the program, as the Triton backward does)
     P, dS -> shared memory (fp16/bf16), then one barrier
     dV += P^T dO                 wgmma, P read transposed; the warpgroups split the keys
     dK += dS^T Q                 wgmma, dS read transposed
-    dQ_partial = dS K            wgmma; added to an fp32 dQ buffer: staged in shared
-                                 memory and summed by the copy engine's reduce-add
-                                 (``DQ_TMA``, FA3's way; _gluon_tma.py), waited on at the
-                                 top of the next step, or by ``gl.atomic_add``
+    dQ_partial = dS K            wgmma; added to an fp32 dQ buffer with atomics
+                                 (``gl.atomic_add``, vectorized pairs)
 
 This is FA3's orientation (queries along wgmma's M for S and dP, P and dS through shared
 memory for the transposed products): a row's lse and delta are 2 registers a thread, and
@@ -53,7 +51,7 @@ Which calls take this path (``supports``):
   256 fp32 registers a thread with BLOCK_N = 64 in one warpgroup: it needs FA3's smaller
   tiles and split dQ matmul, not in this version).
 
-Not deterministic: dQ is summed in fp32 (either way) in whatever order the key blocks finish,
+Not deterministic: dQ is summed with fp32 atomics in whatever order the key blocks finish,
 so repeated calls may differ in the last bits of dQ (dK and dV are reproducible). There is
 no deterministic mode in this version.
 
@@ -73,7 +71,6 @@ import os
 
 import torch
 
-from . import _gluon_tma
 from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
 from ._softmax import LOG2E
 from .backward import _bwd_preprocess
@@ -96,9 +93,6 @@ BLOCK_M = 64  # query rows per step (the N of S^T = K Q^T)
 BLOCK_N = 128  # key rows per program: two warpgroups of 64
 NUM_WARPS = 8
 STAGES = 2  # Q/dO ring depth
-# dQ's partial tiles summed by the copy engine's reduce-add (kernels/_gluon_tma.py, as FA3
-# sums dQ) rather than per-element fp32 atomics. A trial: not yet run on a GPU.
-DQ_TMA = True
 MAX_GRID_Y = 65535  # the grid's second dimension is batch * KV heads
 
 if GLUON_AVAILABLE:
@@ -137,12 +131,12 @@ if GLUON_AVAILABLE:
         ]
     )  # fmt: skip
     def _bwd_hopper_kernel(
-        q_desc, k_desc, v_desc, do_desc, Lse, Delta, DQacc, dq_desc, dK, dV,
+        q_desc, k_desc, v_desc, do_desc, Lse, Delta, DQacc, dK, dV,
         stride_dkz, stride_dkh, stride_dkn, stride_dkk,
         stride_dvz, stride_dvh, stride_dvn, stride_dvk,
         num_q_heads, num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_TMA: gl.constexpr = False,
+        STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads); 8 warps: the key blocks of one head are
         consecutive, so programs running together share its Q and dO in L2. Lse, Delta: (B, Hq, Sq) fp32
@@ -190,9 +184,6 @@ if GLUON_AVAILABLE:
         do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], p_smem_layout)
         ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], p_smem_layout)
-        if DQ_TMA:
-            # dQ's fp32 partial tile, staged for the copy engine's reduce-add (32 KB at D128)
-            dq_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_DIM], dq_desc.layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
@@ -249,8 +240,6 @@ if GLUON_AVAILABLE:
             k_smem = k_buf.index(slot)
             v_smem = v_buf.index(slot)
             do_tile = do_ring.index(stage)
-            if DQ_TMA:
-                tma.store_wait(0)  # (the issuing thread) step t-1's reduce has read dq_smem
             # Every warp has finished step t-1 (its matmuls waited on, so its reads of ring
             # stage (t+1) % STAGES, p_smem and ds_smem are done): they may be overwritten.
             gl.thread_barrier()
@@ -304,21 +293,13 @@ if GLUON_AVAILABLE:
             )
             dv, dk = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok))
             dq = warpgroup_mma_wait(0, deps=(dq_tok,))
-            if DQ_TMA:
-                # One bulk reduce-add of the tile by the copy engine (rows past Sq dropped by
-                # the descriptor's bounds), waited on only at the top of the next step.
-                dq_smem.store(dq)
-                fence_async_shared()
-                gl.thread_barrier()  # every warp's part of the tile is written
-                _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
-            else:
-                # One 64-bit base per step; the elements' offsets are small and fixed.
-                dq_mask = gl.expand_dims(m0 + dq_rows < seqlen_q, 1) & gl.expand_dims(
-                    dq_cols < HEAD_DIM, 0
-                )
-                gl.atomic_add(
-                    DQacc + (row_base + m0) * HEAD_DIM + dq_offs, dq, mask=dq_mask, sem="relaxed"
-                )
+            # One 64-bit base per step; the elements' offsets are small and fixed.
+            dq_mask = gl.expand_dims(m0 + dq_rows < seqlen_q, 1) & gl.expand_dims(
+                dq_cols < HEAD_DIM, 0
+            )
+            gl.atomic_add(
+                DQacc + (row_base + m0) * HEAD_DIM + dq_offs, dq, mask=dq_mask, sem="relaxed"
+            )
 
         # dS was taken w.r.t. the scaled scores: dK = scale * dS^T Q. dV needs no scale.
         dk = dk * sm_scale
@@ -341,8 +322,6 @@ if GLUON_AVAILABLE:
         )
         gl.store(dk_ptrs, dk.to(dtype), mask=kv_mask)
         gl.store(dv_ptrs, dv.to(dtype), mask=kv_mask)
-        if DQ_TMA:
-            tma.store_wait(0)  # the last reduce has read dq_smem before the program ends
         gl.thread_barrier()  # no warp still waits on a barrier when it is invalidated
         mbarrier.invalidate(kv_bar)
         for i in gl.static_range(STAGES):
@@ -379,9 +358,7 @@ def supports(q, k, v, *, window=None, softcap=None, sinks=None) -> bool:
 
 
 def _descriptor(t, block_rows):
-    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[
-        t.dtype
-    ]
+    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
     head_dim = t.shape[3]
     # 4-D over the whole (B, H, S, D) tensor: rows past S come back as zeros.
     layout = nvmma_layout((block_rows, head_dim), dtype)
@@ -391,9 +368,8 @@ def _descriptor(t, block_rows):
 
 
 def attention_backward_hopper(
-    do, q, k, v, out, lse, dq, dk, dv, *, causal_offset: int, is_causal: bool, scale: float,
-    dq_tma: bool | None = None,
-):  # fmt: skip
+    do, q, k, v, out, lse, dq, dk, dv, *, causal_offset: int, is_causal: bool, scale: float
+):
     """dQ, dK, dV of attention into ``dq``, ``dk``, ``dv`` (returned), on inputs that
     ``supports`` accepts.
 
@@ -406,8 +382,6 @@ def attention_backward_hopper(
         dq, dk, dv: q's / k's shapes and dtype, any strides; every element is written.
         causal_offset, is_causal: query i sees key j iff j <= i + causal_offset (causal).
         scale: the softmax scale the forward used.
-        dq_tma: dQ's partial tiles summed by the copy engine's reduce-add (True) or by
-            per-element atomics (False); None: ``DQ_TMA``.
 
     Not deterministic (dQ summed with atomics). Temporaries: delta (B, Hq, Sq) and dQ's
     fp32 buffer (q's shape).
@@ -436,7 +410,6 @@ def attention_backward_hopper(
         BLOCK_M=pre_m,
     )
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    dq_tma = DQ_TMA if dq_tma is None else dq_tma
     grid = (-(-seqlen_k // BLOCK_N), batch * num_kv_heads)
     _BWD_LAUNCH[grid](
         _descriptor(q, BLOCK_M),
@@ -446,7 +419,6 @@ def attention_backward_hopper(
         lse,
         delta,
         dq_acc,
-        _descriptor(dq_acc, BLOCK_M) if dq_tma else None,
         dk,
         dv,
         *dk.stride(),
@@ -463,7 +435,6 @@ def attention_backward_hopper(
         BLOCK_N=BLOCK_N,
         STAGES=STAGES,
         IS_CAUSAL=bool(is_causal),
-        DQ_TMA=bool(dq_tma),
         num_warps=NUM_WARPS,
     )
     dq.copy_(dq_acc.mul_(scale))

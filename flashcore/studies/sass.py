@@ -363,15 +363,10 @@ def gluon_backward_spec(d: int, causal: bool, dtype: str = "bf16") -> dict:
                   "dV": f"*{dtype}"},
         floats={"qk_scale", "sm_scale"},
         consts=dict(HEAD_DIM=d, BLOCK_M=bh.BLOCK_M, BLOCK_N=bh.BLOCK_N, STAGES=bh.STAGES,
-                    IS_CAUSAL=causal, DQ_TMA=bh.DQ_TMA),
+                    IS_CAUSAL=causal),
         num_warps=bh.NUM_WARPS,
         num_stages=1,
         descs={
-            "dq_desc": (
-                f"tensordesc<fp32[1,1,{bh.BLOCK_M},{d}],"
-                f"{gl.NVMMASharedLayout.get_default_for([bh.BLOCK_M, d], gl.float32)!r}>"
-                if bh.DQ_TMA else None
-            ),
             "q_desc": desc(bh.BLOCK_M),
             "do_desc": desc(bh.BLOCK_M),
             "k_desc": desc(bh.BLOCK_N),
