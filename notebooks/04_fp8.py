@@ -747,7 +747,9 @@ columns = ["kernel", "BLOCK_N", "FMUL", "GMMA", *sass_budget.TABLE_COLUMNS]
 print(table(loops, columns, sass_budget.TABLE_FORMATS))
 # Measured beside it: non-causal S = 16K, TFLOP/s and the fraction of the dense datasheet peak
 # (989 bf16, 1979 e4m3) the budget's rates come from: bf16 from perf.json (the Gluon kernel
-# serves D64, D128 and D256 there), fp8 from fp8.json.
+# serves D64, D128 and D256 there), fp8 from fp8.json. perf.json's D64 row timed d8fa890's
+# kernel, every exponential on the MUFU; the budget's D64 row is compiled as it ships since
+# 840fd14, one exponential in 8 emulated, so the two are not the same build.
 perf = read_result("perf", RECORDED_GPU)
 measured = {
     ("bf16", r["D"]): r["tflops"]
@@ -784,16 +786,25 @@ print(
 )
 
 # %% [markdown]
-# Read with the measurements: two loops need as many special-function cycles as their tensor
-# cores, and nearly as many issue cycles: FP8 at D128 and bf16 at D64, the two with the least
-# matmul work per score (an e4m3 D128 tile takes the cycles of a bf16 D64 one). They are the
-# two furthest from their peaks, about 42% and 45%, against 62% for FP8 at D256 and 63-67%
+# Read with the measurements: two loops need about as many cycles as their tensor cores, on
+# the special-function pipe or on the issue slots: FP8 at D128 (MUFU/tensor 1.03, issue/tensor
+# 1.10) and bf16 at D64 (issue/tensor 1.00, MUFU/tensor 0.91), the two with the least matmul
+# work per score (an e4m3 D128 tile takes the cycles of a bf16 D64 one). The D64 row is the
+# kernel that ships: since `840fd14` D64 non-causal calls run one exponential in 8 on the FMA
+# pipe (`EXP2_EMULATED_FULL`, the end of this section), and since `ae4c7ad` the budget compiles
+# what the launcher picks. Before the exp2 default (compiled without it) the row was 457
+# instructions and 66 `MUFU`, issue/tensor 0.89 and MUFU/tensor 1.03; now it is 514 and 58,
+# 1.00 and 0.91. The emulation took 8 `MUFU` out of the loop and put 57 instructions in
+# (about 7 per emulated exponential): the loop still has no slack, now on the issue side rather
+# than the special-function pipe. So the verdict cell above changed: its list of loops whose
+# exponentials take at least their matmuls' cycles is now FP8 D128 alone (bf16 D64 was on it
+# too before the exp2 default), and "every other loop needs at most 0.7" now prints False,
+# because D64's loop, off that list, needs 1.00 of its matmuls' cycles in issue slots. The two
+# are the furthest from their peaks, about 42% and 45%, against 62% for FP8 at D256 and 63-67%
 # for bf16 at D128 and D256 (lines above; both records are stale, of `d8fa890`'s kernels). The
-# D64 row is the build with every exponential on the MUFU: the budget compiles it so (no
-# `EXP2_EMULATED`), and `perf.json` timed it so. Since `840fd14` D64 non-causal calls run one
-# exponential in 8 on the FMA pipe by default (the end of this section); no record times that
-# default yet. There the softmax cannot hide under the matmuls:
-# ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
+# 45% at D64 was timed on the build with every exponential on the MUFU, not the one compiled
+# here; no record times the default yet. In both loops the softmax cannot hide under the
+# matmuls: ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
 # matmuls double and the loop does not, and the same pipeline clears 1000 TFLOP/s. So at
 # D128 (and for the bf16 forward at D64) it is the instructions per tile that have to go, not
 # the tensor-core schedule.
@@ -818,8 +829,9 @@ print(
 # time goes to at D128 is the next measurement (Nsight Compute's stall reasons on both
 # builds), not a guess. The 32 `STS` are P's trip through
 # shared memory, two bytes a store (section 4 says why P does not stay in registers). The
-# exponentials themselves (66 `MUFU` per tile) stay: at D64 and FP8 D128 they alone fill the
-# special-function pipe for as long as the tensor cores work.
+# exponentials themselves (66 `MUFU` per tile) stay: at FP8 D128 they alone fill the
+# special-function pipe for as long as the tensor cores work (at D64 they did too before the
+# exp2 default, MUFU/tensor 1.03; as it ships, 58 `MUFU` take 0.91).
 #
 # A second build already in every run says the same. `fp8_naive` runs this kernel with
 # P_SCALE = 1, so its 64 multiplies fold away at compile time: offline its D128 loop has 501
@@ -852,7 +864,8 @@ print(
 # `sass_budget.softmax_loops`, with EXP2_EMULATED set). FP8 D128, k = 1 over k = 0 at S = 8K / 16K: 803 / 811 against 794 / 811 TFLOP/s
 # non-causal, 721 / 781 against 730 / 769 causal (−1.3% to +1.5%, inside the rounds'
 # spread); k = 2 is 3–9% slower at every shape. The bf16 Gluon kernel at D128 is 2.7% slower
-# to 0.9% faster with k = 1. Only at D64, the other loop the budget calls tight,
+# to 0.9% faster with k = 1. Only at D64, the other loop the budget called tight (compiled
+# with every exponential on the MUFU),
 # did k = 1 gain: 473 / 487 against 452 / 472 TFLOP/s non-causal at S = 4K / 16K, and
 # −1.1% / +1.9% causal; a second run over D64's sweep (`logs/exp2_emulation_d64_216cefa.*`) had
 # k = 1 at +0.1 / +4.0 / +6.8 / +2.5% non-causal (S = 2K / 4K / 8K / 16K) and 2.4–5.2% slower
@@ -862,8 +875,10 @@ print(
 # (`attention_hopper_fp8` passes `EXP2_EMULATED` = 0 unless asked), so FP8's exponentials all
 # stay on the MUFU. Only the trial's logs (216cefa's code) time k = 1 at D64; no record times
 # the default yet. Where it did not help, the issue slots are as tight as the special-function
-# pipe (the budget's two ratios above are both near 1), so an exponential moved off one lands
-# on the other. What is left at FP8 D128 is the order of the
+# pipe (FP8 D128's two ratios above are both near 1), so an exponential moved off one lands
+# on the other. The D64 row above shows that move on the kernel that ships: MUFU/tensor 1.03
+# → 0.91, issue/tensor 0.89 → 1.00; the budget does not say which of the two binds, and only
+# the trial's logs say the move bought time there. What is left at FP8 D128 is the order of the
 # loop: spacing the exponentials without adding instructions, which Triton's scheduler decides,
 # not this code.
 

@@ -103,16 +103,18 @@ for name, r in sass_report["kernels"].items():
 # D256, and at MLA's q/k 192 with v 128, from the lengths in `dispatch.FORWARD_GLUON_FROM`;
 # `flashcore.fp8_attention` runs its FP8 mode at D128 and D256 from the lengths in
 # `dispatch.FP8_GLUON_FROM`), prints
-# False and says why beside it. One variant here is not the shipped default: since `840fd14`
-# the D64 non-causal calls run the kernel with one exp in 8 on the FMA pipe
-# (`EXP2_EMULATED_FULL = {64: 1}` in `kernels/forward_hopper.py`), while the
-# `forward D64 non-causal (Gluon, three warpgroups)` row is compiled without it
-# (`sass.gluon_forward_spec` sets no `EXP2_EMULATED`, so 0). The emulation's PTX is straight
-# line (a clamp, a rounding, three FMAs, an integer add into the exponent), but that variant's
-# SASS is not analysed here; the
-# line after it gives the Triton and fp8 kernels' verdict on its own. The Gluon kernels have no
-# data-guarded memory access (table above). compute-sanitizer's racecheck flags the same
-# hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `65d6c6c`, its four
+# False and says why beside it; the line after it gives the Triton and fp8 kernels' verdict on
+# its own. Since `840fd14` the D64 non-causal calls run the kernel with one exp in 8 on the FMA
+# pipe (`EXP2_EMULATED_FULL = {64: 1}` in `kernels/forward_hopper.py`), and since `ae4c7ad`
+# `sass.gluon_forward_spec` compiles what the launcher picks (`EXP2_EMULATED_FULL` for
+# non-causal calls, 0 for causal), so the `forward D64 non-causal (Gluon, three warpgroups)`
+# row is that shipped default: 7920 instructions, against 7744 before the exp2 default
+# (compiled without it), in the same 205 basic blocks, with the same branch counts by class and
+# the same two flagged branches (`BRA` and `BRX` at instructions 34 and 38), no data-guarded memory access and
+# no address carrying the data bit. The emulation (a clamp, a rounding, three FMAs, an integer
+# add into the exponent) adds straight-line instructions only; no verdict line changed. The
+# Gluon kernels have no data-guarded memory access (table above). compute-sanitizer's
+# racecheck flags the same hand-off on the GPU (`sanitizer.json`, recorded on the H100 at commit `65d6c6c`, its four
 # Gluon forward runs: 5 hazards in each of the two at the standard head dims and in MLA's, 6 in
 # the FP8 mode's, as the log's racecheck summaries display too; in all four every report pairs
 # a read at the kernel's entry with writes at the entry, at the `gl.warp_specialize` call, or
@@ -415,11 +417,11 @@ if power:
 # `MUFU.EX2`, tensor-core MMAs). The decode kernel's branches depend on the cache lengths, read
 # from memory but public shapes. The Gluon kernel, which `flashcore.attention` runs at D64, D128
 # and D256 on longer sequences, keeps two flagged branches in each variant compiled here:
-# warp_specialize's partition dispatch (the D64 non-causal default with emulated exps is not
-# among them, see above). The reading above says they load only bytes written with constants, but
-# this analysis does not prove it, so the verdict over every shipped forward kernel prints
-# False, with that reason beside it. No shipped kernel has a data-guarded memory access (the
-# `mem_data` column); the kernels listed as having a memory address that carries the data bit
+# warp_specialize's partition dispatch (the D64 non-causal variant is compiled as it ships,
+# one exp in 8 emulated, see above). The reading above says they load only bytes written with
+# constants, but this analysis does not prove it, so the verdict over every shipped forward
+# kernel prints False, with that reason beside it. No shipped kernel has a data-guarded memory
+# access (the `mem_data` column); the kernels listed as having a memory address that carries the data bit
 # (the `data_addr` column) are not traced here, so no claim is made about their addresses. The
 # analysis flags both positive controls, so it can fail.
 #
@@ -486,8 +488,8 @@ if power:
 # with the 6c8aae4, f9591a6, 8739133, 0099be1, d8fa890 or 65d6c6c records: their status lines
 # above say stale. The SASS section compiles today's kernels (its decode split-KV variant is
 # the dense cache's, without a block table, so the paged branches that `3f5270a` and the
-# small-page read changed are not among them, and its Gluon D64 non-causal variant is without
-# the emulated exps); the timing
+# small-page read changed are not among them; its Gluon D64 non-causal variant has the
+# emulated exps that ship by default); the timing
 # and power numbers are not re-measured on them, so whether today's kernels time the same is not
 # established here (the verdict lines recompute from whatever record is committed). The timing
 # test includes the Gluon kernel's shapes; the power study does not.
