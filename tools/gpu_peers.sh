@@ -51,6 +51,11 @@
 #   studies   (FA4 not needed) varlen.json, feature_costs.json, decode.json, decode_splits.json
 #   fp8       (FA4 not needed) the FP8 study (fp8.json)
 #   dv_speed  (after an FA4 install on the same machine) value_head_dim_speed.json
+#   trials    (FA4 not needed; carry .ab/tmadq, made here by `mkdir -p .ab/tmadq && git archive
+#             58d199b flashcore tools tests pyproject.toml | tar -x -C .ab/tmadq`) the copy
+#             engine's reduce-add probe (tools/gluon_tma_reduce_probe.py), then, in the trial
+#             branch's tree, the Gluon backward's GPU tests with dQ summed by it and its timing
+#             beside the atomic sum and the Triton backward (--kernel dq_sum); about 4 minutes
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
 set -u
 part=$1; out=$2
@@ -108,6 +113,18 @@ tests/test_backward_varlen_softcap.py"
     ;;
   fp8)
     TAIL=20 stage fp8 300 python3 -m flashcore fp8 --record
+    ;;
+  trials)
+    mkdir -p "$out/logs"
+    TAIL=6 stage tma_reduce_probe 120 python3 tools/gluon_tma_reduce_probe.py \
+      "$out/logs/gluon_tma_reduce_probe.json"
+    (
+      cd .ab/tmadq && export PYTHONPATH=$PWD
+      bash tools/gpu_test_shards.sh "$out/tma_dq_tests" 200 \
+        "bwd:8:-m gpu tests/test_backward_hopper.py"
+      TAIL=20 stage tma_dq_check 240 python3 tools/backward_hopper_check.py \
+        "$out/logs/backward_hopper_tma_dq_check.json" --kernel dq_sum --grid-stride 2
+    )
     ;;
   check)
     bash .fa4a/install.sh
