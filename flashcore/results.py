@@ -396,9 +396,17 @@ def write_result(
     return path
 
 
-def write_log(path, payload: dict, *, command: str) -> None:
+def write_log(path, payload: dict, *, command: str | None = None) -> None:
     """Write a probe's log ``payload`` to ``path`` (any place: logs are not records) with the
-    provenance and kernel fingerprint a record carries."""
+    provenance and kernel fingerprint a record carries. ``command``: by default this
+    process's command line, the script relative to the repository and ``path`` itself as
+    OUT.json (where it lands is the machine's business, not the log's)."""
+    if command is None:
+        argv = ["OUT.json" if a == str(path) else a for a in sys.argv]
+        script = Path(argv[0]).resolve()
+        if script.is_relative_to(REPO_ROOT):
+            argv[0] = str(script.relative_to(REPO_ROOT))
+        command = " ".join(shlex.quote(a) for a in argv)
     record = {"provenance": provenance(command), "kernel_fingerprint": kernel_fingerprint()}
     Path(path).write_text(json.dumps({**record, **payload}, indent=1, default=float) + "\n")
 

@@ -209,3 +209,17 @@ def test_ncu_top_stalls_rank_the_largest_and_count_a_missing_metric_as_zero():
     # "selected" is the issuing warp, not a stall; None (a metric the dump lacks) sorts as 0
     assert report.top_stalls(kernel) == "barrier 2.00, long_scoreboard 1.00, wait 0.00"
     assert report.top_stalls(kernel, n=1) == "barrier 2.00"
+
+
+def test_probe_log_names_its_script_and_hides_where_it_was_written(tmp_path, monkeypatch):
+    from flashcore.results import REPO_ROOT, write_log
+
+    out = tmp_path / "deep" / "probe.json"
+    out.parent.mkdir()
+    script = str(REPO_ROOT / "tools" / "some_probe.py")
+    monkeypatch.setattr(sys, "argv", [script, str(out), "--d", "64"])
+    write_log(out, dict(rows=[1]))
+    log = json.loads(out.read_text())
+    assert log["rows"] == [1] and "kernel_fingerprint" in log
+    assert log["provenance"]["command"] == "tools/some_probe.py OUT.json --d 64"
+    assert str(tmp_path) not in out.read_text()

@@ -95,11 +95,7 @@ def main() -> int:
                         flush=True,
                     )
             torch.cuda.empty_cache()
-    write_log(
-        args.out,
-        dict(rows=rows),
-        command="tools/exp2_emulation_probe.py OUT.json " + " ".join(sys.argv[2:]),
-    )
+    write_log(args.out, dict(rows=rows))
     return 0
 
 

@@ -127,11 +127,7 @@ def main() -> int:
                         flush=True,
                     )
             torch.cuda.empty_cache()
-    write_log(
-        args.out,
-        dict(rows=rows),
-        command="tools/fp8_hopper_probe.py OUT.json " + " ".join(sys.argv[2:]),
-    )
+    write_log(args.out, dict(rows=rows))
     return 0
 
 

@@ -154,8 +154,7 @@ def main() -> int:
                 f"{t.median_ms:.3f} ms  {rate:.0f} GB/s added",
                 flush=True,
             )
-    command = "tools/gluon_tma_reduce_probe.py OUT.json " + " ".join(sys.argv[2:])
-    write_log(args.out, dict(rows=rows, args=vars(args) | {"out": "OUT.json"}), command=command)
+    write_log(args.out, dict(rows=rows, args=vars(args) | {"out": "OUT.json"}))
     return 0
 
 
