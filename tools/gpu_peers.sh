@@ -8,7 +8,7 @@
 #             calls through FA4, both under the rule); D 192 / D_v 128 forward and backward beside
 #             FA4, SDPA and the padded route (value_head_dim_speed.json); paged decode beside
 #             FA4's paged varlen (paged_decode.json)
-#   forward   the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
+#   forward   (carry .fa4b, right after an .fa4a call) the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
 #             and decode (perf.json)
 #   stale     (carry .fa4a) unpack FA4's compiler library; the records no FA4 run needs that
 #             went stale with the D_v change: varlen.json, decode.json, decode_splits.json
@@ -25,7 +25,7 @@
 #             Jupyter: value_head_dim_speed.json (105 s), models.json (115 s),
 #             paged_decode.json (45 s), the GPU profiles of notebooks 09 and 02
 #             (reproduce_timing.json, correctness_quick.json; 100 + 95 s); about 455 s
-#   backward  the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
+#   backward  (carry .fa4b, as forward) the bf16 backward sweep at D 128, 64, 256 beside FA4, SDPA and Flex (D128),
 #             forward + backward too (backward.json's speed rows; merged with the grid part
 #             by tools/merge_backward_records.py)
 #   rerecord_a (carry .fa4a and .whl) unpack FA4's compiler library; the GPU check of the
@@ -64,15 +64,17 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
 . tools/stage.sh
 fa4site=/root/fa4site
-case "$part" in dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b) fa4b=1 ;; *) fa4b=0 ;; esac
+case "$part" in forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b) fa4b=1 ;; *) fa4b=0 ;; esac
 if [ "$fa4b" = 1 ]; then
   # shellcheck disable=SC1091
   source .fa4b/install.sh
 elif [ -d "$fa4site" ]; then
   export PYTHONPATH=$fa4site:$fa4site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 fi
-python3 -c 'import flash_attn.cute, importlib.metadata as m; print("fa4", m.version("flash-attn-4"))' \
-  2>&1 | tail -n 1
+if ! python3 -c 'import flash_attn.cute, importlib.metadata as m; print("fa4", m.version("flash-attn-4"))' \
+  2>&1 | tail -n 1 | grep '^fa4 ' && [ "$fa4b" = 1 ]; then
+  echo "FA4 does not import: part $part measures it, so nothing is recorded" >&2; exit 3
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 # Stages more than one part runs.
 ran_scope_check() {  # the fingerprint's "ran" scope on the GPU, before any record is written
