@@ -49,3 +49,32 @@ def test_sums_match_float64(tmp_path):
     assert len(rows) == 4
     for row in rows:
         assert row["passed"], row
+
+
+def test_summation_bound_holds_for_fp32_sums_in_any_order():
+    """The probe's bound on CPU, with the arithmetic the GPU does (one fp32 add at a time, round to
+    nearest) in random orders: every element's error stays under it, and the worst comes within a
+    factor of 50 of it (random rounding errors grow as sqrt(n), the worst case as n: here about
+    0.06 of it), so a bound loose enough that nothing could break it fails the test."""
+    import importlib.util
+
+    import torch
+
+    pytest.importorskip("triton.experimental.gluon")
+    spec = importlib.util.spec_from_file_location("probe", PROBE)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    gen = torch.Generator().manual_seed(1)
+    n, shape = 64, (1 << 16,)
+    terms = torch.randn(n, *shape, generator=gen)
+    exact = terms.double().sum(0)
+    bound = probe.summation_bound(terms.double().abs().sum(0), n)
+    worst = 0.0
+    for _ in range(3):
+        acc = torch.zeros(shape)
+        for i in torch.randperm(n, generator=gen):
+            acc = acc + terms[i]  # fp32, one term at a time
+        ratio = float(((acc.double() - exact).abs() / bound).max())
+        assert ratio <= 1.0, ratio
+        worst = max(worst, ratio)
+    assert worst > 0.02, worst
