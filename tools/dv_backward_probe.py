@@ -13,7 +13,8 @@ kernel change (the 192/128 split tiles of 23f9d53 ran configs swept on padded ti
 With --atomic, the atomic mode instead (dQ summed inside the dK/dV kernel: the backward's
 ``deterministic=False``; autograd, varlen's included, runs the deterministic mode): only the
 dK/dV config varies; the first is the atomic config both pairs shipped before e5df583.
-bf16, B * S = 16K tokens, H = 16 (value_head_dim_speed's shapes), causal and not; every
+bf16, B * S = 16K tokens, H = 16 at D_v 128 (value_head_dim_speed's shapes), else H * D_v = 2048
+(backward.json's), causal and not; every
 config is compiled first in a process pool, then timed (CUDA events, median of 10 after 2
 warm-ups). Writes OUT.json (provenance, kernel fingerprint, rows and the best config per
 kernel by geomean) and prints a line per row.
@@ -145,7 +146,7 @@ def main():
     )
     args = ap.parse_args()
     pair = tuple(int(x) for x in args.pair.split("/"))
-    h = 2048 // pair[1] if pair[1] > 128 else H  # H * D_v = 2048 past 128, as the speed rows
+    h = 2048 // pair[1] if pair[1] != 128 else H  # H * D_v = 2048 but at D_v 128, as the speed rows
     t0 = time.time()
     bases = _bases(pair, args.atomic, args.around_shipped)
     print(f"held fixed: dkdv {bases[0]}, dq {bases[1]}", flush=True)
