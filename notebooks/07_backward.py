@@ -702,38 +702,44 @@ if record is not None and "speed" in record:
         print("  ", c["name"], {g: round(c[g]["ratio"], 3) for g in ("dq", "dk", "dv")})
 
 # %% [markdown] tags=[]
-# **Reading it.** The record joins two device sessions at commit `c530054` (2026-11-27; logs
-# `backward_grid_c530054.log`, `backward_speed_c530054.log`): the grid session (gradient grid,
+# **Reading it.** The record joins two device sessions at commit `5403789` (2026-11-27; logs
+# `backward_grid_5403789.log`, `backward_speed_5403789.log`): the grid session (gradient grid,
 # determinism, memory, fp16 speed at D=128, and the D=128 launch-config tune of section 6) and
-# the bf16 speed session beside FA4 (D 64/128/256, forward+backward too). `c530054`'s kernel
-# sources are `d8fa890`'s, and the record is **stale** (its status line in sections 3 and 6):
-# since it, `backward.py` changed (6960808, 840fd14, 65d6c6c), but only in MLA's split-tile
-# launch configs (`_SPLIT_QK_TABLE`, keyed on the split 192/128 pair, below), which this
-# record's D 64/128/256 sweep does not run (the diff of `backward.py` from `d8fa890`);
-# `forward_hopper.py` changed (32159e0, 840fd14: D64 non-causal Gluon forwards now compute one
-# exponential in 8 on the FMA pipe), which touches the forward of the D64 non-causal
-# forward+backward rows from S=4K (timed here with every exponential on the MUFU); and
-# `decode.py` changed, which no row here runs. No record has re-measured these shapes on
-# today's kernels: every number below is `c530054`'s. The backward code it timed at D
-# 64/128/256 compiles to the same PTX as at `0099be1`, the record before it
-# (`logs/ptx_compare_0099be1_d8fa890.log`), so what moved between those two records is run to
-# run, on both sides (FA4 at D=128 S=4K full: 595 TFLOP/s then, 550 in this one). Its
-# forward+backward rows at D64 run the forward `d8fa890` moved onto the Gluon kernel
-# (non-causal from S=4K, causal at S=16K); `0099be1`'s ran the Triton forward. All 438 grid
-# cases pass (fp32 included; worst ratio 0.865), the default mode is bitwise reproducible,
-# extra memory grows linearly (S ×16, extra memory ×16).
+# the bf16 speed session beside FA4 (D 64/128/256, forward+backward too). `5403789`'s kernel
+# sources are those of `65d6c6c` (since it the kernel files changed by a comment and by
+# `kernels/_gluon_tma.py`, which no shipped kernel uses), and the record is **current** (its
+# status line in sections 3 and 6). The record before it, of `c530054` (kernel sources
+# `d8fa890`'s; in the history of this file), is the comparison below. Between the two,
+# `backward.py` changed (6960808, 840fd14, 65d6c6c) only in MLA's split-tile launch configs
+# (`_SPLIT_QK_TABLE`, keyed on the split 192/128 pair, below), which the D 64/128/256 sweep does
+# not run (the diff of `backward.py` from `d8fa890`): both records time the same backward code
+# at these shapes, so what moved between them is run to run, on both sides (FA4 at D=128 S=4K
+# full: 595 TFLOP/s at `0099be1`, 550 at `c530054`, 590 in this one). `forward_hopper.py`
+# changed (32159e0, 840fd14: D64 non-causal Gluon forwards compute one exponential in 8 on the
+# FMA pipe), and this is the first record whose forward+backward rows time that default: D64
+# non-causal from S=4K, x0.76, x0.87 and x0.78 of FA4 at S 4K, 8K and 16K against `c530054`'s
+# 0.77, 0.87 and 0.74 (every exponential on the MUFU). The D=128 rows, whose forward did not
+# change, moved as much (x0.70 to x0.74 at S16384 full), so one record does not separate the
+# default's effect from run-to-run spread; notebook 03 times the forward alone. `decode.py`
+# changed too, which no row here runs. All 438 grid cases pass (fp32 included; worst ratio
+# 0.865, as at `c530054`), the default mode is bitwise reproducible, extra memory grows linearly
+# (S ×16, extra memory ×16).
 #
-# **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.707
-# at D=128 (target 1.00), x0.686 at D=64 and x0.835 at D=256 (target 0.95); at `0099be1`
-# x0.689, x0.689 and x0.839. Not one of the 24 bf16 shapes reaches 0.90× FA4: the best is
-# x0.86 (D=256 S4096 full), the worst x0.594 (D=64 S16384 causal). Against cuDNN: x0.813 at
-# D=128, x0.835 at D=64, x0.715 at D=256 (target 1.0 at each). Forward+backward of one call
-# at D=128: x0.781 of FA4 (target 1.0; x0.75 at D=64, x0.82 at D=256). The one target met is
-# determinism's cost: the deterministic default runs at x1.278 the atomic mode at D=128 (bar
-# 0.85), because the atomic mode is the slower one at every recorded shape at D=128 and
-# D=256, and at all but one at D=64 (S8192 causal, 322 against 320 TFLOP/s; worst x0.99).
-# The earlier bar holds: x1.45 SDPA flash in bf16, x1.42 in fp16, x1.05 FlexAttention
-# (geomean; worst x1.01, at D=128 S16384 full, where `0099be1`'s worst was x0.99).
+# **The FA4 targets are missed at every D.** Backward alone, flashcore / FA4 geomean: x0.714
+# at D=128 (target 1.00), x0.696 at D=64 and x0.837 at D=256 (target 0.95); at `c530054`
+# x0.707, x0.686 and x0.835, at `0099be1` x0.689, x0.689 and x0.839. Not one of the 24 bf16
+# shapes reaches 0.90× FA4: the best is x0.87 (D=256 S4096 full), the worst x0.647 (D=64
+# S16384 causal; x0.594 at `c530054`, where FA4 ran 562 TFLOP/s there, 529 in this record).
+# Against cuDNN: x0.804 at D=128, x0.836 at D=64, x0.718 at D=256 (target 1.0 at each;
+# x0.813, x0.835 and x0.715 at `c530054`). Forward+backward of one call at D=128: x0.785 of
+# FA4 (target 1.0; x0.76 at D=64, x0.82 at D=256; x0.781 at D=128 at `c530054`). The one
+# target met is determinism's cost: the deterministic default runs at x1.286 the atomic mode
+# at D=128 (bar 0.85; x1.278 at `c530054`), because the atomic mode is the slower one at every
+# recorded shape at every D (worst x1.02, D=64 S16384 full; at `c530054` it was ahead at one,
+# D=64 S8192 causal, 322 against 320 TFLOP/s, where this record has 319 against 330).
+# The earlier bar holds: x1.45 SDPA flash in bf16, x1.41 in fp16, x1.05 FlexAttention
+# (geomean; worst x1.00, at D=128 S2048 full, 391 against 389 TFLOP/s; `c530054`'s worst was
+# x1.01, at S16384 full, and `0099be1`'s x0.99 there).
 #
 # **D=256 since `6c8aae4`.** The launch table's D=256 bucket now runs the deterministic
 # mode's dK/dV kernel at (64, 64, 8 warps, 2 stages) and its dQ kernel at (64, 32, 4, 3)
@@ -741,7 +747,7 @@ if record is not None and "speed" in record:
 # causal and not, 1.25× (dK/dV) and 1.11× (dQ) the old configs
 # (`logs/d256_backward_probe_d444f79.log`). Against the record of `b44173b` (D=256: x0.60 of
 # FA4, x0.51 of cuDNN, x0.78 of SDPA flash) D=256 went from the furthest of the three head
-# dims to the closest to FA4, x0.835; it is still the furthest from cuDNN (x0.715) and the
+# dims to the closest to FA4, x0.837; it is still the furthest from cuDNN (x0.718) and the
 # least ahead of SDPA flash (x1.07). Section 10 profiles the D=128, D=64 and MLA 192/128 time.
 #
 # **The atomic mode since 044ea55.** Since commit 044ea55 the atomic mode adds each dQ tile
@@ -754,11 +760,12 @@ if record is not None and "speed" in record:
 # 0.77-0.88, 0.56-0.81 and 0.87-0.93 for the per-element atomics of the `b44173b` record at
 # the same S. In the record, same S (the atomic mode timed directly, the default through
 # autograd: a different harness from the probe's, so the comparison is rough), atomic /
-# deterministic is 0.91-0.98 at D=64, 0.67-0.90 at D=128 and 0.63-0.68 at D=256: at D=256 the
-# deterministic configs were re-tuned at `6c8aae4` and the atomic mode's dK/dV config was not.
-# In this Triton structure the deterministic second pass stays the faster mode at every D (by
-# geomean; at D=64 S8192 causal the two are level): it stays the default, and dQ inside one
-# kernel remains work for a Gluon backward (section 10).
+# deterministic is 0.92-0.98 at D=64, 0.68-0.90 at D=128 and 0.62-0.67 at D=256 (0.91-0.98,
+# 0.67-0.90 and 0.63-0.68 at `c530054`): at D=256 the deterministic configs were re-tuned at
+# `6c8aae4` and the atomic mode's dK/dV config was not. In this Triton structure the
+# deterministic second pass stays the faster mode at every D, at every shape of this record
+# (at `c530054` the two were level at D=64 S8192 causal): it stays the default, and dQ inside
+# one kernel remains work for a Gluon backward (sections 9 and 10).
 #
 # **The atomic mode's configs since `e5df583`.** The atomic mode is the backward's
 # `deterministic=False`; autograd, varlen's included, runs the deterministic mode. Its dK/dV
@@ -796,17 +803,18 @@ if record is not None and "speed" in record:
 #
 # **The launch table** comes from timing, not register reports. The record's grid session ran
 # its tuning stage (`--tune --tune-s 4096 16384`), so the sweep section 6 renders is the
-# record's own `tuning` field (commit `c530054`, D=128, S 4K and 16K, 52 timings);
+# record's own `tuning` field (commit `5403789`, D=128, S 4K and 16K, 52 timings);
 # `backward_tuning.json`, the sweep recorded on its own at `29013ed`, stays stale and is no
 # longer rendered. In the record's sweep the deterministic mode's fastest dK/dV tile is 64×64
 # with 4 warps (one warpgroup per tile) at all four tuned shapes, and the atomic mode's
-# fastest (64×128, 8 warps) takes 1.11–1.44× its time (1.25–1.62× in `backward_tuning.json`,
-# before the atomic mode's dQ sum changed at `044ea55`). The configs the table ships at D=128
-# (the lines under that table) are the fastest at three of the four shapes in each mode; at
-# the fourth the fastest differs in its stages, and the shipped pair is 0.8% slower
-# (deterministic, S=16K causal: dQ at 4 stages) and 4.6% slower (atomic, S=4K causal: dK/dV
-# at 2 stages). The D=256 bucket and MLA's 192/128 pair were tuned by the probes named above
-# and in notebook 09 (`logs/d256_backward_probe_d444f79.log`,
+# fastest (64×128, 8 warps) takes 1.12–1.45× its time (1.11–1.44× at `c530054`; 1.25–1.62× in
+# `backward_tuning.json`, before the atomic mode's dQ sum changed at `044ea55`). The configs
+# the table ships at D=128 (the lines under that table) are the fastest at three of the four
+# shapes in each mode; at the fourth the fastest differs in its stages, and the shipped pair
+# is 0.1% slower (deterministic, S=16K causal: dQ at 4 stages) and 2.5% slower (atomic, S=4K
+# causal: dK/dV at 2 stages); 0.8% and 4.6% at `c530054`. The D=256 bucket and MLA's 192/128
+# pair were tuned by the probes named above and in notebook 09
+# (`logs/d256_backward_probe_d444f79.log`,
 # `logs/dv_backward_probe_3669f4a.log`, for the atomic mode
 # `logs/atomic_backward_probe_3f5270a.*`, and for MLA's split tiles
 # `logs/mla_backward_probe_{deterministic,atomic}_0f83d17.*`), not by this sweep.
@@ -857,9 +865,8 @@ for pair in ("mla", "256"):
 # rounds differently with AVX-512: there the D16 causal case fails at 0 of 400 seeds), so the
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
-# at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, at `0099be1`, and again at
-# `c530054` (the record above, since stale: section 8 says what changed): 438 cases, 0 failed
-# each time.
+# at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, at `0099be1`, at `c530054`,
+# and again at `5403789` (the record above, current): 438 cases, 0 failed each time.
 
 # %% [markdown] tags=[]
 # **Why the deterministic default trails FA4: the matmuls it runs.** The FLOPs above count
@@ -940,8 +947,8 @@ if budget and executed_rows:
 
 # %% [markdown] tags=[]
 # So per matmul the default mode's kernels keep the tensor cores about as busy as FA4's or
-# busier (the table: 48% against 50% at D=64, 56% against 57% at D=128), and its gap to FA4
-# there (0.686 and 0.707) is close to 5/7 = 0.71: the two matmuls the dQ pass runs again.
+# busier (the table: 48% against 50% at D=64, 57% against 56% at D=128), and its gap to FA4
+# there (0.696 and 0.714) is close to 5/7 = 0.71: the two matmuls the dQ pass runs again.
 # At D=256 the count finds more: the eight-warp dK/dV kernel computes S and dP in both
 # warpgroups (each warpgroup needs the whole Pᵀ and dSᵀ as the register operand of its half of dV and dK), so
 # the default mode runs nine matmuls a pair and the atomic mode seven; per matmul that is 46%
@@ -1066,6 +1073,24 @@ else:
 # against 300.9 TFLOP/s). It is still below the shipped Triton backward at 11 of 12 shapes,
 # so it stays opt-in (called by name: `tools/backward_hopper_check.py --kernel`) and is not
 # dispatched; this notebook does not render those logs.
+#
+# **dQ summed by TMA reduce-add (a trial, negative; logs, not a record).** Branch
+# `gluon-bwd-tma-dq` (`58d199b`) sums dQ's partial tiles in this kernel the way FA3 does, and
+# the Triton atomic mode has since `044ea55` (section 8): each step stages its dQ tile in an
+# fp32 shared buffer and the copy engine adds it to global memory with one TMA reduce-add
+# (`cp.reduce.async.bulk.tensor`), issued after a barrier and waited on at the top of the next
+# step, instead of per-element fp32 atomics. On the H100 (2026-11-27;
+# `logs/backward_hopper_tma_dq_tests_58d199b.log`, and
+# `logs/backward_hopper_tma_dq_check_58d199b.log` and `.json` from
+# `tools/backward_hopper_check.py --kernel dq_sum --grid-stride 2`; the JSON's provenance names
+# `5403789`, the session's label, and its kernel fingerprint's `backward_hopper.py` is
+# `58d199b`'s) it is correct: the 249 GPU tests of `tests/test_backward_hopper.py` passed, and
+# every 2nd case of the grid, 120, 0 failed (worst ratio 0.870). It is slower: bf16, B*S 16K,
+# H*D 2048, three rounds, TMA / per-element atomics 0.928–0.945 at D64 and 0.974–1.009 at D128
+# (above 1 only at D128 S2048 full, 329.1 against 326.1 TFLOP/s), and TMA / Triton backward
+# 0.767–0.959. Taking the atomics off did not make the kernel faster: main keeps the per-element
+# atomic sum (the branch's merge, `4ce10e2`, was reverted, `995229a`), and this notebook does
+# not render those logs.
 
 # %% tags=[]
 # The kernel's main loop, compiled offline for sm_90 (studies/sass_budget.py): the matmuls it
