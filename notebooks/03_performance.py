@@ -83,30 +83,26 @@ print(
 )
 
 # %% [markdown]
-# `perf.json` was recorded on the H100 at commit `d8fa890` (2026-11-27), with
-# FlashAttention-4 (`flash-attn-4` 4.0.0b36) timed in the same process, and is now **stale** (the
-# status line above): three kernel files changed after it and it was not re-recorded.
-# `kernels/forward_hopper.py`: D=64 non-causal calls on the Gluon kernel now compute one exp in 8
-# on the FMA pipe by default (`EXP2_EMULATED_FULL`); of this record's rows that changes the D=64
-# non-causal rows from S = 4K on (the ones the dispatch sends to the Gluon kernel), and the
-# other Gluon rows ran a source that changed only in that option's plumbing, the Triton
-# kernel's rows an unchanged one (issue 26's section gives the one measurement of the new
-# default so far, a trial log). `kernels/decode.py`: the
-# paged small-page variant; the dense-cache decode path this record's decode rows time is the
-# same kernel mode. `kernels/backward.py`: MLA's backward launch configs, which no row here
-# runs. Every number this notebook quotes from `perf.json` (the forward sweep, the targets, the
-# prior-report regime) is `d8fa890`'s kernels'. That record replaced one of `0099be1`, before
-# two kernel changes: D=64 runs the Gluon kernel with three consumer warpgroups from S = 4K
-# non-causal and 16K causal (`dispatch.py`, measured faster than the Triton kernel in
-# `logs/d64_gluon_sweep_b391df4.json`), and the Triton backward splits MLA's head dim (no
-# forward code). The D=64 rows that changed moved from 416, 414, 419 to 439, 439, 450 TFLOP/s
-# (non-causal S = 4K, 8K, 16K) and from 395 to 446 (causal 16K); at D=128 and D=256 the
-# flashcore / FA4 geomeans moved by less than 0.01. The decode section renders `decode.json` and
-# `decode_splits.json`, re-recorded at commit `65d6c6c` (2026-11-27, current: today's decode
-# kernel). The Nsight Compute profile (`ncu_compare.json`, commit `6b0fa16`, whose kernel sources
-# are `d8fa890`'s) is stale for the same forward change. Two more records read here are stale and
-# were not re-recorded: the host cost per call (`launch.json`, `6c8aae4`) and generation end to
-# end (`e2e_transformers.json`, `be540a8`). Each prints its status line.
+# `perf.json` was recorded on the H100 at commit `5403789` (2026-11-27), with
+# FlashAttention-4 (`flash-attn-4` 4.0.0b36) timed in the same process, and is **current** (the
+# status line above): its kernel sources are those of `65d6c6c`, today's. It is the first sweep
+# of the D=64 non-causal exp2 default of the Gluon forward (one exp in 8 computed on the FMA pipe
+# instead of the MUFU, `EXP2_EMULATED_FULL` in `kernels/forward_hopper.py`); of its rows that
+# default runs in the D=64 non-causal rows from S = 4K on, the ones the dispatch sends to the
+# Gluon kernel (issue 26's section compares them with the record before). It replaced a record
+# of `d8fa890`, whose kernels lacked that default, the paged small-page decode variant (the
+# dense-cache decode path both records time is the same kernel mode) and MLA's re-swept backward
+# configs (no row here runs them). `d8fa890`'s record had itself replaced one of `0099be1`, before
+# D=64 moved to the Gluon kernel with three consumer warpgroups from S = 4K non-causal and 16K
+# causal (`dispatch.py`, measured faster than the Triton kernel in
+# `logs/d64_gluon_sweep_b391df4.json`): those rows went from 416, 414, 419 to 439, 439, 450
+# TFLOP/s (non-causal S = 4K, 8K, 16K) and from 395 to 446 (causal 16K). The decode section
+# renders `decode.json` and `decode_splits.json`, recorded at commit `65d6c6c` (2026-11-27,
+# current: today's decode kernel). The Nsight Compute profile (`ncu_compare.json`, commit
+# `6b0fa16`, whose kernel sources are `d8fa890`'s) is stale: it predates the exp2 default. Two
+# more records read here are stale and were not re-recorded: the host cost per call
+# (`launch.json`, `6c8aae4`) and generation end to end (`e2e_transformers.json`, `be540a8`).
+# Each prints its status line.
 
 # %% [markdown]
 # ## TFLOP/s vs sequence length
@@ -196,13 +192,13 @@ print(
 )
 
 # %% [markdown]
-# In this record (`perf.json`, commit `d8fa890`, stale: the kernels before the changes named at
-# the top; bf16 only) the two D=128 targets
-# above are met (geomean 1.83x SDPA flash, 0.95x cuDNN) and flashcore is ahead of
-# FlexAttention (1.45x).
+# In this record (`perf.json`, commit `5403789`, current; bf16 only) the two D=128 targets
+# above are met (geomean 1.81x SDPA flash, 0.95x cuDNN; 1.83x and 0.95x at `d8fa890`) and
+# flashcore is ahead of FlexAttention (1.45x).
 # Beating cuDNN is not met at any head dim: 0.95x at D=64, 0.95x at D=128, 0.99x at D=256.
-# Against FlashAttention-4 (`vs fa4`) the geomeans are 0.82x, 0.87x and 0.86x: flashcore is
-# slower at every head dim (issue 26's section below gives it per shape).
+# Against FlashAttention-4 (`vs fa4`) the geomeans are 0.84x, 0.88x and 0.87x (0.82x, 0.87x and
+# 0.86x at `d8fa890`): flashcore is slower at every head dim (issue 26's section below gives it
+# per shape).
 #
 # **Where the cuDNN target is missed, and why.** Until issue 12 the kernel was FlashAttention-2's
 # algorithm with Hopper's bulk tensor copies (TMA descriptors), `wgmma` tensor-core instructions
@@ -280,10 +276,11 @@ save_figure(fig, "03_fa3_timeline")
 # (the columns and `top_stalls` are `flashcore.studies.report`'s, which notebook 07's backward
 # table shares). Every row comes from one device session at commit `6b0fa16` (2026-11-27, FA4
 # installed; console log `logs/ncu_compare_6b0fa16.log`), whose kernel sources are those of
-# `d8fa890`, the commit of `perf.json`. Like `perf.json` the record is now stale (its status line
-# below) and was not re-profiled: `kernels/forward_hopper.py` changed since, and its D=64 row,
-# non-causal S=8K on the Gluon kernel, is one of the calls the new exp2 default changes (the
-# D=128, D=256 and MLA rows ran a source that changed only in that option's plumbing);
+# `d8fa890`, the commit of the `perf.json` before the current one (`5403789`). The record is
+# stale (its status line below) and was not re-profiled: `kernels/forward_hopper.py` changed
+# since, and its D=64 row, non-causal S=8K on the Gluon kernel, is one of the calls the new exp2
+# default changes (the D=128, D=256 and MLA rows ran a source that changed only in that option's
+# plumbing);
 # `kernels/backward.py` changed too, for the record's backward rows, which notebook 07 reads.
 # Every number below is of `d8fa890`'s kernels. It replaced a record of `f9591a6`, which had the
 # Triton kernel at D=64; the other rows are the same kernels measured again. The notebook reads the
@@ -413,8 +410,8 @@ print(
 #   `mio_throttle` (1.03) among its top stalls.
 #
 # These are single-call profiles without clock control, not the timing record: the
-# per-shape ratios in the next sections come from `perf.json` (commit `d8fa890`, stale as said at
-# the top).
+# per-shape ratios in the next sections come from `perf.json` (commit `5403789`, current), whose
+# D=64 non-causal Gluon rows run the exp2 default this profile predates.
 #
 # The second table is the variant sweep (`fa3_attempt.json`, every run it holds: the line above
 # the table counts them and names their commits; a record of earlier kernels, stale by its
@@ -454,7 +451,7 @@ print(
 # ### Issue 12's targets (against cuDNN only), from the performance record
 #
 # The performance record this notebook renders (`perf.json`, recorded on the H100 at commit
-# `d8fa890`, bf16, with the Gluon kernel dispatched; stale, as said at the top) times the
+# `5403789`, bf16, with the Gluon kernel dispatched; current) times the
 # dispatched `flashcore`, the Triton kernel alone at its default config
 # (`flashcore_triton`), cuDNN and FlashAttention-4 in one process, interleaved over rounds. Per
 # shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the Triton kernel's); then the
@@ -501,13 +498,13 @@ for d, res in shipped.items():
     )
 
 # %% [markdown]
-# Every target of issue 12 is missed in this record (`perf.json`, commit `d8fa890`, stale:
-# `d8fa890`'s kernels, as said at the top), at every head dim: the geomeans over S 2K-16K are
-# 0.95x cuDNN at D=64, 0.95x at D=128 and 0.99x at D=256 (the targets cell above the Gluon section
-# prints them), the shapes below 0.95x are listed above, and at S=1K flashcore reaches 0.89x and
-# 0.92x of cuDNN at D=64, 0.80x and 0.80x at D=128, 0.80x and 0.76x at D=256 (non-causal, causal).
-# flashcore is ahead of cuDNN at D=64 only at 16K non-causal (1.05), at D=128 only at c8K (1.07),
-# and at D=256 at c4K (1.04), c8K (1.09) and c16K (1.08).
+# Every target of issue 12 is missed in this record (`perf.json`, commit `5403789`, current), at
+# every head dim, as at `d8fa890`: the geomeans over S 2K-16K are 0.95x cuDNN at D=64, 0.95x at
+# D=128 and 0.99x at D=256 (the targets cell above the Gluon section prints them), the shapes
+# below 0.95x are listed above, and at S=1K flashcore reaches 0.89x and 0.91x of cuDNN at D=64,
+# 0.82x and 0.82x at D=128, 0.81x and 0.76x at D=256 (non-causal, causal). flashcore is ahead of
+# cuDNN at D=64 at 8K and 16K non-causal (1.04, 1.01), at D=128 only at c8K (1.02), and at D=256
+# at c4K (1.05), c8K (1.10), f16K (1.02) and c16K (1.02).
 #
 # **What the persistent grid bought, and four negative results** (H100; runs `5a4f6ad` and
 # `f38c623` of the variant table, 2026-11-23, unless a bullet names another):
@@ -548,8 +545,8 @@ for d, res in shipped.items():
 # 432, 430, 423 and Triton's 420, 411, 427) and at causal 16K (455 against 418 and 423), and
 # lose at short causal lengths (S=1K: 134 against 252 and 317; a 192-row pair leaves most SMs
 # idle). An earlier run (`f38c623`) had three no faster than two with 3 stages. D=64 now runs
-# three, dispatched only at those lengths; the sweep above (`d8fa890`, before the exp2 default)
-# shows them at 439-450.
+# three, dispatched only at those lengths; the sweep above (`5403789`, with the exp2 default on
+# the non-causal ones) shows them at 453-465 non-causal and 434 causal.
 
 # %% [markdown]
 # ## Issue 26: against FlashAttention-4 and the best peer at each shape
@@ -677,35 +674,47 @@ for d, res in targets26.items():
     )
 
 # %% [markdown]
-# Every target of issue 26 is missed in this record (`perf.json`, commit `d8fa890`, stale:
-# `d8fa890`'s kernels, as said at the top; the lines above compute each). flashcore is slower
-# than FA4 at every shape with S ≥ 2K (the per-head-dim ranges under the table; geomeans 0.823,
-# 0.868 and 0.863 at D = 64, 128, 256; 0.794 at D=64 before it moved to the Gluon kernel). FA4 is
-# the best peer at every one of those shapes but one where cuDNN is (D=64 causal S=2K). At S=1K the
-# faster of cuDNN and FA4 is cuDNN at every shape but D=256 non-causal, where FA4 is; against it
-# flashcore reaches 0.89x-0.92x at D=64, 0.80x at D=128 and 0.76x-0.77x at D=256 (the `x_best`
-# column). At S=1K causal FA4 is the slowest of the three at D=64 and D=128 (flashcore 1.21x and
-# 1.46x FA4). At D=128 non-causal flashcore reaches 610 TFLOP/s at S=8K and 621 at 16K, FA4 734 and
-# 692 there (and 806 at D=256 non-causal S=8K and 807 at causal S=16K, at or above the measured
-# matmul ceiling: that ceiling is one 8192³ matmul's rate, not a hard bound). The Nsight Compute
-# section above is the evidence on where the gap comes from at S=8K; it profiles the same kernel
-# sources as this record (`ncu_compare.json`, commit `6b0fa16`, stale like it: `d8fa890`'s kernels,
-# the Gluon kernel with three consumer warpgroups at D=64 included), in its own session, not this
-# record's run.
+# Every target of issue 26 is missed in this record (`perf.json`, commit `5403789`, current; the
+# lines above compute each), as at `d8fa890`. flashcore is slower than FA4 at every shape with
+# S ≥ 2K (the per-head-dim ranges under the table; geomeans 0.835, 0.881 and 0.869 at D = 64,
+# 128, 256, against 0.823, 0.868 and 0.863 at `d8fa890` and 0.794 at D=64 at `0099be1`, before
+# it moved to the Gluon kernel). FA4 is the best peer at every one of those shapes but one where
+# cuDNN is (D=64 causal S=2K). At S=1K the faster of cuDNN and FA4 is cuDNN at every shape (at
+# `d8fa890` FA4 was, at D=256 non-causal); against it flashcore reaches 0.887-0.912 at D=64,
+# 0.816-0.817 at D=128 and 0.764-0.805 at D=256 (the `x_best` column). At S=1K causal FA4 is the
+# slowest of the three at D=64 and D=256 (flashcore 1.204x and 1.259x FA4); at D=128 flashcore is
+# just behind it (0.992; 1.46x at `d8fa890`). FA4's S=1K rows moved a lot between the two
+# sessions (D=128 causal from 246 to 363 TFLOP/s, D=256 causal from 444 to 280). At D=128
+# non-causal flashcore reaches 613 TFLOP/s at S=8K and 613 at 16K (610 and 621 at `d8fa890`), FA4
+# 718 and 692 there (and 790 at D=256 non-causal S=8K and 795 at causal S=16K, above the matmul
+# ceiling measured in this run, 786: that ceiling is one 8192³ matmul's rate, not a hard bound).
+# The Nsight Compute section above is the evidence on where the gap comes from at S=8K; it
+# profiles `d8fa890`'s kernel sources (`ncu_compare.json`, commit `6b0fa16`, stale), the same as
+# this record's at D=128, D=256 and MLA's pair but for the exp2 option's plumbing, and before the
+# exp2 default at D=64, in its own session, not this record's run.
 #
-# **What the D=64 exp2 default changes, and what measures it.** Since this record the Gluon
-# forward computes one exp in 8 on the FMA pipe instead of the MUFU in D=64 non-causal calls
-# (`EXP2_EMULATED_FULL = {64: 1}` in `kernels/forward_hopper.py`); causal calls, D=128, D=256
-# and FP8 keep 0. Of the rows above, the ones it changes are D=64 non-causal at S = 4K, 8K and
-# 16K (flashcore 439, 439 and 450 TFLOP/s here, x_fa4 0.819, 0.777 and 0.857), where the
-# dispatch runs the Gluon kernel; D=64 non-causal S ≤ 2K runs the Triton kernel, whose source did
-# not change. The only measurement of the default so far is the trial that chose it (commit
-# `216cefa`, `logs/exp2_emulation_d64_216cefa.*`: the Gluon kernel forced at every length, bf16,
-# B·S = 16K, H·D = 2048, 3 rounds, in its own session): non-causal, one emulated exp in 8 ran at
-# 393, 468, 484 and 472 TFLOP/s against 393, 450, 453 and 460 without at S = 2K, 4K, 8K and 16K;
-# causal it was 2.4-5.2% slower, which is why causal keeps 0. That is a trial log, not a record:
-# no sweep has timed the new default beside FA4, and the D=64 verdicts above stay those of
-# `d8fa890`'s kernels until one does.
+# **What the D=64 exp2 default changes, and what measures it.** Since `d8fa890`'s record the
+# Gluon forward computes one exp in 8 on the FMA pipe instead of the MUFU in D=64 non-causal
+# calls (`EXP2_EMULATED_FULL = {64: 1}` in `kernels/forward_hopper.py`); causal calls, D=128,
+# D=256 and FP8 keep 0. This record is the first sweep that times it. Of its rows the default
+# runs in D=64 non-causal at S = 4K, 8K and 16K, where the dispatch runs the Gluon kernel; D=64
+# non-causal S ≤ 2K runs the Triton kernel, whose source did not change. There flashcore reaches
+# 465, 461 and 453 TFLOP/s, against 439, 439 and 450 in `d8fa890`'s record, and x_fa4 is 0.862,
+# 0.828 and 0.864, against 0.819, 0.777 and 0.857. So in this record the default helped at S=4K
+# and 8K, by 26 and 22 TFLOP/s (6% and 5%), and barely at 16K (3 TFLOP/s, under 1%). The caveat:
+# these are two records from two sessions, not an A/B in one. Rows the default does not touch
+# moved between them by as much as 4-5% either way (D=256 causal S=16K from 690 to 659,
+# non-causal from 667 to 696), so the 16K change is within that spread and the 4K and 8K gains
+# only somewhat above it. The others at those two shapes did not move with flashcore (FA4 from 536
+# to 539 and from 566 to 556, the Triton kernel alone from 415 to 406 and from 411 to 405), so the
+# session does not explain the gain, but two sessions cannot size it closer than a few percent.
+# It agrees with the trial that chose the default (commit `216cefa`,
+# `logs/exp2_emulation_d64_216cefa.*`: the Gluon kernel forced at every length, bf16, B·S = 16K,
+# H·D = 2048, with and without in one session, 3 rounds): non-causal, one emulated exp in 8 ran
+# at 393, 468, 484 and 472 TFLOP/s against 393, 450, 453 and 460 without at S = 2K, 4K, 8K and
+# 16K; causal it was 2.4-5.2% slower, which is why causal keeps 0. The D=64 verdicts above are
+# today's kernels'; every one is still missed (the D=64 geomean over FA4 went from 0.823 to
+# 0.835, and its worst shape, causal S=8K on the Triton kernel, is at 0.730).
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
@@ -806,22 +815,24 @@ print(
 )
 
 # %% [markdown]
-# What the table says about the reports' numbers (`perf.json`, commit `d8fa890`, stale as said at
-# the top; these fp16 D=64 shapes at S ≤ 512 run the Triton kernel, whose source has not changed
-# since). "Per sequence" figures under 5 µs are real as throughput (graph time / B) for every
-# backend, flashcore included; none of them is a latency. At these sizes the eager time is mostly
-# set by the launch path, not the GPU work; the last line above gives each implementation's host
-# time per call. Through Triton's own launcher (`flashcore_triton`: argument binding and
-# specialization on every call) the kernel costs about four times flashcore's host time (111-231
-# against 25-53 µs), about as much as FlexAttention (90-408) and FA4's Python entry point (105-227).
-# flashcore's cached launch path (`flashcore`, the public call) reuses the compiled kernel's
-# launcher and costs less host time than every SDPA backend at every shape (10 of 10), so its eager
-# loop is at least as fast as the fastest SDPA backend at 8 of 10 shapes. It is slower at B16 H96
-# S512 and B32 H8 S512 (eager ratios 0.84 and 0.83), where its kernel is the slower one (graph
-# 300.64 against cuDNN's 261.56 µs, and 56.25 against 48.33); both "at every shape" lines print
-# False. Under graph replay, the kernel-against-kernel comparison, flashcore is ahead of the fastest
-# SDPA backend only at the three smallest shapes (B8 and B16 at S=128, B8 at S=256: 1.09-1.21) and
-# behind it at the other seven (0.81-0.92), where the fastest is cuDNN but for B32 H8 S128 (SDPA
+# What the table says about the reports' numbers (`perf.json`, commit `5403789`, current; these
+# fp16 D=64 shapes at S ≤ 512 run the Triton kernel). "Per sequence" figures under 5 µs are real
+# as throughput (graph time / B) for every backend, flashcore included; none of them is a
+# latency. At these sizes the eager time is mostly set by the launch path, not the GPU work; the
+# last line above gives each implementation's host time per call. Through Triton's own launcher
+# (`flashcore_triton`: argument binding and specialization on every call) the kernel costs about
+# four times flashcore's host time (133-192 against 40-48 µs), about as much as FlexAttention
+# (115-161) and FA4's Python entry point (123-202). flashcore's cached launch path (`flashcore`,
+# the public call) reuses the compiled kernel's launcher and costs less host time than every SDPA
+# backend at every shape (10 of 10), so its eager loop is at least as fast as the fastest SDPA
+# backend at 9 of 10 shapes (8 of 10 at `d8fa890`). It is slower at B16 H96 S512 (eager ratio
+# 0.83), where its kernel is the slower one (graph 302.03 against cuDNN's 252.03 µs); both "at
+# every shape" lines print False. B32 H8 S512, slower at `d8fa890` (0.83), is at 1.32 here: its
+# kernel is still the slower one (graph 56.92 against cuDNN's 47.98 µs), but SDPA cuDNN's eager
+# time there is 76.73 µs in this record against 47.55 in that one (flashcore's 57.89 and 57.34).
+# Under graph replay, the kernel-against-kernel comparison, flashcore is ahead of the fastest SDPA
+# backend only at the three smallest shapes (B8 and B16 at S=128, B8 at S=256: 1.08-1.17) and
+# behind it at the other seven (0.80-0.92), where the fastest is cuDNN but for B32 H8 S128 (SDPA
 # flash). The verdicts compare against SDPA's backends; FA4's rows are in the table beside them.
 # CUDA graphs (or `torch.compile` with `mode="reduce-overhead"`) remove host cost altogether.
 
@@ -836,9 +847,10 @@ print(
 # their own at `65d6c6c` (2026-11-27, current; `python -m flashcore bench --suite decode --topic
 # decode --record`, with the copy ceiling measured in that run): today's `kernels/decode.py`,
 # which since `d8fa890` has the paged small-page variant (the dense-cache path timed here is the
-# same kernel mode). `perf.json` holds decode rows too, from its own run at `d8fa890` (stale, as
-# said at the top). The GPU profile shows its own run's rows. The last line of the first cell
-# compares flashcore's decode time in the two records, shape by shape.
+# same kernel mode). `perf.json` holds decode rows too, from its own run at `5403789` (current,
+# the same decode kernel source, another session). The GPU profile shows its own run's rows. The
+# last line of the first cell compares flashcore's decode time in the two records, shape by
+# shape.
 
 # %%
 if PROFILE == "gpu":
@@ -1044,14 +1056,14 @@ if harness:
 # cache 32768). "At least 90% of the copy ceiling on caches ≥ 32K" prints False: B1 Hkv8 cache
 # 32768 reaches 0.88. The short-cache, batch-1 GQA case (B1 Hkv8 cache 8192) reads too few bytes
 # per launch to approach the ceiling (0.57). The eager column carries flashcore's Python launch
-# cost. Against `perf.json`'s decode rows (`d8fa890`, another session, before the small-page
-# change to `decode.py`) flashcore's time in `decode.json` is 0.99-1.01x at every shape but B1
-# Hkv8 cache 8192, where it is 1.10x (the line under the table), as at `d8fa890`, `0099be1` and
-# `8739133` before, when the two records came from one session. That shape is the one
-# `decode.json` has furthest behind cuDNN: `perf.json`'s run times flashcore there at 17.67 µs and
-# the split-count harness below, recorded seconds after `decode.json`, at 17.82 (the last line of
-# the next cell), against `decode.json`'s 19.45. Why `decode.json`'s harness is slower at this 20 µs
-# shape, four sessions running, was not measured.
+# cost. Against `perf.json`'s decode rows (`5403789`, another session, the same decode kernel
+# source) flashcore's time in `decode.json` is 0.99-1.01x at every shape but B1 Hkv8 cache 8192,
+# where it is 1.11x (the line under the table; 1.10x against `d8fa890`'s rows), as at `d8fa890`,
+# `0099be1` and `8739133` before, when the two records came from one session. That shape is the
+# one `decode.json` has furthest behind cuDNN: `perf.json`'s run times flashcore there at 17.58 µs
+# and the split-count harness below, recorded seconds after `decode.json`, at 17.82 (the last line
+# of the next cell), against `decode.json`'s 19.45. Why `decode.json`'s harness is slower at this
+# 20 µs shape, four sessions running, was not measured.
 #
 # The split counts (`decode_splits.json`, commit `65d6c6c`, current; another harness). At two
 # short-cache shapes, B1 and B8 at Hkv4 cache 640 (D=64), the count `decode.choose_num_splits`
@@ -1285,7 +1297,7 @@ print(
 # MLA's atomic-mode dK/dV config in `kernels/backward.py`, and the Gluon forward's FP8 mode
 # went in before `8739133`; after `d8fa890` came the paged small-page decode, MLA's re-swept
 # backward configs and the D=64 non-causal exp2 default. Neither record was re-recorded after
-# them (`perf.json` was, at `d8fa890`, and is stale again), so their numbers describe
+# them (`perf.json` was, at `5403789`, and is current), so their numbers describe
 # `6c8aae4`'s kernels. Host cost: the table above is
 # `launch.json` (300 calls x 5 repeats per row). `flashcore.attention` is within 1.10x of SDPA's
 # default eager time at two shapes of six, B1 H8 S128 D64 (22.0 against 20.3 µs, 1.08x) and the
