@@ -121,7 +121,8 @@ tests/test_backward_varlen_softcap.py"
     TAIL=6 stage tma_reduce_probe 120 python3 tools/gluon_tma_reduce_probe.py \
       "$out/logs/gluon_tma_reduce_probe.json"
     (
-      cd .ab/tmadq && export PYTHONPATH=$PWD
+      # the branch's own commit labels what runs in its tree (main's would mislabel the log)
+      cd .ab/tmadq && export PYTHONPATH=$PWD FLASHCORE_COMMIT=58d199b
       bash tools/gpu_test_shards.sh "$out/tma_dq_tests" 200 \
         "bwd:8:-m gpu tests/test_backward_hopper.py"
       TAIL=20 stage tma_dq_check 240 python3 tools/backward_hopper_check.py \
