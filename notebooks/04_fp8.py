@@ -670,31 +670,32 @@ for causal in (False, True):
     )
 
 # %% [markdown]
-# **Verdict on the targets** (the lines above, from `fp8.json`, commit c530054, 2026-11-27;
-# **stale**, the kernels of `d8fa890`: the Conclusion says what changed since and what of it
-# these shapes run):
+# **Verdict on the targets** (the lines above, from `fp8.json`, commit 5403789, 2026-11-27;
+# **current**, today's kernels):
 #
 # * **≥ 1000 TFLOP/s at D = 128, S ≥ 8K, non-causal: missed at both shapes.** The Gluon FP8
-#   mode serves them and reaches 829 (S = 8192) and 835 (S = 16384), about 0.83 of the target
-#   (823 and 816 in the previous record, 8739133). At D128, S ≥ 4K it runs 791–835 TFLOP/s
-#   non-causal and 667–766 causal, 1.00–1.13× the Triton fp8 kernel on the same inputs; the
-#   1.00 is causal S = 16K (766 against 767), where the probe runs of section 4 had the Gluon
-#   mode 1.07–1.22× ahead and this record's naive row, the same code, runs 806.
-# * **≥ 1.5× bf16 at the same shapes: missed at both** (1.26 at S = 8192 against bf16's 656,
-#   1.38 at S = 16384 against 606). Across D128 S ≥ 4K the ratio is 1.19–1.38, geomean 1.27,
+#   mode serves them and reaches 754 (S = 8192) and 784 (S = 16384), 0.75 and 0.78 of the
+#   target (829 and 835 in the previous record, c530054; 823 and 816 at 8739133). At D128,
+#   S ≥ 4K it runs 754–784 TFLOP/s non-causal and 657–770 causal, 0.99–1.05× the Triton fp8
+#   kernel on the same inputs (1.00–1.13× at c530054); the 0.99 and 1.00 are S = 4096 (657
+#   against 661 causal, 761 against 761 non-causal), where the probe runs of section 4 had the
+#   Gluon mode 1.01–1.05× ahead and this record's naive row, the same code, runs 675 and 779.
+# * **≥ 1.5× bf16 at the same shapes: missed at both** (1.14 at S = 8192 against bf16's 661,
+#   1.28 at S = 16384 against 611). Across D128 S ≥ 4K the ratio is 1.14–1.28, geomean 1.21,
 #   so the earlier target (≥ 1.5× at every D128 shape from 4K) is missed too; it was 1.12–1.25
-#   with the Triton kernel alone (commit 5aac3ce) and 1.19–1.41, geomean 1.29, in the previous
-#   record (8739133). The `quick record` lines are this notebook's GPU profile, run with
-#   papermill on the H100 at d807aaa (2026-11-27). It ran the same kernel sources as the
-#   record (the files both fingerprint are identical), so it is another process timing the same
-#   kernels, and the spread between the two runs (the last indented line: 1.001–1.074, the
-#   quick run ahead at all four shapes) is the run-to-run noise these verdicts sit in. Its
-#   status line says stale too, for the same change to `forward_hopper.py` (below). The quick
-#   run misses 1.5× too (1.19–1.36).
-# * **D = 256, for information: both pass** at every recorded S: 1055–1223 TFLOP/s
-#   non-causal at S 4K–16K and 1.55–1.83× bf16 there (the causal lines in section 7: 876–1115,
-#   1.43–1.72× bf16); 1.28–1.42× the Triton fp8 kernel, causal or not. The narrowest margin is
-#   S = 4096 non-causal against bf16, 1.55× (1.53× in the previous record).
+#   with the Triton kernel alone (commit 5aac3ce), 1.19–1.41, geomean 1.29, at 8739133 and
+#   1.19–1.38, geomean 1.27, at c530054. The `quick record` lines are this notebook's GPU
+#   profile, run with papermill on the H100 at d807aaa (2026-11-27). Its status line says
+#   stale: its `forward_hopper.py` predates the exp2-emulation option (32159e0, 840fd14), which
+#   the FP8 mode does not take, so for fp8 it is another process timing the same computation,
+#   and the spread between the two runs (the last indented line: 1.032–1.069, the quick run
+#   ahead at all four shapes) is the run-to-run noise these verdicts sit in. The quick run
+#   misses 1.5× too (1.19–1.36).
+# * **D = 256, for information: both pass** at every recorded S: 1053–1133 TFLOP/s
+#   non-causal at S 4K–16K and 1.59–1.69× bf16 there (the causal lines in section 7: 875–1171,
+#   1.43–1.73× bf16); 1.28–1.46× the Triton fp8 kernel, causal or not. The narrowest margin is
+#   S = 4096 non-causal, 1053 TFLOP/s against 1000 (1055 at c530054) and 1.59× bf16 against
+#   1.5× (1.55× at c530054).
 # * **RMSE ≤ 9.1e-3 on the outlier inputs: met at S = 4096, missed at causal S = 1024.** The
 #   S = 4096 rows, served by the Gluon mode, have medians 8.38e-03 (non-causal) and 8.73e-03
 #   (causal), every seed within the target. At S = 1024, on the Triton kernel, non-causal passes
@@ -711,17 +712,19 @@ for causal in (False, True):
 #
 # The spread of one kernel timed twice (section 7) bounds what these timings can say. Where
 # the dispatch picks the Triton kernel, the shipped row and the explicit Triton row run one
-# kernel at one config and agree within 1.00–1.04 (widest at D128 non-causal S = 2048: 719
-# against 692 TFLOP/s at a 0.38 ms call). `fp8_naive` and `fp8_per_block` run the same code,
-# but compiled apart (p's scale is a compile-time constant), and at D128 non-causal on the
-# Gluon mode their gap is not noise: naive is below per_block at all three shapes (726, 764,
-# 786 against 791, 829, 835, 0.92–0.94) in a steady run (at S = 4096 the naive row's p95 is
-# 0.760 ms against its 0.757 ms median), and was below there in the previous record too; what
-# differs between the two builds is not measured here. For the Gluon shapes the noise is the
-# quick run against this one, up to 1.053. Against that, the D128 speed verdicts are clear (829
-# and 835 against 1000; 1.26× and 1.38× against 1.5×, 1.24–1.39× in the quick run), while two
-# passes are near their thresholds: D256 non-causal S = 4096 at 1.55× bf16 (1055 TFLOP/s), and
-# the causal S = 4096 RMSE's worst seed, 8.85e-03 against 9.1e-3.
+# kernel at one config and agree within 0.99–1.06 (widest at D128 non-causal S = 2048: 718
+# against 677 TFLOP/s at a 0.38 ms call). `fp8_naive` and `fp8_per_block` run the same code,
+# but compiled apart (p's scale is a compile-time constant). At c530054 naive was below
+# per_block at all three D128 non-causal shapes (726, 764, 786 against 791, 829, 835,
+# 0.92–0.94), and in the quick run too; in this record it is above at every
+# D128 shape (779, 799, 805 against 761, 754, 784 non-causal; the printed 1.01–1.10), the
+# widest causal S = 16384 (847 against 770). So the gap between the two builds changes sign
+# from one run to the next: it is not a property of the build that these records can show.
+# For the Gluon shapes the noise is the quick run against this one, up to 1.069. Against that,
+# the D128 speed verdicts are clear (754 and 784 against 1000; 1.14× and 1.28× against 1.5×,
+# 1.24× and 1.36× at S = 4K and 16K in the quick run), while two passes are near their
+# thresholds: D256 non-causal S = 4096 at 1053 TFLOP/s (1.59× bf16), and the causal S = 4096
+# RMSE's worst seed, 8.85e-03 against 9.1e-3.
 
 # %% [markdown]
 # ## 9. Why D = 128 misses: the softmax loop's instruction budget
@@ -747,9 +750,9 @@ columns = ["kernel", "BLOCK_N", "FMUL", "GMMA", *sass_budget.TABLE_COLUMNS]
 print(table(loops, columns, sass_budget.TABLE_FORMATS))
 # Measured beside it: non-causal S = 16K, TFLOP/s and the fraction of the dense datasheet peak
 # (989 bf16, 1979 e4m3) the budget's rates come from: bf16 from perf.json (the Gluon kernel
-# serves D64, D128 and D256 there), fp8 from fp8.json. perf.json's D64 row timed d8fa890's
-# kernel, every exponential on the MUFU; the budget's D64 row is compiled as it ships since
-# 840fd14, one exponential in 8 emulated, so the two are not the same build.
+# serves D64, D128 and D256 there), fp8 from fp8.json. Both records are of 5403789's kernels:
+# perf.json's D64 row times D64 non-causal as it ships since 840fd14, one exponential in 8
+# emulated, the build the budget's D64 row compiles.
 perf = read_result("perf", RECORDED_GPU)
 measured = {
     ("bf16", r["D"]): r["tflops"]
@@ -800,10 +803,15 @@ print(
 # exponentials take at least their matmuls' cycles is now FP8 D128 alone (bf16 D64 was on it
 # too before the exp2 default), and "every other loop needs at most 0.7" now prints False,
 # because D64's loop, off that list, needs 1.00 of its matmuls' cycles in issue slots. The two
-# are the furthest from their peaks, about 42% and 45%, against 62% for FP8 at D256 and 63-67%
-# for bf16 at D128 and D256 (lines above; both records are stale, of `d8fa890`'s kernels). The
-# 45% at D64 was timed on the build with every exponential on the MUFU, not the one compiled
-# here; no record times the default yet. In both loops the softmax cannot hide under the
+# are the furthest from their peaks, 40% and 46%, against 57% for FP8 at D256 and 62-70% for
+# bf16 at D128 and D256 (lines above; both records current, of `5403789`'s kernels). The 46%
+# at D64 is the build compiled here, one exponential in 8 emulated: perf.json is the first
+# sweep that times it (453 TFLOP/s; 450, 45%, at `d8fa890` with every exponential on the
+# MUFU). FP8 D128's 40% is 784 TFLOP/s, against 835 (42%) in the record of `c530054`; the
+# FP8 mode's only change since is the exp2 option it does not take (`EXP2_EMULATED` = 0, the
+# same `exp2` as before), and the gap lies inside that config's own spread at this shape (two
+# rounds in one process, 776 and 863 TFLOP/s, below). In both loops the softmax cannot hide
+# under the
 # matmuls: ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
 # matmuls double and the loop does not, and the same pipeline clears 1000 TFLOP/s. So at
 # D128 (and for the bf16 forward at D64) it is the instructions per tile that have to go, not
@@ -837,8 +845,11 @@ print(
 # P_SCALE = 1, so its 64 multiplies fold away at compile time: offline its D128 loop has 501
 # instructions against per_block's 565, the difference exactly those `FMUL`s, every other
 # class the same count (`tools/fp8_pscale_sass.py`, `logs/fp8_pscale_sass_ebac0bd.log`). In
-# `fp8.json` (c530054) it ran 0.92-0.94 of per_block at D128 non-causal, as the fold did. In
-# the shorter loop the exponentials sit closer together (66 `MUFU.EX2` over 254 instruction
+# `fp8.json` at c530054 it ran 0.92-0.94 of per_block at D128 non-causal, as the fold did
+# (0.92 and 0.94 in the quick run at d807aaa). In the record at 5403789, on the same FP8 code,
+# it ran 1.02-1.06 of per_block there (779, 799, 805 against 761, 754, 784 TFLOP/s): the sign
+# of the gap did not hold from one run to the next (section 8). In the shorter loop the
+# exponentials sit closer together (66 `MUFU.EX2` over 254 instruction
 # slots against 372), with fewer independent instructions between them while the
 # special-function pipe drains. That is a candidate for the stall profile to confirm or
 # refute, not a finding.
@@ -852,7 +863,10 @@ print(
 # 0.59 against 0.09; the `MUFU` instructions go through it) and at barriers (2.56 against
 # 1.76: the other warpgroup waits at the ping-pong turn), and a little more on memory (long
 # scoreboard 0.95 against 0.76). So the multiplies were spacing the exponentials: take them
-# out and the exponentials queue up behind the special-function pipe.
+# out and the exponentials queue up behind the special-function pipe. That is one launch of
+# each build; the 5403789 record, with naive ahead at every D128 shape, says naive's deficit
+# is not one every run shows, so the profile explains the launches it measured, not a standing
+# cost of the shorter loop.
 #
 # **Moving exponentials to the FMA pipe bought time only at bf16 D64 non-causal** (trial
 # commit 216cefa; 2026-11-27, H100, three alternating rounds in one
@@ -873,12 +887,16 @@ print(
 # measurements D64 non-causal bf16/fp16 calls on the Gluon kernel take k = 1 by default
 # (`EXP2_EMULATED_FULL`, 840fd14); causal calls, D128, D256 and the FP8 mode keep k = 0
 # (`attention_hopper_fp8` passes `EXP2_EMULATED` = 0 unless asked), so FP8's exponentials all
-# stay on the MUFU. Only the trial's logs (216cefa's code) time k = 1 at D64; no record times
-# the default yet. Where it did not help, the issue slots are as tight as the special-function
+# stay on the MUFU. `perf.json` at 5403789 is the first record of the default: the D64
+# non-causal bf16 rows the Gluon kernel serves run 465 / 461 / 453 TFLOP/s at S = 4K / 8K /
+# 16K, against 439 / 439 / 450 at `d8fa890` with every exponential on the MUFU (+5.9 / +4.9 /
+# +0.8%), while D64 causal, which kept k = 0, moved −0.3% to −2.7%. Where it did not help,
+# the issue slots are as tight as the special-function
 # pipe (FP8 D128's two ratios above are both near 1), so an exponential moved off one lands
 # on the other. The D64 row above shows that move on the kernel that ships: MUFU/tensor 1.03
-# → 0.91, issue/tensor 0.89 → 1.00; the budget does not say which of the two binds, and only
-# the trial's logs say the move bought time there. What is left at FP8 D128 is the order of the
+# → 0.91, issue/tensor 0.89 → 1.00; the budget does not say which of the two binds, and the
+# timings (the trial's logs, then `perf.json`'s D64 rows) say the move bought time there, least
+# at S = 16K. What is left at FP8 D128 is the order of the
 # loop: spacing the exponentials without adding instructions, which Triton's scheduler decides,
 # not this code.
 
@@ -886,16 +904,14 @@ print(
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
-# commit c530054, 2026-11-27: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K,
-# beside the Triton fp8 kernel. Its status line says **stale**: `forward_hopper.py` changed
-# since (32159e0 and 840fd14: the exp2-emulation option, on by default for D64 non-causal
-# only), and so did `backward.py` (MLA's split-tile backward configs) and `decode.py` (the
-# small-page paged decode), which this study does not run. Its shapes are D128 and D256, and
-# the FP8 launch passes `EXP2_EMULATED` = 0, so none of them takes the new default; it has not
-# been re-measured on today's kernels, and these are the numbers of `d8fa890`'s. The record
-# replaced the one at 8739133, stale since `d8fa890` (the bf16 forward's D64 config and MLA's
-# backward, not the FP8 mode's code or dispatch): the error rows were the same numbers, the
-# speed rows a new measurement.)
+# commit 5403789, 2026-11-27: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K,
+# beside the Triton fp8 kernel. Its status line says **current**. The record replaced the one
+# at c530054, stale since `forward_hopper.py` changed (32159e0 and 840fd14: the exp2-emulation
+# option, on by default for D64 non-causal only; the FP8 launch passes `EXP2_EMULATED` = 0, so
+# the FP8 mode computes as before), and `backward.py` and `decode.py`, which this study does
+# not run. The error rows are the same numbers as c530054's; the speed rows are a new
+# measurement: fp8 per_block on the Gluon mode at 0.91–1.01 of c530054's at D128 and
+# 0.93–1.05 at D256, the Triton kernel's shapes within 0.3% (section 8 compares them).)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this
@@ -913,21 +929,24 @@ print(
 #   gain is larger: median RMSE 4.27e-02 against per-tensor 1.50e-01 (non-causal) and 5.24e-02
 #   against 1.81e-01 (causal).
 # * **Speed.** FlashAttention-3's structure, ported to fp8 as the Gluon forward's FP8 mode,
-#   takes D128 fp8 at S ≥ 4K to 791–835 TFLOP/s non-causal and 667–766 causal, 1.00–1.13× the
-#   Triton fp8 kernel and 1.19–1.38× flashcore's bf16 (geomean 1.27), and D256 to 1055–1223
-#   non-causal and 876–1115 causal, 1.28–1.42× the Triton kernel and 1.43–1.83× bf16. D256
-#   clears 1000 TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (829/835
-#   TFLOP/s, 1.26/1.38× at S = 8K/16K non-causal). Below S = 4K the Triton kernel still serves every call (not
+#   takes D128 fp8 at S ≥ 4K to 754–784 TFLOP/s non-causal and 657–770 causal, 0.99–1.05× the
+#   Triton fp8 kernel and 1.14–1.28× flashcore's bf16 (geomean 1.21), and D256 to 1053–1133
+#   non-causal and 875–1171 causal, 1.28–1.46× the Triton kernel and 1.43–1.73× bf16. D256
+#   clears 1000 TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (754/784
+#   TFLOP/s, 1.14/1.28× at S = 8K/16K non-causal; 829/835 and 1.26/1.38× at c530054, on the
+#   same FP8 code). At S = 4K this record has the Gluon mode level with the Triton kernel
+#   (1.00 non-causal, 0.99 causal), where the probe runs of section 4 had it 1.01–1.05 ahead.
+#   Below S = 4K the Triton kernel still serves every call (not
 #   probed with the Gluon mode), and D64 stays on it (measured faster). One structural
 #   difference from FlashAttention-3 remains in the FP8 mode: P goes to the $PV$ wgmma through
 #   shared memory rather than registers (section 4); how much of the D128 gap it accounts for
 #   is not measured. Triton's own warp specialization did not help the Triton kernel: the
-#   `ws` rows of the sweep are within a few TFLOP/s of the same config without it (703 against
-#   702, 546 against 542 non-causal; 649 against 645, 516 against 518 causal), and the
-#   sweep's best config (64x128 w4 s3: 791 non-causal, 731 causal) has no `ws` run, a known
-#   compile failure. An unfused `quantize` from bf16 costs 0.84× the D128 fp8 attention time
+#   `ws` rows of the sweep are within a few TFLOP/s of the same config without it (711 against
+#   707, 547 against 546 non-causal; 652 against 652, 523 against 523 causal), and the
+#   sweep's best config (64x128 w4 s3: 795 non-causal, 741 causal) has no `ws` run, a known
+#   compile failure. An unfused `quantize` from bf16 costs 0.79× the D128 fp8 attention time
 #   at best (non-causal S = 16K) and up to 13× (short S); counting it, fp8's D128 geomean at
-#   S ≥ 4096 drops to 227 TFLOP/s, below bf16's 607, so fp8 pays only when the producer
+#   S ≥ 4096 drops to 230 TFLOP/s, below bf16's 614, so fp8 pays only when the producer
 #   already emits fp8.
 # * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
 #   p-rounding bound), live and in the record, on both kernels, so the errors above belong to
