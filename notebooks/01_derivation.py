@@ -38,13 +38,17 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # 6960808, 17faf1b, 32159e0, 840fd14 and 65d6c6c, gave MLA's split-tile backward launch
 # configs of its own (`backward.py`), took the small-page variant into the paged decode
 # (`decode.py`) and made the Gluon forward compute one exponential in 8 on the FMA pipe for
-# D=64 non-causal calls (`forward_hopper.py`). `correctness.json` was re-recorded at 65d6c6c
-# and is current. `perf.json` (d8fa890) and `fp8.json` (c530054) were not, and are stale, as
-# are `long_context.json` and `timing_leak.json`: their claims' lines below say so. The three
-# claims on `perf.json` time the prior reports' regime, D=64 non-causal at S ≤ 512, which the
-# dispatch sends to the Triton forward (`forward.py`, unchanged by these commits); the FP8
-# launch keeps every exponential on the special-function unit, as before. Neither record has
-# been re-measured on today's kernels.)
+# D=64 non-causal calls (`forward_hopper.py`). `correctness.json` was re-recorded at 65d6c6c,
+# and `perf.json` and `fp8.json` at 5403789 (65d6c6c's kernels: the commits since changed text
+# only); all three are current. `long_context.json` and `timing_leak.json` were not, and are
+# stale: their claims' lines below say so, and the last line names those two claims alone
+# (before the re-recording it named the three claims on `perf.json` and the one on `fp8.json`
+# too). The three claims on `perf.json` time the prior reports' regime, D=64 non-causal at
+# S ≤ 512, which the dispatch sends to the Triton forward (`forward.py`, unchanged by these
+# commits). Their measurements moved a little on that same kernel (one call 302 µs graph, 304
+# eager, against 301 and 298 at d8fa890; per sequence 0.35-2.45 µs against 0.34-2.38; SDPA
+# over flashcore 0.80-1.17 graph and 0.83-1.73 eager against 0.81-1.21 and 0.83-1.71), and no
+# verdict changed. The FP8 claim's error rows are the same numbers as at c530054.)
 
 # %%
 from flashcore.studies import claims
