@@ -21,8 +21,8 @@
 # `3f5270a` and `e5df583` the paged branch of `kernels/decode.py` and MLA's atomic-mode
 # backward config, and since `d8fa890` the paged small-page decode, MLA's re-swept backward configs
 # and the Gluon forward's exp2 default for D=64 non-causal (this record's calls are D=128). It was
-# re-recorded neither with the `6c8aae4` records nor at `f9591a6`, `d8fa890` or `65d6c6c`. Every
-# number below that comes from this record is the kernels' as of `382853b`.
+# re-recorded neither with the `6c8aae4` records nor at `f9591a6`, `d8fa890`, `65d6c6c` or
+# `5403789`. Every number below that comes from this record is the kernels' as of `382853b`.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "gpu": measure live and record; "cpu": render the record
@@ -381,9 +381,9 @@ print(
 # %% [markdown]
 # From 512K tokens on, every kernel streams the cache at 3.02-3.15 TB/s (flashcore 3.11-3.15, cuDNN
 # 3.09-3.13, SDPA flash 3.02-3.08). That is about the HBM read bandwidth: the copy ceiling in
-# `perf.json` (3.02 TB/s, another run on the same GPU, at commit `d8fa890`; that record is stale for
-# its kernel rows, but the ceiling is a plain device copy, and `decode.json`'s run at `65d6c6c`,
-# current, measured 3.02 again) counts a read and a write. flashcore's split-KV kernel is ahead of
+# `perf.json` (3.02 TB/s, another run on the same GPU, at commit `5403789`, current; 3.02 at
+# `d8fa890` too, and `decode.json`'s run at `65d6c6c`, current, measured 3.02 again) counts a
+# read and a write. flashcore's split-KV kernel is ahead of
 # cuDNN at every cache length here, by 1.004x-1.023x (the line above). Long-cache decode is a solved
 # problem for exact attention.
 #
