@@ -20,17 +20,20 @@
 # checked against issue 28's targets, each verdict computed from its record. The sinks' cost
 # (`feature_costs.json`), D 192/128 beside FA4 (`value_head_dim_speed.json`), paged decode
 # (`paged_decode.json`) and the models' checks and generation (`models.json`) are of commit
-# `65d6c6c` (2026-11-27): today's kernels (their status lines: current). Three records are
+# `65d6c6c` (2026-11-27): today's kernels (their status lines: current). Two records are
 # stale (their status lines), not re-recorded, and what they show is of the kernels of their
 # commits: the Nsight profile of MLA's pair (`ncu_compare.json`, commit `6b0fa16`, whose
-# kernel sources are `d8fa890`'s), the host cost per call (`launch.json`, commit `6c8aae4`)
-# and this notebook's GPU-profile run (`reproduce_timing.json`, `d807aaa`). Since those
-# commits three kernel files changed: `kernels/backward.py` (MLA's split 192/128 backward has
-# launch configs of its own, `6960808`, `65d6c6c`), `kernels/decode.py` (the paged
-# small-pages variant, `17faf1b`) and `kernels/forward_hopper.py` (the exp2-emulation option,
-# on by default for D64 calls without a mask, `32159e0`, `840fd14`); before them, for
-# `launch.json`, `3f5270a` changed `decode.py`'s paged branch, `e5df583` MLA's atomic-mode
-# backward config, and the Gluon forward's FP8 mode went in before `8739133`.
+# kernel sources are `d8fa890`'s) and the host cost per call (`launch.json`, commit
+# `6c8aae4`). The record of the notebooks' GPU-profile runs (`reproduce_timing.json`) is
+# current (commit `253067a`, 2026-11-28, today's kernels), but only its rows of notebooks 07
+# and 03 were run then: this notebook's row is still of `d807aaa` (kernel sources `d8fa890`'s;
+# the last cell). Since those commits three kernel files changed: `kernels/backward.py` (MLA's
+# split 192/128 backward has launch configs of its own, `6960808`, `65d6c6c`),
+# `kernels/decode.py` (the paged small-pages variant, `17faf1b`) and
+# `kernels/forward_hopper.py` (the exp2-emulation option, on by default for D64 calls without a
+# mask, `32159e0`, `840fd14`); before them, for `launch.json`, `3f5270a` changed `decode.py`'s
+# paged branch, `e5df583` MLA's atomic-mode backward config, and the Gluon forward's FP8 mode
+# went in before `8739133`.
 #
 # Sections: (1) sinks: the gradient derived, checked in float64, then flashcore, gpt-oss and
 # the sinks' cost; (2) D_v ≠ D: the kernel's own mode and the zero-padded route, DeepSeek-V3,
@@ -1181,9 +1184,9 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # 192/128 missed (forward geomean 0.881, backward 0.764 of FA4); paged decode met beside FA4
 # and missed against the copy ceiling (6 of the 12 shapes from 32K, was 7 at `c530054`);
 # generation met for gpt-oss and missed for DeepSeek-V3 (B8, 0.95). Stale, and shown as the
-# kernels of their commits: the Nsight profile of MLA's pair (`ncu_compare.json`, `6b0fa16`),
-# the host cost below (`launch.json`) and this notebook's GPU-profile run
-# (`reproduce_timing.json`, the last cell).
+# kernels of their commits: the Nsight profile of MLA's pair (`ncu_compare.json`, `6b0fa16`)
+# and the host cost below (`launch.json`). This notebook's GPU-profile run is a row of
+# `d807aaa` in a record current at `253067a` (`reproduce_timing.json`, the last cell).
 #
 # One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
 # `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
@@ -1218,10 +1221,17 @@ print(
 )
 
 # %% [markdown]
-# This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27,
-# `reproduce_timing.json`; its kernels are `d8fa890`'s). That record is stale (the line below):
-# `backward.py`, `decode.py` and `forward_hopper.py` changed since, and the profile has not run
-# on the H100 on today's kernels.
+# This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27; its kernels
+# are `d8fa890`'s): its row of `reproduce_timing.json`, printed below. The record itself is
+# current (the line below: commit `253067a`, 2026-11-28, today's kernels), because its last
+# run, at `253067a`, timed notebooks 07 and 03 on today's kernels: 07's row is `ok` in 92.5 s;
+# 03's says `timed out after 127 s`: what was left of the 220 s the call gave the two notebooks
+# ran out after 03's quick sweep had finished and written `perf_quick.json` (current), a stop
+# by the call's budget, not a failure of the notebook; so the record says `all_finished` False
+# (total 729.4 s). Its other rows keep their older commits: 01, 02, 04 and this notebook at
+# `d807aaa`, 05 and 06 at `34c60c8`, 08 at `1047865`. Since `d807aaa`, `backward.py`,
+# `decode.py` and `forward_hopper.py` changed, and this notebook's profile has not run on the
+# H100 on today's kernels.
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
