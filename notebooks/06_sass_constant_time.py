@@ -485,8 +485,9 @@ if power:
 # forward, and `23f9d53`, MLA's split backward tiles; then, up to `65d6c6c`, MLA's backward
 # launch configs of its own, the paged decode's small-page read and the Gluon forward's D64
 # non-causal default of one exp in 8 on the FMA pipe), and neither record was re-recorded
-# with the 6c8aae4, f9591a6, 8739133, 0099be1, d8fa890 or 65d6c6c records: their status lines
-# above say stale. The SASS section compiles today's kernels (its decode split-KV variant is
+# with the 6c8aae4, f9591a6, 8739133, 0099be1, d8fa890, 65d6c6c or 5403789 records (the last,
+# of 65d6c6c's kernels, re-recorded perf, backward, fp8 and varlen): their status lines above
+# say stale. The SASS section compiles today's kernels (its decode split-KV variant is
 # the dense cache's, without a block table, so the paged branches that `3f5270a` and the
 # small-page read changed are not among them; its Gluon D64 non-causal variant has the
 # emulated exps that ship by default); the timing
