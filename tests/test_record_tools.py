@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 from ncu_compare import parse_csv_rows  # noqa: E402
-from ptx_compare import strip_debug  # noqa: E402
+from ptx_compare import strip_debug, strip_sass  # noqa: E402
 
 from flashcore.studies import report, value_head_dim_speed  # noqa: E402
 
@@ -189,7 +189,8 @@ def test_ptx_compare_ignores_line_markers_and_debug_sections_only():
     moved = PTX.replace("271 44", "290 12").replace("/somewhere", "/elsewhere")
     moved = moved.replace(".b8 209", ".b8 199")
     assert strip_debug(moved) == strip_debug(PTX)
-    # An inlined helper's scope labels (referenced by the DWARF only) are not code either...
+    # An inlined helper's scope labels (referenced by the DWARF only) are no instruction
+    # either, though ptxas schedules around them: --sass compares the machine code itself...
     scoped = PTX.replace("\tbar.sync", "$L__tmp39:\n\tbar.sync")
     assert strip_debug(scoped) == strip_debug(PTX)
     # ...but a branch target is.
@@ -223,3 +224,22 @@ def test_probe_log_names_its_script_and_hides_where_it_was_written(tmp_path, mon
     assert log["rows"] == [1] and "kernel_fingerprint" in log
     assert log["provenance"]["command"] == "tools/some_probe.py OUT.json --d 64"
     assert str(tmp_path) not in out.read_text()
+
+
+SASS = """
+        /*0000*/      LDC R1, c[0x0][0x28] ;        /* 0x00000a00ff017b82 */
+                                                    /* 0x000fe20000000800 */
+        /*0010*/      S2R R0, SR_TID.X ;  // a comment
+.L_x_3:
+        /*0020*/      MUFU.EX2 R4, R5 ;
+"""
+
+
+def test_sass_compare_drops_addresses_and_encodings_but_keeps_registers_and_labels():
+    lines = strip_sass(SASS)
+    assert lines == ["LDC R1, c[0x0][0x28] ;", "S2R R0, SR_TID.X ;", ".L_x_3:", "MUFU.EX2 R4, R5 ;"]
+    shifted = SASS.replace("/*0010*/", "/*0110*/").replace(
+        "0x000fe20000000800", "0x000fc40000000800"
+    )
+    assert strip_sass(shifted) == lines
+    assert strip_sass(SASS.replace("R4, R5", "R6, R5")) != lines  # another register is other code

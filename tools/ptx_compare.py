@@ -5,13 +5,20 @@ this checkout and from another tree, each in its own process, and compares their
 debug sections and source-line markers removed.
 
     git archive <commit> flashcore | tar -x -C .ab/other
-    python tools/ptx_compare.py --other .ab/other [--wide]
+    python tools/ptx_compare.py --other .ab/other [--wide] [--fp8] [--sass]
 
-Prints one line per kernel: identical, or the first differing line. A kernel change whose
-compiled code differs only where a new option is on (sinks, atomic dQ) leaves the calls
-without that option running the same machine code as before; the records stay marked stale
-all the same (their fingerprint names the source files), but this says which of them a
-re-record could change."""
+Prints one line per kernel: identical, or the first differing line. ``--fp8`` adds the Gluon
+forward's FP8 mode (D 64/128/256, causal and not, as it ships). ``--sass`` also compares the
+machine code (nvdisasm of the cubin, addresses and encodings removed), which is the
+comparison that decides: identical PTX instructions do not imply identical SASS. The line
+info Triton emits marks each inlined @jit call with labels (``$L__tmpN``) that ptxas
+schedules around, so adding a helper call changes the schedule even where the helper
+compiles to the very instruction it replaced (2026-11-28: the Gluon forward's ``_exp2``
+wrapper at EXP2_EMULATED = 0; ``logs/sass_lineinfo_c530054_5403789.log``). Shifting lines
+(comments, docstrings) leaves the SASS as it was. A kernel change whose machine code differs
+only where a new option is on leaves the calls without that option running what they ran;
+the records stay marked stale all the same (their fingerprint names the source files), but
+this says which of them a re-record could change."""
 
 from __future__ import annotations
 
@@ -31,12 +38,24 @@ import torch, triton
 from triton.compiler import ASTSource
 from sm90_compile import capture_launches, compile_launch
 
+def code(compiled):  # PTX, and SASS too where asked (the cubin through nvdisasm)
+    if not os.environ.get("PTX_COMPARE_SASS"):
+        return compiled.asm["ptx"]
+    from flashcore.studies.sass import disassemble
+    return {"ptx": compiled.asm["ptx"], "sass": disassemble(compiled.asm["cubin"])}
+
 def compile_jit(fn, args, kw, source_cls):
     allkw = dict(zip(fn.arg_names, args))
     allkw.update(kw)
-    return compile_launch(fn, allkw, source_cls).asm["ptx"]
+    return code(compile_launch(fn, allkw, source_cls))
 
 out = {}
+if os.environ.get("PTX_COMPARE_FP8"):
+    from flashcore.studies import sass
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            out[f"gluon fp8 forward D{d} causal={causal}"] = code(
+                sass.compile_kernel(sass.gluon_fp8_forward_spec(d, causal)))
 from flashcore.kernels import forward_hopper as fh
 from triton.experimental.gluon._runtime import GluonASTSource
 for d in (64, 128, 256):
@@ -57,8 +76,7 @@ def backward(*tensors, causal, tma=lambda *a: True):
         tma_compatible=tma, on_interpreter=lambda t: False)
 def compile_bwd(launches, names, label):
     for n in names:
-        out[f"backward {n} {label}"] = compile_launch(
-            getattr(bw, n), launches[n], ASTSource).asm["ptx"]
+        out[f"backward {n} {label}"] = code(compile_launch(getattr(bw, n), launches[n], ASTSource))
 for d in (64, 128, 256):
     for causal in (False, True):
         q = torch.empty(1, 4, 1024, d, dtype=torch.bfloat16)
@@ -102,10 +120,23 @@ def strip_debug(ptx: str) -> list[str]:
     return lines
 
 
-def compile_tree(tree: Path, wide: bool = False) -> dict:
+def strip_sass(sass: str) -> list[str]:
+    """nvdisasm lines without addresses, encodings and comments: instructions and labels."""
+    lines = []
+    for line in sass.splitlines():
+        line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line.split("//")[0])
+        line = re.sub(r"/\*\s*0x[0-9a-f]+\s*\*/", "", line)
+        line = " ".join(line.split())
+        if line:
+            lines.append(line)
+    return lines
+
+
+def compile_tree(tree: Path, wide: bool = False, fp8: bool = False, sass: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), PTX_COMPARE_TOOLS=str(Path(__file__).parent))
-    if wide:
-        env["PTX_COMPARE_WIDE"] = "1"
+    for flag, name in ((wide, "WIDE"), (fp8, "FP8"), (sass, "SASS")):
+        if flag:
+            env[f"PTX_COMPARE_{name}"] = "1"
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run(
         [sys.executable, "-c", WORKER], cwd=tree, env=env, capture_output=True, text=True
@@ -124,18 +155,28 @@ def main() -> int:
         action="store_true",
         help="also the backward's atomic mode, D192/192 and v of its own (128/64, 192/128)",
     )
+    ap.add_argument("--fp8", action="store_true", help="also the Gluon forward's FP8 mode")
+    ap.add_argument("--sass", action="store_true", help="also compare the machine code")
     args = ap.parse_args()
-    here = compile_tree(Path(__file__).resolve().parents[1], args.wide)
-    other = compile_tree(args.other.resolve(), args.wide)
+    opts = dict(wide=args.wide, fp8=args.fp8, sass=args.sass)
+    here = compile_tree(Path(__file__).resolve().parents[1], **opts)
+    other = compile_tree(args.other.resolve(), **opts)
     differ = 0
     for name in here:
-        a, b = strip_debug(here[name]), strip_debug(other.get(name, ""))
-        if a == b:
-            print(f"{name}: identical ({len(a)} PTX lines)")
-            continue
-        differ += 1
-        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        print(f"{name}: differs at line {first}: {a[first : first + 1]} vs {b[first : first + 1]}")
+        mine, theirs = here[name], other.get(name, {} if args.sass else "")
+        kinds = (("PTX", strip_debug),) + ((("SASS", strip_sass),) if args.sass else ())
+        verdicts = []
+        for kind, strip in kinds:
+            a = strip(mine[kind.lower()] if args.sass else mine)
+            b = strip(theirs.get(kind.lower(), "") if args.sass else theirs)
+            if a == b:
+                verdicts.append(f"{kind} identical ({len(a)} lines)")
+                continue
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            where = f"{a[first : first + 1]} vs {b[first : first + 1]}"
+            verdicts.append(f"{kind} differs at line {first}: {where}")
+        differ += any("differs" in v for v in verdicts)
+        print(f"{name}: " + "; ".join(verdicts))
     print(f"{len(here) - differ} of {len(here)} kernels identical")
     return 0
 
