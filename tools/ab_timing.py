@@ -26,6 +26,9 @@ A is the checkout this script lives in. Suites:
   caches of 32K and 128K tokens, each row also as ``of_copy``: K + V bytes read per second
   over the device-copy ceiling (``bench.copy_ceiling``) its process measured first, the
   target of the small-page work (>= 0.95 from 32K tokens).
+* ``fp8``: the FP8 forward as shipped (``fp8_attention`` on per-block + Hadamard inputs,
+  quantized outside the timed call), D128 and D256, S 4K/8K/16K, causal and not: two trees
+  whose FP8 kernels differ in their machine code alone (tools/ptx_compare.py --fp8 --sass).
 * ``mla_backward``: the backward alone (``attention_backward`` on a saved forward's output
   and lse, fixed dO) at MLA's head dims, q/k 192 and v 128: bf16, H 16, B*S = 16K tokens,
   S 4K/8K/16K, causal and not, deterministic and atomic dQ.
@@ -138,11 +141,34 @@ for s, causal, det in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
+FP8_SHAPES = [(d, s, causal) for d in (128, 256) for s in (4096, 8192, 16384) for causal in (0, 1)]
+
+# The FP8 forward as shipped (fp8_attention on per-block + Hadamard inputs, the dispatch's
+# kernel), quantization outside the timed call: the two trees' machine code for the same calls.
+FP8_WORKER = r"""
+import json, sys, torch, triton
+from flashcore.interface import fp8_attention
+from flashcore.kernels.fp8 import quantize
+out = {}
+for d, s, causal in json.loads(sys.argv[1]):
+    h, b = 2048 // d, max(1, 16384 // s)
+    gen = torch.Generator(device="cuda").manual_seed(s + d)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+    x = quantize(q, k, v, "per_block_hadamard")
+    fwd = lambda: fp8_attention(x, causal=bool(causal))
+    fwd(); torch.cuda.synchronize()
+    key = f"fp8 D{d} S{s} {'causal' if causal else 'full'}"
+    out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=300))
+print("RESULT " + json.dumps(out))
+"""
+
 SUITES = {  # worker, its shapes, the metrics it reports
     "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),
     "paged": (PAGED_WORKER, PAGED_SHAPES, ("graph_ms",)),
     "paged_ceiling": (PAGED_CEILING_WORKER, PAGED_CEILING_SHAPES, ("graph_ms", "of_copy")),
     "mla_backward": (MLA_BACKWARD_WORKER, MLA_BACKWARD_SHAPES, ("backward_ms",)),
+    "fp8": (FP8_WORKER, FP8_SHAPES, ("forward_ms",)),
 }
 
 

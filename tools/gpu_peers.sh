@@ -56,6 +56,10 @@
 #             engine's reduce-add probe (tools/gluon_tma_reduce_probe.py), then, in the trial
 #             branch's tree, the Gluon backward's GPU tests with dQ summed by it and its timing
 #             beside the atomic sum and the Triton backward (--kernel dq_sum); about 4 minutes
+#   fp8_ab    (FA4 not needed; carry .ab/exp2k0, made here by `mkdir -p .ab/exp2k0 && git archive
+#             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
+#             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
+#             5 alternating rounds (tools/ab_timing.py --suite fp8: fp8_schedule_ab_timing.json)
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
 set -u
 part=$1; out=$2
@@ -128,6 +132,10 @@ tests/test_backward_varlen_softcap.py"
       TAIL=20 stage tma_dq_check 240 python3 tools/backward_hopper_check.py \
         "$out/logs/backward_hopper_tma_dq_check.json" --kernel dq_sum --grid-stride 2
     )
+    ;;
+  fp8_ab)
+    TAIL=16 stage fp8_ab 500 python3 tools/ab_timing.py fp8_schedule_ab_timing \
+      --other .ab/exp2k0 --other-commit b831276 --suite fp8 --rounds 5
     ;;
   check)
     bash .fa4a/install.sh
