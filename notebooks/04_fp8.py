@@ -687,10 +687,11 @@ for causal in (False, True):
 #   1.19–1.38, geomean 1.27, at c530054. The `quick record` lines are this notebook's GPU
 #   profile, run with papermill on the H100 at d807aaa (2026-11-27). Its status line says
 #   stale: its `forward_hopper.py` predates the exp2-emulation option (32159e0, 840fd14), which
-#   the FP8 mode does not take, so for fp8 it is another process timing the same computation,
-#   and the spread between the two runs (the last indented line: 1.032–1.069, the quick run
-#   ahead at all four shapes) is the run-to-run noise these verdicts sit in. The quick run
-#   misses 1.5× too (1.19–1.36).
+#   the FP8 mode does not take. So for fp8 it is another process timing the same PTX, but not
+#   the same machine code: it ran c530054's schedule, this record another (section 9). The
+#   spread between the two runs (the last indented line: 1.032–1.069, the quick run ahead at
+#   all four shapes) is run-to-run noise and that schedule together, not noise alone. The
+#   quick run misses 1.5× too (1.19–1.36).
 # * **D = 256, for information: both pass** at every recorded S: 1053–1133 TFLOP/s
 #   non-causal at S 4K–16K and 1.59–1.69× bf16 there (the causal lines in section 7: 875–1171,
 #   1.43–1.73× bf16); 1.28–1.46× the Triton fp8 kernel, causal or not. The narrowest margin is
@@ -719,8 +720,11 @@ for causal in (False, True):
 # 0.92–0.94), and in the quick run too; in this record it is above at every
 # D128 shape (779, 799, 805 against 761, 754, 784 non-causal; the printed 1.01–1.10), the
 # widest causal S = 16384 (847 against 770). So the gap between the two builds changes sign
-# from one run to the next: it is not a property of the build that these records can show.
-# For the Gluon shapes the noise is the quick run against this one, up to 1.069. Against that,
+# between records; but this record's per_block ran c530054's PTX on another schedule
+# (section 9), and the runs on c530054's schedule (that record, the quick run) both
+# had naive behind, so whether the sign follows the run or the schedule these records cannot
+# tell. For the Gluon shapes the quick run against this one, up to 1.069, mixes noise and
+# schedule together. Against that,
 # the D128 speed verdicts are clear (754 and 784 against 1000; 1.14× and 1.28× against 1.5×,
 # 1.24× and 1.36× at S = 4K and 16K in the quick run), while two passes are near their
 # thresholds: D256 non-causal S = 4096 at 1053 TFLOP/s (1.59× bf16), and the causal S = 4096
@@ -807,12 +811,17 @@ print(
 # bf16 at D128 and D256 (lines above; both records current, of `5403789`'s kernels). The 46%
 # at D64 is the build compiled here, one exponential in 8 emulated: perf.json is the first
 # sweep that times it (453 TFLOP/s; 450, 45%, at `d8fa890` with every exponential on the
-# MUFU). FP8 D128's 40% is 784 TFLOP/s, against 835 (42%) in the record of `c530054`; the
-# FP8 mode's only change since is the exp2 option it does not take (`EXP2_EMULATED` = 0, the
-# same `exp2` as before), and the gap lies inside that config's own spread at this shape (two
-# rounds in one process, 776 and 863 TFLOP/s, below). In both loops the softmax cannot hide
-# under the
-# matmuls: ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
+# MUFU). FP8 D128's 40% is 784 TFLOP/s, against 835 (42%) in the record of `c530054`. The
+# FP8 mode's only source change since is the exp2 option it does not take (`EXP2_EMULATED` =
+# 0), and its PTX is the same as c530054's, but its machine code is not: the `_exp2` helper,
+# inlined at k = 0, leaves line-info scope labels that ptxas schedules around, so the D128
+# loop has the same 565 instructions, the same mix, in another order (offline, all six FP8
+# kernels: `logs/sass_lineinfo_c530054_5403789.log`; compiled without line info the two
+# trees' SASS is identical). So the gap is the schedule or the session; it lies inside that
+# config's own spread at this shape (two rounds in one process, 776 and 863 TFLOP/s, below).
+# What decides is the alternating A/B of the two schedules in one process: branch
+# `exp2-k0-inline` calls `exp2` inline at k = 0 and gives c530054's SASS back (offline); it
+# has not run on the GPU. In both loops the softmax cannot hide under the matmuls: ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
 # matmuls double and the loop does not, and the same pipeline clears 1000 TFLOP/s. So at
 # D128 (and for the bf16 forward at D64) it is the instructions per tile that have to go, not
 # the tensor-core schedule.
@@ -846,9 +855,10 @@ print(
 # instructions against per_block's 565, the difference exactly those `FMUL`s, every other
 # class the same count (`tools/fp8_pscale_sass.py`, `logs/fp8_pscale_sass_ebac0bd.log`). In
 # `fp8.json` at c530054 it ran 0.92-0.94 of per_block at D128 non-causal, as the fold did
-# (0.92 and 0.94 in the quick run at d807aaa). In the record at 5403789, on the same FP8 code,
-# it ran 1.02-1.06 of per_block there (779, 799, 805 against 761, 754, 784 TFLOP/s): the sign
-# of the gap did not hold from one run to the next (section 8). In the shorter loop the
+# (0.92 and 0.94 in the quick run at d807aaa). In the record at 5403789, per_block on the same
+# PTX but another schedule (above), it ran 1.02-1.06 of per_block there (779, 799, 805
+# against 761, 754, 784 TFLOP/s): the sign of the gap did not hold, and whether the run or
+# the schedule turned it is open (section 8). In the shorter loop the
 # exponentials sit closer together (66 `MUFU.EX2` over 254 instruction
 # slots against 372), with fewer independent instructions between them while the
 # special-function pipe drains. That is a candidate for the stall profile to confirm or
@@ -864,9 +874,9 @@ print(
 # 1.76: the other warpgroup waits at the ping-pong turn), and a little more on memory (long
 # scoreboard 0.95 against 0.76). So the multiplies were spacing the exponentials: take them
 # out and the exponentials queue up behind the special-function pipe. That is one launch of
-# each build; the 5403789 record, with naive ahead at every D128 shape, says naive's deficit
-# is not one every run shows, so the profile explains the launches it measured, not a standing
-# cost of the shorter loop.
+# each build, on c530054's schedule; the 5403789 record, with naive ahead at every D128 shape
+# on per_block's other schedule, says naive's deficit is not one every run shows, so the
+# profile explains the launches it measured, not a standing cost of the shorter loop.
 #
 # **Moving exponentials to the FMA pipe bought time only at bf16 D64 non-causal** (trial
 # commit 216cefa; 2026-11-27, H100, three alternating rounds in one
@@ -908,8 +918,8 @@ print(
 # beside the Triton fp8 kernel. Its status line says **current**. The record replaced the one
 # at c530054, stale since `forward_hopper.py` changed (32159e0 and 840fd14: the exp2-emulation
 # option, on by default for D64 non-causal only; the FP8 launch passes `EXP2_EMULATED` = 0, so
-# the FP8 mode computes as before), and `backward.py` and `decode.py`, which this study does
-# not run. The error rows are the same numbers as c530054's; the speed rows are a new
+# the FP8 mode's PTX is as before, its machine code not: section 9), and `backward.py` and
+# `decode.py`, which this study does not run. The error rows are the same numbers as c530054's; the speed rows are a new
 # measurement: fp8 per_block on the Gluon mode at 0.91–1.01 of c530054's at D128 and
 # 0.93–1.05 at D256, the Triton kernel's shapes within 0.3% (section 8 compares them).)
 #
@@ -934,7 +944,8 @@ print(
 #   non-causal and 875–1171 causal, 1.28–1.46× the Triton kernel and 1.43–1.73× bf16. D256
 #   clears 1000 TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (754/784
 #   TFLOP/s, 1.14/1.28× at S = 8K/16K non-causal; 829/835 and 1.26/1.38× at c530054, on the
-#   same FP8 code). At S = 4K this record has the Gluon mode level with the Triton kernel
+#   same PTX scheduled otherwise: schedule or session, the alternating A/B against branch
+#   `exp2-k0-inline`, c530054's schedule, will tell). At S = 4K this record has the Gluon mode level with the Triton kernel
 #   (1.00 non-causal, 0.99 causal), where the probe runs of section 4 had it 1.01–1.05 ahead.
 #   Below S = 4K the Triton kernel still serves every call (not
 #   probed with the Gluon mode), and D64 stays on it (measured faster). One structural
