@@ -720,10 +720,10 @@ for causal in (False, True):
 # 0.92–0.94), and in the quick run too; in this record it is above at every
 # D128 shape (779, 799, 805 against 761, 754, 784 non-causal; the printed 1.01–1.10), the
 # widest causal S = 16384 (847 against 770). So the gap between the two builds changes sign
-# between records; but this record's per_block ran c530054's PTX on another schedule
-# (section 9), and the runs on c530054's schedule (that record, the quick run) both
-# had naive behind, so whether the sign follows the run or the schedule these records cannot
-# tell. For the Gluon shapes the quick run against this one, up to 1.069, mixes noise and
+# between records; but in this record both builds ran c530054's PTX on another schedule
+# (section 9; naive's build too, `logs/sass_lineinfo_c530054_5403789.log`), and the runs on
+# c530054's schedules (that record, the quick run) both had naive behind, so whether the sign
+# follows the run or the schedule these records cannot tell. For the Gluon shapes the quick run against this one, up to 1.069, mixes noise and
 # schedule together. Against that,
 # the D128 speed verdicts are clear (754 and 784 against 1000; 1.14× and 1.28× against 1.5×,
 # 1.24× and 1.36× at S = 4K and 16K in the quick run), while two passes are near their
@@ -874,8 +874,8 @@ print(
 # 1.76: the other warpgroup waits at the ping-pong turn), and a little more on memory (long
 # scoreboard 0.95 against 0.76). So the multiplies were spacing the exponentials: take them
 # out and the exponentials queue up behind the special-function pipe. That is one launch of
-# each build, on c530054's schedule; the 5403789 record, with naive ahead at every D128 shape
-# on per_block's other schedule, says naive's deficit is not one every run shows, so the
+# each build, on c530054's schedules; the 5403789 record, with naive ahead at every D128 shape
+# on both builds' other schedules, says naive's deficit is not one every run shows, so the
 # profile explains the launches it measured, not a standing cost of the shorter loop.
 #
 # **Moving exponentials to the FMA pipe bought time only at bf16 D64 non-causal** (trial
