@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 from conftest import HAS_HOPPER
@@ -63,7 +64,10 @@ def test_summation_bound_holds_for_fp32_sums_in_any_order():
     pytest.importorskip("triton.experimental.gluon")
     spec = importlib.util.spec_from_file_location("probe", PROBE)
     probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    # The probe drops TRITON_INTERPRET at import (it compiles for the GPU): keep this
+    # process's environment as it was, or every later CPU test loses the interpreter.
+    with mock.patch.dict(os.environ):
+        spec.loader.exec_module(probe)
     gen = torch.Generator().manual_seed(1)
     n, shape = 64, (1 << 16,)
     terms = torch.randn(n, *shape, generator=gen)
