@@ -80,6 +80,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _interpreter_flag_kept():
+    """A test that drops or flips TRITON_INTERPRET (say, by importing a GPU tool in process)
+    would take the interpreter from every later test of this process: put it back, and fail
+    the test that changed it rather than the hundred after it."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    after = os.environ.get("TRITON_INTERPRET")
+    if after != before:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+        pytest.fail(f"this test changed TRITON_INTERPRET from {before!r} to {after!r}")
+
+
 @pytest.fixture
 def device():
     return DEVICE
