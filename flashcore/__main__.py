@@ -112,6 +112,14 @@ def run_info(_args) -> int:
     print(f"{'forward dispatch':>18}: {describe_dispatch()}")
     print(f"{'fp8 dispatch':>18}: {describe_fp8_dispatch()}")
     print(f"{'backward dispatch':>18}: {describe_backward_dispatch()}")
+    # The record the backward line cites, and whether it measured today's kernels (the lab
+    # and the results/ folder are absent from an installed package: nothing to say then).
+    try:
+        from .studies.records import status_line_for
+
+        print(f"{'':>18}  {status_line_for('backward_hopper_check')}")
+    except (ModuleNotFoundError, FileNotFoundError):
+        pass
     return 0
 
 

@@ -91,6 +91,15 @@ def test_without_the_lab_help_and_info_work(monkeypatch, capsys):
     assert "flashcore.studies" not in [m for m in sys.modules if sys.modules[m] is not None]
 
 
+def test_info_says_whether_the_record_its_backward_line_cites_is_current(capsys):
+    from flashcore.studies.records import status_line_for
+
+    status, out, err = run(["info"], capsys)
+    assert status == 0, err
+    assert "(backward_hopper_check.json)" in out
+    assert status_line_for("backward_hopper_check") in out  # "current" or "stale (...)"
+
+
 def test_a_broken_lab_import_is_not_reported_as_a_missing_lab(monkeypatch):
     # Only the lab's own absence gets the checkout message; any other missing module (a
     # dependency of a study) is raised as it is.
