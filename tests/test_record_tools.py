@@ -237,7 +237,7 @@ SASS = """
 
 def test_sass_compare_drops_addresses_and_encodings_but_keeps_registers_and_labels():
     lines = strip_sass(SASS)
-    assert lines == ["LDC R1, c[0x0][0x28] ;", "S2R R0, SR_TID.X ;", ".L_x_3:", "MUFU.EX2 R4, R5 ;"]
+    assert lines == ["LDC R1, c[0x0][0x28]", "S2R R0, SR_TID.X", ".L_x_3:", "MUFU.EX2 R4, R5"]
     shifted = SASS.replace("/*0010*/", "/*0110*/").replace(
         "0x000fe20000000800", "0x000fc40000000800"
     )

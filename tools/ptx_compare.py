@@ -30,6 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # flashcore, for strip_sass
+
 WORKER = r"""
 import json, os, sys
 sys.path.insert(0, os.getcwd())
@@ -39,10 +41,11 @@ from triton.compiler import ASTSource
 from sm90_compile import capture_launches, compile_launch
 
 def code(compiled):  # PTX, and SASS too where asked (the cubin through nvdisasm)
-    if not os.environ.get("PTX_COMPARE_SASS"):
-        return compiled.asm["ptx"]
-    from flashcore.studies.sass import disassemble
-    return {"ptx": compiled.asm["ptx"], "sass": disassemble(compiled.asm["cubin"])}
+    out = {"ptx": compiled.asm["ptx"]}
+    if os.environ.get("PTX_COMPARE_SASS"):
+        from flashcore.studies.sass import disassemble
+        out["sass"] = disassemble(compiled.asm["cubin"])
+    return out
 
 def compile_jit(fn, args, kw, source_cls):
     allkw = dict(zip(fn.arg_names, args))
@@ -121,15 +124,10 @@ def strip_debug(ptx: str) -> list[str]:
 
 
 def strip_sass(sass: str) -> list[str]:
-    """nvdisasm lines without addresses, encodings and comments: instructions and labels."""
-    lines = []
-    for line in sass.splitlines():
-        line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line.split("//")[0])
-        line = re.sub(r"/\*\s*0x[0-9a-f]+\s*\*/", "", line)
-        line = " ".join(line.split())
-        if line:
-            lines.append(line)
-    return lines
+    """nvdisasm's labels and instructions, without addresses, encodings and comments."""
+    from flashcore.studies.sass_budget import listing
+
+    return listing(sass)
 
 
 def compile_tree(tree: Path, wide: bool = False, fp8: bool = False, sass: bool = False) -> dict:
@@ -163,18 +161,17 @@ def main() -> int:
     other = compile_tree(args.other.resolve(), **opts)
     differ = 0
     for name in here:
-        mine, theirs = here[name], other.get(name, {} if args.sass else "")
-        kinds = (("PTX", strip_debug),) + ((("SASS", strip_sass),) if args.sass else ())
         verdicts = []
-        for kind, strip in kinds:
-            a = strip(mine[kind.lower()] if args.sass else mine)
-            b = strip(theirs.get(kind.lower(), "") if args.sass else theirs)
+        for kind, strip in (("ptx", strip_debug), ("sass", strip_sass)):
+            if kind not in here[name]:
+                continue
+            a, b = strip(here[name][kind]), strip(other.get(name, {}).get(kind, ""))
             if a == b:
-                verdicts.append(f"{kind} identical ({len(a)} lines)")
+                verdicts.append(f"{kind.upper()} identical ({len(a)} lines)")
                 continue
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             where = f"{a[first : first + 1]} vs {b[first : first + 1]}"
-            verdicts.append(f"{kind} differs at line {first}: {where}")
+            verdicts.append(f"{kind.upper()} differs at line {first}: {where}")
         differ += any("differs" in v for v in verdicts)
         print(f"{name}: " + "; ".join(verdicts))
     print(f"{len(here) - differ} of {len(here)} kernels identical")

@@ -54,16 +54,28 @@ def _class_of(opcode: str) -> str:
     return next((c for c in CLASSES if opcode.startswith(c)), "other")
 
 
+def listing(sass: str) -> list[str]:
+    """A kernel's disassembly (``nvdisasm -c``) as its labels (``.L_x_3:``) and instructions
+    (``MUFU.EX2 R4, R5``), in order: no addresses, encodings, comments or ``;``."""
+    out = []
+    for line in sass.splitlines():
+        if m := _LABEL.match(line):
+            out.append(m.group(1) + ":")
+        elif m := _INSTRUCTION.match(line):
+            out.append(" ".join(m.group(1).split()))
+    return out
+
+
 def softmax_loops(sass: str) -> list[dict]:
     """The innermost loops of a kernel's disassembly (``nvdisasm -c``) that compute
     exponentials: for each, its instruction span and counts by opcode class, fewest
     instructions first."""
     labels, body = {}, []
-    for line in sass.splitlines():
-        if m := _LABEL.match(line):
-            labels[m.group(1)] = len(body)
-        elif m := _INSTRUCTION.match(line):
-            body.append(m.group(1).strip())
+    for item in listing(sass):
+        if item.endswith(":"):
+            labels[item[:-1]] = len(body)
+        else:
+            body.append(item)
     exits = [i for i, ins in enumerate(body) if _opcode(ins) == "EXIT"]
     end = exits[-1] if exits else len(body)
     loops = []
