@@ -56,7 +56,8 @@ def test_summation_bound_holds_for_fp32_sums_in_any_order():
     """The probe's bound on CPU, with the arithmetic the GPU does (one fp32 add at a time, round to
     nearest) in random orders: every element's error stays under it, and the worst comes within a
     factor of 50 of it (random rounding errors grow as sqrt(n), the worst case as n: here about
-    0.06 of it), so a bound loose enough that nothing could break it fails the test."""
+    0.06 of it), so a bound loose enough that nothing could break it fails the test; and an
+    adversarial order reaches half of it, so a bound a few times too tight fails too."""
     import importlib.util
 
     import torch
@@ -82,3 +83,12 @@ def test_summation_bound_holds_for_fp32_sums_in_any_order():
         assert ratio <= 1.0, ratio
         worst = max(worst, ratio)
     assert worst > 0.02, worst
+    # An adversarial sum: 1, then 63 terms of 0.75 ulp(1), each rounded up by a quarter ulp.
+    # Its error is half the bound, so a bound 4x too tight (the first GPU run's) fails here.
+    adversarial = torch.tensor([1.0] + [0.75 * 2.0**-23] * (n - 1))
+    acc = torch.zeros(())
+    for term in adversarial:
+        acc = acc + term
+    err = abs(float(acc) - float(adversarial.double().sum()))
+    ratio = err / float(probe.summation_bound(adversarial.double().abs().sum(), n))
+    assert 0.45 < ratio <= 1.0, ratio
