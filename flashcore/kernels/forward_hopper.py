@@ -392,7 +392,12 @@ if GLUON_AVAILABLE:
         else:
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             m_use = m_new
-            p = _exp2(s * qk_scale - gl.expand_dims(m_use, 1), EXP2_EMULATED)
+            if EXP2_EMULATED == 0:
+                # gl.exp2 here, not through _exp2: an inlined call leaves a scope in the line
+                # info whose labels change ptxas's schedule (the same PTX, other SASS)
+                p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
+            else:
+                p = _exp2(s * qk_scale - gl.expand_dims(m_use, 1), EXP2_EMULATED)
         alpha = gl.exp2(m_i - m_use)
         return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
