@@ -117,10 +117,20 @@ def _poisoned_like(t):
     return torch.full(t.shape, float("nan"), dtype=t.dtype, device=t.device)
 
 
-def _gluon_backward(case, do, q, k, v, out, lse, grads, *, pipelined: bool = False):
-    """The Gluon Hopper backward (kernels/backward_hopper.py, or with ``pipelined`` its
-    variant kernels/backward_hopper_pipelined.py) into ``grads``; raises where it does not
-    support the case."""
+# check_grad_case's Gluon kernels: (module under flashcore.kernels, launcher)
+GLUON_KERNELS = {
+    "gluon": ("backward_hopper", "attention_backward_hopper"),
+    "gluon_pipelined": ("backward_hopper_pipelined", "attention_backward_hopper_pipelined"),
+    "gluon_ws": ("backward_hopper_ws", "attention_backward_hopper_ws"),
+}
+
+
+def _gluon_backward(case, do, q, k, v, out, lse, grads, *, kernel: str = "gluon"):
+    """A Gluon Hopper backward into ``grads``: ``kernel`` "gluon" (kernels/backward_hopper.py),
+    "gluon_pipelined" (kernels/backward_hopper_pipelined.py) or "gluon_ws" (the
+    warp-specialized kernels/backward_hopper_ws.py); raises where it does not support the
+    case."""
+    import importlib
     import math
 
     from .kernels import backward_hopper
@@ -128,11 +138,8 @@ def _gluon_backward(case, do, q, k, v, out, lse, grads, *, pipelined: bool = Fal
     if not backward_hopper.supports(q, k, v, window=case.window):
         raise ValueError(f"the Gluon backward does not support {case.name} on {q.device}")
     bottom_right = case.causal and case.alignment == "bottom_right"
-    launch = backward_hopper.attention_backward_hopper
-    if pipelined:
-        from .kernels.backward_hopper_pipelined import attention_backward_hopper_pipelined
-
-        launch = attention_backward_hopper_pipelined
+    module, name = GLUON_KERNELS[kernel]
+    launch = getattr(importlib.import_module(f"flashcore.kernels.{module}"), name)
     launch(
         do, q, k, v, out, lse, *grads,
         causal_offset=case.seqlen_k - case.seqlen_q if bottom_right else 0,
@@ -145,8 +152,9 @@ def check_grad_case(
 ) -> dict:
     """Forward (saving lse), backward into NaN-poisoned buffers, the rule on dq, dk, dv.
     ``kernel``: ``"triton"`` (kernels/backward.py), ``"gluon"`` (kernels/backward_hopper.py,
-    Hopper only; atomic dQ whatever ``deterministic`` says) or ``"gluon_pipelined"``
-    (kernels/backward_hopper_pipelined.py, likewise)."""
+    Hopper only; atomic dQ whatever ``deterministic`` says), ``"gluon_pipelined"``
+    (kernels/backward_hopper_pipelined.py, likewise) or ``"gluon_ws"``
+    (kernels/backward_hopper_ws.py, likewise)."""
     from .interface import attention
     from .kernels.backward import attention_backward
 
@@ -155,10 +163,8 @@ def check_grad_case(
     with torch.no_grad():
         out, lse = attention(q, k, v, return_lse=True, **kwargs)
         grads = tuple(_poisoned_like(t) for t in (q, k, v))
-        if kernel in ("gluon", "gluon_pipelined"):
-            _gluon_backward(
-                case, do, q, k, v, out, lse, grads, pipelined=kernel == "gluon_pipelined"
-            )
+        if kernel in GLUON_KERNELS:
+            _gluon_backward(case, do, q, k, v, out, lse, grads, kernel=kernel)
         else:
             attention_backward(
                 do, q, k, v, out, lse, deterministic=deterministic,

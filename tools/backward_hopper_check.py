@@ -2,7 +2,7 @@
 backward, in one process (about two minutes with compilation).
 
     python3 tools/backward_hopper_check.py OUT.json [--grid-stride N] [--rounds R]
-        [--kernel {gluon,gluon_pipelined,both}]
+        [--kernel {gluon,gluon_pipelined,gluon_ws,both,ws_vs_pipelined}] [--s S ...] [--d D ...]
 
 1. ``backward_grid("hopper")`` (240 cases: D64/D128, fp16/bf16, S 1..1000, Sq != Sk, GQA,
    both causal alignments, a (B, S, H, D) layout) through ``check_grad_case(kernel="gluon")``
@@ -22,7 +22,10 @@ backward, in one process (about two minutes with compilation).
 pipelined variant (``backward_hopper_pipelined.attention_backward_hopper_pipelined``) in
 place of the Gluon path; ``both`` runs the grid for the pipelined variant and times the
 original Gluon path, the pipelined one and the Triton backward alternating in one process,
-printing each one's TFLOP/s and the pipelined/original ratio per shape.
+printing each one's TFLOP/s and the pipelined/original ratio per shape. ``gluon_ws`` does both
+parts with the warp-specialized kernel (``backward_hopper_ws``); ``ws_vs_pipelined`` runs its
+grid and times it beside the pipelined variant and the Triton backward. ``--s``/``--d``: the
+timed sequence lengths and head dims (default 2K/4K/8K, D64/128).
 
 Prints one line per case failure and per shape, writes OUT.json (provenance, grid summary,
 speed rows with ``impl`` "gluon", "gluon_pipelined" or "triton"; ``kernel``: the option,
@@ -46,12 +49,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from flashcore.interface import attention  # noqa: E402
 from flashcore.kernels import backward_hopper as bh  # noqa: E402
 from flashcore.kernels import backward_hopper_pipelined as bhp  # noqa: E402
+from flashcore.kernels import backward_hopper_ws as bhw  # noqa: E402
 from flashcore.kernels.backward import attention_backward  # noqa: E402
 from flashcore.results import kernel_fingerprint, provenance  # noqa: E402
 from flashcore.validate_backward import GRADIENTS, backward_grid, check_grad_case  # noqa: E402
 
 TOKENS, HIDDEN = 16 * 1024, 2048
-SHAPES = [(d, s, c) for d in (64, 128) for s in (2048, 4096, 8192) for c in (False, True)]
+SEQLENS = (2048, 4096, 8192)
+# --kernel: (the kernel the grid runs, the Gluon impls timed beside the Triton backward)
+KERNEL_OPTIONS = {
+    "gluon": ("gluon", ("gluon",)),
+    "gluon_pipelined": ("gluon_pipelined", ("gluon_pipelined",)),
+    "gluon_ws": ("gluon_ws", ("gluon_ws",)),
+    "both": ("gluon_pipelined", ("gluon", "gluon_pipelined")),
+    "ws_vs_pipelined": ("gluon_ws", ("gluon_pipelined", "gluon_ws")),
+}
+# impl -> (module, launcher), all with attention_backward_hopper's signature
+GLUON_LAUNCHERS = {
+    "gluon": (bh, "attention_backward_hopper"),
+    "gluon_pipelined": (bhp, "attention_backward_hopper_pipelined"),
+    "gluon_ws": (bhw, "attention_backward_hopper_ws"),
+}
 
 
 def run_grid(stride: int, kernel: str = "gluon") -> dict:
@@ -84,7 +102,7 @@ def run_grid(stride: int, kernel: str = "gluon") -> dict:
 def time_shape(
     d: int, s: int, causal: bool, rounds: int, gluon_impls: tuple = ("gluon",)
 ) -> list[dict]:
-    """Rows of the Gluon impls ``gluon_impls`` ("gluon", "gluon_pipelined") and "triton",
+    """Rows of the Gluon impls ``gluon_impls`` (keys of GLUON_LAUNCHERS) and "triton",
     timed alternating (the order reversed every other round)."""
     b, h = TOKENS // s, HIDDEN // d
     gen = torch.Generator(device="cuda").manual_seed(s + d + causal)
@@ -100,22 +118,19 @@ def time_shape(
     bufs = {name: [torch.empty_like(t) for t in (q, k, v)] for name in names}
     scale = 1.0 / math.sqrt(d)
 
-    def gluon():
-        bh.attention_backward_hopper(
-            do, q, k, v, out, lse, *bufs["gluon"], causal_offset=0, is_causal=causal, scale=scale
-        )
+    launchers = {name: getattr(module, fn) for name, (module, fn) in GLUON_LAUNCHERS.items()}
 
-    def gluon_pipelined():
-        bhp.attention_backward_hopper_pipelined(
-            do, q, k, v, out, lse, *bufs["gluon_pipelined"],
-            causal_offset=0, is_causal=causal, scale=scale,
-        )  # fmt: skip
+    def gluon_launch(name):
+        return lambda: launchers[name](
+            do, q, k, v, out, lse, *bufs[name], causal_offset=0, is_causal=causal, scale=scale
+        )
 
     def triton_bwd():
         dq, dk, dv = bufs["triton"]
         attention_backward(do, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
 
-    fns = {"gluon": gluon, "gluon_pipelined": gluon_pipelined, "triton": triton_bwd}
+    fns = {name: gluon_launch(name) for name in gluon_impls}
+    fns["triton"] = triton_bwd
     impls = {name: fns[name] for name in names}
     for fn in impls.values():  # compile outside the timed region
         fn()
@@ -155,13 +170,16 @@ def time_shape(
             + ", ".join(f"{k} {v:.1e}" for k, v in agreements[name].items()),
             flush=True,
         )
-    else:
-        g, p = by["gluon"], by["gluon_pipelined"]
+    else:  # each impl's TFLOP/s and x/triton, then the last over the first
+        first, last = by[gluon_impls[0]], by[gluon_impls[-1]]
         print(
-            f"{head} gluon {g['tflops']:6.1f}, gluon_pipelined {p['tflops']:6.1f}, "
-            f"triton {t['tflops']:6.1f} TFLOP/s; pipelined/original {g['ms'] / p['ms']:.3f}, "
-            f"pipelined/triton {t['ms'] / p['ms']:.3f}; |pipelined - triton| / max|triton|: "
-            + ", ".join(f"{k} {v:.1e}" for k, v in agreements["gluon_pipelined"].items()),
+            f"{head} "
+            + ", ".join(f"{n} {by[n]['tflops']:6.1f}" for n in gluon_impls)
+            + f", triton {t['tflops']:6.1f} TFLOP/s; "
+            + ", ".join(f"{n}/triton {t['ms'] / by[n]['ms']:.3f}" for n in gluon_impls)
+            + f"; {gluon_impls[-1]}/{gluon_impls[0]} {first['ms'] / last['ms']:.3f}; "
+            f"|{gluon_impls[-1]} - triton| / max|triton|: "
+            + ", ".join(f"{k} {v:.1e}" for k, v in agreements[gluon_impls[-1]].items()),
             flush=True,
         )
     for row in rows:
@@ -176,26 +194,25 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     parser.add_argument(
         "--kernel",
-        choices=("gluon", "gluon_pipelined", "both"),
+        choices=tuple(KERNEL_OPTIONS),
         default="gluon",
-        help="the Gluon backward to check: the original, the pipelined variant, or both "
-        "timed (the grid then runs the pipelined one)",
+        help="the Gluon backward to check: the original, the pipelined variant, the "
+        "warp-specialized one, or two of them timed (KERNEL_OPTIONS: the grid runs the second)",
     )
+    parser.add_argument("--s", type=int, nargs="+", default=SEQLENS, help="sequence lengths")
+    parser.add_argument("--d", type=int, nargs="+", default=(64, 128), help="head dims")
     args = parser.parse_args()
     if not (torch.cuda.is_available() and bh.GLUON_AVAILABLE):
         print("needs a Hopper GPU and triton with Gluon", file=sys.stderr)
         return 2
     record = {"provenance": provenance(), "tool": "tools/backward_hopper_check.py"}
     record["kernel"] = args.kernel
-    grid_kernel = "gluon" if args.kernel == "gluon" else "gluon_pipelined"
-    gluon_impls = {"gluon": ("gluon",), "gluon_pipelined": ("gluon_pipelined",)}.get(
-        args.kernel, ("gluon", "gluon_pipelined")
-    )
+    grid_kernel, gluon_impls = KERNEL_OPTIONS[args.kernel]
     start = time.perf_counter()
     record["grid"] = run_grid(args.grid_stride, grid_kernel)
     record["grid_seconds"] = time.perf_counter() - start
     speed = []
-    for d, s, causal in SHAPES:
+    for d, s, causal in [(d, s, c) for d in args.d for s in args.s for c in (False, True)]:
         speed += time_shape(d, s, causal, args.rounds, gluon_impls)
         torch.cuda.empty_cache()
     record["speed"] = speed

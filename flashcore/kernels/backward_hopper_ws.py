@@ -1,0 +1,408 @@
+"""A warp-specialized Gluon Hopper backward: FlashAttention-3's division of labour.
+
+The math, grid, orientation, masks, causal skip, tile shapes, layouts and the two dS buffers
+are the pipelined kernel's (kernels/backward_hopper_pipelined.py; read its docstring and
+backward_hopper's first). What changes is who does what. One program runs three partitions:
+
+    consumers (8 warps = 2 warpgroups, the default partition; 240 registers a thread)
+        per step: wait for the step's Q and dO; S = Q K^T and dP = dO V^T (async wgmma);
+        P, dS in registers, then shared memory; one barrier; dQ = dS K, dV += P^T dO and
+        dK += dS^T Q (async); dQ's fp32 tile into a shared buffer. No copy, no atomic.
+    loader (1 warp, 24 registers)
+        K and V once; then every step's Q and dO tiles by TMA into a 2-stage ring, each
+        stage refilled once the consumers have released it.
+    dQ writer (1 warp, 24 registers)
+        adds each step's dQ tile from shared memory into the fp32 dQ buffer in global memory
+        with one bulk TMA reduce-add (kernels/_gluon_tma.py), waits until the copy engine has
+        read it, and hands the buffer back.
+
+In the pipelined kernel every consumer thread issued 32 fp32 atomics a step (the dQ tile,
+64 x 128 at D128) and the TMA copies; here the consumers' only memory traffic besides shared
+memory is the lse/delta rows. The consumers signal both workers at the step's one barrier:
+
+- ring stage release: at step t's barrier both warpgroups have passed their S wait of step t,
+  which retired their step t-1 dV and dK (the last readers of step t-1's Q and dO), so one
+  arrive on ``empty[(t-1) % STAGES]`` frees it;
+- dQ handoff: step t's dQ tile is stored at the end of step t (after waiting on
+  ``dq_empty``: the writer has read step t-1's tile) and published at step t+1's barrier
+  (every warp's part is then written; the fence before the barrier orders the stores before
+  the copy engine's read) with one arrive on ``dq_full``; the last step's after the loop.
+
+One dQ buffer (32 KB fp32 at D128 and D64): shared memory at D128 is K, V 64 KB + ring 2 x 32
+KB + P 16 KB + dS 2 x 16 KB + dQ 32 KB = 208 KB; at D64 (BLOCK_M 128) 32 + 2 x 32 + 32 + 2 x
+32 + 32 = 224 KB (of 227 KB). The writer has from step t+1's barrier to the end of step t+1
+to finish a reduce before the consumers wait for it.
+
+Not deterministic (the reduce-adds land in whatever order the key blocks finish), as the
+other Gluon backwards; dK and dV are. ``attention_backward_hopper_ws`` has
+``attention_backward_hopper``'s signature and semantics and ``supports`` is the same
+function. Not dispatched by ``flashcore.attention`` until measured:
+``validate_backward.check_grad_case(kernel="gluon_ws")`` and tools/backward_hopper_check.py
+``--kernel`` run it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _gluon_tma
+from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
+from ._softmax import LOG2E
+from .backward_hopper import (
+    GLUON_AVAILABLE,
+    HEAD_DIMS,
+    MAX_GRID_Y,
+    _bwd_preprocess,
+    _descriptor,
+    supports,
+)
+from .backward_hopper_pipelined import BLOCK_M_FOR, BLOCK_N
+
+if GLUON_AVAILABLE:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_init,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from .backward_hopper import _load_step, _mask_tile
+    from .backward_hopper_pipelined import _split_columns_layout, _split_rows_layout
+
+__all__ = [
+    "GLUON_AVAILABLE",
+    "HEAD_DIMS",
+    "MAX_GRID_Y",
+    "attention_backward_hopper_ws",
+    "supports",
+]
+
+NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
+STAGES = 2  # Q/dO ring depth
+# setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
+WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
+
+if GLUON_AVAILABLE:
+
+    @gluon.jit
+    def _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M: gl.constexpr):
+        """Step t's query head and first query row (steps walk the group's heads, then the
+        query blocks that see this key block)."""
+        return kv_head * group + t // n_m, (m_first + t % n_m) * BLOCK_M
+
+    @gluon.jit
+    def _loader(
+        q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, kv_bar, ring, empty, work,
+    ):  # fmt: skip
+        """One warp: K and V once, then step t's Q and dO into ring stage t % STAGES once
+        the consumers have released the step that used it last."""
+        batch, kv_head, group, n0, m_first, n_m, total = work
+        NSTAGES: gl.constexpr = empty.shape[0]
+        mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [batch, kv_head, n0, 0], kv_bar, k_smem)
+        tma.async_copy_global_to_shared(v_desc, [batch, kv_head, n0, 0], kv_bar, v_smem)
+        for t in range(total):
+            # A fresh barrier waited on with parity 1 reports complete: the first
+            # NSTAGES steps find their stage empty.
+            mbarrier.wait(empty.index(t % NSTAGES), ((t // NSTAGES) & 1) ^ 1)
+            _load_step(q_desc, do_desc, ring, t, n_m, m_first, batch, kv_head, group)
+
+    @gluon.jit
+    def _dq_writer(dq_desc, dq_smem, dq_full, dq_empty, work, BLOCK_M: gl.constexpr):
+        """One warp: each step's dQ tile, once published, added into the fp32 dQ buffer by
+        one bulk reduce-add (rows past Sq dropped by the descriptor's bounds); the buffer is
+        handed back as soon as the copy engine has read it."""
+        batch, kv_head, group, n0, m_first, n_m, total = work
+        for t in range(total):
+            q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
+            mbarrier.wait(dq_full, t & 1)
+            _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
+            tma.store_wait(0)
+            mbarrier.arrive(dq_empty, count=1)
+
+    @gluon.jit
+    def _consumers(
+        k_buf, v_buf, kv_bar, ring, empty, p_smem, ds_smem, dq_smem, dq_full, dq_empty,
+        Lse, Delta, dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
+        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """Two warpgroups: the pipelined kernel's step, with the ring and dQ handed to the
+        workers (module docstring)."""
+        q_ring, do_ring, ready = ring
+        STAGES: gl.constexpr = empty.shape[0]
+        batch, kv_head, group, n0, m_first, n_m, total = work
+        num_q_heads, seqlen_q, seqlen_k, causal_offset = lengths
+        stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn, \
+            stride_dvk = dkv_strides  # fmt: skip
+        dtype: gl.constexpr = q_ring.dtype
+        NW: gl.constexpr = gl.num_warps()
+        s_layout: gl.constexpr = _split_columns_layout(NW, BLOCK_N)
+        dq_layout: gl.constexpr = _split_columns_layout(NW, HEAD_DIM)
+        kv_layout: gl.constexpr = _split_rows_layout(NW, HEAD_DIM)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        key_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+
+        offs_n = gl.arange(0, BLOCK_N, layout=key_layout)
+        offs_m = gl.arange(0, BLOCK_M, layout=row_layout)
+        dk_acc = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout))
+        dv_acc = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout))
+        if IS_CAUSAL:
+            full_lo = n0 + BLOCK_N - 1 - causal_offset
+        else:
+            full_lo = n0 * 0
+        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
+        full_hi = seqlen_q - BLOCK_M
+        mbarrier.wait(kv_bar, 0)
+
+        for t in range(total):
+            stage = t % STAGES
+            q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
+            q_tile = q_ring.index(stage)
+            # K and V through an index the compiler cannot fold (as backward_hopper: hoisted,
+            # their wgmma descriptors spill at D128).
+            slot = gl.inline_asm_elementwise(
+                "and.b32 $0, $1, 0;", "=r,r", [t], dtype=gl.int32, is_pure=True, pack=1
+            )
+            k_smem = k_buf.index(slot)
+            v_smem = v_buf.index(slot)
+            do_tile = do_ring.index(stage)
+            ds_buf = ds_smem.index(t % 2)
+            mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+
+            zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+            s_tok = warpgroup_mma(
+                q_tile, k_smem.permute((1, 0)), zero_s, use_acc=False, is_async=True
+            )
+            dp_tok = warpgroup_mma(
+                do_tile, v_smem.permute((1, 0)), zero_s, use_acc=False, is_async=True
+            )
+            queries = m0 + offs_m
+            row_base = (batch * num_q_heads + q_head).to(gl.int64) * seqlen_q
+            in_q = queries < seqlen_q
+            lse = gl.load(Lse + row_base + queries, mask=in_q, other=0.0)
+            delta = gl.load(Delta + row_base + queries, mask=in_q, other=0.0)
+            lse2 = lse * 1.4426950408889634  # natural log -> the log2 units of exp2
+
+            # Retires step t-1's dV and dK, then S (groups retire in order; dP in flight).
+            s, dv, dk = warpgroup_mma_wait(1, deps=(s_tok, dv_acc, dk_acc))
+            p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
+            masked = (m0 < full_lo) | (m0 > full_hi)
+            if masked:
+                keys = n0 + slot + offs_n
+                p = _mask_tile(p, queries, keys, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL)
+            # This warpgroup's own P columns, read only by its own dV (retired above).
+            p_smem.store(p.to(dtype))
+
+            dp = warpgroup_mma_wait(0, deps=(dp_tok,))
+            ds = p * (dp - gl.expand_dims(delta, 1))  # in units of the scaled scores
+            ds_buf.store(ds.to(dtype))
+            # Orders this step's P and dS and the previous step's dQ tile before the tensor
+            # cores' and the copy engine's reads.
+            fence_async_shared()
+            gl.thread_barrier()
+            # Both warpgroups have written P, dS (and step t-1's dQ tile) and retired step
+            # t-1's dV and dK: hand step t-1's dQ tile to the writer and its ring stage to the
+            # loader.
+            if t > 0:
+                mbarrier.arrive(dq_full, count=1)
+                mbarrier.arrive(empty.index((t - 1) % STAGES), count=1)
+
+            dq_tok = warpgroup_mma(
+                ds_buf,
+                k_smem,
+                gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout),
+                use_acc=False,
+                is_async=True,
+            )
+            dv_acc = warpgroup_mma(p_smem.permute((1, 0)), do_tile, dv, is_async=True)
+            dk_acc = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
+            dq = warpgroup_mma_wait(2, deps=(dq_tok,))
+            # The writer has read step t-1's tile (parity 1 on the fresh barrier: step 0
+            # finds the buffer free).
+            mbarrier.wait(dq_empty, (t & 1) ^ 1)
+            dq_smem.store(dq)
+
+        dv, dk = warpgroup_mma_wait(0, deps=(dv_acc, dk_acc))  # the last step's dV, dK
+        if total > 0:  # publish the last dQ tile
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(dq_full, count=1)
+        dk = dk * sm_scale
+        rows = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+        kv_mask = gl.expand_dims(rows < seqlen_k, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+        rows64 = gl.expand_dims(rows.to(gl.int64), 1)
+        cols64 = gl.expand_dims(cols.to(gl.int64), 0)
+        dk_ptrs = (
+            dK
+            + (batch.to(gl.int64) * stride_dkz + kv_head.to(gl.int64) * stride_dkh)
+            + rows64 * stride_dkn
+            + cols64 * stride_dkk
+        )
+        dv_ptrs = (
+            dV
+            + (batch.to(gl.int64) * stride_dvz + kv_head.to(gl.int64) * stride_dvh)
+            + rows64 * stride_dvn
+            + cols64 * stride_dvk
+        )
+        gl.store(dk_ptrs, dk.to(dtype), mask=kv_mask)
+        gl.store(dv_ptrs, dv.to(dtype), mask=kv_mask)
+
+    # Lengths, head counts and the offset change from call to call (as the other backwards).
+    @gluon.jit(
+        do_not_specialize=[
+            "num_q_heads", "num_kv_heads", "seqlen_q", "seqlen_k", "causal_offset",
+        ]
+    )  # fmt: skip
+    def _bwd_hopper_ws_kernel(
+        q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV,
+        stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+        stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+        num_q_heads, num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale, sm_scale,
+        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
+        (B, Hq, Sq, D) fp32 dQ buffer, zeroed (unscaled dQ is added), BLOCK_M x D blocks."""
+        dtype: gl.constexpr = q_desc.dtype
+        tile_n = gl.program_id(0)
+        batch_kv = gl.program_id(1)
+        batch = batch_kv // num_kv_heads
+        kv_head = batch_kv % num_kv_heads
+        group = num_q_heads // num_kv_heads
+        n0 = tile_n * BLOCK_N
+        n_m_total = gl.cdiv(seqlen_q, BLOCK_M)
+        if IS_CAUSAL:
+            m_first = gl.minimum(gl.maximum(n0 - causal_offset, 0) // BLOCK_M, n_m_total)
+        else:
+            m_first = 0
+        n_m = n_m_total - m_first
+        work = (batch, kv_head, group, n0, m_first, n_m, n_m * group)
+
+        kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+            [BLOCK_N, HEAD_DIM], dtype
+        )
+        q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+            [BLOCK_M, HEAD_DIM], dtype
+        )
+        p_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+            [BLOCK_M, BLOCK_N], dtype
+        )
+        k_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
+        v_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
+        q_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
+        do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
+        p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], p_smem_layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N], p_smem_layout)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_DIM], dq_desc.layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        dq_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        dq_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_bar, count=1)
+        mbarrier.init(dq_full, count=1)
+        mbarrier.init(dq_empty, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        fence_async_shared()  # the barriers' init is visible to the copy engine
+
+        ring = (q_ring, do_ring, ready)
+        lengths = (num_q_heads, seqlen_q, seqlen_k, causal_offset)
+        dkv_strides = (
+            stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+            stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+        )  # fmt: skip
+        gl.warp_specialize(
+            [
+                (_consumers, (k_buf, v_buf, kv_bar, ring, empty, p_smem, ds_smem, dq_smem,
+                              dq_full, dq_empty, Lse, Delta, dK, dV, dkv_strides, lengths,
+                              work, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N,
+                              IS_CAUSAL)),
+                (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
+                           kv_bar, ring, empty, work)),
+                (_dq_writer, (dq_desc, dq_smem, dq_full, dq_empty, work, BLOCK_M)),
+            ],
+            [1, 1],
+            [WORKER_REGS, WORKER_REGS],
+        )  # fmt: skip
+
+    _BWD_LAUNCH = CachedKernel(_bwd_hopper_ws_kernel, "gluon_bwd_ws")
+
+
+def _dq_descriptor(dq_acc, block_rows):
+    """The fp32 dQ buffer, in BLOCK_M x D blocks for the reduce-add."""
+    layout = nvmma_layout((block_rows, dq_acc.shape[3]), gl.float32)
+    return TensorDescriptor(
+        dq_acc, list(dq_acc.shape), list(dq_acc.stride()), [1, 1, block_rows, dq_acc.shape[3]],
+        layout,
+    )  # fmt: skip
+
+
+def attention_backward_hopper_ws(
+    do, q, k, v, out, lse, dq, dk, dv, *, causal_offset: int, is_causal: bool, scale: float
+):
+    """``backward_hopper.attention_backward_hopper`` (same arguments, results, temporaries
+    and nondeterminism of dQ) with the warp-specialized kernel, on inputs ``supports``
+    accepts."""
+    batch, num_q_heads, seqlen_q, head_dim = q.shape
+    num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    if not tma_strides_ok(do):
+        do = do.contiguous()
+    lse = lse.contiguous()
+    delta = torch.empty((batch, num_q_heads, seqlen_q), dtype=torch.float32, device=q.device)
+    pre_m = 64
+    _bwd_preprocess[(-(-seqlen_q // pre_m) * batch * num_q_heads,)](
+        out,
+        do,
+        delta,
+        *out.stride(),
+        *do.stride(),
+        delta.stride(0),
+        delta.stride(1),
+        num_q_heads,
+        seqlen_q,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=head_dim,
+        BLOCK_M=pre_m,
+    )
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    block_m = BLOCK_M_FOR[head_dim]
+    grid = (-(-seqlen_k // BLOCK_N), batch * num_kv_heads)
+    _BWD_LAUNCH[grid](
+        _descriptor(q, block_m),
+        _descriptor(k, BLOCK_N),
+        _descriptor(v, BLOCK_N),
+        _descriptor(do, block_m),
+        _dq_descriptor(dq_acc, block_m),
+        lse,
+        delta,
+        dk,
+        dv,
+        *dk.stride(),
+        *dv.stride(),
+        num_q_heads,
+        num_kv_heads,
+        seqlen_q,
+        seqlen_k,
+        causal_offset,
+        scale * LOG2E,
+        scale,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_N=BLOCK_N,
+        STAGES=STAGES,
+        IS_CAUSAL=bool(is_causal),
+        num_warps=NUM_WARPS,
+    )
+    dq.copy_(dq_acc.mul_(scale))
+    return dq, dk, dv
