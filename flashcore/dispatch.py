@@ -159,15 +159,73 @@ def describe_fp8_dispatch() -> str:
     return f"Gluon FP8 mode on sm_90 ({_fp8_mode()}): {rules}; else kernels/fp8.py's Triton kernel"
 
 
+# ------------------------------------------------------------------- backward
+# Which backward serves flashcore.attention's autograd. The Triton backward (kernels/
+# backward.py) by default: bitwise reproducible (dQ in a pass of its own). A caller that passes
+# deterministic=False lets dQ be summed in any order; then the warp-specialized Gluon backward
+# (kernels/backward_hopper_ws.py, fp32 dQ by TMA reduce-add) runs where it supports the call and
+# this table says it was measured faster than the Triton backward's default mode (which is
+# itself faster than the Triton atomic mode at every shape of backward.json, so it is what
+# deterministic=False runs elsewhere): (head dim, causal) -> the shortest sequence (min of Sq,
+# Sk) from which it does. H100, bf16, B*S = 16K tokens, H*D = 2048, 3 alternating rounds in one
+# process, the kernel of commit fe25755 (tools/backward_hopper_check.py --kernel
+# ws_vs_pipelined; logs/backward_ws_check_fe25755.log), TFLOP/s warp-specialized Gluon vs Triton:
+#   D64  full   S=2K 340 vs 338, S=4K 387 vs 360, S=8K 414 vs 370, S=16K 413 vs 369
+#   D64  causal S=2K 264 vs 266, S=4K 336 vs 297, S=8K 379 vs 308, S=16K 415 vs 342
+#   D128 full   S=2K 365 vs 375, S=4K 424 vs 385, S=8K 447 vs 408, S=16K 440 vs 417
+#   D128 causal S=2K 309 vs 316, S=4K 380 vs 351, S=8K 435 vs 383, S=16K 463 vs 416
+# (S=2K is level or behind at both head dims: Triton there.)
+BACKWARD_GLUON_FROM = {(64, False): 4096, (64, True): 4096, (128, False): 4096, (128, True): 4096}
+BACKWARD_MODES = ("auto", "always", "never")
+
+
+def backward_gluon_mode() -> str:
+    """``FLASHCORE_BACKWARD_HOPPER``: ``auto`` (default: the table above, for callers that pass
+    deterministic=False), ``always`` (the warp-specialized Gluon backward wherever it supports
+    the call, deterministic or not: for tests and sanitizer runs) or ``never``."""
+    mode = os.environ.get("FLASHCORE_BACKWARD_HOPPER", "auto")
+    if mode not in BACKWARD_MODES:
+        raise ValueError(
+            f"FLASHCORE_BACKWARD_HOPPER must be one of {', '.join(BACKWARD_MODES)}, got {mode!r}"
+        )
+    return mode
+
+
+def backward_kernel(
+    q, k, v, *, causal: bool, deterministic: bool, window=None, softcap=None, sinks=None
+) -> str:
+    """``"gluon_ws"`` or ``"triton"``: the backward autograd runs for these inputs."""
+    mode = backward_gluon_mode()
+    if mode == "never" or not _backward_hopper.supports(
+        q, k, v, window=window, softcap=softcap, sinks=sinks
+    ):
+        return "triton"
+    if mode == "always":
+        return "gluon_ws"
+    from_s = BACKWARD_GLUON_FROM.get((q.shape[3], bool(causal)))
+    if deterministic or from_s is None or min(q.shape[2], k.shape[2]) < from_s:
+        return "triton"
+    return "gluon_ws"
+
+
 def describe_backward_dispatch() -> str:
-    """The backward autograd runs, for ``python -m flashcore info`` (FLASHCORE_BACKWARD_HOPPER:
-    ``never``, the default, or ``always``). The Gluon backward measured 0.835-0.952x the
-    Triton backward at D64/D128, S 2K-8K (H100, backward_hopper_check.json), so it stays
-    opt-in."""
-    gluon = "Gluon (kernels/backward_hopper.py: sm_90, fp16/bf16, D64/128, atomic dQ)"
-    if _backward_hopper.requested():
-        return f"{gluon} where it supports the call (FLASHCORE_BACKWARD_HOPPER=always), else Triton"
+    """The backward autograd runs, for ``python -m flashcore info``."""
+    rules = ", ".join(
+        f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
+        for (d, c), t in BACKWARD_GLUON_FROM.items()
+    )
+    gluon = (
+        "warp-specialized Gluon (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128, "
+        "dQ by TMA reduce-add)"
+    )
+    mode = backward_gluon_mode()
+    if mode == "always":
+        return (
+            f"{gluon} wherever it supports the call (FLASHCORE_BACKWARD_HOPPER=always), else Triton"
+        )
+    if mode == "never":
+        return "Triton (FLASHCORE_BACKWARD_HOPPER=never)"
     return (
-        f"Triton; {gluon} is opt-in (FLASHCORE_BACKWARD_HOPPER=always): measured slower than "
-        "Triton on the H100 (backward_hopper_check.json)"
+        f"Triton, deterministic (default); with deterministic=False, {gluon} where measured "
+        f"faster on the H100 (backward_ws_check.json): {rules}; else Triton"
     )

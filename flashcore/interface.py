@@ -38,6 +38,7 @@ from ._checks import (
 from .dispatch import (  # noqa: F401  (re-exported: flashcore.interface.forward_kernel, ...)
     FORWARD_GLUON_FROM,
     FP8_GLUON_FROM,
+    backward_kernel,
     describe_backward_dispatch,
     describe_dispatch,
     describe_fp8_dispatch,
@@ -45,7 +46,7 @@ from .dispatch import (  # noqa: F401  (re-exported: flashcore.interface.forward
     fp8_kernel,
 )
 from .kernels import backward as _backward
-from .kernels import backward_hopper as _backward_hopper
+from .kernels import backward_hopper_ws as _backward_hopper_ws
 from .kernels import decode as _decode
 from .kernels import forward as _forward
 from .kernels import forward_hopper as _hopper
@@ -72,6 +73,7 @@ def attention(
     out: torch.Tensor | None = None,
     config: dict | None = None,
     sinks: torch.Tensor | None = None,
+    deterministic: bool = True,
 ):
     """Exact softmax attention: ``softmax(q @ k^T * scale [+ causal mask]) @ v``.
 
@@ -105,6 +107,11 @@ def attention(
             strides); the validation poisons it with NaN so an element never written fails.
         config: override the launch configuration (BLOCK_M, BLOCK_N, num_warps,
             num_stages, and optionally USE_TMA / WARP_SPECIALIZE); for tuning sweeps.
+        deterministic: the backward's gradients are bitwise reproducible (default). False
+            lets dQ be summed in any order: on Hopper, fp16/bf16 at D64/D128, the
+            warp-specialized Gluon backward then runs where it was measured faster
+            (``dispatch.BACKWARD_GLUON_FROM``; ``python -m flashcore info``), and dQ may
+            differ between runs in its last bits. No effect without autograd.
 
     Dtypes: float16 and bfloat16 on CUDA; float32 everywhere (computed in IEEE fp32, not
     tf32). Accumulation is fp32. On CPU tensors the kernel runs under the Triton
@@ -308,14 +315,19 @@ class _AttentionFunction(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         kw = ctx.kwargs
         gluon_kw = {name: kw.get(name) for name in ("window", "softcap", "sinks")}
-        if _backward_hopper.requested() and _backward_hopper.supports(q, k, v, **gluon_kw):
-            # The Gluon backward (opt-in; not deterministic: dQ is summed with atomics).
+        causal = bool(kw.get("causal"))
+        if (
+            backward_kernel(q, k, v, causal=causal, deterministic=ctx.deterministic, **gluon_kw)
+            == "gluon_ws"
+        ):
+            # The warp-specialized Gluon backward (dQ summed in any order: deterministic=False
+            # or FLASHCORE_BACKWARD_HOPPER=always).
             off = k.shape[2] - q.shape[2] if kw.get("causal_alignment") == "bottom_right" else 0
             dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
             scale = _backward._default_scale(kw.get("scale"), q)
-            _backward_hopper.attention_backward_hopper(
+            _backward_hopper_ws.attention_backward_hopper_ws(
                 grad_out.to(q.dtype), q, k, v, out, lse, dq, dk, dv, scale=scale,
-                causal_offset=off, is_causal=bool(kw.get("causal")),
+                causal_offset=off, is_causal=causal,
             )  # fmt: skip
             return dq, dk, dv, None, None
         dq, dk, dv = _backward.attention_backward(
@@ -384,10 +396,11 @@ class _SinkGradient(torch.autograd.Function):
         return grad_out, None, (-(p_sink * delta).sum((0, 2))).to(sinks.dtype)
 
 
+# (deterministic is the backward's: the autograd Function takes it apart from these)
 _FORWARD_DEFAULTS = {
     name: p.default
     for name, p in inspect.signature(attention).parameters.items()
-    if p.kind == p.KEYWORD_ONLY
+    if p.kind == p.KEYWORD_ONLY and name != "deterministic"
 }
 
 

@@ -1,19 +1,21 @@
 """The Gluon Hopper backward (flashcore/kernels/backward_hopper.py).
 
-On any machine: the import guard, the environment override, and an offline compile for
+On any machine: the import guard and an offline compile for
 sm_90 (D64/D128, causal and not, fp16/bf16) whose SASS must hold wgmma (HGMMA) and no
 register spills. On a Hopper GPU: gradients against float64 autograd under the gradient
-rule on the 240-case ``backward_grid("hopper")`` (NaN-poisoned gradient buffers), the
-autograd door, and a planted bug (delta dropped) that the rule must reject."""
+rule on the 240-case ``backward_grid("hopper")`` (NaN-poisoned gradient buffers) and a
+planted bug (delta dropped) that the rule must reject, for every Gluon backward. The
+dispatch (FLASHCORE_BACKWARD_HOPPER, deterministic=False) and the autograd door are
+tests/test_backward_hopper_ws.py's."""
 
 import pytest
 import torch
 from conftest import DEVICE, HAS_HOPPER, case_seed, offline_report
 
 import flashcore
-from flashcore.interface import describe_backward_dispatch
 from flashcore.kernels import backward_hopper as bh
 from flashcore.kernels import backward_hopper_pipelined as bhp
+from flashcore.kernels import backward_hopper_ws as bhw
 from flashcore.validate import AttentionCase, error_rule
 from flashcore.validate_backward import (
     GRADIENTS,
@@ -32,31 +34,6 @@ def test_import_guard_and_supports_on_cpu():
     assert isinstance(bh.GLUON_AVAILABLE, bool)
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
     assert not bh.supports(q, q, q)  # CPU tensors never take the Gluon path
-
-
-def test_environment_override(monkeypatch):
-    monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
-    assert not bh.requested()  # default: never (measured slower than Triton)
-    assert "opt-in" in describe_backward_dispatch()
-    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
-    assert bh.requested()
-    assert "FLASHCORE_BACKWARD_HOPPER=always" in describe_backward_dispatch()
-    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "sometimes")
-    with pytest.raises(ValueError, match="FLASHCORE_BACKWARD_HOPPER must be"):
-        bh.requested()
-
-
-def test_always_falls_back_where_unsupported(monkeypatch):
-    # On a CPU (or with fp32 inputs) the Gluon path is never taken, even under "always":
-    # the Triton backward runs and its gradients pass the rule.
-    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
-    case = AttentionCase(1, 2, 1, 17, 17, 16, "float32", True)
-    q, k, v, do = make_grad_inputs(case, DEVICE, 3)
-    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    flashcore.attention(q, k, v, causal=True).backward(do)
-    assert rule_rejects((q.grad, k.grad, v.grad), q, k, v, do, causal=True) == {
-        g: True for g in GRADIENTS
-    }
 
 
 def test_launcher_binds_every_kernel_argument(monkeypatch):
@@ -136,25 +113,6 @@ def test_gradient_rule(case):
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
 
 
-@needs_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("causal", [False, True])
-def test_autograd_takes_it_under_always(monkeypatch, causal):
-    calls = []
-    launch = bh.attention_backward_hopper
-    monkeypatch.setattr(
-        bh, "attention_backward_hopper", lambda *a, **k: calls.append(1) or launch(*a, **k)
-    )
-    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
-    case = AttentionCase(2, 8, 2, 300, 300, 128, "bfloat16", causal, "bottom_right", "bshd")
-    q, k, v, do = make_grad_inputs(case, DEVICE, 7)
-    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    kw = dict(causal=causal, causal_alignment="bottom_right")
-    flashcore.attention(q, k, v, **kw).backward(do)
-    assert calls, "the Gluon backward did not run"
-    assert rule_rejects((q.grad, k.grad, v.grad), q, k, v, do, **kw) == {g: True for g in GRADIENTS}
-
-
 class _ZeroDelta:
     """Stands in for the preprocess kernel: delta = 0 instead of rowsum(dO o O)."""
 
@@ -162,12 +120,13 @@ class _ZeroDelta:
         return lambda out, do, delta, *args, **kwargs: delta.zero_()
 
 
-# Both Gluon backwards (the first version and its pipelined variant, kernels/
-# backward_hopper_pipelined.py): their module (whose preprocess a test replaces), launcher and
+# The Gluon backwards (the first version, its pipelined variant and the warp-specialized
+# kernel): their module (whose preprocess a test replaces), launcher and
 # check_grad_case name.
 GLUON_BACKWARDS = {
     "gluon": (bh, bh.attention_backward_hopper),
     "gluon_pipelined": (bhp, bhp.attention_backward_hopper_pipelined),
+    "gluon_ws": (bhw, bhw.attention_backward_hopper_ws),
 }
 
 
@@ -187,7 +146,14 @@ def test_planted_bug_dropped_delta_is_rejected(monkeypatch, kernel, d):
 @needs_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "kernel, d", [("gluon", 64), ("gluon_pipelined", 64), ("gluon_pipelined", 128)]
+    "kernel, d",
+    [
+        ("gluon", 64),
+        ("gluon_pipelined", 64),
+        ("gluon_pipelined", 128),
+        ("gluon_ws", 64),
+        ("gluon_ws", 128),
+    ],
 )
 def test_gqa_group_is_summed_and_every_row_written(kernel, d):
     # GQA 4:1 with Sk not a multiple of the 128-key block and Sq not of the 64-row block

@@ -56,6 +56,15 @@
 #             engine's reduce-add probe (tools/gluon_tma_reduce_probe.py), then, in the trial
 #             branch's tree, the Gluon backward's GPU tests with dQ summed by it and its timing
 #             beside the atomic sum and the Triton backward (--kernel dq_sum); about 4 minutes
+#   ws_a      (carry .fa4a) unpack FA4's compiler library; the GPU check of the "ran" scope; the
+#             warp-specialized Gluon backward's GPU tests (and every Gluon backward's shared
+#             ones), compute-sanitizer's three tools on it (log only: sanitizer.json keeps the
+#             full run), and its grid and speed beside the pipelined kernel and the Triton
+#             backward (tools/backward_hopper_check.py --kernel ws_vs_pipelined:
+#             backward_ws_check.json)
+#   ws_b      (carry .fa4b, right after ws_a) the backward speed part beside FA4 (as
+#             `backward`, with deterministic=False's path: flashcore_nondeterministic), then
+#             the FP8 study (fp8.json)
 #   fp8_ab    (FA4 not needed; carry .ab/exp2k0, made here by `mkdir -p .ab/exp2k0 && git archive
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
@@ -68,7 +77,10 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/device_prefix.sh
 . tools/stage.sh
 fa4site=/root/fa4site
-case "$part" in forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b) fa4b=1 ;; *) fa4b=0 ;; esac
+case "$part" in
+  forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b | ws_b) fa4b=1 ;;
+  *) fa4b=0 ;;
+esac
 if [ "$fa4b" = 1 ]; then
   # shellcheck disable=SC1091
   source .fa4b/install.sh
@@ -88,7 +100,8 @@ backward_speed() {  # backward_speed SECONDS: the bf16 backward sweep beside FA4
   TAIL=70 STAGE_HIDE="gradients\|UserWarning\|return Variable" stage backward_speed "$1" \
     python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
     --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
-    --impls flashcore flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 --record
+    --impls flashcore flashcore_nondeterministic flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 \
+    --record
 }
 mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around the shipped ones
   mkdir -p "$out/probe"
@@ -132,6 +145,22 @@ tests/test_backward_varlen_softcap.py"
       TAIL=20 stage tma_dq_check 240 python3 tools/backward_hopper_check.py \
         "$out/logs/backward_hopper_tma_dq_check.json" --kernel dq_sum --grid-stride 2
     )
+    ;;
+  ws_a)
+    bash .fa4a/install.sh
+    ran_scope_check
+    bash tools/gpu_test_shards.sh "$out/tests" 200 "ws:8:-m gpu tests/test_backward_hopper_ws.py \
+tests/test_backward_hopper.py -k gluon_ws"
+    FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws 170 python3 -m flashcore sanitize \
+      --workloads backward_hopper_ws --jobs 3
+    ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_check"))')
+    mkdir -p "$(dirname "$ws_json")"
+    TAIL=24 stage ws_check 200 python3 tools/backward_hopper_check.py "$ws_json" \
+      --kernel ws_vs_pipelined --s 2048 4096 8192 16384
+    ;;
+  ws_b)
+    backward_speed 380
+    TAIL=20 stage fp8 190 python3 -m flashcore fp8 --record
     ;;
   fp8_ab)
     TAIL=16 stage fp8_ab 500 python3 tools/ab_timing.py fp8_schedule_ab_timing \

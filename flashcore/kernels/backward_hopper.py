@@ -60,14 +60,14 @@ Not reused from the Triton kernels (a ``@triton.jit`` function cannot be called 
 ``backward._probabilities``; ``_mask_tile`` and the exp2 line below restate them. The
 preprocess kernel and the launch cache are reused as they are.
 
-``attention_backward_hopper`` launches it. ``flashcore.attention``'s autograd takes it only
-under ``FLASHCORE_BACKWARD_HOPPER=always`` (default ``never`` until it is measured).
+``attention_backward_hopper`` launches it. Not dispatched by ``flashcore.attention`` (measured
+0.84-0.95x the Triton backward, backward_hopper_check.json): its warp-specialized successor,
+kernels/backward_hopper_ws.py, is (``dispatch.backward_kernel``).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -328,15 +328,6 @@ if GLUON_AVAILABLE:
             mbarrier.invalidate(ready.index(i))
 
     _BWD_LAUNCH = CachedKernel(_bwd_hopper_kernel, "gluon_bwd")
-
-
-def requested() -> bool:
-    """``FLASHCORE_BACKWARD_HOPPER``: ``never`` (default: autograd runs the Triton backward
-    until this one is measured) or ``always`` (every call ``supports`` accepts)."""
-    mode = os.environ.get("FLASHCORE_BACKWARD_HOPPER", "never")
-    if mode not in ("always", "never"):
-        raise ValueError(f"FLASHCORE_BACKWARD_HOPPER must be 'always' or 'never', got {mode!r}")
-    return mode == "always"
 
 
 @functools.cache

@@ -1,12 +1,13 @@
 """Small workloads for compute-sanitizer beyond the forward grid: the backward (Triton,
 both dQ modes, softcap, varlen), the varlen forward, KV-cache decode (dense and paged,
-split and single, sinks, softcap, window), the Gluon backward, and MLA's head dims (q/k 192,
+split and single, sinks, softcap, window), the Gluon backwards, and MLA's head dims (q/k 192,
 v 128) on the forward the dispatch picks (``python -m flashcore sanitize`` runs that one
 forced onto the Gluon kernel with 3 programs), on awkward sizes. Every
 call's result goes under its rule as well, so a run shows both the tool's verdict and
 that the calls computed what they should.
 
-    python -m flashcore.studies.sanitize_workloads backward|varlen|decode|backward_hopper|mla
+    python -m flashcore.studies.sanitize_workloads backward|varlen|decode|backward_hopper|
+        backward_hopper_ws|mla
 
 Prints one line per family and then "N cases, M failed" (the line ``python -m flashcore
 sanitize`` keeps). Sizes are small: under memcheck and racecheck a kernel runs orders of
@@ -46,6 +47,17 @@ def _backward_hopper(device) -> list[dict]:
 
     return [
         check_grad_case(case, device, 400 + i, kernel="gluon")
+        for i, case in enumerate(backward_grid("hopper")[::30])
+    ]
+
+
+def _backward_hopper_ws(device) -> list[dict]:
+    """The warp-specialized Gluon backward (its loader and dQ writer warps, the ring and the
+    dQ handoff: racecheck and synccheck see the partitions' barriers)."""
+    from ..validate_backward import backward_grid, check_grad_case
+
+    return [
+        check_grad_case(case, device, 500 + i, kernel="gluon_ws")
         for i, case in enumerate(backward_grid("hopper")[::30])
     ]
 
@@ -131,6 +143,7 @@ WORKLOADS = {
     "mla": _mla,
     "backward": _backward,
     "backward_hopper": _backward_hopper,
+    "backward_hopper_ws": _backward_hopper_ws,
     "varlen": _varlen,
     "decode": _decode,
 }

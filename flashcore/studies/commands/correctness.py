@@ -141,6 +141,7 @@ SANITIZER_WORKLOADS = [
     "fp8_hopper",
     "backward",
     "backward_hopper",
+    "backward_hopper_ws",
     "varlen",
     "decode",
 ]
@@ -187,7 +188,7 @@ def run_sanitize(args) -> int:
         # Every other kernel family on small awkward sizes (studies/sanitize_workloads.py).
         **{
             name: ["-m", "flashcore.studies.sanitize_workloads", name]
-            for name in ("backward", "backward_hopper", "varlen", "decode")
+            for name in ("backward", "backward_hopper", "backward_hopper_ws", "varlen", "decode")
         },
     }
     if args.workloads:
@@ -204,7 +205,7 @@ def run_sanitize(args) -> int:
         if workload in ("forward_hopper_walk", "forward_hopper_mla", "fp8_hopper"):
             run_env.update(FLASHCORE_HOPPER_MAX_PROGRAMS="3")
         run_env.update(FLASHCORE_FP8_HOPPER="always" if workload == "fp8_hopper" else "never")
-        if workload == "backward_hopper":
+        if workload.startswith("backward_hopper"):
             run_env.update(FLASHCORE_BACKWARD_HOPPER="always")
         flashcore_args = workloads[workload]
         # A module of its own ("-m ...") or a flashcore command.

@@ -1,0 +1,279 @@
+"""The warp-specialized Gluon Hopper backward (flashcore/kernels/backward_hopper_ws.py) and the
+backward dispatch that sends calls to it (flashcore/dispatch.py: ``backward_kernel``,
+FLASHCORE_BACKWARD_HOPPER, ``attention(..., deterministic=False)``).
+
+On any machine: the import guard, the dispatch rules in every mode, the launcher's plumbing,
+and an offline compile for sm_90 (the register split between consumers and workers, the TMA
+reduce-add in the SASS, no spills at D128, shared memory within 227 KB). On a Hopper GPU:
+gradients under the gradient rule on the pipelined kernel's edge cases (its ring, dS buffers
+and dQ handoff at 1, 2, 3 and many steps), and the autograd door under both ways in. The
+planted bug and the GQA row coverage are tests/test_backward_hopper.py's, parametrized over
+every Gluon backward."""
+
+import pytest
+import torch
+from conftest import DEVICE, HAS_HOPPER, case_seed, offline_report
+from test_backward_hopper_pipelined import GPU_CASES
+
+import flashcore
+from flashcore import dispatch
+from flashcore.kernels import backward_hopper as bh
+from flashcore.kernels import backward_hopper_ws as bhw
+from flashcore.validate import AttentionCase, error_rule
+from flashcore.validate_backward import (
+    GRADIENTS,
+    check_grad_case,
+    make_grad_inputs,
+    rule_rejects,
+)
+
+needs_hopper = pytest.mark.skipif(
+    not (HAS_HOPPER and bhw.GLUON_AVAILABLE), reason="needs a Hopper GPU and triton with Gluon"
+)
+
+
+def test_import_guard_and_supports_on_cpu():
+    assert bhw.GLUON_AVAILABLE is bh.GLUON_AVAILABLE
+    assert bhw.supports is bh.supports  # the same calls take any Gluon backward
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    assert not bhw.supports(q, q, q)  # CPU tensors never take the Gluon path
+
+
+def _meta(s, d):
+    return torch.empty(2, 4, s, d, device="meta", dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_dispatch_rules(monkeypatch, d):
+    """auto: only deterministic=False, from the table's S on (min of Sq, Sk); always: wherever
+    supported, deterministic or not; never: Triton; an unsupported call: Triton in every mode;
+    an unknown mode: a clear error. Each mode's ``info`` line says so."""
+    monkeypatch.setattr(dispatch._backward_hopper, "supports", lambda q, k, v, **kw: True)
+    monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
+
+    def pick(sq, sk, causal=False, deterministic=False):
+        q, k = _meta(sq, d), _meta(sk, d)
+        return dispatch.backward_kernel(q, k, k, causal=causal, deterministic=deterministic)
+
+    for causal in (False, True):
+        from_s = dispatch.BACKWARD_GLUON_FROM[(d, causal)]
+        assert pick(from_s, from_s, causal) == "gluon_ws"
+        assert pick(from_s, from_s, causal, deterministic=True) == "triton"
+        assert pick(from_s - 1, 4 * from_s, causal) == "triton"
+        assert pick(4 * from_s, from_s - 1, causal) == "triton"
+    assert "deterministic=False" in dispatch.describe_backward_dispatch()
+    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
+    assert pick(1, 1, deterministic=True) == "gluon_ws"
+    assert "FLASHCORE_BACKWARD_HOPPER=always" in dispatch.describe_backward_dispatch()
+    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "never")
+    assert pick(16384, 16384) == "triton"
+    assert "never" in dispatch.describe_backward_dispatch()
+    monkeypatch.setattr(dispatch._backward_hopper, "supports", lambda q, k, v, **kw: False)
+    for mode in dispatch.BACKWARD_MODES:
+        monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", mode)
+        assert pick(16384, 16384) == "triton"
+    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "sometimes")
+    with pytest.raises(ValueError, match="FLASHCORE_BACKWARD_HOPPER must be"):
+        pick(16384, 16384)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_unsupported_calls_fall_back_to_triton(monkeypatch, deterministic):
+    # On a CPU (or with fp32 inputs) the Gluon path is never taken, even under "always" and
+    # deterministic=False: the Triton backward runs and its gradients pass the rule.
+    monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
+    case = AttentionCase(1, 2, 1, 17, 17, 16, "float32", True)
+    q, k, v, do = make_grad_inputs(case, DEVICE, 3)
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    flashcore.attention(q, k, v, causal=True, deterministic=deterministic).backward(do)
+    assert rule_rejects((q.grad, k.grad, v.grad), q, k, v, do, causal=True) == {
+        g: True for g in GRADIENTS
+    }
+
+
+def test_deterministic_is_no_forward_option():
+    # The flag is the backward's: without autograd it changes nothing, and the forward never
+    # receives it.
+    case = AttentionCase(1, 2, 2, 9, 9, 16, "float32", False)
+    q, k, v, _ = make_grad_inputs(case, DEVICE, 1)
+    a = flashcore.attention(q, k, v, deterministic=False)
+    b = flashcore.attention(q, k, v)
+    assert torch.equal(a, b)
+    from flashcore.interface import _FORWARD_DEFAULTS
+
+    assert "deterministic" not in _FORWARD_DEFAULTS
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_launcher_binds_every_kernel_argument(monkeypatch, d):
+    """The launcher on a CPU: the preprocess kernel (interpreted) writes delta; the Gluon
+    kernel (recorded, not run) gets every parameter, descriptors of the head dim's BLOCK_M
+    (dQ's fp32 buffer in BLOCK_M x D blocks, for the reduce-add) and 8 consumer warps; dQ is
+    the scaled fp32 buffer (zero: the unlaunched kernel added nothing)."""
+    if not bhw.GLUON_AVAILABLE:
+        pytest.skip("this triton has no Gluon Hopper API")
+    calls = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append((grid, args, kwargs))
+
+    monkeypatch.setattr(bhw, "_BWD_LAUNCH", Recorder())
+    case = AttentionCase(2, 4, 2, 70, 130, d, "float16", True, "bottom_right", "bshd")
+    q, k, v, do = make_grad_inputs(case, DEVICE, 5)
+    out = torch.randn(q.shape, dtype=q.dtype, device=DEVICE)
+    lse = torch.randn(q.shape[:3], dtype=torch.float32, device=DEVICE)
+    grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    bhw.attention_backward_hopper_ws(
+        do, q, k, v, out, lse, *grads, causal_offset=60, is_causal=True, scale=0.125
+    )
+    ((grid, args, kwargs),) = calls
+    assert grid == (2, 4)  # (key blocks of 128, batch * KV heads)
+    params = bhw._bwd_hopper_ws_kernel.arg_names
+    named = kwargs.keys() - {"num_warps"}
+    assert len(args) + len(named) == len(params) and named == set(params[len(args) :])
+    bound = dict(zip(params, args)) | kwargs
+    block_m = bhw.BLOCK_M_FOR[d]
+    assert (bound["BLOCK_M"], bound["BLOCK_N"], bound["STAGES"]) == (block_m, 128, 2)
+    assert bound["HEAD_DIM"] == d and bound["IS_CAUSAL"] is True and bound["num_warps"] == 8
+    descs = [bound[n] for n in ("q_desc", "k_desc", "do_desc", "dq_desc")]
+    assert [x.block_shape for x in descs] == [
+        [1, 1, block_m, d],
+        [1, 1, 128, d],
+        [1, 1, block_m, d],
+        [1, 1, block_m, d],
+    ]
+    assert bound["dq_desc"].base.dtype == torch.float32 and bound["dq_desc"].base.shape == q.shape
+    delta64 = (out.double() * do.double()).sum(-1)  # rowsum(dO o O)
+    report = error_rule(bound["Delta"], delta64, (out.float() * do.float()).sum(-1))
+    assert report.passed, report
+    assert (bound["seqlen_q"], bound["seqlen_k"], bound["causal_offset"]) == (70, 130, 60)
+    assert torch.equal(grads[0], torch.zeros_like(q))
+
+
+# Run in a subprocess with the interpreter off (this process runs it): each config compiled
+# for sm_90, with ptxas's resources and the SASS's register reallocations and reduce-adds.
+_REPORT = r"""
+import json, re
+from triton.experimental.gluon import language as gl
+from flashcore.kernels import backward_hopper_ws as bhw
+from flashcore.studies.sass import compile_kernel, disassemble, resource_usage
+
+out = {}
+for d in (64, 128):
+    bm = bhw.BLOCK_M_FOR[d]
+    for causal in (False, True):
+        for dtype in ("fp16", "bf16"):
+            gd = gl.bfloat16 if dtype == "bf16" else gl.float16
+
+            def desc(rows, t=dtype, g=gd):
+                layout = gl.NVMMASharedLayout.get_default_for([rows, d], g)
+                return f"tensordesc<{t}[1,1,{rows},{d}],{layout!r}>"
+
+            spec = dict(
+                fn=bhw._bwd_hopper_ws_kernel, gluon=True,
+                pointers={"Lse": "*fp32", "Delta": "*fp32", "dK": f"*{dtype}", "dV": f"*{dtype}"},
+                floats={"qk_scale", "sm_scale"},
+                consts=dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bhw.BLOCK_N, STAGES=bhw.STAGES,
+                            IS_CAUSAL=causal),
+                num_warps=bhw.NUM_WARPS, num_stages=1,
+                descs={"q_desc": desc(bm), "do_desc": desc(bm), "k_desc": desc(bhw.BLOCK_N),
+                       "v_desc": desc(bhw.BLOCK_N), "dq_desc": desc(bm, "fp32", gl.float32)},
+            )
+            c = compile_kernel(spec)
+            r = resource_usage(c)
+            sass = disassemble(c.asm["cubin"])
+            regs = re.findall(r"USETMAXREG\S* (?:UP\d, )?(0x[0-9a-f]+)", sass)
+            r["setmaxnreg"] = sorted({int(x, 16) for x in regs})
+            r["reduce_adds"] = sass.count("UTMAREDG")
+            out[f"D{d} {'causal' if causal else 'full'} {dtype}"] = r
+print(json.dumps(out))
+"""
+
+
+def test_offline_compile_for_sm90(record_property):
+    """Compiled for sm_90 without a GPU: wgmma and the TMA reduce-add in the SASS; registers
+    reallocated to 240 a consumer thread and 24 a worker thread; shared memory within Hopper's
+    227 KB; no spills at D128. D64 (BLOCK_M 128: S and dP are 64 fp32 registers a thread each)
+    spills a few registers: bounded here so that more would fail, and measured faster than the
+    Triton backward with them (dispatch.BACKWARD_GLUON_FROM)."""
+    pytest.importorskip("triton.experimental.gluon")
+    if not bhw.GLUON_AVAILABLE:
+        pytest.skip("this triton has no Gluon Hopper API")
+    report = offline_report(_REPORT)
+    assert len(report) == 8
+    for name, r in report.items():
+        record_property(
+            "measured",
+            f"backward_hopper_ws {name}: {r['n_regs']} registers at launch, setmaxnreg "
+            f"{r['setmaxnreg']}, {r['n_spills']} spill stores, {r['stack']} B stack, "
+            f"{r['shared']} B shared, {r['hgmma']} HGMMA, {r['reduce_adds']} reduce-adds",
+        )
+        assert r["hgmma"] > 0 and r["reduce_adds"] > 0, (name, r)
+        assert r["setmaxnreg"] == [24, 240], (name, r)
+        assert r["shared"] <= 227 * 1024, (name, r)
+        if name.startswith("D128"):
+            assert r["n_spills"] == 0 and r["ldl"] == 0 and r["stack"] == 0, (name, r)
+        else:
+            assert r["n_spills"] <= 16 and r["stack"] <= 64, (name, r)
+
+
+# --------------------------------------------------------------------------- Hopper GPU
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
+def test_gradient_rule(case):
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon_ws")
+    for g in GRADIENTS:
+        assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
+    assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("way_in", ["deterministic=False", "always"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_autograd_takes_it(monkeypatch, way_in, causal):
+    calls = []
+    launch = bhw.attention_backward_hopper_ws
+    monkeypatch.setattr(
+        bhw, "attention_backward_hopper_ws", lambda *a, **k: calls.append(1) or launch(*a, **k)
+    )
+    deterministic = way_in == "always"
+    if way_in == "always":
+        monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
+    else:  # the table's threshold lowered to this small case
+        monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
+        monkeypatch.setitem(dispatch.BACKWARD_GLUON_FROM, (128, causal), 1)
+    case = AttentionCase(2, 8, 2, 300, 300, 128, "bfloat16", causal, "bottom_right", "bshd")
+    q, k, v, do = make_grad_inputs(case, DEVICE, 7)
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    kw = dict(causal=causal, causal_alignment="bottom_right")
+    flashcore.attention(q, k, v, deterministic=deterministic, **kw).backward(do)
+    assert calls, "the warp-specialized Gluon backward did not run"
+    assert rule_rejects((q.grad, k.grad, v.grad), q, k, v, do, **kw) == {g: True for g in GRADIENTS}
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_default_stays_deterministic(monkeypatch):
+    # The default (deterministic=True, mode auto) never takes the Gluon path, even at a shape
+    # the table sends there for deterministic=False: two backwards agree bitwise.
+    monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
+    calls = []
+    launch = bhw.attention_backward_hopper_ws
+    monkeypatch.setattr(
+        bhw, "attention_backward_hopper_ws", lambda *a, **k: calls.append(1) or launch(*a, **k)
+    )
+    monkeypatch.setitem(dispatch.BACKWARD_GLUON_FROM, (128, True), 1)
+    case = AttentionCase(1, 4, 4, 300, 300, 128, "bfloat16", True)
+    q, k, v, do = make_grad_inputs(case, DEVICE, 9)
+    grads = []
+    for _ in range(2):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        flashcore.attention(*leaves, causal=True).backward(do)
+        grads.append([t.grad for t in leaves])
+    assert not calls
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
