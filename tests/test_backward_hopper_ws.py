@@ -91,6 +91,21 @@ def test_unsupported_calls_fall_back_to_triton(monkeypatch, deterministic):
     }
 
 
+def test_triton_path_stays_deterministic_for_deterministic_false(monkeypatch):
+    # Where the Gluon backward does not run, deterministic=False runs the Triton backward's
+    # deterministic mode (faster than its atomic mode at every shape of backward.json): the
+    # gradients are the default's, bit for bit.
+    monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
+    case = AttentionCase(1, 2, 1, 40, 40, 16, "float32", True)
+    q, k, v, do = make_grad_inputs(case, DEVICE, 4)
+    grads = []
+    for deterministic in (True, False):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        flashcore.attention(*leaves, causal=True, deterministic=deterministic).backward(do)
+        grads.append([t.grad for t in leaves])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
 def test_deterministic_is_no_forward_option():
     # The flag is the backward's: without autograd it changes nothing, and the forward never
     # receives it.

@@ -62,9 +62,9 @@
 #             full run), and its grid and speed beside the pipelined kernel and the Triton
 #             backward (tools/backward_hopper_check.py --kernel ws_vs_pipelined:
 #             backward_ws_check.json)
-#   ws_b      (carry .fa4b, right after ws_a) the backward speed part beside FA4 (as
-#             `backward`, with deterministic=False's path: flashcore_nondeterministic), then
-#             the FP8 study (fp8.json)
+#   ws_b      (carry .fa4b, right after ws_a) the warp-specialized backward's own GPU tests;
+#             the backward speed part beside FA4 (as `backward`, with deterministic=False's
+#             path: flashcore_nondeterministic)
 #   fp8_ab    (FA4 not needed; carry .ab/exp2k0, made here by `mkdir -p .ab/exp2k0 && git archive
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
@@ -149,8 +149,8 @@ tests/test_backward_varlen_softcap.py"
   ws_a)
     bash .fa4a/install.sh
     ran_scope_check
-    bash tools/gpu_test_shards.sh "$out/tests" 200 "ws:8:-m gpu tests/test_backward_hopper_ws.py \
-tests/test_backward_hopper.py -k gluon_ws"
+    bash tools/gpu_test_shards.sh "$out/tests" 200 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
+      "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
     FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws 170 python3 -m flashcore sanitize \
       --workloads backward_hopper_ws --jobs 3
     ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_check"))')
@@ -159,8 +159,8 @@ tests/test_backward_hopper.py -k gluon_ws"
       --kernel ws_vs_pipelined --s 2048 4096 8192 16384
     ;;
   ws_b)
-    backward_speed 380
-    TAIL=20 stage fp8 190 python3 -m flashcore fp8 --record
+    bash tools/gpu_test_shards.sh "$out/tests" 100 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
+    backward_speed 400
     ;;
   fp8_ab)
     TAIL=16 stage fp8_ab 500 python3 tools/ab_timing.py fp8_schedule_ab_timing \
