@@ -20,13 +20,14 @@ In the pipelined kernel every consumer thread issued 32 fp32 atomics a step (the
 64 x 128 at D128) and the TMA copies; here the consumers' only memory traffic besides shared
 memory is the lse/delta rows. The consumers signal both workers at the step's one barrier:
 
-- ring stage release: at step t's barrier both warpgroups have passed their S wait of step t,
-  which retired their step t-1 dV and dK (the last readers of step t-1's Q and dO), so one
-  arrive on ``empty[(t-1) % STAGES]`` frees it;
-- dQ handoff: step t's dQ tile is stored at the end of step t (after waiting on
-  ``dq_empty``: the writer has read step t-1's tile) and published at step t+1's barrier
-  (every warp's part is then written; the fence before the barrier orders the stores before
-  the copy engine's read) with one arrive on ``dq_full``; the last step's after the loop.
+- at step t's barrier both warpgroups have passed their S wait of step t, which retired
+  their step t-1 dV and dK (the last readers of step t-1's Q and dO), and have stored step
+  t-1's dQ tile (at the end of step t-1, after waiting on ``dq_empty``: the writer has read
+  step t-2's tile; the fence before the barrier orders the stores before the copy engine's
+  read). One arrive on ``step_done[(t-1) % STAGES]`` then tells both workers: the loader
+  may refill that ring stage, the writer may add that dQ tile. The last step's arrive
+  follows the loop. (Neither worker can fall a whole phase behind: the consumers wait for
+  the loader's copy of a step and for the writer's read of the previous dQ tile.)
 
 One dQ buffer (32 KB fp32 at D128 and D64): shared memory at D128 is K, V 64 KB + ring 2 x 32
 KB + P 16 KB + dS 2 x 16 KB + dQ 32 KB = 208 KB; at D64 (BLOCK_M 128) 32 + 2 x 32 + 32 + 2 x
@@ -97,37 +98,38 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _loader(
-        q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, kv_bar, ring, empty, work,
+        q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, kv_bar, ring, step_done, work,
     ):  # fmt: skip
         """One warp: K and V once, then step t's Q and dO into ring stage t % STAGES once
         the consumers have released the step that used it last."""
         batch, kv_head, group, n0, m_first, n_m, total = work
-        NSTAGES: gl.constexpr = empty.shape[0]
+        NSTAGES: gl.constexpr = step_done.shape[0]
         mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [batch, kv_head, n0, 0], kv_bar, k_smem)
         tma.async_copy_global_to_shared(v_desc, [batch, kv_head, n0, 0], kv_bar, v_smem)
         for t in range(total):
-            # A fresh barrier waited on with parity 1 reports complete: the first
-            # NSTAGES steps find their stage empty.
-            mbarrier.wait(empty.index(t % NSTAGES), ((t // NSTAGES) & 1) ^ 1)
+            # Step t - NSTAGES done (a fresh barrier waited on with parity 1 reports
+            # complete: the first NSTAGES steps find their stage empty).
+            mbarrier.wait(step_done.index(t % NSTAGES), ((t // NSTAGES) & 1) ^ 1)
             _load_step(q_desc, do_desc, ring, t, n_m, m_first, batch, kv_head, group)
 
     @gluon.jit
-    def _dq_writer(dq_desc, dq_smem, dq_full, dq_empty, work, BLOCK_M: gl.constexpr):
+    def _dq_writer(dq_desc, dq_smem, step_done, dq_empty, work, BLOCK_M: gl.constexpr):
         """One warp: each step's dQ tile, once published, added into the fp32 dQ buffer by
         one bulk reduce-add (rows past Sq dropped by the descriptor's bounds); the buffer is
         handed back as soon as the copy engine has read it."""
         batch, kv_head, group, n0, m_first, n_m, total = work
+        NSTAGES: gl.constexpr = step_done.shape[0]
         for t in range(total):
             q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
-            mbarrier.wait(dq_full, t & 1)
+            mbarrier.wait(step_done.index(t % NSTAGES), (t // NSTAGES) & 1)
             _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
             tma.store_wait(0)
             mbarrier.arrive(dq_empty, count=1)
 
     @gluon.jit
     def _consumers(
-        k_buf, v_buf, kv_bar, ring, empty, p_smem, ds_smem, dq_smem, dq_full, dq_empty,
+        k_buf, v_buf, kv_bar, ring, step_done, p_smem, ds_smem, dq_smem, dq_empty,
         Lse, Delta, dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
@@ -135,7 +137,7 @@ if GLUON_AVAILABLE:
         """Two warpgroups: the pipelined kernel's step, with the ring and dQ handed to the
         workers (module docstring)."""
         q_ring, do_ring, ready = ring
-        STAGES: gl.constexpr = empty.shape[0]
+        STAGES: gl.constexpr = step_done.shape[0]
         batch, kv_head, group, n0, m_first, n_m, total = work
         num_q_heads, seqlen_q, seqlen_k, causal_offset = lengths
         stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn, \
@@ -207,11 +209,9 @@ if GLUON_AVAILABLE:
             fence_async_shared()
             gl.thread_barrier()
             # Both warpgroups have written P, dS (and step t-1's dQ tile) and retired step
-            # t-1's dV and dK: hand step t-1's dQ tile to the writer and its ring stage to the
-            # loader.
+            # t-1's dV and dK: step t-1's dQ tile to the writer, its ring stage to the loader.
             if t > 0:
-                mbarrier.arrive(dq_full, count=1)
-                mbarrier.arrive(empty.index((t - 1) % STAGES), count=1)
+                mbarrier.arrive(step_done.index((t - 1) % STAGES), count=1)
 
             dq_tok = warpgroup_mma(
                 ds_buf,
@@ -232,7 +232,7 @@ if GLUON_AVAILABLE:
         if total > 0:  # publish the last dQ tile
             fence_async_shared()
             gl.thread_barrier()
-            mbarrier.arrive(dq_full, count=1)
+            mbarrier.arrive(step_done.index((total - 1) % STAGES), count=1)
         dk = dk * sm_scale
         rows = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
@@ -303,15 +303,13 @@ if GLUON_AVAILABLE:
         dq_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_DIM], dq_desc.layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        dq_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        step_done = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         dq_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
-        mbarrier.init(dq_full, count=1)
         mbarrier.init(dq_empty, count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=1)
+            mbarrier.init(step_done.index(i), count=1)
         fence_async_shared()  # the barriers' init is visible to the copy engine
 
         ring = (q_ring, do_ring, ready)
@@ -322,13 +320,13 @@ if GLUON_AVAILABLE:
         )  # fmt: skip
         gl.warp_specialize(
             [
-                (_consumers, (k_buf, v_buf, kv_bar, ring, empty, p_smem, ds_smem, dq_smem,
-                              dq_full, dq_empty, Lse, Delta, dK, dV, dkv_strides, lengths,
+                (_consumers, (k_buf, v_buf, kv_bar, ring, step_done, p_smem, ds_smem,
+                              dq_smem, dq_empty, Lse, Delta, dK, dV, dkv_strides, lengths,
                               work, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N,
                               IS_CAUSAL)),
                 (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
-                           kv_bar, ring, empty, work)),
-                (_dq_writer, (dq_desc, dq_smem, dq_full, dq_empty, work, BLOCK_M)),
+                           kv_bar, ring, step_done, work)),
+                (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, BLOCK_M)),
             ],
             [1, 1],
             [WORKER_REGS, WORKER_REGS],
@@ -404,5 +402,5 @@ def attention_backward_hopper_ws(
         IS_CAUSAL=bool(is_causal),
         num_warps=NUM_WARPS,
     )
-    dq.copy_(dq_acc.mul_(scale))
+    torch.mul(dq_acc, scale, out=dq)  # scaled and converted in one pass
     return dq, dk, dv
