@@ -66,7 +66,7 @@
 #             the backward speed part beside FA4 (as `backward`, with deterministic=False's
 #             path: flashcore_nondeterministic)
 #   ws_c      (FA4 not needed) the "ran" scope check, the warp-specialized backward's GPU
-#             tests, its grid and speed (backward_ws_check.json, as ws_a), the FP8 study (fp8.json)
+#             tests, compute-sanitizer on it (log only), its grid and speed (backward_ws_check.json, as ws_a), the FP8 study (fp8.json)
 #   fp8_ab    (FA4 not needed; carry .ab/exp2k0, made here by `mkdir -p .ab/exp2k0 && git archive
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
@@ -167,6 +167,8 @@ tests/test_backward_varlen_softcap.py"
   ws_c)
     ran_scope_check
     bash tools/gpu_test_shards.sh "$out/tests" 120 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
+    FLASHCORE_BACKWARD_HOPPER=always TAIL=6 stage sanitize_ws 120 python3 -m flashcore sanitize \
+      --workloads backward_hopper_ws --jobs 3
     ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_check"))')
     mkdir -p "$(dirname "$ws_json")"
     TAIL=24 stage ws_check 200 python3 tools/backward_hopper_check.py "$ws_json" \
