@@ -168,13 +168,16 @@ def describe_fp8_dispatch() -> str:
 # itself faster than the Triton atomic mode at every shape of backward.json, so it is what
 # deterministic=False runs elsewhere): (head dim, causal) -> the shortest sequence (min of Sq,
 # Sk) from which it does. H100, bf16, B*S = 16K tokens, H*D = 2048, 3 alternating rounds in one
-# process, the kernel of commit fe25755 (tools/backward_hopper_check.py --kernel
-# ws_vs_pipelined; logs/backward_ws_check_fe25755.log), TFLOP/s warp-specialized Gluon vs Triton:
-#   D64  full   S=2K 340 vs 338, S=4K 387 vs 360, S=8K 414 vs 370, S=16K 413 vs 369
-#   D64  causal S=2K 264 vs 266, S=4K 336 vs 297, S=8K 379 vs 308, S=16K 415 vs 342
-#   D128 full   S=2K 365 vs 375, S=4K 424 vs 385, S=8K 447 vs 408, S=16K 440 vs 417
-#   D128 causal S=2K 309 vs 316, S=4K 380 vs 351, S=8K 435 vs 383, S=16K 463 vs 416
-# (S=2K is level or behind at both head dims: Triton there.)
+# process (tools/backward_hopper_check.py --kernel ws_vs_pipelined), TFLOP/s warp-specialized
+# Gluon vs Triton, as shipped (commit 1c870f9, backward_ws_check.json):
+#   D64  full   S=2K 350 vs 340, S=4K 391 vs 363, S=8K 418 vs 344, S=16K 412 vs 371
+#   D64  causal S=2K 285 vs 261, S=4K 343 vs 299, S=8K 381 vs 315, S=16K 416 vs 348
+#   D128 full   S=2K 389 vs 375, S=4K 438 vs 396, S=8K 449 vs 409, S=16K 453 vs 410
+#   D128 causal S=2K 333 vs 314, S=4K 395 vs 354, S=8K 439 vs 385, S=16K 470 vs 413
+# and its first version (fe25755, two barriers a step; logs/backward_ws_check_de47f37.log):
+#   S=2K 337 vs 337 / 266 vs 263 (D64), 369 vs 374 / 309 vs 313 (D128), S>=4K 1.07-1.22x.
+# S=2K stays on Triton until a second run of the shipped kernel confirms its 1.03-1.09x there
+# (the first version was level).
 BACKWARD_GLUON_FROM = {(64, False): 4096, (64, True): 4096, (128, False): 4096, (128, True): 4096}
 BACKWARD_MODES = ("auto", "always", "never")
 
