@@ -36,36 +36,53 @@ def test_import_guard_and_supports_on_cpu():
     assert not bhp.supports(q, q, q)  # CPU tensors never take the Gluon path
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_launcher_binds_every_kernel_argument(monkeypatch, d):
-    """The launcher's plumbing on a CPU, as the original's test: the preprocess kernel
-    (interpreted) writes delta, the Gluon kernel (recorded, not run) gets every parameter by
-    position or name, with descriptors of the head dim's BLOCK_M, and dQ is the scaled fp32
-    buffer (zero: the unlaunched kernel added nothing)."""
-    if not bhp.GLUON_AVAILABLE:
-        pytest.skip("this triton has no Gluon Hopper API")
+def record_launch(monkeypatch, module, launcher: str, kernel, d: int):
+    """Runs ``module.<launcher>`` (a Gluon backward's launcher) on a CPU with its kernel
+    recorded, not run (GQA 4:2, Sq 70, Sk 130, bottom-right causal, (B, S, H, D) layout):
+    the preprocess kernel (interpreted) writes delta. Asserts that every kernel parameter is
+    bound, by position or name, and that delta is rowsum(dO o O) under the rule and dQ the
+    scaled fp32 buffer (zero: the unlaunched kernel added nothing). Returns (grid, every
+    parameter by name plus launch options, q)."""
     calls = []
 
     class Recorder:
         def __getitem__(self, grid):
             return lambda *args, **kwargs: calls.append((grid, args, kwargs))
 
-    monkeypatch.setattr(bhp, "_BWD_LAUNCH", Recorder())
+    monkeypatch.setattr(module, "_BWD_LAUNCH", Recorder())
     case = AttentionCase(2, 4, 2, 70, 130, d, "float16", True, "bottom_right", "bshd")
     q, k, v, do = make_grad_inputs(case, DEVICE, 5)
     out = torch.randn(q.shape, dtype=q.dtype, device=DEVICE)
     lse = torch.randn(q.shape[:3], dtype=torch.float32, device=DEVICE)
     grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-    bhp.attention_backward_hopper_pipelined(
+    getattr(module, launcher)(
         do, q, k, v, out, lse, *grads, causal_offset=60, is_causal=True, scale=0.125
     )
     ((grid, args, kwargs),) = calls
-    assert grid == (2, 4)  # (key blocks of 128, batch * KV heads)
-    params = bhp._bwd_hopper_pipelined_kernel.arg_names
+    params = kernel.arg_names
     named = kwargs.keys() - {"num_warps"}
     assert len(args) + len(named) == len(params) and named == set(params[len(args) :])
-    assert params == bh._bwd_hopper_kernel.arg_names  # the original's arguments
     bound = dict(zip(params, args)) | kwargs
+    delta64 = (out.double() * do.double()).sum(-1)  # rowsum(dO o O)
+    report = error_rule(bound["Delta"], delta64, (out.float() * do.float()).sum(-1))
+    assert report.passed, report
+    assert (bound["seqlen_q"], bound["seqlen_k"], bound["causal_offset"]) == (70, 130, 60)
+    assert torch.equal(grads[0], torch.zeros_like(q))
+    return grid, bound, q
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_launcher_binds_every_kernel_argument(monkeypatch, d):
+    """The launcher's plumbing on a CPU, as the original's test (``record_launch``), with
+    descriptors of the head dim's BLOCK_M and the original's arguments."""
+    if not bhp.GLUON_AVAILABLE:
+        pytest.skip("this triton has no Gluon Hopper API")
+    grid, bound, _ = record_launch(
+        monkeypatch, bhp, "attention_backward_hopper_pipelined",
+        bhp._bwd_hopper_pipelined_kernel, d,
+    )  # fmt: skip
+    assert grid == (2, 4)  # (key blocks of 128, batch * KV heads)
+    assert bhp._bwd_hopper_pipelined_kernel.arg_names == bh._bwd_hopper_kernel.arg_names
     block_m = bhp.BLOCK_M_FOR[d]
     assert (bound["BLOCK_M"], bound["BLOCK_N"], bound["STAGES"]) == (block_m, 128, 3)
     assert bound["HEAD_DIM"] == d and bound["IS_CAUSAL"] is True and bound["num_warps"] == 8
@@ -74,11 +91,6 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d):
         [1, 1, 128, d],
         [1, 1, block_m, d],
     ]
-    delta64 = (out.double() * do.double()).sum(-1)  # rowsum(dO o O)
-    report = error_rule(bound["Delta"], delta64, (out.float() * do.float()).sum(-1))
-    assert report.passed, report
-    assert (bound["seqlen_q"], bound["seqlen_k"], bound["causal_offset"]) == (70, 130, 60)
-    assert torch.equal(grads[0], torch.zeros_like(q))
 
 
 # Run in a subprocess with the interpreter off (this process runs it). Compiles the original

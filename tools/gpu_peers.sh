@@ -105,6 +105,16 @@ backward_speed() {  # backward_speed SECONDS: the bf16 backward sweep beside FA4
     --impls flashcore flashcore_nondeterministic flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 \
     --record
 }
+ws_sanitize_and_check() {  # the warp-specialized backward: compute-sanitizer (log only: sanitizer.json
+  # keeps the full run), then its grid and speed (backward_ws_check.json)
+  FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws 170 python3 -m flashcore sanitize \
+    --workloads backward_hopper_ws --jobs 3
+  local ws_json
+  ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_check"))')
+  mkdir -p "$(dirname "$ws_json")"
+  TAIL=24 stage ws_check 200 python3 tools/backward_hopper_check.py "$ws_json" \
+    --kernel ws_vs_pipelined --s 2048 4096 8192 16384
+}
 mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around the shipped ones
   mkdir -p "$out/probe"
   for mode in deterministic atomic; do
@@ -153,12 +163,7 @@ tests/test_backward_varlen_softcap.py"
     ran_scope_check
     bash tools/gpu_test_shards.sh "$out/tests" 200 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
       "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
-    FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws 170 python3 -m flashcore sanitize \
-      --workloads backward_hopper_ws --jobs 3
-    ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_check"))')
-    mkdir -p "$(dirname "$ws_json")"
-    TAIL=24 stage ws_check 200 python3 tools/backward_hopper_check.py "$ws_json" \
-      --kernel ws_vs_pipelined --s 2048 4096 8192 16384
+    ws_sanitize_and_check
     ;;
   ws_b)
     bash tools/gpu_test_shards.sh "$out/tests" 100 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
@@ -167,12 +172,7 @@ tests/test_backward_varlen_softcap.py"
   ws_c)
     ran_scope_check
     bash tools/gpu_test_shards.sh "$out/tests" 120 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
-    FLASHCORE_BACKWARD_HOPPER=always TAIL=6 stage sanitize_ws 120 python3 -m flashcore sanitize \
-      --workloads backward_hopper_ws --jobs 3
-    ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_check"))')
-    mkdir -p "$(dirname "$ws_json")"
-    TAIL=24 stage ws_check 200 python3 tools/backward_hopper_check.py "$ws_json" \
-      --kernel ws_vs_pipelined --s 2048 4096 8192 16384
+    ws_sanitize_and_check
     TAIL=20 stage fp8 200 python3 -m flashcore fp8 --record
     ;;
   fp8_ab)
