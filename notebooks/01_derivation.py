@@ -40,10 +40,12 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # (`decode.py`) and made the Gluon forward compute one exponential in 8 on the FMA pipe for
 # D=64 non-causal calls (`forward_hopper.py`). `correctness.json` was re-recorded at 65d6c6c,
 # and `perf.json` and `fp8.json` at 5403789 (65d6c6c's kernels: the commits since changed text
-# only); all three are current. `long_context.json` and `timing_leak.json` were not, and are
-# stale: their claims' lines below say so, and the last line names those two claims alone
-# (before the re-recording it named the three claims on `perf.json` and the one on `fp8.json`
-# too). The three claims on `perf.json` time the prior reports' regime, D=64 non-causal at
+# only). On 2026-11-28 the FP8 schedule fix (`forward_hopper.py`, 2e17e22) and the backward
+# dispatch (`interface.py`, `dispatch.py`) changed files in every record's scope: `fp8.json`
+# was re-recorded at 1c870f9 and is current; `correctness.json` and `perf.json` are stale (their
+# bf16 kernels' machine code is unchanged, but the status lines go by source), as are
+# `long_context.json` and `timing_leak.json`: the claims' lines below say which, and the last
+# line names the claims whose records are stale. The three claims on `perf.json` time the prior reports' regime, D=64 non-causal at
 # S ≤ 512, which the dispatch sends to the Triton forward (`forward.py`, unchanged by these
 # commits). Their measurements moved a little on that same kernel (one call 302 µs graph, 304
 # eager, against 301 and 298 at d8fa890; per sequence 0.35-2.45 µs against 0.34-2.38; SDPA

@@ -257,8 +257,10 @@ print(
 # commit `65d6c6c` (2026-11-27, the kernels with MLA's 192/128 backward on launch configs of
 # its own, the paged decode's small-page read, and the Gluon forward's D64 non-causal default
 # of one exp in 8 on the FMA pipe), 450 cases, 0 failed, as at `d8fa890`, `8739133` and
-# `f9591a6` before it (log `logs/correctness_65d6c6c.log`). It is current: since `65d6c6c` the
-# kernel sources have changed only in a comment of `backward.py` (`a94fca5`; its status line).
+# `f9591a6` before it (log `logs/correctness_65d6c6c.log`). It is stale since 2026-11-28 (its
+# status line): the FP8 schedule fix (`forward_hopper.py`, 2e17e22; the FP8 kernels' SASS only,
+# not the bf16 kernels this grid runs) and the backward dispatch (`interface.py`, `dispatch.py`)
+# came after it, and there was no device time left to re-run it.
 
 # %%
 record = read_result("correctness", RECORDED_GPU)
@@ -546,8 +548,9 @@ print(
 # with splits, sinks, softcap and windows, the Gluon backward, and MLA's head dims on the
 # forward) ran with PyTorch's caching allocator off, so every tensor is its own
 # allocation and a masked load that strayed past a tensor's end would be reported rather than
-# land silently in a neighbour's memory. The record is of commit `65d6c6c` and current (its
-# status line), so its paged decode runs (pages of 16 and 64 at D128, key tiles of 64) are of
+# land silently in a neighbour's memory. The record is of commit `65d6c6c` (stale since the
+# 2026-11-28 changes named above, its status line; the warp-specialized Gluon backward that came
+# then was run under the three tools on its own, notebook 07 section 9b), so its paged decode runs (pages of 16 and 64 at D128, key tiles of 64) are of
 # the block-table lookup carried one tile ahead (`3f5270a`), with the small-page read
 # (`17faf1b`) at pages of 16, its `fp8_hopper` run is of the Gluon forward's FP8 mode and its
 # Gluon forward runs of D=64's three-warpgroup config, but not of the emulated exps: the

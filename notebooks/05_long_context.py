@@ -381,8 +381,9 @@ print(
 # %% [markdown]
 # From 512K tokens on, every kernel streams the cache at 3.02-3.15 TB/s (flashcore 3.11-3.15, cuDNN
 # 3.09-3.13, SDPA flash 3.02-3.08). That is about the HBM read bandwidth: the copy ceiling in
-# `perf.json` (3.02 TB/s, another run on the same GPU, at commit `5403789`, current; 3.02 at
-# `d8fa890` too, and `decode.json`'s run at `65d6c6c`, current, measured 3.02 again) counts a
+# `perf.json` (3.02 TB/s, another run on the same GPU, at commit `5403789`; 3.02 at
+# `d8fa890` too, and `decode.json`'s run at `65d6c6c` measured 3.02 again; both stale since
+# 2026-11-28) counts a
 # read and a write. flashcore's split-KV kernel is ahead of
 # cuDNN at every cache length here, by 1.004x-1.023x (the line above). Long-cache decode is a solved
 # problem for exact attention.
