@@ -83,26 +83,34 @@ print(
 )
 
 # %% [markdown]
-# `perf.json` was recorded on the H100 at commit `5403789` (2026-11-27), with
-# FlashAttention-4 (`flash-attn-4` 4.0.0b36) timed in the same process, and is **current** (the
-# status line above): its kernel sources are those of `65d6c6c`, today's. It is the first sweep
-# of the D=64 non-causal exp2 default of the Gluon forward (one exp in 8 computed on the FMA pipe
-# instead of the MUFU, `EXP2_EMULATED_FULL` in `kernels/forward_hopper.py`); of its rows that
-# default runs in the D=64 non-causal rows from S = 4K on, the ones the dispatch sends to the
-# Gluon kernel (issue 26's section compares them with the record before). It replaced a record
-# of `d8fa890`, whose kernels lacked that default, the paged small-page decode variant (the
-# dense-cache decode path both records time is the same kernel mode) and MLA's re-swept backward
-# configs (no row here runs them). `d8fa890`'s record had itself replaced one of `0099be1`, before
-# D=64 moved to the Gluon kernel with three consumer warpgroups from S = 4K non-causal and 16K
-# causal (`dispatch.py`, measured faster than the Triton kernel in
-# `logs/d64_gluon_sweep_b391df4.json`): those rows went from 416, 414, 419 to 439, 439, 450
-# TFLOP/s (non-causal S = 4K, 8K, 16K) and from 395 to 446 (causal 16K). The decode section
-# renders `decode.json` and `decode_splits.json`, recorded at commit `65d6c6c` (2026-11-27,
-# current: today's decode kernel). The Nsight Compute profile (`ncu_compare.json`, commit
-# `6b0fa16`, whose kernel sources are `d8fa890`'s) is stale: it predates the exp2 default. Two
-# more records read here are stale and were not re-recorded: the host cost per call
-# (`launch.json`, `6c8aae4`) and generation end to end (`e2e_transformers.json`, `be540a8`).
-# Each prints its status line.
+# `perf.json` was recorded on the H100 at commit `5403789` (2026-11-27), with FlashAttention-4
+# (`flash-attn-4` 4.0.0b36) timed in the same process, and is **stale** (the status line above).
+# Its kernel sources are those of `65d6c6c`; two changes of 2026-11-28 came after it, in files
+# of every record's kernel scope: the FP8 schedule fix in `kernels/forward_hopper.py`
+# (`a651e4a`: `gl.exp2` inline where no exp is emulated, which gives the six FP8 Gluon kernels
+# `c530054`'s machine code again) and the backward dispatch in `interface.py`, `dispatch.py` and
+# `kernels/backward_hopper.py` (`de47f37`: `attention(..., deterministic=False)` runs the
+# warp-specialized Gluon backward at D64/D128 from S 4K). The record times forward calls (bf16,
+# and fp16 in the prior-regime rows) and decode calls, no FP8 and no backward, and by
+# `tools/ptx_compare.py` the bf16 Gluon forward kernels' machine code (D=64, 128, 256) did not
+# change with the fix, but the record was not re-recorded: every number below is of `5403789`'s
+# run. It is the first sweep of the D=64 non-causal exp2 default of the Gluon forward (one exp
+# in 8 computed on the FMA pipe instead of the MUFU, `EXP2_EMULATED_FULL` in
+# `kernels/forward_hopper.py`); of its rows that default runs in the D=64 non-causal rows from
+# S = 4K on, the ones the dispatch sends to the Gluon kernel (issue 26's section compares them
+# with the record before). It replaced a record of `d8fa890`, whose kernels lacked that default,
+# the paged small-page decode variant (the dense-cache decode path both records time is the same
+# kernel mode) and MLA's re-swept backward configs (no row here runs them). `d8fa890`'s record
+# had itself replaced one of `0099be1`, before D=64 moved to the Gluon kernel with three
+# consumer warpgroups from S = 4K non-causal and 16K causal (`dispatch.py`, measured faster than
+# the Triton kernel in `logs/d64_gluon_sweep_b391df4.json`): those rows went from 416, 414, 419
+# to 439, 439, 450 TFLOP/s (non-causal S = 4K, 8K, 16K) and from 395 to 446 (causal 16K). The
+# decode section renders `decode.json` and `decode_splits.json`, recorded at commit `65d6c6c`
+# (2026-11-27), stale by the same two changes (`kernels/decode.py` itself is unchanged since).
+# The Nsight Compute profile (`ncu_compare.json`, commit `6b0fa16`, whose kernel sources are
+# `d8fa890`'s) is stale: it predates the exp2 default. Two more records read here are stale and
+# were not re-recorded: the host cost per call (`launch.json`, `6c8aae4`) and generation end to
+# end (`e2e_transformers.json`, `be540a8`). Each prints its status line.
 
 # %% [markdown]
 # ## TFLOP/s vs sequence length
@@ -192,7 +200,7 @@ print(
 )
 
 # %% [markdown]
-# In this record (`perf.json`, commit `5403789`, current; bf16 only) the two D=128 targets
+# In this record (`perf.json`, commit `5403789`, stale; bf16 only) the two D=128 targets
 # above are met (geomean 1.81x SDPA flash, 0.95x cuDNN; 1.83x and 0.95x at `d8fa890`) and
 # flashcore is ahead of FlexAttention (1.45x).
 # Beating cuDNN is not met at any head dim: 0.95x at D=64, 0.95x at D=128, 0.99x at D=256.
@@ -276,12 +284,14 @@ save_figure(fig, "03_fa3_timeline")
 # (the columns and `top_stalls` are `flashcore.studies.report`'s, which notebook 07's backward
 # table shares). Every row comes from one device session at commit `6b0fa16` (2026-11-27, FA4
 # installed; console log `logs/ncu_compare_6b0fa16.log`), whose kernel sources are those of
-# `d8fa890`, the commit of the `perf.json` before the current one (`5403789`). The record is
+# `d8fa890`, the commit of the `perf.json` before the one rendered here (`5403789`). The record is
 # stale (its status line below) and was not re-profiled: `kernels/forward_hopper.py` changed
 # since, and its D=64 row, non-causal S=8K on the Gluon kernel, is one of the calls the new exp2
 # default changes (the D=128, D=256 and MLA rows ran a source that changed only in that option's
-# plumbing);
-# `kernels/backward.py` changed too, for the record's backward rows, which notebook 07 reads.
+# plumbing and then, on 2026-11-28, in the FP8 schedule fix's inline `gl.exp2`, which leaves
+# the bf16 kernels at D=64, 128 and 256 with the machine code they had before it by
+# `tools/ptx_compare.py`); `kernels/backward.py` changed too, for the record's backward rows,
+# which notebook 07 reads, and so did the backward dispatch (`interface.py`, `dispatch.py`).
 # Every number below is of `d8fa890`'s kernels. It replaced a record of `f9591a6`, which had the
 # Triton kernel at D=64; the other rows are the same kernels measured again. The notebook reads the
 # record (ncu is not re-run). The earlier profile, `ncu_forward.json`, held D=128 only (the Gluon
@@ -410,7 +420,7 @@ print(
 #   `mio_throttle` (1.03) among its top stalls.
 #
 # These are single-call profiles without clock control, not the timing record: the
-# per-shape ratios in the next sections come from `perf.json` (commit `5403789`, current), whose
+# per-shape ratios in the next sections come from `perf.json` (commit `5403789`, stale), whose
 # D=64 non-causal Gluon rows run the exp2 default this profile predates.
 #
 # The second table is the variant sweep (`fa3_attempt.json`, every run it holds: the line above
@@ -451,7 +461,7 @@ print(
 # ### Issue 12's targets (against cuDNN only), from the performance record
 #
 # The performance record this notebook renders (`perf.json`, recorded on the H100 at commit
-# `5403789`, bf16, with the Gluon kernel dispatched; current) times the
+# `5403789`, bf16, with the Gluon kernel dispatched; stale) times the
 # dispatched `flashcore`, the Triton kernel alone at its default config
 # (`flashcore_triton`), cuDNN and FlashAttention-4 in one process, interleaved over rounds. Per
 # shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the Triton kernel's); then the
@@ -498,7 +508,7 @@ for d, res in shipped.items():
     )
 
 # %% [markdown]
-# Every target of issue 12 is missed in this record (`perf.json`, commit `5403789`, current), at
+# Every target of issue 12 is missed in this record (`perf.json`, commit `5403789`, stale), at
 # every head dim, as at `d8fa890`: the geomeans over S 2K-16K are 0.95x cuDNN at D=64, 0.95x at
 # D=128 and 0.99x at D=256 (the targets cell above the Gluon section prints them), the shapes
 # below 0.95x are listed above, and at S=1K flashcore reaches 0.89x and 0.91x of cuDNN at D=64,
@@ -674,7 +684,7 @@ for d, res in targets26.items():
     )
 
 # %% [markdown]
-# Every target of issue 26 is missed in this record (`perf.json`, commit `5403789`, current; the
+# Every target of issue 26 is missed in this record (`perf.json`, commit `5403789`, stale; the
 # lines above compute each), as at `d8fa890`. flashcore is slower than FA4 at every shape with
 # S ≥ 2K (the per-head-dim ranges under the table; geomeans 0.835, 0.881 and 0.869 at D = 64,
 # 128, 256, against 0.823, 0.868 and 0.863 at `d8fa890` and 0.794 at D=64 at `0099be1`, before
@@ -713,7 +723,7 @@ for d, res in targets26.items():
 # H·D = 2048, with and without in one session, 3 rounds): non-causal, one emulated exp in 8 ran
 # at 393, 468, 484 and 472 TFLOP/s against 393, 450, 453 and 460 without at S = 2K, 4K, 8K and
 # 16K; causal it was 2.4-5.2% slower, which is why causal keeps 0. The D=64 verdicts above are
-# today's kernels'; every one is still missed (the D=64 geomean over FA4 went from 0.823 to
+# of `5403789`'s kernels; every one is still missed (the D=64 geomean over FA4 went from 0.823 to
 # 0.835, and its worst shape, causal S=8K on the Triton kernel, is at 0.730).
 
 # %% [markdown]
@@ -815,7 +825,7 @@ print(
 )
 
 # %% [markdown]
-# What the table says about the reports' numbers (`perf.json`, commit `5403789`, current; these
+# What the table says about the reports' numbers (`perf.json`, commit `5403789`, stale; these
 # fp16 D=64 shapes at S ≤ 512 run the Triton kernel). "Per sequence" figures under 5 µs are real
 # as throughput (graph time / B) for every backend, flashcore included; none of them is a
 # latency. At these sizes the eager time is mostly set by the launch path, not the GPU work; the
@@ -844,13 +854,14 @@ print(
 # (`flashcore/kernels/decode.py`, its dense-cache path); "forward kernel (no split)" is the
 # forward kernel on the same inputs, to show why split-KV exists: one query row per head leaves
 # most SMs idle. The CPU profile renders `decode.json`, the same decode shapes recorded on
-# their own at `65d6c6c` (2026-11-27, current; `python -m flashcore bench --suite decode --topic
-# decode --record`, with the copy ceiling measured in that run): today's `kernels/decode.py`,
+# their own at `65d6c6c` (2026-11-27, stale by its status line: the FP8 schedule fix and the
+# backward dispatch came after it; `python -m flashcore bench --suite decode --topic decode
+# --record`, with the copy ceiling measured in that run): its `kernels/decode.py` is today's,
 # which since `d8fa890` has the paged small-page variant (the dense-cache path timed here is the
-# same kernel mode). `perf.json` holds decode rows too, from its own run at `5403789` (current,
-# the same decode kernel source, another session). The GPU profile shows its own run's rows. The
-# last line of the first cell compares flashcore's decode time in the two records, shape by
-# shape.
+# same kernel mode). `perf.json` holds decode rows too, from its own run at `5403789` (stale as
+# well, the same decode kernel source, another session). The GPU profile shows its own run's
+# rows. The last line of the first cell compares flashcore's decode time in the two records,
+# shape by shape.
 
 # %%
 if PROFILE == "gpu":
@@ -1046,7 +1057,7 @@ if harness:
     )
 
 # %% [markdown]
-# In `decode.json` (commit `65d6c6c`, current) decode is at least as fast as SDPA flash at every
+# In `decode.json` (commit `65d6c6c`, stale) decode is at least as fast as SDPA flash at every
 # shape under CUDA-graph replay (1.02x-1.33x). Against SDPA cuDNN it is 0.98x-1.03x, and "at
 # least as fast as SDPA cuDNN at every shape" prints False: flashcore is slower at B1 Hkv8 cache
 # 8192 (0.984), and by less than a percent at B4 Hkv32 cache 32768 (0.997). The margins are
@@ -1065,7 +1076,7 @@ if harness:
 # of the next cell), against `decode.json`'s 19.45. Why `decode.json`'s harness is slower at this
 # 20 µs shape, four sessions running, was not measured.
 #
-# The split counts (`decode_splits.json`, commit `65d6c6c`, current; another harness). At two
+# The split counts (`decode_splits.json`, commit `65d6c6c`, stale; another harness). At two
 # short-cache shapes, B1 and B8 at Hkv4 cache 640 (D=64), the count `decode.choose_num_splits`
 # picks, 1, loses to cuDNN: 8.63 against 6.43 µs and 8.84 against 6.71, while 8 and 4 splits
 # would beat it (5.31 and 6.17 µs). At B32 Hkv8 cache 4096 the chosen count, 1, is also the
@@ -1296,8 +1307,9 @@ print(
 # their status lines: `3f5270a` changed the paged branch of `kernels/decode.py`, `e5df583`
 # MLA's atomic-mode dK/dV config in `kernels/backward.py`, and the Gluon forward's FP8 mode
 # went in before `8739133`; after `d8fa890` came the paged small-page decode, MLA's re-swept
-# backward configs and the D=64 non-causal exp2 default. Neither record was re-recorded after
-# them (`perf.json` was, at `5403789`, and is current), so their numbers describe
+# backward configs and the D=64 non-causal exp2 default, and on 2026-11-28 the FP8 schedule
+# fix and the backward dispatch. Neither record was re-recorded after them (`perf.json` was,
+# at `5403789`, and is stale too since the changes of 2026-11-28), so their numbers describe
 # `6c8aae4`'s kernels. Host cost: the table above is
 # `launch.json` (300 calls x 5 repeats per row). `flashcore.attention` is within 1.10x of SDPA's
 # default eager time at two shapes of six, B1 H8 S128 D64 (22.0 against 20.3 µs, 1.08x) and the
