@@ -17,18 +17,25 @@
 # when the measurement says so. Speed is not claimed from this notebook's own runs: the H100
 # records rendered below (sinks' cost, D 192 / D_v 128 beside FlashAttention-4, paged decode
 # beside FA4 and the copy ceiling, the models' generation, the host cost per call) are
-# checked against issue 28's targets, each verdict computed from its record. The sinks' cost
-# (`feature_costs.json`), D 192/128 beside FA4 (`value_head_dim_speed.json`), paged decode
-# (`paged_decode.json`) and the models' checks and generation (`models.json`) are of commit
-# `65d6c6c` (2026-11-27): today's kernels (their status lines: current). Two records are
-# stale (their status lines), not re-recorded, and what they show is of the kernels of their
-# commits: the Nsight profile of MLA's pair (`ncu_compare.json`, commit `6b0fa16`, whose
-# kernel sources are `d8fa890`'s) and the host cost per call (`launch.json`, commit
-# `6c8aae4`). The record of the notebooks' GPU-profile runs (`reproduce_timing.json`) is
-# current (commit `253067a`, 2026-11-28, today's kernels), but only its rows of notebooks 07
-# and 03 were run then: this notebook's row is still of `d807aaa` (kernel sources `d8fa890`'s;
-# the last cell). Since those commits three kernel files changed: `kernels/backward.py` (MLA's
-# split 192/128 backward has launch configs of its own, `6960808`, `65d6c6c`),
+# checked against issue 28's targets, each verdict computed from its record. Every record
+# rendered here is **stale** by its status line, not re-recorded, and what each shows is of
+# the kernels of its commit. The sinks' cost (`feature_costs.json`), D 192/128 beside FA4
+# (`value_head_dim_speed.json`), paged decode (`paged_decode.json`) and the models' checks and
+# generation (`models.json`) are of commit `65d6c6c` (2026-11-27), the record of the
+# notebooks' GPU-profile runs (`reproduce_timing.json`) of `253067a` (2026-11-28; this
+# notebook's row in it is of `d807aaa`: the last cell). They matched the kernels until two
+# changes of 2026-11-28 reached files in every record's kernel scope: the FP8 schedule fix in
+# `kernels/forward_hopper.py` (`a651e4a`: `gl.exp2` inline where no exp is emulated, which
+# gives the six FP8 Gluon kernels `c530054`'s machine code again) and the backward dispatch in
+# `interface.py`, `dispatch.py` and `kernels/backward_hopper.py` (`de47f37`:
+# `attention(..., deterministic=False)` runs the warp-specialized Gluon backward at D64/D128
+# from S 4K; the default stays the deterministic Triton backward). By `tools/ptx_compare.py`
+# the fix left the bf16 Gluon forward kernels it compiles (D 64/128/256, not MLA's 192/128)
+# with the machine code they had, but no record here was measured on the new tree. Two
+# records are older: the Nsight profile of MLA's pair (`ncu_compare.json`, commit `6b0fa16`,
+# whose kernel sources are `d8fa890`'s) and the host cost per call (`launch.json`, commit
+# `6c8aae4`). Between `d8fa890` and `65d6c6c` three kernel files changed: `kernels/backward.py`
+# (MLA's split 192/128 backward has launch configs of its own, `6960808`, `65d6c6c`),
 # `kernels/decode.py` (the paged small-pages variant, `17faf1b`) and
 # `kernels/forward_hopper.py` (the exp2-emulation option, on by default for D64 calls without a
 # mask, `32159e0`, `840fd14`); before them, for `launch.json`, `3f5270a` changed `decode.py`'s
@@ -234,11 +241,13 @@ print("issue 28: the sinks cost <= 3% over the same call without them:", max(own
 # would take anyway. **Missed in this record, at one of its 22 ratios:** the Triton kernel's
 # forward at D64 S4K causal, 1.037 (0.746 ms with sinks against 0.720 without, from the
 # record); the same call's forward + backward is at 0.995. The record is of commit `65d6c6c`
-# (2026-11-27, log `feature_costs_65d6c6c.log`) and current (its status line); its ratios run
-# from 0.992 to 1.037 (the lines above name the shapes), every other one under the 1.03
-# bound. That row's kernel did not change since `c530054` (`kernels/forward.py` and the
-# dispatch are the same; the kernel changes since touched `forward_hopper.py`, `backward.py`
-# and `decode.py`), and the record of `c530054` had 1.005 there (0.738 against 0.734 ms), those of
+# (2026-11-27, log `feature_costs_65d6c6c.log`) and stale (its status line: the FP8 schedule
+# fix in `forward_hopper.py` and the backward dispatch in `interface.py` and `dispatch.py`
+# came after it; not re-recorded); its ratios run from 0.992 to 1.037 (the lines above name
+# the shapes), every other one under the 1.03 bound. That row's kernel did not change from
+# `c530054` to `65d6c6c` (`kernels/forward.py` and the dispatch were the same; the kernel
+# changes between them touched `forward_hopper.py`, `backward.py` and `decode.py`), and the
+# record of `c530054` had 1.005 there (0.738 against 0.734 ms), those of
 # `8739133`, `6c8aae4`, `4e9f906` and `044ea55` 1.003-1.008 (in the history of this file). In
 # this record the call without sinks at that shape took 0.720, 0.725 and 0.721 ms in its three
 # pairings (sinks, softcap, varlen; the record), so the side that moved is the call with
@@ -544,13 +553,18 @@ print(
 
 # %% [markdown]
 # Missed, both ways, by different margins, in this record of `65d6c6c` (log
-# `value_head_dim_speed_65d6c6c.log`), which is current (its status line). **Forward:** the
+# `value_head_dim_speed_65d6c6c.log`), which is stale (its status line: the FP8 schedule fix
+# in `forward_hopper.py` and the backward dispatch in `interface.py` and `dispatch.py` came
+# after it; not re-recorded, so its numbers are of `65d6c6c`'s kernels). **Forward:** the
 # Gluon kernel runs MLA's pair 2.60-3.61x faster than the Triton mode and ahead of cuDNN at
 # every shape, but 0.85-0.91x FA4 (geomean 0.881; the record of `d8fa890` had 0.83-0.91x,
-# geomean 0.865). Its code for this pair did not change since `0099be1` but for the plumbing
-# of the exp2-emulation option, which is off at this head dim (`EXP2_EMULATED_FULL` names D64
-# only); `0099be1`'s record had 0.84-0.96x (geomean 0.89), and the records of the same study
-# at `4e9f906`, `833b4cf` and `6c8aae4` had 0.84-0.91x, 0.86-0.96x and 0.86-0.96x (the
+# geomean 0.865). Its code for this pair did not change from `0099be1` to `65d6c6c` but for
+# the plumbing of the exp2-emulation option, which is off at this head dim
+# (`EXP2_EMULATED_FULL` names D64 only); after `65d6c6c` the FP8 schedule fix wrote
+# `gl.exp2` inline on the path this pair takes (no exp emulated; `tools/ptx_compare.py`,
+# which found the bf16 kernels at D 64/128/256 unchanged by it, does not compile this pair).
+# `0099be1`'s record had 0.84-0.96x (geomean 0.89), and the records of the same study at
+# `4e9f906`, `833b4cf` and `6c8aae4` had 0.84-0.91x, 0.86-0.96x and 0.86-0.96x (the
 # `833b4cf` one was replaced: its `padded` forward rows had timed the Gluon kernel), so the
 # per-shape ratio moves by a few percent run to run. The tile is not the difference:
 # FlashAttention-3's tile table (`hopper/tile_size.h`) gives 192/128 a 128 x 128 tile with P
@@ -589,15 +603,21 @@ print(
 # tests passed there (section 2's test logs). The atomic mode (dQ summed with atomics inside
 # the dK/dV kernel: `attention_backward` or `attention_varlen_backward` called with
 # `deterministic=False`; the autograd of `flashcore.attention` and of `attention_varlen`
-# passes `True`) ran the D256 bucket's dK/dV (64, 64, 8, 1) for the pair until `e5df583`,
+# passes `True` to them; `flashcore.attention(..., deterministic=False)` runs the
+# warp-specialized Gluon backward at D64/D128 from S 4K, since `de47f37`, and the Triton
+# backward's deterministic mode everywhere else, MLA's pair included, since `ab184b4`) ran
+# the D256 bucket's dK/dV (64, 64, 8, 1) for the pair until `e5df583`,
 # (64, 64, 8, 2) from then (the middle entry of `_HOPPER_TABLE_OWN_V`) and (64, 128, 8, 2)
 # since `6960808` (the end of this section). No record here times the atomic mode at
 # 192/128; the A/B above does. Against cuDNN the backward is ahead without a mask
 # (1.24-1.32x) and behind with the causal one (0.785-0.795x; the table). Why the rest of the
 # gap to FA4, from the code (not measured apart): the mode reads K/V through pointers, not
 # TMA (the split tiles take the pointer path), and the deterministic mode's dQ kernel
-# computes $S$ and $dP$ again. The Gluon backward (`kernels/backward_hopper.py`, D64/128,
-# opt-in) has no 192/128 variant. Against its own padded route (the `padded` column, which
+# computes $S$ and $dP$ again. The Gluon backwards have no 192/128 variant: neither
+# `kernels/backward_hopper.py` (D64/128, not dispatched) nor its warp-specialized successor,
+# `kernels/backward_hopper_ws.py`, which serves D64/D128 only (`attention(...,
+# deterministic=False)` from S 4K; `FLASHCORE_BACKWARD_HOPPER=auto`, the default, `always` or
+# `never`). Against its own padded route (the `padded` column, which
 # runs the D256 bucket) the Triton mode is faster in both directions (the ratios below).
 #
 # Since `a075789` the dispatch sends 192/128 to the Gluon kernel from S = 128
@@ -640,24 +660,23 @@ print(table(probe_rows, ["log", "S", "causal", "gluon", "triton", "cudnn", "gluo
 # `ncu_compare.json` (notebook 03 renders the rest of it): one call of each implementation
 # profiled with `ncu --clock-control none`, bf16, B 2, S 8K, H 16, not causal, q/k 192 and v
 # 128; below, every kernel of the call that takes at least 5% of its kernel time (`ms`),
-# tensor-pipe busy cycles as a share of peak over the active cycles, registers a thread,
-# shared memory a block, barrier stalls per issued instruction, the whole call's kernel time
-# and FA4's over it. Then the
-# atomic-mode dK/dV sweeps (`tools/dv_backward_probe.py --atomic`, logs with provenance, not
-# records, of commit `3f5270a`): MLA's pair (H 16) on the padded 256-wide q/k tiles, and the
-# D256 bucket, S 4K/8K, causal and not, the geomean TFLOP/s of the whole atomic backward with
-# the dK/dV config varied (dQ stays (64, 32, 4, 1); configs that do not fit shared memory are
-# left out), beside the config `_pick_config` gives those padded head dims (256 with v at
-# 128, and 256).
-# `ncu_compare.json` is of commit `6b0fa16` (2026-11-27), whose kernel sources are
-# `d8fa890`'s: stale (its status line below: `backward.py` and `forward_hopper.py` changed
-# since). Its backward rows time the split tiles of `0e0358b` (a 128-wide and a 64-wide tile
-# for q/k's 192 columns) with the configs before `6960808` (dK/dV (32, 128, 8, 2), dQ (128,
-# 64, 8, 2)); its call has no mask, where MLA's pair now runs dK/dV (32, 64, 4, 3) and dQ
-# (128, 64, 8, 3), so its backward rows are of configs the pair no longer runs without a
-# mask. Its forward rows ran a kernel that changed only in the exp2-emulation option's
-# plumbing, off at this head dim. The record of `f9591a6` before it timed the tile padded to
-# 256.
+# tensor-pipe busy cycles as a share of peak over the active cycles, registers a thread, shared
+# memory a block, barrier stalls per issued instruction, the whole call's kernel time and FA4's
+# over it. Then the atomic-mode dK/dV sweeps (`tools/dv_backward_probe.py --atomic`, logs with
+# provenance, not records, of commit `3f5270a`): MLA's pair (H 16) on the padded 256-wide q/k
+# tiles, and the D256 bucket, S 4K/8K, causal and not, the geomean TFLOP/s of the whole atomic
+# backward with the dK/dV config varied (dQ stays (64, 32, 4, 1); configs that do not fit shared
+# memory are left out), beside the config `_pick_config` gives those padded head dims (256 with
+# v at 128, and 256). `ncu_compare.json` is of commit `6b0fa16` (2026-11-27), whose kernel
+# sources are `d8fa890`'s: stale (its status line below names the kernel files changed since,
+# among them `backward.py` and `forward_hopper.py`). Its backward rows time the split tiles of
+# `0e0358b` (a 128-wide and a 64-wide tile for q/k's 192 columns) with the configs before
+# `6960808` (dK/dV (32, 128, 8, 2), dQ (128, 64, 8, 2)); its call has no mask, where MLA's pair
+# now runs dK/dV (32, 64, 4, 3) and dQ (128, 64, 8, 3), so its backward rows are of configs the
+# pair no longer runs without a mask. Its forward rows ran a kernel that changed only in the
+# exp2-emulation option's plumbing, off at this head dim, and, after `65d6c6c`, in the FP8
+# schedule fix's inline `gl.exp2` on the path this pair takes. The record of `f9591a6` before it
+# timed the tile padded to 256.
 
 # %%
 ncu = results.read_result("ncu_compare", RECORDED_GPU)
@@ -857,11 +876,12 @@ print("a table that points one page at the wrong page fails the rule:", not plan
 # FA4's paged call (`flash_attn_varlen_func` with `page_table`, same pages in its layout) over
 # flashcore's paged call. Issue 28's targets: paged decode ≥ 0.95 of the copy ceiling from
 # 32K, and at least as fast as FA4's paged decode. The record is of commit `65d6c6c`
-# (2026-11-27, log `paged_decode_65d6c6c.log`) and current (its status line); it times the
-# paged kernel of `3f5270a` (the block-table lookup carried one tile ahead; below) with the
-# small-pages variant merged at `17faf1b` (pages that divide the 64-key tile, here 16, read
-# the tile's page ids with one small load; the end of this section), as `kernels/decode.py`
-# holds them.
+# (2026-11-27, log `paged_decode_65d6c6c.log`) and stale (its status line: the FP8 schedule
+# fix in `forward_hopper.py` and the backward dispatch in `interface.py` and `dispatch.py`
+# came after it; not re-recorded); it times the paged kernel of `3f5270a` (the block-table
+# lookup carried one tile ahead; below) with the small-pages variant merged at `17faf1b`
+# (pages that divide the 64-key tile, here 16, read the tile's page ids with one small load;
+# the end of this section), as `kernels/decode.py` holds them (unchanged since).
 
 # %%
 paged_record = results.read_result("paged_decode", RECORDED_GPU)
@@ -1113,49 +1133,49 @@ for model_name in ("gpt-oss", "deepseek-v3"):
     )
 
 # %% [markdown]
-# This record is of commit `65d6c6c` (2026-11-27, log `models_65d6c6c.log`), current (its
-# status line), with 7 paired rounds a row (since `d4f6174`; the record of `c530054` had 7
-# too, that of `d8fa890` 3). gpt-oss: 1.08x eager at B1 (rounds 0.84-1.36, three of seven
-# below 1) and 1.13x at B8 (1.04-1.20, every round above 1); both medians are above 1, so its
-# verdict prints `True`. DeepSeek-V3: 1.12x SDPA at B1 (rounds 0.97-1.22, two of seven below
-# 1) and 0.95x at B8 (rounds 0.79-1.42, four of seven below 1), so its verdict prints
-# `False`: at B8 the median (0.953 in the record) misses "at least as fast", with rounds on
-# both sides of 1.
-# The record of `c530054` (kernel sources `d8fa890`'s) had 1.09x/1.14x (gpt-oss) and
-# 1.02x/1.00x (DeepSeek-V3; 0.998 at B8, rounds 0.96-1.31), every gpt-oss round above 1; the 3
-# rounds of `d8fa890` had 0.97x/1.11x and 0.68x/1.16x, their B1 rounds at 0.77-1.14 and
-# 0.60-0.95, which the 7 rounds of `c530054` did not reproduce. The rounds spread, by 0.16
-# to 0.63 from lowest to highest in a row of this record. At DeepSeek-V3 B8 the two sides
-# move in turn: in rounds two to four SDPA's throughput fell (726, 634, 581 tokens/s) while
-# flashcore's held (824-832), ratios 1.15-1.42; in rounds five to seven flashcore's fell (719,
-# 690, 768) while SDPA's held (845-869), ratios 0.79-0.90; round one, 0.95, had 797 against
-# 836. What moves each side's throughput was not measured, so at B8 the record shows
-# DeepSeek-V3 through flashcore short of SDPA by its median, within a spread of rounds on both
-# sides of 1, not an established slowdown.
-# Earlier gpt-oss records: 1.11x/1.12x (`0099be1`, met),
-# 0.90x/1.18x (`6c8aae4`), 1.09x/1.02x (`833b4cf`), 1.34x/1.11x (`044ea55`); DeepSeek-V3:
-# 1.00x/1.01x (`0099be1`), 0.97x/0.96x (`6c8aae4`), 0.98x/0.96x (`833b4cf`), 0.99x/0.99x
-# (`044ea55`), 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). From the code,
-# none of the kernel changes since `0099be1` is on the calls generation makes (the backward
-# is not run, so neither are MLA's new backward configs; D64 takes the Gluon kernel only
-# from S 4K, and the prompt is 512, so neither does the exp2 default of D64 calls without a
-# mask; `decode.py`'s changes are in its paged branch), and the default attention's own
-# throughput moves between records as well: SDPA's DeepSeek-V3 89 and 836 tokens/s at B1 and
-# B8 here, 89 and 775 at `c530054`, 91 and 613 at `d8fa890`, 108 and 927 at `0099be1`;
-# eager's gpt-oss 64 and 475, 71 and 511, 67 and 508, 56 and 605.
-# The tokens/s columns are each side's median over the rounds, not paired: at gpt-oss B8
-# flashcore's (534) is of the second round and eager's (475) of the fifth, and a side's
-# throughput moves from round to round (387-601 tokens/s for flashcore's gpt-oss at B8,
-# 350-558 for eager), which is why the verdict uses the rounds' own ratios. Since `a075789`
-# (this record and those of `c530054`, `d8fa890`, `0099be1` and `6c8aae4`) DeepSeek-V3's
-# prefill takes the Gluon kernel, by the dispatch table (the run does not log which kernel
-# ran): its 512-token prompt is above the table's 128 for D192 (until `a075789` it was below
-# the 1K there, and the prefill took the Triton mode; the probe table in section 2 has the
-# Gluon kernel 1.65-2.89x the Triton mode at S = 512). Its 128 decode steps (one query row
-# each) still run the dense forward on the Triton kernel, since the KV-cache kernel has one
-# head dim. Not measured, so not claimed: where flashcore's path spends DeepSeek-V3's time,
-# which keeps it level with SDPA or short of it rather than ahead. Candidates: those Triton
-# calls and flashcore's host cost per call (section 5).
+# This record is of commit `65d6c6c` (2026-11-27, log `models_65d6c6c.log`), stale (its status
+# line: the FP8 schedule fix in `forward_hopper.py` and the backward dispatch in `interface.py`
+# and `dispatch.py` came after it; not re-recorded), with 7 paired rounds a row (since
+# `d4f6174`; the record of `c530054` had 7 too, that of `d8fa890` 3). gpt-oss: 1.08x eager at B1
+# (rounds 0.84-1.36, three of seven below 1) and 1.13x at B8 (1.04-1.20, every round above 1);
+# both medians are above 1, so its verdict prints `True`. DeepSeek-V3: 1.12x SDPA at B1 (rounds
+# 0.97-1.22, two of seven below 1) and 0.95x at B8 (rounds 0.79-1.42, four of seven below 1), so
+# its verdict prints `False`: at B8 the median (0.953 in the record) misses "at least as fast",
+# with rounds on both sides of 1. The record of `c530054` (kernel sources `d8fa890`'s) had
+# 1.09x/1.14x (gpt-oss) and 1.02x/1.00x (DeepSeek-V3; 0.998 at B8, rounds 0.96-1.31), every
+# gpt-oss round above 1; the 3 rounds of `d8fa890` had 0.97x/1.11x and 0.68x/1.16x, their B1
+# rounds at 0.77-1.14 and 0.60-0.95, which the 7 rounds of `c530054` did not reproduce. The
+# rounds spread, by 0.16 to 0.63 from lowest to highest in a row of this record. At DeepSeek-V3
+# B8 the two sides move in turn: in rounds two to four SDPA's throughput fell (726, 634, 581
+# tokens/s) while flashcore's held (824-832), ratios 1.15-1.42; in rounds five to seven
+# flashcore's fell (719, 690, 768) while SDPA's held (845-869), ratios 0.79-0.90; round one,
+# 0.95, had 797 against 836. What moves each side's throughput was not measured, so at B8 the
+# record shows DeepSeek-V3 through flashcore short of SDPA by its median, within a spread of
+# rounds on both sides of 1, not an established slowdown. Earlier gpt-oss records: 1.11x/1.12x
+# (`0099be1`, met), 0.90x/1.18x (`6c8aae4`), 1.09x/1.02x (`833b4cf`), 1.34x/1.11x (`044ea55`);
+# DeepSeek-V3: 1.00x/1.01x (`0099be1`), 0.97x/0.96x (`6c8aae4`), 0.98x/0.96x (`833b4cf`),
+# 0.99x/0.99x (`044ea55`), 1.07/0.94 (`b44173b`), 0.80/0.71 (`cb05ce9`, the padded route). From
+# the code, none of the kernel changes from `0099be1` to `65d6c6c` is on the calls generation
+# makes (the backward is not run, so neither are MLA's new backward configs; D64 takes the Gluon
+# kernel only from S 4K, and the prompt is 512, so neither does the exp2 default of D64 calls
+# without a mask; `decode.py`'s changes are in its paged branch), and the default attention's
+# own throughput moves between records as well: SDPA's DeepSeek-V3 89 and 836 tokens/s at B1 and
+# B8 here, 89 and 775 at `c530054`, 91 and 613 at `d8fa890`, 108 and 927 at `0099be1`; eager's
+# gpt-oss 64 and 475, 71 and 511, 67 and 508, 56 and 605. The tokens/s columns are each side's
+# median over the rounds, not paired: at gpt-oss B8 flashcore's (534) is of the second round and
+# eager's (475) of the fifth, and a side's throughput moves from round to round (387-601
+# tokens/s for flashcore's gpt-oss at B8, 350-558 for eager), which is why the verdict uses the
+# rounds' own ratios. Since `a075789` (this record and those of `c530054`, `d8fa890`, `0099be1`
+# and `6c8aae4`) DeepSeek-V3's prefill takes the Gluon kernel, by the dispatch table (the run
+# does not log which kernel ran): its 512-token prompt is above the table's 128 for D192 (until
+# `a075789` it was below the 1K there, and the prefill took the Triton mode; the probe table in
+# section 2 has the Gluon kernel 1.65-2.89x the Triton mode at S = 512); after this record the
+# FP8 schedule fix wrote `gl.exp2` inline on that kernel's path for this pair, and whether that
+# changed its machine code at 192/128 was not checked. Its 128 decode steps (one query row each)
+# still run the dense forward on the Triton kernel, since the KV-cache kernel has one head dim.
+# Not measured, so not claimed: where flashcore's path spends DeepSeek-V3's time, which keeps it
+# level with SDPA or short of it rather than ahead. Candidates: those Triton calls and
+# flashcore's host cost per call (section 5).
 
 # %% [markdown]
 # ## 5. What is measured, and what is not yet
@@ -1172,28 +1192,31 @@ for model_name in ("gpt-oss", "deepseek-v3"):
 # grid, 20: section 2's log cell; the small-pages variant's 164 GPU tests of paged KV and
 # decode, `281816d`, end of section 3); sinks
 # (26 tests), the op, the flash_attn door (91 tests) and the SDPA door (31 tests) (`46d6769`);
-# MLA's atomic-mode backward config (30 tests, `ea07c61`, and again with today's config among
-# the 215 at `65d6c6c`; end of section 2), all passing; and
+# MLA's atomic-mode backward config (30 tests, `ea07c61`, and again with the shipped config
+# among the 215 at `65d6c6c`; end of section 2), all passing; and
 # the flash_attn door beside FA4 (`b44173b`, section 4). Issue 28's targets
 # with a record, their verdicts printed above: the sinks' cost (section 1), D 192/128 beside
 # FA4 (section 2), paged decode against the copy ceiling and FA4's paged decode (section 3),
 # the models' generation against their default attention (section 4). All four records are
-# current (their status lines), of commit `65d6c6c` (2026-11-27). Their verdicts: the sinks'
-# cost missed, at one ratio of 22 (the Triton kernel's forward at D64 S4K causal, 1.037,
-# where the kernel did not change and the record of `c530054` had 1.005; section 1); D
+# of commit `65d6c6c` (2026-11-27) and stale (their status lines: the FP8 schedule fix in
+# `forward_hopper.py` and the backward dispatch in `interface.py` and `dispatch.py` came after
+# them; not re-recorded, so the verdicts are of `65d6c6c`'s kernels). Their verdicts: the
+# sinks' cost missed, at one ratio of 22 (the Triton kernel's forward at D64 S4K causal,
+# 1.037, where the kernel did not change and the record of `c530054` had 1.005; section 1); D
 # 192/128 missed (forward geomean 0.881, backward 0.764 of FA4); paged decode met beside FA4
 # and missed against the copy ceiling (6 of the 12 shapes from 32K, was 7 at `c530054`);
 # generation met for gpt-oss and missed for DeepSeek-V3 (B8, 0.95). Stale, and shown as the
 # kernels of their commits: the Nsight profile of MLA's pair (`ncu_compare.json`, `6b0fa16`)
 # and the host cost below (`launch.json`). This notebook's GPU-profile run is a row of
-# `d807aaa` in a record current at `253067a` (`reproduce_timing.json`, the last cell).
+# `d807aaa` in a record of `253067a`, stale too (`reproduce_timing.json`, the last cell).
 #
 # One target is measured only in part: host cost through each door ≤ 1.10x SDPA's.
 # `launch.json` times eager calls of `flashcore.attention` and of its torch op (the call
 # transformers makes) against SDPA's default backend; below, the ratios per shape. The record
 # is of `6c8aae4` and stale (its status line; not re-recorded after `3f5270a`, `e5df583`,
 # `8739133`, nor after the later changes to `backward.py`, `decode.py` and
-# `forward_hopper.py`: `6960808` to `65d6c6c`).
+# `forward_hopper.py`, `6960808` to `65d6c6c`, nor after those of 2026-11-28: the FP8
+# schedule fix and the backward dispatch in `interface.py` and `dispatch.py`).
 # The flash_attn and SDPA doors' own host cost has no current record.
 
 # %%
@@ -1223,15 +1246,17 @@ print(
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27; its kernels
 # are `d8fa890`'s): its row of `reproduce_timing.json`, printed below. The record itself is
-# current (the line below: commit `253067a`, 2026-11-28, today's kernels), because its last
-# run, at `253067a`, timed notebooks 07 and 03 on today's kernels: 07's row is `ok` in 92.5 s;
-# 03's says `timed out after 127 s`: what was left of the 220 s the call gave the two notebooks
-# ran out after 03's quick sweep had finished and written `perf_quick.json` (current), a stop
-# by the call's budget, not a failure of the notebook; so the record says `all_finished` False
-# (total 729.4 s). Its other rows keep their older commits: 01, 02, 04 and this notebook at
-# `d807aaa`, 05 and 06 at `34c60c8`, 08 at `1047865`. Since `d807aaa`, `backward.py`,
-# `decode.py` and `forward_hopper.py` changed, and this notebook's profile has not run on the
-# H100 on today's kernels.
+# of commit `253067a` (2026-11-28) and stale (the line below: the FP8 schedule fix in
+# `forward_hopper.py` and the backward dispatch in `interface.py` and `dispatch.py` came after
+# it). Its last run, at `253067a`, timed notebooks 07 and 03 on the kernels of that commit:
+# 07's row is `ok` in 92.5 s; 03's says `timed out after 127 s`: what was left of the 220 s
+# the call gave the two notebooks ran out after 03's quick sweep had finished and written
+# `perf_quick.json` (stale now, as this record), a stop by the call's budget, not a failure of
+# the notebook; so the record says `all_finished` False (total 729.4 s). Its other rows keep
+# their older commits: 01, 02, 04 and this notebook at `d807aaa`, 05 and 06 at `34c60c8`, 08
+# at `1047865`. Since `d807aaa`, `backward.py`, `decode.py` and `forward_hopper.py` changed,
+# then `interface.py` and `dispatch.py`, and this notebook's profile has not run on the H100
+# on the kernels of today's tree.
 
 # %%
 timing = results.read_result("reproduce_timing", RECORDED_GPU)
