@@ -40,7 +40,7 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # (`decode.py`) and made the Gluon forward compute one exponential in 8 on the FMA pipe for
 # D=64 non-causal calls (`forward_hopper.py`). `correctness.json` was re-recorded at 65d6c6c,
 # and `perf.json` and `fp8.json` at 5403789 (65d6c6c's kernels: the commits since changed text
-# only). On 2026-11-28 the FP8 schedule fix (`forward_hopper.py`, 2e17e22) and the backward
+# only). On 2026-11-28 the FP8 schedule fix (`forward_hopper.py`, a651e4a) and the backward
 # dispatch (`interface.py`, `dispatch.py`) changed files in every record's scope: `fp8.json`
 # was re-recorded at 1c870f9 and is current; `correctness.json` and `perf.json` are stale (their
 # bf16 kernels' machine code is unchanged, but the status lines go by source), as are

@@ -258,7 +258,7 @@ print(
 # its own, the paged decode's small-page read, and the Gluon forward's D64 non-causal default
 # of one exp in 8 on the FMA pipe), 450 cases, 0 failed, as at `d8fa890`, `8739133` and
 # `f9591a6` before it (log `logs/correctness_65d6c6c.log`). It is stale since 2026-11-28 (its
-# status line): the FP8 schedule fix (`forward_hopper.py`, 2e17e22; the FP8 kernels' SASS only,
+# status line): the FP8 schedule fix (`forward_hopper.py`, a651e4a; the FP8 kernels' SASS only,
 # not the bf16 kernels this grid runs) and the backward dispatch (`interface.py`, `dispatch.py`)
 # came after it, and there was no device time left to re-run it.
 

@@ -707,8 +707,10 @@ if record is not None and "speed" in record:
 # determinism, memory, fp16 speed at D=128, and the D=128 launch-config tune of section 6) and
 # the bf16 speed session beside FA4 (D 64/128/256, forward+backward too). `5403789`'s kernel
 # sources are those of `65d6c6c` (since it the kernel files changed by a comment and by
-# `kernels/_gluon_tma.py`, which no shipped kernel uses), and the record is **current** (its
-# status line in sections 3 and 6). The record before it, of `c530054` (kernel sources
+# `kernels/_gluon_tma.py`, which no shipped kernel uses), and the record is **stale** since
+# 2026-11-28 (its status line in sections 3 and 6): the backward dispatch of section 9b changed
+# `interface.py` and `dispatch.py`, and the FP8 schedule fix `forward_hopper.py`, after it. The
+# Triton backward it measured (`backward.py`) did not change. The record before it, of `c530054` (kernel sources
 # `d8fa890`'s; in the history of this file), is the comparison below. Between the two,
 # `backward.py` changed (6960808, 840fd14, 65d6c6c) only in MLA's split-tile launch configs
 # (`_SPLIT_QK_TABLE`, keyed on the split 192/128 pair, below), which the D 64/128/256 sweep does
@@ -796,7 +798,8 @@ if record is not None and "speed" in record:
 # tiles (26 OutOfResources failures in the GPU tests at `97f60fb`, `logs/gpu_tests_97f60fb.txt`;
 # fixed at `65d6c6c`, where `tests/test_value_head_dim.py`'s GPU tests all passed,
 # `logs/gpu_tests_value_head_dim_65d6c6c.txt`: 215 passed). The record that times MLA's
-# backward, `value_head_dim_speed.json` (notebook 09; re-recorded at `65d6c6c`, current), has
+# backward, `value_head_dim_speed.json` (notebook 09; re-recorded at `65d6c6c`, stale since
+# 2026-11-28), has
 # flashcore / FA4 at a geomean 0.764 over S 4K-16K, causal and not (0.673 at `d8fa890`); it
 # runs autograd, the deterministic default. No record this notebook renders times MLA (the
 # speed record runs D 64/128/256; section 10's profile predates these configs).
@@ -866,7 +869,7 @@ for pair in ("mla", "256"):
 # test bounds the rate instead of naming seeds, under the same rule: at most 8 of 300 seeds,
 # where the fp32 lse fails 14 (AVX-512) to 16 (AVX2). On the H100 the grid ran after this change
 # at commit `3a1d646`, at `382853b`, at `b44173b`, at `6c8aae4`, at `0099be1`, at `c530054`,
-# and again at `5403789` (the record above, current): 438 cases, 0 failed each time.
+# and again at `5403789` (the record above): 438 cases, 0 failed each time.
 
 # %% [markdown] tags=[]
 # **Why the deterministic default trails FA4: the matmuls it runs.** The FLOPs above count
