@@ -670,33 +670,37 @@ for causal in (False, True):
     )
 
 # %% [markdown]
-# **Verdict on the targets** (the lines above, from `fp8.json`, commit 5403789, 2026-11-27;
-# **current**, today's kernels):
+# **Verdict on the targets** (the lines above, from `fp8.json`, commit 1c870f9, 2026-11-28;
+# **current**, today's kernels, the FP8 schedule fix of section 9 included):
 #
 # * **≥ 1000 TFLOP/s at D = 128, S ≥ 8K, non-causal: missed at both shapes.** The Gluon FP8
-#   mode serves them and reaches 754 (S = 8192) and 784 (S = 16384), 0.75 and 0.78 of the
-#   target (829 and 835 in the previous record, c530054; 823 and 816 at 8739133). At D128,
-#   S ≥ 4K it runs 754–784 TFLOP/s non-causal and 657–770 causal, 0.99–1.05× the Triton fp8
-#   kernel on the same inputs (1.00–1.13× at c530054); the 0.99 and 1.00 are S = 4096 (657
-#   against 661 causal, 761 against 761 non-causal), where the probe runs of section 4 had the
-#   Gluon mode 1.01–1.05× ahead and this record's naive row, the same code, runs 675 and 779.
-# * **≥ 1.5× bf16 at the same shapes: missed at both** (1.14 at S = 8192 against bf16's 661,
-#   1.28 at S = 16384 against 611). Across D128 S ≥ 4K the ratio is 1.14–1.28, geomean 1.21,
+#   mode serves them and reaches 790 (S = 8192) and 836 (S = 16384), 0.79 and 0.84 of the
+#   target (754 and 784 at 5403789, before the schedule fix; 829 and 835 at c530054, the
+#   machine code that ships again; 823 and 816 at 8739133). At D128, S ≥ 4K it runs
+#   790–836 TFLOP/s non-causal and 674–810 causal, 1.00–1.16× the Triton fp8 kernel on the
+#   same inputs (0.99–1.05× at 5403789, 1.00–1.13× at c530054); the 1.00 is causal S = 4096
+#   (674 against 672), where the probe runs of section 4 had the Gluon mode 1.01–1.02× ahead;
+#   non-causal S = 4096 is 1.07 (796 against 742; the probes 1.04–1.05).
+# * **≥ 1.5× bf16 at the same shapes: missed at both** (1.29 at S = 8192 against bf16's 613,
+#   1.38 at S = 16384 against 607). Across D128 S ≥ 4K the ratio is 1.20–1.41, geomean 1.30,
 #   so the earlier target (≥ 1.5× at every D128 shape from 4K) is missed too; it was 1.12–1.25
-#   with the Triton kernel alone (commit 5aac3ce), 1.19–1.41, geomean 1.29, at 8739133 and
-#   1.19–1.38, geomean 1.27, at c530054. The `quick record` lines are this notebook's GPU
-#   profile, run with papermill on the H100 at d807aaa (2026-11-27). Its status line says
-#   stale: its `forward_hopper.py` predates the exp2-emulation option (32159e0, 840fd14), which
-#   the FP8 mode does not take. So for fp8 it is another process timing the same PTX, but not
-#   the same machine code: it ran c530054's schedule, this record another (section 9). The
-#   spread between the two runs (the last indented line: 1.032–1.069, the quick run ahead at
-#   all four shapes) is run-to-run noise and that schedule together, not noise alone. The
-#   quick run misses 1.5× too (1.19–1.36).
-# * **D = 256, for information: both pass** at every recorded S: 1053–1133 TFLOP/s
-#   non-causal at S 4K–16K and 1.59–1.69× bf16 there (the causal lines in section 7: 875–1171,
-#   1.43–1.73× bf16); 1.28–1.46× the Triton fp8 kernel, causal or not. The narrowest margin is
-#   S = 4096 non-causal, 1053 TFLOP/s against 1000 (1055 at c530054) and 1.59× bf16 against
-#   1.5× (1.55× at c530054).
+#   with the Triton kernel alone (commit 5aac3ce), 1.19–1.41, geomean 1.29, at 8739133,
+#   1.19–1.38, geomean 1.27, at c530054 and 1.14–1.28, geomean 1.21, at 5403789. Part of the
+#   rise over 5403789 is the baseline's: the bf16 row at S = 8192 ran 613 TFLOP/s here against
+#   661 there, on bf16 machine code the fix did not change. The `quick record` lines are this
+#   notebook's GPU profile, run with papermill on the H100 at d807aaa (2026-11-27). Its status
+#   line says stale: its kernel files predate the exp2-emulation option (32159e0, 840fd14), the
+#   schedule fix and the backward dispatch (the files the line names). For fp8 it ran
+#   c530054's schedule, the one this record runs again (section 9), so the two runs time the
+#   same FP8 machine code in two processes, and the spread between them (the last indented
+#   line: 1.000–1.017, the quick run level or ahead at all four shapes) is run-to-run noise.
+#   Against the record at 5403789, on the other schedule, it was 1.032–1.069. The quick run
+#   misses 1.5× too (1.19–1.36).
+# * **D = 256, for information: both pass** at every recorded S: 1068–1121 TFLOP/s
+#   non-causal at S 4K–16K and 1.56–1.66× bf16 there (the causal lines in section 7: 884–1182,
+#   1.43–1.81× bf16); 1.28–1.46× the Triton fp8 kernel, causal or not. The narrowest margin is
+#   S = 4096 non-causal, 1068 TFLOP/s against 1000 (1053 at 5403789, 1055 at c530054) and
+#   1.56× bf16 against 1.5× (1.59× at 5403789, 1.55× at c530054).
 # * **RMSE ≤ 9.1e-3 on the outlier inputs: met at S = 4096, missed at causal S = 1024.** The
 #   S = 4096 rows, served by the Gluon mode, have medians 8.38e-03 (non-causal) and 8.73e-03
 #   (causal), every seed within the target. At S = 1024, on the Triton kernel, non-causal passes
@@ -704,7 +708,8 @@ for causal in (False, True):
 #   the cause: there the inputs' rounding alone (float64 attention of the dequantized inputs,
 #   no kernel involved) is about 96% of each seed's RMSE and above 9.1e-3 in four seeds of five
 #   (the indented lines above), so no kernel computing on these e4m3 inputs can meet the target
-#   at that shape; a finer recipe could.
+#   at that shape; a finer recipe could. (The error rows are the same numbers as at 5403789 and
+#   c530054.)
 # * **≥ 2.5× below per-tensor (earlier target): missed in both cases**, 2.29 non-causal
 #   (8.38e-03 against 1.92e-02) and 1.89 causal (8.73e-03 against 1.65e-02). The rotated recipe
 #   lands near FlashAttention-3's 9.1e-3, but our per-tensor baseline on these inputs is already
@@ -713,22 +718,24 @@ for causal in (False, True):
 #
 # The spread of one kernel timed twice (section 7) bounds what these timings can say. Where
 # the dispatch picks the Triton kernel, the shipped row and the explicit Triton row run one
-# kernel at one config and agree within 0.99–1.06 (widest at D128 non-causal S = 2048: 718
-# against 677 TFLOP/s at a 0.38 ms call). `fp8_naive` and `fp8_per_block` run the same code,
-# but compiled apart (p's scale is a compile-time constant). At c530054 naive was below
-# per_block at all three D128 non-causal shapes (726, 764, 786 against 791, 829, 835,
-# 0.92–0.94), and in the quick run too; in this record it is above at every
-# D128 shape (779, 799, 805 against 761, 754, 784 non-causal; the printed 1.01–1.10), the
-# widest causal S = 16384 (847 against 770). So the gap between the two builds changes sign
-# between records; but in this record both builds ran c530054's PTX on another schedule
-# (section 9; naive's build too, `logs/sass_lineinfo_c530054_5403789.log`), and the runs on
-# c530054's schedules (that record, the quick run) both had naive behind, so whether the sign
-# follows the run or the schedule these records cannot tell. For the Gluon shapes the quick run against this one, up to 1.069, mixes noise and
-# schedule together. Against that,
-# the D128 speed verdicts are clear (754 and 784 against 1000; 1.14× and 1.28× against 1.5×,
-# 1.24× and 1.36× at S = 4K and 16K in the quick run), while two passes are near their
-# thresholds: D256 non-causal S = 4096 at 1053 TFLOP/s (1.59× bf16), and the causal S = 4096
-# RMSE's worst seed, 8.85e-03 against 9.1e-3.
+# kernel at one config and agree within 0.99–1.03 (widest at D128 non-causal S = 2048: 722
+# against 703 TFLOP/s at a 0.38 ms call; 0.99–1.06 at 5403789). `fp8_naive` and
+# `fp8_per_block` run the same code, but compiled apart (p's scale is a compile-time
+# constant). At c530054 naive was below per_block at all three D128 non-causal shapes (726,
+# 764, 786 against 791, 829, 835, 0.92–0.94), and in the quick run too; at 5403789, both
+# builds on another schedule (section 9; naive's build too,
+# `logs/sass_lineinfo_c530054_5403789.log`), it was above at every D128 shape (779, 799, 805
+# against 761, 754, 784 non-causal; 1.01–1.10). In this record, both builds on c530054's
+# schedules again, naive is below at the three non-causal shapes the Gluon mode serves (737,
+# 762, 787 against 796, 790, 836) and at causal S = 4096 and 8192 (661 and 699 against 674 and
+# 771; the printed lowest), above at causal S = 16384 (818 against 810; at c530054 806 against
+# 766) and by 1–2% at S = 1024 and 2048, where the Triton kernel serves both (the printed
+# 0.91–1.02). So at the Gluon mode's non-causal D128 shapes the sign followed the schedule:
+# naive behind in the three runs on c530054's, ahead in the one on the other; no A/B of the
+# naive build alone has run. Against that, the D128 speed verdicts are clear (790 and 836
+# against 1000; 1.29× and 1.38× against 1.5×, 1.24× and 1.36× at S = 4K and 16K in the quick
+# run), while two passes are near their thresholds: D256 non-causal S = 4096 at 1068 TFLOP/s
+# (1.56× bf16), and the causal S = 4096 RMSE's worst seed, 8.85e-03 against 9.1e-3.
 
 # %% [markdown]
 # ## 9. Why D = 128 misses: the softmax loop's instruction budget
@@ -754,9 +761,11 @@ columns = ["kernel", "BLOCK_N", "FMUL", "GMMA", *sass_budget.TABLE_COLUMNS]
 print(table(loops, columns, sass_budget.TABLE_FORMATS))
 # Measured beside it: non-causal S = 16K, TFLOP/s and the fraction of the dense datasheet peak
 # (989 bf16, 1979 e4m3) the budget's rates come from: bf16 from perf.json (the Gluon kernel
-# serves D64, D128 and D256 there), fp8 from fp8.json. Both records are of 5403789's kernels:
-# perf.json's D64 row times D64 non-causal as it ships since 840fd14, one exponential in 8
-# emulated, the build the budget's D64 row compiles.
+# serves D64, D128 and D256 there), fp8 from fp8.json. perf.json is of 5403789's kernels (stale
+# since the 2026-11-28 kernel changes, which left the bf16 forward's machine code as it timed
+# it); fp8.json of 1c870f9's, the FP8 schedule fix included. perf.json's D64 row times D64
+# non-causal as it ships since 840fd14, one exponential in 8 emulated, the build the budget's
+# D64 row compiles.
 perf = read_result("perf", RECORDED_GPU)
 measured = {
     ("bf16", r["D"]): r["tflops"]
@@ -807,24 +816,40 @@ print(
 # exponentials take at least their matmuls' cycles is now FP8 D128 alone (bf16 D64 was on it
 # too before the exp2 default), and "every other loop needs at most 0.7" now prints False,
 # because D64's loop, off that list, needs 1.00 of its matmuls' cycles in issue slots. The two
-# are the furthest from their peaks, 40% and 46%, against 57% for FP8 at D256 and 62-70% for
-# bf16 at D128 and D256 (lines above; both records current, of `5403789`'s kernels). The 46%
-# at D64 is the build compiled here, one exponential in 8 emulated: perf.json is the first
-# sweep that times it (453 TFLOP/s; 450, 45%, at `d8fa890` with every exponential on the
-# MUFU). FP8 D128's 40% is 784 TFLOP/s, against 835 (42%) in the record of `c530054`. The
-# FP8 mode's only source change since is the exp2 option it does not take (`EXP2_EMULATED` =
-# 0), and its PTX is the same as c530054's, but its machine code is not: the `_exp2` helper,
-# inlined at k = 0, leaves line-info scope labels that ptxas schedules around, so the D128
-# loop has the same 565 instructions, the same mix, in another order (offline, all six FP8
-# kernels: `logs/sass_lineinfo_c530054_5403789.log`; compiled without line info the two
-# trees' SASS is identical). So the gap is the schedule or the session; it lies inside that
+# are the furthest from their peaks, 42% and 46%, against 57% for FP8 at D256 and 62-70% for
+# bf16 at D128 and D256 (lines above: fp8.json current, of `1c870f9`'s kernels; perf.json of
+# `5403789`'s, stale since the 2026-11-28 kernel changes, which did not change the bf16
+# forward's machine code). The 46% at D64 is the build compiled here, one exponential in 8
+# emulated: perf.json is the first sweep that times it (453 TFLOP/s; 450, 45%, at `d8fa890`
+# with every exponential on the MUFU). FP8 D128's 42% is 836 TFLOP/s, as in the record of
+# `c530054` (835, 42%); the record of `5403789` had 784 (40%).
+#
+# **The FP8 mode's schedule was part of that drop: most of it at S = 16K, less than half at
+# 8K.** The history: the FP8 mode's only source change between c530054 and 5403789 was the
+# exp2 option it does not take (`EXP2_EMULATED` = 0), and its PTX was the same as c530054's, but its machine code was not:
+# the `_exp2` helper, inlined at k = 0, left line-info scope labels that ptxas scheduled
+# around, so the D128 loop had the same 565 instructions, the same mix, in another order
+# (offline, all six FP8 kernels: `logs/sass_lineinfo_c530054_5403789.log`; compiled without
+# line info the two trees' SASS is identical). Whether the drop (754 / 784 against 829 / 835
+# TFLOP/s at S = 8K / 16K) was that schedule or the session was open: it lay inside that
 # config's own spread at this shape (two rounds in one process, 776 and 863 TFLOP/s, below).
-# What decides is the alternating A/B of the two schedules in one process: branch
-# `exp2-k0-inline` calls `exp2` inline at k = 0 and gives c530054's SASS back (offline); it
-# has not run on the GPU. In both loops the softmax cannot hide under the matmuls: ping-pong can at best tie the two, and every wait adds to the tile's time. At D256 the
-# matmuls double and the loop does not, and the same pipeline clears 1000 TFLOP/s. So at
-# D128 (and for the bf16 forward at D64) it is the instructions per tile that have to go, not
-# the tensor-core schedule.
+# The alternating A/B answered it (`fp8_schedule_ab_timing.json`, commit 68476d0, 2026-11-28,
+# H100; `logs/fp8_schedule_ab_68476d0.log`): branch `exp2-k0-inline` (b831276: `exp2` inline
+# at k = 0, c530054's SASS) against main's schedule, `fp8_attention` as shipped on
+# per_block+Hadamard inputs, five rounds alternating in one process. The branch's forward
+# time over main's, median of the rounds, at S = 4K / 8K / 16K: D128 0.962 / 0.961 / 0.947
+# non-causal and 0.978 / 0.979 / 0.972 causal, every round's ratio below 1 (0.935–0.989);
+# D256 1.014 / 1.002 / 1.003 and 1.000 / 0.996 / 1.004 (rounds 0.980–1.036). So the schedule
+# cost 2–5% of the time at D128 and nothing measurable at D256. The branch was merged
+# (a651e4a), and `fp8.json` at 1c870f9 runs c530054's machine code again: 790 / 836 at
+# S = 8K / 16K. The 5403789 record's 754 / 784 over the A/B's 0.961 / 0.947 would be 785 / 828;
+# at 16K the record is back at c530054's 835, at 8K it is 790 against 829 on the same machine
+# code, the rest of that gap session to session.
+#
+# In both loops the softmax cannot hide under the matmuls: ping-pong can at best tie the two,
+# and every wait adds to the tile's time. At D256 the matmuls double and the loop does not, and
+# the same pipeline clears 1000 TFLOP/s. So at D128 (and for the bf16 forward at D64) it is
+# the instructions per tile that have to go, not the tensor-core schedule.
 #
 # The FP8 loop has 131 `FMUL` against the bf16 loop's 66 at the same tile: the 64 more are
 # `p × P_SCALE`, one per score a thread holds, scaling P into e4m3's normal range before it is
@@ -855,10 +880,11 @@ print(
 # instructions against per_block's 565, the difference exactly those `FMUL`s, every other
 # class the same count (`tools/fp8_pscale_sass.py`, `logs/fp8_pscale_sass_ebac0bd.log`). In
 # `fp8.json` at c530054 it ran 0.92-0.94 of per_block at D128 non-causal, as the fold did
-# (0.92 and 0.94 in the quick run at d807aaa). In the record at 5403789, per_block on the same
-# PTX but another schedule (above), it ran 1.02-1.06 of per_block there (779, 799, 805
-# against 761, 754, 784 TFLOP/s): the sign of the gap did not hold, and whether the run or
-# the schedule turned it is open (section 8). In the shorter loop the
+# (0.92 and 0.94 in the quick run at d807aaa). In the record at 5403789, both builds on the
+# same PTX but another schedule (above), it ran 1.02-1.06 of per_block there (779, 799, 805
+# against 761, 754, 784 TFLOP/s); at 1c870f9, c530054's schedules back, 0.93-0.96 again (737,
+# 762, 787 against 796, 790, 836): in these records the sign of the gap follows the schedule
+# (section 8). In the shorter loop the
 # exponentials sit closer together (66 `MUFU.EX2` over 254 instruction
 # slots against 372), with fewer independent instructions between them while the
 # special-function pipe drains. That is a candidate for the stall profile to confirm or
@@ -874,9 +900,10 @@ print(
 # 1.76: the other warpgroup waits at the ping-pong turn), and a little more on memory (long
 # scoreboard 0.95 against 0.76). So the multiplies were spacing the exponentials: take them
 # out and the exponentials queue up behind the special-function pipe. That is one launch of
-# each build, on c530054's schedules; the 5403789 record, with naive ahead at every D128 shape
-# on both builds' other schedules, says naive's deficit is not one every run shows, so the
-# profile explains the launches it measured, not a standing cost of the shorter loop.
+# each build, on c530054's schedules, which ship again since the fix: the records on them
+# (c530054, 1c870f9, the quick run) all have naive behind at D128 non-causal, while the
+# 5403789 record, on the other schedules, had naive ahead at every D128 shape. So the profile
+# explains these schedules' launches, not a cost the shorter loop has under every schedule.
 #
 # **Moving exponentials to the FMA pipe bought time only at bf16 D64 non-causal** (trial
 # commit 216cefa; 2026-11-27, H100, three alternating rounds in one
@@ -908,20 +935,21 @@ print(
 # timings (the trial's logs, then `perf.json`'s D64 rows) say the move bought time there, least
 # at S = 16K. What is left at FP8 D128 is the order of the
 # loop: spacing the exponentials without adding instructions, which Triton's scheduler decides,
-# not this code.
+# not this code (in the A/B above, one reordering by ptxas moved the time by 2–5%).
 
 # %% [markdown]
 # ## Conclusion
 #
 # (Numbers are from the recorded H100 run above, `results/nvidia-h100-80gb-hbm3/fp8.json`,
-# commit 5403789, 2026-11-27: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K,
-# beside the Triton fp8 kernel. Its status line says **current**. The record replaced the one
-# at c530054, stale since `forward_hopper.py` changed (32159e0 and 840fd14: the exp2-emulation
-# option, on by default for D64 non-causal only; the FP8 launch passes `EXP2_EMULATED` = 0, so
-# the FP8 mode's PTX is as before, its machine code not: section 9), and `backward.py` and
-# `decode.py`, which this study does not run. The error rows are the same numbers as c530054's; the speed rows are a new
-# measurement: fp8 per_block on the Gluon mode at 0.91–1.01 of c530054's at D128 and
-# 0.93–1.05 at D256, the Triton kernel's shapes within 0.3% (section 8 compares them).)
+# commit 1c870f9, 2026-11-28: fp8 as shipped, the Gluon FP8 mode at D128/D256 from S = 4K,
+# beside the Triton fp8 kernel. Its status line says **current** (text only changed since:
+# `dispatch.py`). The record replaced the one at 5403789, whose kernel files changed on
+# 2026-11-28: the FP8 schedule fix (a651e4a in `forward_hopper.py`: `exp2` inline at k = 0, so
+# the six FP8 kernels' machine code is c530054's again, section 9) and the backward dispatch
+# (`interface.py`, `dispatch.py`), which this study does not run. The error rows are the same
+# numbers as 5403789's and c530054's; the speed rows are a new measurement: fp8 per_block on
+# the Gluon mode at 1.03–1.07 of 5403789's at D128 and 0.98–1.01 at D256, the Triton kernel's
+# shapes within 0.6% (section 8 compares them).)
 #
 # * **The prior report's kind of error is real; its diagnosis is not.** Its 0.294 cannot be
 #   matched without its shape, but unscaled e4m3 attention does have maximum errors of this
@@ -939,25 +967,26 @@ print(
 #   gain is larger: median RMSE 4.27e-02 against per-tensor 1.50e-01 (non-causal) and 5.24e-02
 #   against 1.81e-01 (causal).
 # * **Speed.** FlashAttention-3's structure, ported to fp8 as the Gluon forward's FP8 mode,
-#   takes D128 fp8 at S ≥ 4K to 754–784 TFLOP/s non-causal and 657–770 causal, 0.99–1.05× the
-#   Triton fp8 kernel and 1.14–1.28× flashcore's bf16 (geomean 1.21), and D256 to 1053–1133
-#   non-causal and 875–1171 causal, 1.28–1.46× the Triton kernel and 1.43–1.73× bf16. D256
-#   clears 1000 TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (754/784
-#   TFLOP/s, 1.14/1.28× at S = 8K/16K non-causal; 829/835 and 1.26/1.38× at c530054, on the
-#   same PTX scheduled otherwise: schedule or session, the alternating A/B against branch
-#   `exp2-k0-inline`, c530054's schedule, will tell). At S = 4K this record has the Gluon mode level with the Triton kernel
-#   (1.00 non-causal, 0.99 causal), where the probe runs of section 4 had it 1.01–1.05 ahead.
+#   takes D128 fp8 at S ≥ 4K to 790–836 TFLOP/s non-causal and 674–810 causal, 1.00–1.16× the
+#   Triton fp8 kernel and 1.20–1.41× flashcore's bf16 (geomean 1.30), and D256 to 1068–1121
+#   non-causal and 884–1182 causal, 1.28–1.46× the Triton kernel and 1.43–1.81× bf16. D256
+#   clears 1000 TFLOP/s and 1.5× bf16 at every non-causal S; D128 clears neither (790/836
+#   TFLOP/s, 1.29/1.38× at S = 8K/16K non-causal; 754/784 and 1.14/1.28× at 5403789, whose
+#   FP8 machine code had another schedule, worth 2–5% of the time at D128 in the alternating
+#   A/B of section 9; 829/835 and 1.26/1.38× at c530054, the machine code that ships again).
+#   At S = 4K this record has the Gluon mode 1.07× the Triton kernel non-causal and level with
+#   it causal (1.00), where the probe runs of section 4 had it 1.04–1.05 and 1.01–1.02 ahead.
 #   Below S = 4K the Triton kernel still serves every call (not
 #   probed with the Gluon mode), and D64 stays on it (measured faster). One structural
 #   difference from FlashAttention-3 remains in the FP8 mode: P goes to the $PV$ wgmma through
 #   shared memory rather than registers (section 4); how much of the D128 gap it accounts for
 #   is not measured. Triton's own warp specialization did not help the Triton kernel: the
-#   `ws` rows of the sweep are within a few TFLOP/s of the same config without it (711 against
-#   707, 547 against 546 non-causal; 652 against 652, 523 against 523 causal), and the
-#   sweep's best config (64x128 w4 s3: 795 non-causal, 741 causal) has no `ws` run, a known
-#   compile failure. An unfused `quantize` from bf16 costs 0.79× the D128 fp8 attention time
-#   at best (non-causal S = 16K) and up to 13× (short S); counting it, fp8's D128 geomean at
-#   S ≥ 4096 drops to 230 TFLOP/s, below bf16's 614, so fp8 pays only when the producer
+#   `ws` rows of the sweep are within a few TFLOP/s of the same config without it (708 against
+#   707, 547 against 550 non-causal; 647 against 645, 522 against 520 causal), and the
+#   sweep's best config (64x128 w4 s3: 798 non-causal, 739 causal) has no `ws` run, a known
+#   compile failure. An unfused `quantize` from bf16 costs 0.84× the D128 fp8 attention time
+#   at best (non-causal S = 16K) and up to 13.53× (short S); counting it, fp8's D128 geomean at
+#   S ≥ 4096 drops to 233 TFLOP/s, below bf16's 597, so fp8 pays only when the producer
 #   already emits fp8.
 # * Every fp8 output stayed within the worst-case bound of its own float64 reference (the
 #   p-rounding bound), live and in the record, on both kernels, so the errors above belong to
