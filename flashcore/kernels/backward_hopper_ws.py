@@ -37,9 +37,16 @@ to finish a reduce before the consumers wait for it.
 Not deterministic (the reduce-adds land in whatever order the key blocks finish), as the
 other Gluon backwards; dK and dV are. ``attention_backward_hopper_ws`` has
 ``attention_backward_hopper``'s signature and semantics and ``supports`` is the same
-function. Not dispatched by ``flashcore.attention`` until measured:
+function. ``flashcore.attention``'s autograd runs it for callers that pass
+``deterministic=False``, where ``dispatch.BACKWARD_GLUON_FROM`` says it was measured faster
+than the Triton backward (H100: 1.03-1.22x at D64/D128, S 2K-16K, backward_ws_check.json);
 ``validate_backward.check_grad_case(kernel="gluon_ws")`` and tools/backward_hopper_check.py
-``--kernel`` run it.
+``--kernel`` run it by name.
+
+Known limits (next steps): the step is serial inside each warpgroup (P and dS are computed
+while only dP is on the tensor cores); Triton's barrier pass adds a CTA barrier at the top of
+each step, so the warpgroups meet twice a step; D64's 128-row tiles spill a few registers at
+240 a thread; no deterministic mode; no D256.
 """
 
 from __future__ import annotations
