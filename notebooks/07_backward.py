@@ -900,16 +900,41 @@ if budget:
     print(
         table(
             [
-                {"D": r["D"], "mode": r["mode"], "kernel": name.strip("_"), "matmuls": r["matmuls_run"]}
-                | {k: v[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "n_regs", "n_spills", "ctas_per_sm")}
+                {
+                    "D": r["D"],
+                    "mode": r["mode"],
+                    "kernel": name.strip("_"),
+                    "matmuls": r["matmuls_run"],
+                }
+                | {
+                    k: v[k]
+                    for k in (
+                        "BLOCK_M",
+                        "BLOCK_N",
+                        "num_warps",
+                        "n_regs",
+                        "n_spills",
+                        "ctas_per_sm",
+                    )
+                }
                 for r in budget["rows"]
                 for name, v in r["kernels"].items()
             ],
-            ["D", "mode", "matmuls", "kernel", "BLOCK_M", "BLOCK_N", "num_warps", "n_regs",
-             "n_spills", "ctas_per_sm"],
+            [
+                "D",
+                "mode",
+                "matmuls",
+                "kernel",
+                "BLOCK_M",
+                "BLOCK_N",
+                "num_warps",
+                "n_regs",
+                "n_spills",
+                "ctas_per_sm",
+            ],
             {"matmuls": "{:.0f}"},
         )
-    )  # fmt: skip
+    )
 runs = {"fa4": {d: 5 for d in (64, 128, 256)}}
 if budget:
     for impl, mode in (("flashcore", "deterministic"), ("flashcore_atomic", "atomic")):
@@ -1187,11 +1212,24 @@ else:
                 }
                 for (d, s, c), t in sorted(ws_by_shape.items())
             ],
-            ["D", "S", "causal", "pipelined", "warp-specialized", "triton", "ws / triton",
-             "ws / pipelined"],
-            {"pipelined": "{:.0f}", "warp-specialized": "{:.0f}", "triton": "{:.0f}",
-             "ws / triton": "{:.3f}", "ws / pipelined": "{:.3f}"},
-        )  # fmt: skip
+            [
+                "D",
+                "S",
+                "causal",
+                "pipelined",
+                "warp-specialized",
+                "triton",
+                "ws / triton",
+                "ws / pipelined",
+            ],
+            {
+                "pipelined": "{:.0f}",
+                "warp-specialized": "{:.0f}",
+                "triton": "{:.0f}",
+                "ws / triton": "{:.3f}",
+                "ws / pipelined": "{:.3f}",
+            },
+        )
     )
     ws_ratios = [t["gluon_ws"] / t["triton"] for t in ws_by_shape.values()]
     print(
@@ -1240,11 +1278,24 @@ ws_rows = [
 print(
     table(
         ws_rows,
-        ["D", "S", "causal", "deterministic=False", "default", "fa4", "False / fa4",
-         "default / fa4"],
-        {"deterministic=False": "{:.0f}", "default": "{:.0f}", "fa4": "{:.0f}",
-         "False / fa4": "{:.3f}", "default / fa4": "{:.3f}"},
-    )  # fmt: skip
+        [
+            "D",
+            "S",
+            "causal",
+            "deterministic=False",
+            "default",
+            "fa4",
+            "False / fa4",
+            "default / fa4",
+        ],
+        {
+            "deterministic=False": "{:.0f}",
+            "default": "{:.0f}",
+            "fa4": "{:.0f}",
+            "False / fa4": "{:.3f}",
+            "default / fa4": "{:.3f}",
+        },
+    )
 )
 
 # %% [markdown] tags=[]
