@@ -94,8 +94,18 @@ def test_unsupported_calls_fall_back_to_triton(monkeypatch, deterministic):
 def test_triton_path_stays_deterministic_for_deterministic_false(monkeypatch):
     # Where the Gluon backward does not run, deterministic=False runs the Triton backward's
     # deterministic mode (faster than its atomic mode at every shape of backward.json): the
-    # gradients are the default's, bit for bit.
+    # mode the autograd Function asks for is checked, not only the bits (which the atomic
+    # mode could happen to match on a small case), and the gradients are the default's.
+    from flashcore import interface
+
     monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
+    modes = []
+    launch = interface._backward.attention_backward
+    monkeypatch.setattr(
+        interface._backward,
+        "attention_backward",
+        lambda *a, **k: modes.append(k["deterministic"]) or launch(*a, **k),
+    )
     case = AttentionCase(1, 2, 1, 40, 40, 16, "float32", True)
     q, k, v, do = make_grad_inputs(case, DEVICE, 4)
     grads = []
@@ -103,6 +113,7 @@ def test_triton_path_stays_deterministic_for_deterministic_false(monkeypatch):
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         flashcore.attention(*leaves, causal=True, deterministic=deterministic).backward(do)
         grads.append([t.grad for t in leaves])
+    assert modes == [True, True]
     assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 

@@ -33,6 +33,7 @@ speed rows with ``impl`` "gluon", "gluon_pipelined" or "triton"; ``kernel``: the
 """
 
 import argparse
+import importlib
 import json
 import math
 import statistics
@@ -48,11 +49,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from flashcore.interface import attention  # noqa: E402
 from flashcore.kernels import backward_hopper as bh  # noqa: E402
-from flashcore.kernels import backward_hopper_pipelined as bhp  # noqa: E402
-from flashcore.kernels import backward_hopper_ws as bhw  # noqa: E402
 from flashcore.kernels.backward import attention_backward  # noqa: E402
 from flashcore.results import kernel_fingerprint, provenance  # noqa: E402
-from flashcore.validate_backward import GRADIENTS, backward_grid, check_grad_case  # noqa: E402
+from flashcore.validate_backward import (  # noqa: E402
+    GLUON_KERNELS,
+    GRADIENTS,
+    backward_grid,
+    check_grad_case,
+)
 
 TOKENS, HIDDEN = 16 * 1024, 2048
 SEQLENS = (2048, 4096, 8192)
@@ -63,12 +67,6 @@ KERNEL_OPTIONS = {
     "gluon_ws": ("gluon_ws", ("gluon_ws",)),
     "both": ("gluon_pipelined", ("gluon", "gluon_pipelined")),
     "ws_vs_pipelined": ("gluon_ws", ("gluon_pipelined", "gluon_ws")),
-}
-# impl -> (module, launcher), all with attention_backward_hopper's signature
-GLUON_LAUNCHERS = {
-    "gluon": (bh, "attention_backward_hopper"),
-    "gluon_pipelined": (bhp, "attention_backward_hopper_pipelined"),
-    "gluon_ws": (bhw, "attention_backward_hopper_ws"),
 }
 
 
@@ -102,8 +100,8 @@ def run_grid(stride: int, kernel: str = "gluon") -> dict:
 def time_shape(
     d: int, s: int, causal: bool, rounds: int, gluon_impls: tuple = ("gluon",)
 ) -> list[dict]:
-    """Rows of the Gluon impls ``gluon_impls`` (keys of GLUON_LAUNCHERS) and "triton",
-    timed alternating (the order reversed every other round)."""
+    """Rows of the Gluon impls ``gluon_impls`` (keys of validate_backward.GLUON_KERNELS) and
+    "triton", timed alternating (the order reversed every other round)."""
     b, h = TOKENS // s, HIDDEN // d
     gen = torch.Generator(device="cuda").manual_seed(s + d + causal)
 
@@ -118,7 +116,11 @@ def time_shape(
     bufs = {name: [torch.empty_like(t) for t in (q, k, v)] for name in names}
     scale = 1.0 / math.sqrt(d)
 
-    launchers = {name: getattr(module, fn) for name, (module, fn) in GLUON_LAUNCHERS.items()}
+    # impl -> launcher, all with attention_backward_hopper's signature (check_grad_case's table)
+    launchers = {
+        name: getattr(importlib.import_module(f"flashcore.kernels.{module}"), fn)
+        for name, (module, fn) in GLUON_KERNELS.items()
+    }
 
     def gluon_launch(name):
         return lambda: launchers[name](
