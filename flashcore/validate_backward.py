@@ -117,19 +117,20 @@ def _poisoned_like(t):
     return torch.full(t.shape, float("nan"), dtype=t.dtype, device=t.device)
 
 
-# check_grad_case's Gluon kernels: (module under flashcore.kernels, launcher)
+# check_grad_case's Gluon kernels: (module under flashcore.kernels, launcher, its options)
 GLUON_KERNELS = {
-    "gluon": ("backward_hopper", "attention_backward_hopper"),
-    "gluon_pipelined": ("backward_hopper_pipelined", "attention_backward_hopper_pipelined"),
-    "gluon_ws": ("backward_hopper_ws", "attention_backward_hopper_ws"),
+    "gluon": ("backward_hopper", "attention_backward_hopper", {}),
+    "gluon_pipelined": ("backward_hopper_pipelined", "attention_backward_hopper_pipelined", {}),
+    "gluon_ws": ("backward_hopper_ws", "attention_backward_hopper_ws", {}),
+    "gluon_ws_det": ("backward_hopper_ws", "attention_backward_hopper_ws", {"deterministic": True}),
 }
 
 
 def _gluon_backward(case, do, q, k, v, out, lse, grads, *, kernel: str = "gluon"):
     """A Gluon Hopper backward into ``grads``: ``kernel`` "gluon" (kernels/backward_hopper.py),
-    "gluon_pipelined" (kernels/backward_hopper_pipelined.py) or "gluon_ws" (the
-    warp-specialized kernels/backward_hopper_ws.py); raises where it does not support the
-    case."""
+    "gluon_pipelined" (kernels/backward_hopper_pipelined.py), "gluon_ws" (the
+    warp-specialized kernels/backward_hopper_ws.py) or "gluon_ws_det" (the same in its
+    deterministic mode); raises where it does not support the case."""
     import importlib
     import math
 
@@ -138,12 +139,12 @@ def _gluon_backward(case, do, q, k, v, out, lse, grads, *, kernel: str = "gluon"
     if not backward_hopper.supports(q, k, v, window=case.window):
         raise ValueError(f"the Gluon backward does not support {case.name} on {q.device}")
     bottom_right = case.causal and case.alignment == "bottom_right"
-    module, name = GLUON_KERNELS[kernel]
+    module, name, options = GLUON_KERNELS[kernel]
     launch = getattr(importlib.import_module(f"flashcore.kernels.{module}"), name)
     launch(
         do, q, k, v, out, lse, *grads,
         causal_offset=case.seqlen_k - case.seqlen_q if bottom_right else 0,
-        is_causal=case.causal, scale=1.0 / math.sqrt(case.head_dim),
+        is_causal=case.causal, scale=1.0 / math.sqrt(case.head_dim), **options,
     )  # fmt: skip
 
 

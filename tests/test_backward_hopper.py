@@ -8,6 +8,8 @@ planted bug (delta dropped) that the rule must reject, for every Gluon backward.
 dispatch (FLASHCORE_BACKWARD_HOPPER, deterministic=False) and the autograd door are
 tests/test_backward_hopper_ws.py's."""
 
+import functools
+
 import pytest
 import torch
 from conftest import DEVICE, HAS_HOPPER, case_seed, offline_report
@@ -127,6 +129,7 @@ GLUON_BACKWARDS = {
     "gluon": (bh, bh.attention_backward_hopper),
     "gluon_pipelined": (bhp, bhp.attention_backward_hopper_pipelined),
     "gluon_ws": (bhw, bhw.attention_backward_hopper_ws),
+    "gluon_ws_det": (bhw, functools.partial(bhw.attention_backward_hopper_ws, deterministic=True)),
 }
 
 
@@ -153,6 +156,8 @@ def test_planted_bug_dropped_delta_is_rejected(monkeypatch, kernel, d):
         ("gluon_pipelined", 128),
         ("gluon_ws", 64),
         ("gluon_ws", 128),
+        ("gluon_ws_det", 64),
+        ("gluon_ws_det", 128),
     ],
 )
 def test_gqa_group_is_summed_and_every_row_written(kernel, d):

@@ -10,6 +10,8 @@ and dQ handoff at 1, 2, 3 and many steps), and the autograd door under both ways
 planted bug and the GQA row coverage are tests/test_backward_hopper.py's, parametrized over
 every Gluon backward."""
 
+import functools
+
 import pytest
 import torch
 from conftest import DEVICE, HAS_HOPPER, case_seed, offline_report
@@ -130,16 +132,24 @@ def test_deterministic_is_no_forward_option():
     assert "deterministic" not in _FORWARD_DEFAULTS
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("d", [64, 128])
-def test_launcher_binds_every_kernel_argument(monkeypatch, d):
+def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
     """The launcher on a CPU (``record_launch``): every parameter bound, descriptors of the
     head dim's BLOCK_M (dQ's fp32 buffer in BLOCK_M x D blocks, for the reduce-add) and 8
-    consumer warps."""
+    consumer warps; in the deterministic mode, one zeroed int32 counter per query tile."""
     if not bhw.GLUON_AVAILABLE:
         pytest.skip("this triton has no Gluon Hopper API")
+    if deterministic:
+        monkeypatch.setattr(
+            bhw,
+            "attention_backward_hopper_ws",
+            functools.partial(bhw.attention_backward_hopper_ws, deterministic=True),
+        )
     grid, bound, q = record_launch(
         monkeypatch, bhw, "attention_backward_hopper_ws", bhw._bwd_hopper_ws_kernel, d
     )
+    assert bound["DETERMINISTIC"] is deterministic
     assert grid == (2, 4)  # (key blocks of 128, batch * KV heads)
     block_m = bhw.BLOCK_M_FOR[d]
     assert (bound["BLOCK_M"], bound["BLOCK_N"], bound["STAGES"]) == (block_m, 128, 2)
@@ -152,6 +162,11 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d):
         [1, 1, block_m, d],
     ]
     assert bound["dq_desc"].base.dtype == torch.float32 and bound["dq_desc"].base.shape == q.shape
+    if deterministic:  # (B * Hq * query tiles) counters, all zero
+        b, hq, sq = q.shape[:3]
+        lock = bound["Lock"]
+        assert lock.dtype == torch.int32 and lock.shape == (b * hq * -(-sq // block_m),)
+        assert not lock.any()
 
 
 # Run in a subprocess with the interpreter off (this process runs it): each config compiled
@@ -162,34 +177,37 @@ from triton.experimental.gluon import language as gl
 from flashcore.kernels import backward_hopper_ws as bhw
 from flashcore.studies.sass import compile_kernel, disassemble, resource_usage
 
+# every (causal, dtype) in the atomic mode; bf16 in the deterministic mode
+CONFIGS = [(c, t, False) for c in (False, True) for t in ("fp16", "bf16")]
+CONFIGS += [(c, "bf16", True) for c in (False, True)]
 out = {}
 for d in (64, 128):
     bm = bhw.BLOCK_M_FOR[d]
-    for causal in (False, True):
-        for dtype in ("fp16", "bf16"):
-            gd = gl.bfloat16 if dtype == "bf16" else gl.float16
+    for causal, dtype, det in CONFIGS:
+        gd = gl.bfloat16 if dtype == "bf16" else gl.float16
 
-            def desc(rows, t=dtype, g=gd):
-                layout = gl.NVMMASharedLayout.get_default_for([rows, d], g)
-                return f"tensordesc<{t}[1,1,{rows},{d}],{layout!r}>"
+        def desc(rows, t=dtype, g=gd):
+            layout = gl.NVMMASharedLayout.get_default_for([rows, d], g)
+            return f"tensordesc<{t}[1,1,{rows},{d}],{layout!r}>"
 
-            spec = dict(
-                fn=bhw._bwd_hopper_ws_kernel, gluon=True,
-                pointers={"Lse": "*fp32", "Delta": "*fp32", "dK": f"*{dtype}", "dV": f"*{dtype}"},
-                floats={"qk_scale", "sm_scale"},
-                consts=dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bhw.BLOCK_N, STAGES=bhw.STAGES,
-                            IS_CAUSAL=causal),
-                num_warps=bhw.NUM_WARPS, num_stages=1,
-                descs={"q_desc": desc(bm), "do_desc": desc(bm), "k_desc": desc(bhw.BLOCK_N),
-                       "v_desc": desc(bhw.BLOCK_N), "dq_desc": desc(bm, "fp32", gl.float32)},
-            )
-            c = compile_kernel(spec)
-            r = resource_usage(c)
-            sass = disassemble(c.asm["cubin"])
-            regs = re.findall(r"USETMAXREG\S* (?:UP\d, )?(0x[0-9a-f]+)", sass)
-            r["setmaxnreg"] = sorted({int(x, 16) for x in regs})
-            r["reduce_adds"] = sass.count("UTMAREDG")
-            out[f"D{d} {'causal' if causal else 'full'} {dtype}"] = r
+        spec = dict(
+            fn=bhw._bwd_hopper_ws_kernel, gluon=True,
+            pointers={"Lse": "*fp32", "Delta": "*fp32", "Lock": "*i32", "dK": f"*{dtype}",
+                      "dV": f"*{dtype}"},
+            floats={"qk_scale", "sm_scale"},
+            consts=dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bhw.BLOCK_N, STAGES=bhw.STAGES,
+                        IS_CAUSAL=causal, DETERMINISTIC=det),
+            num_warps=bhw.NUM_WARPS, num_stages=1,
+            descs={"q_desc": desc(bm), "do_desc": desc(bm), "k_desc": desc(bhw.BLOCK_N),
+                   "v_desc": desc(bhw.BLOCK_N), "dq_desc": desc(bm, "fp32", gl.float32)},
+        )
+        c = compile_kernel(spec)
+        r = resource_usage(c)
+        sass = disassemble(c.asm["cubin"])
+        regs = re.findall(r"USETMAXREG\S* (?:UP\d, )?(0x[0-9a-f]+)", sass)
+        r["setmaxnreg"] = sorted({int(x, 16) for x in regs})
+        r["reduce_adds"] = sass.count("UTMAREDG")
+        out[f"D{d} {'causal' if causal else 'full'} {dtype}{' deterministic' if det else ''}"] = r
 print(json.dumps(out))
 """
 
@@ -204,7 +222,7 @@ def test_offline_compile_for_sm90(record_property):
     if not bhw.GLUON_AVAILABLE:
         pytest.skip("this triton has no Gluon Hopper API")
     report = offline_report(_REPORT)
-    assert len(report) == 8
+    assert len(report) == 12
     for name, r in report.items():
         record_property(
             "measured",
@@ -280,3 +298,51 @@ def test_default_stays_deterministic(monkeypatch):
         grads.append([t.grad for t in leaves])
     assert not calls
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
+def test_deterministic_mode_gradient_rule(case):
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon_ws_det")
+    for g in GRADIENTS:
+        assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
+    assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
+
+
+# Many key blocks a query tile (so the order of dQ's adds could vary), GQA, both alignments,
+# Sq > Sk bottom-right (query tiles no key block sees: their counters are never waited on) and
+# Sq < Sk (key blocks whose turn comes after the last tile's).
+DETERMINISM_CASES = [
+    AttentionCase(2, 8, 2, 1500, 1500, 128, "bfloat16", False),
+    AttentionCase(2, 8, 2, 1500, 1500, 128, "bfloat16", True),
+    AttentionCase(1, 4, 4, 1100, 1900, 64, "float16", True, "bottom_right"),
+    AttentionCase(1, 4, 1, 1900, 700, 128, "bfloat16", True, "bottom_right"),
+    AttentionCase(1, 4, 2, 1900, 700, 64, "bfloat16", True, "top_left"),
+]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", DETERMINISM_CASES, ids=lambda c: c.name)
+def test_deterministic_mode_is_bitwise_reproducible(case):
+    """Four backwards of the deterministic mode agree bit for bit, and pass the rule."""
+    q, k, v, do = make_grad_inputs(case, DEVICE, 13)
+    bottom_right = case.causal and case.alignment == "bottom_right"
+    offset = case.seqlen_k - case.seqlen_q if bottom_right else 0
+    kw = dict(causal=case.causal)
+    if case.causal:
+        kw["causal_alignment"] = case.alignment
+    with torch.no_grad():
+        out, lse = flashcore.attention(q, k, v, return_lse=True, **kw)
+        runs = []
+        for _ in range(4):
+            grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+            bhw.attention_backward_hopper_ws(
+                do, q, k, v, out, lse, *grads, causal_offset=offset, is_causal=case.causal,
+                scale=case.head_dim**-0.5, deterministic=True,
+            )  # fmt: skip
+            runs.append(grads)
+    for again in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], again))
+    assert rule_rejects(runs[0], q, k, v, do, **kw) == {g: True for g in GRADIENTS}

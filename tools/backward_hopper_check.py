@@ -2,7 +2,8 @@
 backward, in one process (about two minutes with compilation).
 
     python3 tools/backward_hopper_check.py OUT.json [--grid-stride N] [--rounds R]
-        [--kernel {gluon,gluon_pipelined,gluon_ws,both,ws_vs_pipelined}] [--s S ...] [--d D ...]
+        [--kernel {gluon,gluon_pipelined,gluon_ws,both,ws_vs_pipelined,ws_modes}]
+        [--s S ...] [--d D ...]
 
 1. ``backward_grid("hopper")`` (240 cases: D64/D128, fp16/bf16, S 1..1000, Sq != Sk, GQA,
    both causal alignments, a (B, S, H, D) layout) through ``check_grad_case(kernel="gluon")``
@@ -24,7 +25,10 @@ place of the Gluon path; ``both`` runs the grid for the pipelined variant and ti
 original Gluon path, the pipelined one and the Triton backward alternating in one process,
 printing each one's TFLOP/s and the pipelined/original ratio per shape. ``gluon_ws`` does both
 parts with the warp-specialized kernel (``backward_hopper_ws``); ``ws_vs_pipelined`` runs its
-grid and times it beside the pipelined variant and the Triton backward. ``--s``/``--d``: the
+grid and times it beside the pipelined variant and the Triton backward; ``ws_modes`` runs the
+grid with its deterministic mode (``deterministic=True``) and times both of its modes beside the
+Triton backward, each deterministic backward repeated 3 more times per shape and compared bit
+for bit with the first (``bitwise_equal_repeats``). ``--s``/``--d``: the
 timed sequence lengths and head dims (default 2K/4K/8K, D64/128).
 
 Prints one line per case failure and per shape, writes OUT.json (provenance, grid summary,
@@ -67,7 +71,9 @@ KERNEL_OPTIONS = {
     "gluon_ws": ("gluon_ws", ("gluon_ws",)),
     "both": ("gluon_pipelined", ("gluon", "gluon_pipelined")),
     "ws_vs_pipelined": ("gluon_ws", ("gluon_pipelined", "gluon_ws")),
+    "ws_modes": ("gluon_ws_det", ("gluon_ws", "gluon_ws_det")),
 }
+REPEATS = 3  # extra backwards of each deterministic impl per shape, compared bit for bit
 
 
 def run_grid(stride: int, kernel: str = "gluon") -> dict:
@@ -118,14 +124,16 @@ def time_shape(
 
     # impl -> launcher, all with attention_backward_hopper's signature (check_grad_case's table)
     launchers = {
-        name: getattr(importlib.import_module(f"flashcore.kernels.{module}"), fn)
-        for name, (module, fn) in GLUON_KERNELS.items()
+        name: (getattr(importlib.import_module(f"flashcore.kernels.{module}"), fn), options)
+        for name, (module, fn, options) in GLUON_KERNELS.items()
     }
 
-    def gluon_launch(name):
-        return lambda: launchers[name](
-            do, q, k, v, out, lse, *bufs[name], causal_offset=0, is_causal=causal, scale=scale
-        )
+    def gluon_launch(name, into=None):
+        launch, options = launchers[name]
+        return lambda: launch(
+            do, q, k, v, out, lse, *(into or bufs[name]), causal_offset=0, is_causal=causal,
+            scale=scale, **options,
+        )  # fmt: skip
 
     def triton_bwd():
         dq, dk, dv = bufs["triton"]
@@ -137,6 +145,17 @@ def time_shape(
     for fn in impls.values():  # compile outside the timed region
         fn()
     torch.cuda.synchronize()
+    # Deterministic impls: REPEATS more backwards into fresh buffers, each compared bitwise
+    # with the first (at sizes where the order of dQ's adds has many ways to vary).
+    bitwise = {}
+    for name in gluon_impls:
+        if GLUON_KERNELS[name][2].get("deterministic"):
+            same = 0
+            for _ in range(REPEATS):
+                again = [torch.empty_like(t) for t in (q, k, v)]
+                gluon_launch(name, again)()
+                same += all(torch.equal(a, b) for a, b in zip(again, bufs[name]))
+            bitwise[name] = f"{same}/{REPEATS}"
     agreements = {
         name: {
             g: float((a.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30))
@@ -184,8 +203,12 @@ def time_shape(
             + ", ".join(f"{k} {v:.1e}" for k, v in agreements[gluon_impls[-1]].items()),
             flush=True,
         )
+    if bitwise:
+        print(f"{head} bitwise equal repeats: {bitwise}", flush=True)
     for row in rows:
         row["agreement_vs_triton"] = agreements.get(row["impl"])
+        if row["impl"] in bitwise:
+            row["bitwise_equal_repeats"] = bitwise[row["impl"]]
     return rows
 
 

@@ -121,18 +121,64 @@ if GLUON_AVAILABLE:
             _load_step(q_desc, do_desc, ring, t, n_m, m_first, batch, kv_head, group)
 
     @gluon.jit
-    def _dq_writer(dq_desc, dq_smem, step_done, dq_empty, work, BLOCK_M: gl.constexpr):
+    def _load_acquire(ptr):
+        """The int32 at ``ptr``, read with acquire semantics at GPU scope."""
+        return gl.inline_asm_elementwise(
+            "ld.acquire.gpu.global.b32 $0, [$1]; fence.proxy.async.global;",
+            "=r,l", [ptr], dtype=gl.int32, is_pure=False, pack=1,
+        )  # fmt: skip
+
+    @gluon.jit
+    def _wait_writes_done(token):
+        """Block until this thread's bulk copies have written global memory (not only read
+        shared memory, as ``tma.store_wait``); returns ``token`` to order what uses it."""
+        return gl.inline_asm_elementwise(
+            "cp.async.bulk.wait_group 0; fence.proxy.async.global; bar.warp.sync -1; "
+            "mov.b32 $0, $1;",
+            "=r,r", [token], dtype=gl.int32, is_pure=False, pack=1,
+        )  # fmt: skip
+
+    @gluon.jit
+    def _dq_writer(
+        dq_desc, dq_smem, step_done, dq_empty, work, order,
+        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+        DETERMINISTIC: gl.constexpr,
+    ):  # fmt: skip
         """One warp: each step's dQ tile, once published, added into the fp32 dQ buffer by
         one bulk reduce-add (rows past Sq dropped by the descriptor's bounds); the buffer is
-        handed back as soon as the copy engine has read it."""
+        handed back as soon as the copy engine has read it.
+
+        DETERMINISTIC: the adds into each dQ tile land in a fixed order, the key blocks from
+        the last that sees the tile's rows down to 0. Each tile has an int32 counter in
+        ``Lock`` (zeroed) of the adds done; this program's turn on a tile is the number of
+        key blocks above it that see the tile (its ``rank``). It waits for its turn (acquire),
+        adds, waits until the add has reached global memory, and passes the turn on (release).
+        The programs it waits for have larger key blocks, launched before it (the grid runs
+        key blocks in reverse in this mode), so every wait is on a program already running."""
         batch, kv_head, group, n0, m_first, n_m, total = work
+        Lock, num_q_heads, n_m_total, last_n, causal_offset = order
         NSTAGES: gl.constexpr = step_done.shape[0]
         for t in range(total):
             q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
             mbarrier.wait(step_done.index(t % NSTAGES), (t // NSTAGES) & 1)
-            _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
-            tma.store_wait(0)
-            mbarrier.arrive(dq_empty, count=1)
+            if DETERMINISTIC:
+                lock = Lock + (batch * num_q_heads + q_head) * n_m_total + m0 // BLOCK_M
+                if IS_CAUSAL:  # the last key block with a key that the tile's last row sees
+                    top = gl.minimum(last_n, (m0 + BLOCK_M - 1 + causal_offset) // BLOCK_N)
+                else:
+                    top = last_n
+                rank = top - n0 // BLOCK_N
+                seen = _load_acquire(lock)
+                while seen != rank:
+                    seen = _load_acquire(lock)
+                _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
+                tma.store_wait(0)
+                mbarrier.arrive(dq_empty, count=1)
+                gl.atomic_add(lock, _wait_writes_done(seen * 0 + 1), sem="release", scope="gpu")
+            else:
+                _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
+                tma.store_wait(0)
+                mbarrier.arrive(dq_empty, count=1)
 
     @gluon.jit
     def _consumers(
@@ -268,17 +314,22 @@ if GLUON_AVAILABLE:
         ]
     )  # fmt: skip
     def _bwd_hopper_ws_kernel(
-        q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV,
+        q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, Lock,
         stride_dkz, stride_dkh, stride_dkn, stride_dkk,
         stride_dvz, stride_dvh, stride_dvn, stride_dvk,
         num_q_heads, num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+        STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DETERMINISTIC: gl.constexpr,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
-        (B, Hq, Sq, D) fp32 dQ buffer, zeroed (unscaled dQ is added), BLOCK_M x D blocks."""
+        (B, Hq, Sq, D) fp32 dQ buffer, zeroed (unscaled dQ is added), BLOCK_M x D blocks.
+        Lock: with DETERMINISTIC, B * Hq * cdiv(Sq, BLOCK_M) int32 zeros (_dq_writer);
+        otherwise unused."""
         dtype: gl.constexpr = q_desc.dtype
-        tile_n = gl.program_id(0)
+        if DETERMINISTIC:  # the last key block first (_dq_writer waits on larger ones)
+            tile_n = gl.num_programs(0) - 1 - gl.program_id(0)
+        else:
+            tile_n = gl.program_id(0)
         batch_kv = gl.program_id(1)
         batch = batch_kv // num_kv_heads
         kv_head = batch_kv % num_kv_heads
@@ -320,6 +371,7 @@ if GLUON_AVAILABLE:
         fence_async_shared()  # the barriers' init is visible to the copy engine
 
         ring = (q_ring, do_ring, ready)
+        order = (Lock, num_q_heads, n_m_total, gl.num_programs(0) - 1, causal_offset)
         lengths = (num_q_heads, seqlen_q, seqlen_k, causal_offset)
         dkv_strides = (
             stride_dkz, stride_dkh, stride_dkn, stride_dkk,
@@ -333,7 +385,8 @@ if GLUON_AVAILABLE:
                               IS_CAUSAL)),
                 (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
                            kv_bar, ring, step_done, work)),
-                (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, BLOCK_M)),
+                (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, order, BLOCK_M,
+                              BLOCK_N, IS_CAUSAL, DETERMINISTIC)),
             ],
             [1, 1],
             [WORKER_REGS, WORKER_REGS],
@@ -352,11 +405,13 @@ def _dq_descriptor(dq_acc, block_rows):
 
 
 def attention_backward_hopper_ws(
-    do, q, k, v, out, lse, dq, dk, dv, *, causal_offset: int, is_causal: bool, scale: float
-):
-    """``backward_hopper.attention_backward_hopper`` (same arguments, results, temporaries
-    and nondeterminism of dQ) with the warp-specialized kernel, on inputs ``supports``
-    accepts."""
+    do, q, k, v, out, lse, dq, dk, dv, *, causal_offset: int, is_causal: bool, scale: float,
+    deterministic: bool = False,
+):  # fmt: skip
+    """``backward_hopper.attention_backward_hopper`` (same arguments, results and
+    temporaries) with the warp-specialized kernel, on inputs ``supports`` accepts.
+    ``deterministic``: dQ's partial sums are added in a fixed order (bitwise reproducible
+    results; one int32 counter per query tile and the waits it costs), else in any order."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
     num_kv_heads, seqlen_k = k.shape[1], k.shape[2]
     if q.numel() == 0 or k.numel() == 0:
@@ -382,6 +437,11 @@ def attention_backward_hopper_ws(
     )
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     block_m = BLOCK_M_FOR[head_dim]
+    if deterministic:
+        n_m_total = -(-seqlen_q // block_m)
+        lock = torch.zeros(batch * num_q_heads * n_m_total, dtype=torch.int32, device=q.device)
+    else:
+        lock = dq_acc  # not read: the kernel's Lock is used only in its deterministic mode
     grid = (-(-seqlen_k // BLOCK_N), batch * num_kv_heads)
     _BWD_LAUNCH[grid](
         _descriptor(q, block_m),
@@ -393,6 +453,7 @@ def attention_backward_hopper_ws(
         delta,
         dk,
         dv,
+        lock,
         *dk.stride(),
         *dv.stride(),
         num_q_heads,
@@ -407,6 +468,7 @@ def attention_backward_hopper_ws(
         BLOCK_N=BLOCK_N,
         STAGES=STAGES,
         IS_CAUSAL=bool(is_causal),
+        DETERMINISTIC=bool(deterministic),
         num_warps=NUM_WARPS,
     )
     torch.mul(dq_acc, scale, out=dq)  # scaled and converted in one pass
