@@ -160,32 +160,46 @@ def describe_fp8_dispatch() -> str:
 
 
 # ------------------------------------------------------------------- backward
-# Which backward serves flashcore.attention's autograd. The Triton backward (kernels/
-# backward.py) by default: bitwise reproducible (dQ in a pass of its own). A caller that passes
-# deterministic=False lets dQ be summed in any order; then the warp-specialized Gluon backward
-# (kernels/backward_hopper_ws.py, fp32 dQ by TMA reduce-add) runs where it supports the call and
-# this table says it was measured faster than the Triton backward's default mode (which is
-# itself faster than the Triton atomic mode at every shape of backward.json, so it is what
-# deterministic=False runs elsewhere): (head dim, causal) -> the shortest sequence (min of Sq,
-# Sk) from which it does. H100, bf16, B*S = 16K tokens, H*D = 2048, 3 alternating rounds in one
-# process (tools/backward_hopper_check.py --kernel ws_vs_pipelined), TFLOP/s warp-specialized
-# Gluon vs Triton, as shipped (commit 1c870f9, backward_ws_check.json):
-#   D64  full   S=2K 350 vs 340, S=4K 391 vs 363, S=8K 418 vs 344, S=16K 412 vs 371
-#   D64  causal S=2K 285 vs 261, S=4K 343 vs 299, S=8K 381 vs 315, S=16K 416 vs 348
-#   D128 full   S=2K 389 vs 375, S=4K 438 vs 396, S=8K 449 vs 409, S=16K 453 vs 410
-#   D128 causal S=2K 333 vs 314, S=4K 395 vs 354, S=8K 439 vs 385, S=16K 470 vs 413
-# and its first version (fe25755, two barriers a step; logs/backward_ws_check_de47f37.log):
-#   S=2K 337 vs 337 / 266 vs 263 (D64), 369 vs 374 / 309 vs 313 (D128), S>=4K 1.07-1.22x.
-# S=2K stays on Triton until a second run of the shipped kernel confirms its 1.03-1.09x there
-# (the first version was level).
-BACKWARD_GLUON_FROM = {(64, False): 4096, (64, True): 4096, (128, False): 4096, (128, True): 4096}
+# Which backward serves flashcore.attention's autograd: the warp-specialized Gluon backward
+# (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128, fp32 dQ by TMA reduce-add) where
+# it supports the call and the tables below say it was measured faster than the Triton
+# backward (kernels/backward.py, deterministic: dQ in a pass of its own), else the Triton one.
+# Both modes of the Gluon kernel are measured against the Triton default: H100, bf16, B*S =
+# 16K tokens, H*D = 2048, 3 alternating rounds in one process, the whole backward (preprocess,
+# kernel, dQ conversion), TFLOP/s (tools/backward_hopper_check.py --kernel ws_modes, commit
+# 8579384, backward_ws_modes.json):
+#                 deterministic  atomic  Triton   deterministic  atomic  Triton
+#   D64  S=2K       284.0  357.6  335.5 full |   259.3  283.6  266.9 causal
+#        S=4K       322.0  396.9  356.7      |   314.0  343.8  303.1
+#        S=8K       366.2  417.4  353.3      |   352.7  386.1  322.5
+#        S=16K      392.0  422.1  372.4      |   374.4  410.5  338.4
+#   D128 S=2K       352.6  389.3  378.4      |   318.0  333.2  316.4
+#        S=4K       405.3  437.5  392.9      |   384.8  397.7  357.5
+#        S=8K       452.9  456.7  410.0      |   426.1  436.5  385.2
+#        S=16K      461.6  455.1  413.2      |   456.0  471.6  421.2
+# The deterministic mode pays for its ordered adds where many key blocks start on the same
+# query tile at once (non-causal, short sequences): 0.79-0.93x the atomic mode at D64 full,
+# 0.91-1.01x elsewhere. A mode runs from the shortest sequence (min of Sq, Sk) at which it beat
+# the Triton backward at every longer length, by 3% or more: (head dim, causal) -> S.
+# The default (deterministic=True) stays bitwise reproducible whichever kernel runs.
+BACKWARD_GLUON_DETERMINISTIC_FROM = {
+    (64, False): 8192,
+    (64, True): 4096,
+    (128, False): 4096,
+    (128, True): 4096,
+}
+# deterministic=False: the atomic mode (1.03-1.21x the Triton backward from S=2K in this run;
+# 1.03-1.22x in backward_ws_check.json, commit 1c870f9). Elsewhere deterministic=False runs
+# the Triton deterministic mode, faster than its own atomic mode at every shape of
+# backward.json.
+BACKWARD_GLUON_FROM = {(64, False): 2048, (64, True): 2048, (128, False): 2048, (128, True): 2048}
 BACKWARD_MODES = ("auto", "always", "never")
 
 
 def backward_gluon_mode() -> str:
-    """``FLASHCORE_BACKWARD_HOPPER``: ``auto`` (default: the table above, for callers that pass
-    deterministic=False), ``always`` (the warp-specialized Gluon backward wherever it supports
-    the call, deterministic or not: for tests and sanitizer runs) or ``never``."""
+    """``FLASHCORE_BACKWARD_HOPPER``: ``auto`` (default: the tables above), ``always`` (the
+    warp-specialized Gluon backward wherever it supports the call, in the mode the caller asks
+    for: for tests and sanitizer runs) or ``never``."""
     mode = os.environ.get("FLASHCORE_BACKWARD_HOPPER", "auto")
     if mode not in BACKWARD_MODES:
         raise ValueError(
@@ -197,38 +211,44 @@ def backward_gluon_mode() -> str:
 def backward_kernel(
     q, k, v, *, causal: bool, deterministic: bool, window=None, softcap=None, sinks=None
 ) -> str:
-    """``"gluon_ws"`` or ``"triton"``: the backward autograd runs for these inputs."""
+    """The backward autograd runs for these inputs: ``"gluon_ws_det"`` (the warp-specialized
+    Gluon backward, deterministic), ``"gluon_ws"`` (the same, atomic) or ``"triton"``."""
     mode = backward_gluon_mode()
     if mode == "never" or not _backward_hopper.supports(
         q, k, v, window=window, softcap=softcap, sinks=sinks
     ):
         return "triton"
+    gluon = "gluon_ws_det" if deterministic else "gluon_ws"
     if mode == "always":
-        return "gluon_ws"
-    from_s = BACKWARD_GLUON_FROM.get((q.shape[3], bool(causal)))
-    if deterministic or from_s is None or min(q.shape[2], k.shape[2]) < from_s:
+        return gluon
+    table = BACKWARD_GLUON_DETERMINISTIC_FROM if deterministic else BACKWARD_GLUON_FROM
+    from_s = table.get((q.shape[3], bool(causal)))
+    if from_s is None or min(q.shape[2], k.shape[2]) < from_s:
         return "triton"
-    return "gluon_ws"
+    return gluon
 
 
 def describe_backward_dispatch() -> str:
     """The backward autograd runs, for ``python -m flashcore info``."""
-    rules = ", ".join(
-        f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
-        for (d, c), t in BACKWARD_GLUON_FROM.items()
-    )
-    gluon = (
-        "warp-specialized Gluon (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128, "
-        "dQ by TMA reduce-add)"
-    )
+
+    def rules(table):
+        return ", ".join(
+            f"D{d} {'causal' if c else 'full'}: " + (f"S>={t}" if t else "never")
+            for (d, c), t in table.items()
+        )
+
+    gluon = "warp-specialized Gluon (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128)"
     mode = backward_gluon_mode()
     if mode == "always":
         return (
-            f"{gluon} wherever it supports the call (FLASHCORE_BACKWARD_HOPPER=always), else Triton"
+            f"{gluon} wherever it supports the call, in the mode asked for "
+            "(FLASHCORE_BACKWARD_HOPPER=always), else Triton"
         )
     if mode == "never":
-        return "Triton (FLASHCORE_BACKWARD_HOPPER=never)"
+        return "Triton, deterministic (FLASHCORE_BACKWARD_HOPPER=never)"
     return (
-        f"Triton, deterministic (default); with deterministic=False, {gluon} where measured "
-        f"faster on the H100 (backward_ws_check.json): {rules}; else Triton"
+        f"bitwise reproducible by default: {gluon} in its deterministic mode (dQ's adds in a "
+        f"fixed order) where measured faster on the H100 (backward_ws_modes.json): "
+        f"{rules(BACKWARD_GLUON_DETERMINISTIC_FROM)}; else Triton, deterministic. With "
+        f"deterministic=False, its atomic mode: {rules(BACKWARD_GLUON_FROM)}; else Triton"
     )

@@ -107,11 +107,13 @@ def attention(
             strides); the validation poisons it with NaN so an element never written fails.
         config: override the launch configuration (BLOCK_M, BLOCK_N, num_warps,
             num_stages, and optionally USE_TMA / WARP_SPECIALIZE); for tuning sweeps.
-        deterministic: the backward's gradients are bitwise reproducible (default). False
-            lets dQ be summed in any order: on Hopper, fp16/bf16 at D64/D128, the
-            warp-specialized Gluon backward then runs where it was measured faster
-            (``dispatch.BACKWARD_GLUON_FROM``; ``python -m flashcore info``), and dQ may
-            differ between runs in its last bits. No effect without autograd.
+        deterministic: the backward's gradients are bitwise reproducible (default). On
+            Hopper, fp16/bf16 at D64/D128, the warp-specialized Gluon backward runs where it
+            was measured faster than the Triton one: in its deterministic mode by default
+            (``dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM``), in its atomic mode with False
+            (``dispatch.BACKWARD_GLUON_FROM``), when dQ may differ between runs in its last
+            bits (``python -m flashcore info`` prints both tables). No effect without
+            autograd.
 
     Dtypes: float16 and bfloat16 on CUDA; float32 everywhere (computed in IEEE fp32, not
     tf32). Accumulation is fp32. On CPU tensors the kernel runs under the Triton
@@ -316,18 +318,17 @@ class _AttentionFunction(torch.autograd.Function):
         kw = ctx.kwargs
         gluon_kw = {name: kw.get(name) for name in ("window", "softcap", "sinks")}
         causal = bool(kw.get("causal"))
-        if (
-            backward_kernel(q, k, v, causal=causal, deterministic=ctx.deterministic, **gluon_kw)
-            == "gluon_ws"
-        ):
-            # The warp-specialized Gluon backward (dQ summed in any order: deterministic=False
-            # or FLASHCORE_BACKWARD_HOPPER=always).
+        kernel = backward_kernel(
+            q, k, v, causal=causal, deterministic=ctx.deterministic, **gluon_kw
+        )
+        if kernel in ("gluon_ws", "gluon_ws_det"):
+            # The warp-specialized Gluon backward, deterministic or atomic as dispatched.
             off = k.shape[2] - q.shape[2] if kw.get("causal_alignment") == "bottom_right" else 0
             dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
             scale = _backward._default_scale(kw.get("scale"), q)
             _backward_hopper_ws.attention_backward_hopper_ws(
                 grad_out.to(q.dtype), q, k, v, out, lse, dq, dk, dv, scale=scale,
-                causal_offset=off, is_causal=causal,
+                causal_offset=off, is_causal=causal, deterministic=kernel == "gluon_ws_det",
             )  # fmt: skip
             return dq, dk, dv, None, None
         dq, dk, dv = _backward.attention_backward(

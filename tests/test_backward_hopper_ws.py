@@ -47,9 +47,10 @@ def _meta(s, d):
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_dispatch_rules(monkeypatch, d):
-    """auto: only deterministic=False, from the table's S on (min of Sq, Sk); always: wherever
-    supported, deterministic or not; never: Triton; an unsupported call: Triton in every mode;
-    an unknown mode: a clear error. Each mode's ``info`` line says so."""
+    """auto: each mode from its table's S on (min of Sq, Sk), the deterministic mode for the
+    default and the atomic one for deterministic=False; always: wherever supported, in the
+    mode asked for; never: Triton; an unsupported call: Triton in every mode; an unknown mode:
+    a clear error. Each mode's ``info`` line says so."""
     monkeypatch.setattr(dispatch._backward_hopper, "supports", lambda q, k, v, **kw: True)
     monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
 
@@ -58,14 +59,19 @@ def test_dispatch_rules(monkeypatch, d):
         return dispatch.backward_kernel(q, k, k, causal=causal, deterministic=deterministic)
 
     for causal in (False, True):
-        from_s = dispatch.BACKWARD_GLUON_FROM[(d, causal)]
-        assert pick(from_s, from_s, causal) == "gluon_ws"
-        assert pick(from_s, from_s, causal, deterministic=True) == "triton"
-        assert pick(from_s - 1, 4 * from_s, causal) == "triton"
-        assert pick(4 * from_s, from_s - 1, causal) == "triton"
-    assert "deterministic=False" in dispatch.describe_backward_dispatch()
+        for deterministic, table, kernel in [
+            (False, dispatch.BACKWARD_GLUON_FROM, "gluon_ws"),
+            (True, dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM, "gluon_ws_det"),
+        ]:
+            from_s = table[(d, causal)]
+            assert pick(from_s, from_s, causal, deterministic) == kernel
+            assert pick(from_s - 1, 4 * from_s, causal, deterministic) == "triton"
+            assert pick(4 * from_s, from_s - 1, causal, deterministic) == "triton"
+    info = dispatch.describe_backward_dispatch()
+    assert "deterministic=False" in info and "backward_ws_modes.json" in info
     monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
-    assert pick(1, 1, deterministic=True) == "gluon_ws"
+    assert pick(1, 1, deterministic=True) == "gluon_ws_det"
+    assert pick(1, 1, deterministic=False) == "gluon_ws"
     assert "FLASHCORE_BACKWARD_HOPPER=always" in dispatch.describe_backward_dispatch()
     monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "never")
     assert pick(16384, 16384) == "triton"
@@ -254,49 +260,64 @@ def test_gradient_rule(case):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("way_in", ["deterministic=False", "always"])
+@pytest.mark.parametrize("deterministic", [True, False])
+@pytest.mark.parametrize("way_in", ["table", "always"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_autograd_takes_it(monkeypatch, way_in, causal):
-    calls = []
+def test_autograd_takes_it(monkeypatch, way_in, causal, deterministic):
+    # Through each table (lowered to this small case) or FLASHCORE_BACKWARD_HOPPER=always, the
+    # kernel runs in the mode the caller asked for, and its gradients pass the rule.
+    modes = []
     launch = bhw.attention_backward_hopper_ws
     monkeypatch.setattr(
-        bhw, "attention_backward_hopper_ws", lambda *a, **k: calls.append(1) or launch(*a, **k)
+        bhw,
+        "attention_backward_hopper_ws",
+        lambda *a, **k: modes.append(k["deterministic"]) or launch(*a, **k),
     )
-    deterministic = way_in == "always"
     if way_in == "always":
         monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
-    else:  # the table's threshold lowered to this small case
+    else:
         monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
-        monkeypatch.setitem(dispatch.BACKWARD_GLUON_FROM, (128, causal), 1)
+        table = (
+            dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM
+            if deterministic
+            else dispatch.BACKWARD_GLUON_FROM
+        )
+        monkeypatch.setitem(table, (128, causal), 1)
     case = AttentionCase(2, 8, 2, 300, 300, 128, "bfloat16", causal, "bottom_right", "bshd")
     q, k, v, do = make_grad_inputs(case, DEVICE, 7)
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
     kw = dict(causal=causal, causal_alignment="bottom_right")
     flashcore.attention(q, k, v, deterministic=deterministic, **kw).backward(do)
-    assert calls, "the warp-specialized Gluon backward did not run"
+    assert modes == [deterministic], "the warp-specialized Gluon backward did not run as asked"
     assert rule_rejects((q.grad, k.grad, v.grad), q, k, v, do, **kw) == {g: True for g in GRADIENTS}
 
 
 @needs_hopper
 @pytest.mark.gpu
-def test_default_stays_deterministic(monkeypatch):
-    # The default (deterministic=True, mode auto) never takes the Gluon path, even at a shape
-    # the table sends there for deterministic=False: two backwards agree bitwise.
+@pytest.mark.parametrize("gluon", [True, False])
+def test_default_stays_deterministic(monkeypatch, gluon):
+    # The default (deterministic=True, mode auto) runs the Gluon kernel's deterministic mode
+    # where its table says (lowered here to this case) and the Triton backward elsewhere (the
+    # atomic mode's table lowered: it must not be used): two backwards agree bitwise.
     monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
-    calls = []
+    modes = []
     launch = bhw.attention_backward_hopper_ws
     monkeypatch.setattr(
-        bhw, "attention_backward_hopper_ws", lambda *a, **k: calls.append(1) or launch(*a, **k)
+        bhw,
+        "attention_backward_hopper_ws",
+        lambda *a, **k: modes.append(k["deterministic"]) or launch(*a, **k),
     )
     monkeypatch.setitem(dispatch.BACKWARD_GLUON_FROM, (128, True), 1)
-    case = AttentionCase(1, 4, 4, 300, 300, 128, "bfloat16", True)
+    if gluon:
+        monkeypatch.setitem(dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM, (128, True), 1)
+    case = AttentionCase(1, 4, 4, 700, 700, 128, "bfloat16", True)
     q, k, v, do = make_grad_inputs(case, DEVICE, 9)
     grads = []
     for _ in range(2):
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         flashcore.attention(*leaves, causal=True).backward(do)
         grads.append([t.grad for t in leaves])
-    assert not calls
+    assert modes == ([True, True] if gluon else [])
     assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 

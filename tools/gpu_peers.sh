@@ -67,6 +67,14 @@
 #             path: flashcore_nondeterministic)
 #   ws_c      (FA4 not needed) the "ran" scope check, the warp-specialized backward's GPU
 #             tests, compute-sanitizer on it (log only), its grid and speed (backward_ws_check.json, as ws_a), the FP8 study (fp8.json)
+#   det_a     (carry .fa4a) the "ran" scope check, the warp-specialized backward's GPU tests
+#             (both modes, and the dispatch), compute-sanitizer's three tools on both modes
+#             (log only), then the Triton backward's grid part of backward.json
+#             (tools/gpu_backward_record.sh grid)
+#   det_b     (carry .fa4b, right after det_a) the backward speed part beside FA4, SDPA and
+#             Flex (flashcore: the default, deterministic; flashcore_nondeterministic; the
+#             Triton backward's deterministic mode alone); merge the two backward.json files
+#             with tools/merge_backward_records.py
 #   fp8_ab    (FA4 not needed; carry .ab/exp2k0, made here by `mkdir -p .ab/exp2k0 && git archive
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
@@ -80,7 +88,7 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/stage.sh
 fa4site=/root/fa4site
 case "$part" in
-  forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b | ws_b) fa4b=1 ;;
+  forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b | ws_b | det_b) fa4b=1 ;;
   *) fa4b=0 ;;
 esac
 if [ "$fa4b" = 1 ]; then
@@ -98,12 +106,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu 
 ran_scope_check() {  # the fingerprint's "ran" scope on the GPU, before any record is written
   TAIL=4 stage ran_scope 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_records.py
 }
-backward_speed() {  # backward_speed SECONDS: the bf16 backward sweep beside FA4, SDPA and Flex
+backward_speed() {  # backward_speed SECONDS [TRITON_IMPL]: the bf16 backward sweep beside FA4,
+  # SDPA and Flex (TRITON_IMPL: the Triton backward's mode timed alone, default its atomic one)
   TAIL=70 STAGE_HIDE="gradients\|UserWarning\|return Variable" stage backward_speed "$1" \
     python3 -m flashcore backward --jobs 14 --grid none --repeats 2 --d 128 64 256 \
     --s 2048 4096 8192 16384 --dtype bfloat16 --flex-d 128 --fwd-bwd \
-    --impls flashcore flashcore_nondeterministic flashcore_atomic sdpa_flash sdpa_cudnn flex fa4 \
-    --record
+    --impls flashcore flashcore_nondeterministic "${2:-flashcore_atomic}" sdpa_flash sdpa_cudnn \
+    flex fa4 --record
 }
 ws_sanitize_and_check() {  # the warp-specialized backward: compute-sanitizer (log only: sanitizer.json
   # keeps the full run), then its grid and speed (backward_ws_check.json)
@@ -174,6 +183,18 @@ tests/test_backward_varlen_softcap.py"
     bash tools/gpu_test_shards.sh "$out/tests" 120 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
     ws_sanitize_and_check
     TAIL=20 stage fp8 200 python3 -m flashcore fp8 --record
+    ;;
+  det_a)
+    bash .fa4a/install.sh
+    ran_scope_check
+    bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
+      "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
+    FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws 200 python3 -m flashcore sanitize \
+      --workloads backward_hopper_ws --jobs 3
+    BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
+    ;;
+  det_b)
+    backward_speed 560 flashcore_deterministic
     ;;
   fp8_ab)
     TAIL=16 stage fp8_ab 500 python3 tools/ab_timing.py fp8_schedule_ab_timing \

@@ -9,9 +9,11 @@ Method (every number in results/<gpu>/backward.json comes from here):
   (bench.py's ``time_launches``: warm-up, then per-launch samples; median, P95, P99,
   bootstrap CI). Every implementation goes through autograd the same way.
   ``flashcore_deterministic`` / ``flashcore_atomic`` time ``attention_backward`` directly
-  in each mode, with the forward's saved (out, lse). ``flashcore_nondeterministic`` is
-  ``attention(..., deterministic=False)`` through autograd: the warp-specialized Gluon
-  backward where the dispatch sends it (``dispatch.BACKWARD_GLUON_FROM``), else the default.
+  in each mode, with the forward's saved (out, lse). ``flashcore`` is the default through
+  autograd: the warp-specialized Gluon backward's deterministic mode where the dispatch sends
+  it (``dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM``), else the Triton backward's
+  deterministic mode. ``flashcore_nondeterministic`` is ``attention(..., deterministic=False)``:
+  the Gluon kernel's atomic mode where the dispatch sends it (``dispatch.BACKWARD_GLUON_FROM``).
 * FLOPs = 2.5 x the forward's (4 B H Sq Sk D, halved for causal: only visible pairs):
   FlashAttention's convention (5 matmuls against the forward's 2).
 * Operands are B S H D = 16K x 2048 x 2 bytes = 64 MiB per tensor, beyond the 50 MiB L2,
