@@ -71,7 +71,9 @@
 #             (both modes, and the dispatch), compute-sanitizer's three tools on both modes
 #             (log only), then the Triton backward's grid part of backward.json
 #             (tools/gpu_backward_record.sh grid)
-#   det_b     (carry .fa4b, right after det_a) the backward speed part beside FA4, SDPA and
+#   det_b     (carry .fa4b, right after det_a) both modes of the warp-specialized backward
+#             beside the Triton one (backward_hopper_check.py --kernel ws_modes:
+#             backward_ws_modes.json), the backward speed part beside FA4, SDPA and
 #             Flex (flashcore: the default, deterministic; flashcore_nondeterministic; the
 #             Triton backward's deterministic mode alone); merge the two backward.json files
 #             with tools/merge_backward_records.py
@@ -194,7 +196,11 @@ tests/test_backward_varlen_softcap.py"
     BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
     ;;
   det_b)
-    backward_speed 560 flashcore_deterministic
+    ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_modes"))')
+    mkdir -p "$(dirname "$ws_json")"
+    TAIL=24 stage ws_modes 110 python3 tools/backward_hopper_check.py "$ws_json" \
+      --kernel ws_modes --s 2048 4096 8192 16384
+    backward_speed 450 flashcore_deterministic
     ;;
   fp8_ab)
     TAIL=16 stage fp8_ab 500 python3 tools/ab_timing.py fp8_schedule_ab_timing \
