@@ -77,6 +77,8 @@
 #             Flex (flashcore: the default, deterministic; flashcore_nondeterministic; the
 #             Triton backward's deterministic mode alone); merge the two backward.json files
 #             with tools/merge_backward_records.py
+#   ncu_ws    (FA4 not needed) Nsight Compute on the default backward at D128 and D64 where it
+#             runs the warp-specialized kernel (a log, logs/ncu_backward_ws_<commit>.json)
 #   fp8_ab    (FA4 not needed; carry .ab/exp2k0, made here by `mkdir -p .ab/exp2k0 && git archive
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
@@ -201,6 +203,35 @@ tests/test_backward_varlen_softcap.py"
     TAIL=24 stage ws_modes 110 python3 tools/backward_hopper_check.py "$ws_json" \
       --kernel ws_modes --s 2048 4096 8192 16384
     backward_speed 450 flashcore_deterministic
+    ;;
+  ncu_ws)  # (FA4 not needed) Nsight Compute on the default backward where it runs the
+    # warp-specialized Gluon kernel (D128, D64: S 8K, ncu_compare.py's backward shape), parsed
+    # into a log (logs/ncu_backward_ws_<commit>.json), not a record
+    mkdir -p "$out/ncu"
+    NCU=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis
+      --section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled --csv --page raw)
+    for d in 128 64; do
+      timeout 150 "${NCU[@]}" python3 tools/ncu_compare.py run backward flashcore "$d" \
+        >"$out/ncu/ncu_backward_flashcore_d$d.csv" 2>>"$out/ncu/ncu_err.log"
+      echo "ncu backward flashcore D$d: exit $?"
+    done
+    python3 - "$out" <<'PY'
+import glob, json, os, sys
+sys.path.insert(0, "tools")
+import ncu_compare as n
+from flashcore.results import provenance
+out = sys.argv[1]
+rows = {}
+for f in sorted(glob.glob(f"{out}/ncu/ncu_backward_flashcore_d*.csv")):
+    rows[os.path.basename(f)] = n.parse_csv_rows(open(f).read())
+    for k in rows[os.path.basename(f)]:
+        top = sorted(k["stalls_per_issue"].items(), key=lambda kv: -(kv[1] or 0))[:5]
+        print(os.path.basename(f), k["kernel"][:40], k["duration_ns"], "tensor pipe",
+              k["tensor_pipe_pct_of_peak_active"], "issue", k["issue_active_per_cycle"], top)
+commit = os.environ.get("FLASHCORE_COMMIT", "unknown")
+with open(f"{out}/ncu_backward_ws_{commit}.json", "w") as fh:
+    json.dump({"provenance": provenance(), "command": n.NCU_COMMAND, "rows": rows}, fh, indent=1)
+PY
     ;;
   fp8_ab)
     TAIL=16 stage fp8_ab 500 python3 tools/ab_timing.py fp8_schedule_ab_timing \
