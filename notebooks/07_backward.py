@@ -1335,9 +1335,12 @@ if record is not None and "speed" in record:
 # S ≤ 4K, where all key blocks start on one query tile together, and 0.89–0.99x everywhere
 # else; at D128 it is 0.91–0.99x. It is faster than the Triton backward from S=4K (1.02–1.11x
 # at D128, 1.05–1.13x at D64 causal), so it is now the default there: the default backward
-# is bitwise reproducible and faster than it was (through autograd, x1.069 the Triton default
-# at D=128 and x1.050 at D=64, geomean over the eight shapes of the record, which include the
-# shapes still on Triton). Two runs of the tool agree (the first, at `8579384`, in
+# is bitwise reproducible and faster than it was. Through autograd the default is x1.069 the
+# Triton deterministic mode at D=128 and x1.050 at D=64 (geomean over the eight shapes, which
+# include the shapes still on Triton); that table times the two through different harnesses
+# (autograd, and `attention_backward` called directly), and where both columns run the Triton
+# backward they differ by 0.99–1.06x, so the tool's record above, one harness for all three,
+# is the measure of the kernels. Two runs of the tool agree (the first, at `8579384`, in
 # `logs/backward_ws_modes_8579384.log`, set the tables) except at D64 full S=8K, where the
 # deterministic mode measured 1.037x, 0.999x and (through autograd) 0.979x the Triton
 # backward: level; the table still sends it there, to move to 16K with the next re-record.
