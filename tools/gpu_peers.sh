@@ -206,14 +206,17 @@ tests/test_backward_varlen_softcap.py"
     ;;
   ncu_ws)  # (FA4 not needed) Nsight Compute on the default backward where it runs the
     # warp-specialized Gluon kernel (D128, D64: S 8K, ncu_compare.py's backward shape), parsed
-    # into a log (logs/ncu_backward_ws_<commit>.json), not a record
+    # into a log (logs/ncu_backward_ws_<commit>.json), not a record; NCU_WS_IMPLS: the impls
+    # (default flashcore; flashcore_nondeterministic: the atomic mode)
     mkdir -p "$out/ncu"
     NCU=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis
       --section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled --csv --page raw)
-    for d in 128 64; do
-      timeout 150 "${NCU[@]}" python3 tools/ncu_compare.py run backward flashcore "$d" \
-        >"$out/ncu/ncu_backward_flashcore_d$d.csv" 2>>"$out/ncu/ncu_err.log"
-      echo "ncu backward flashcore D$d: exit $?"
+    for impl in ${NCU_WS_IMPLS:-flashcore}; do
+      for d in 128 64; do
+        timeout 150 "${NCU[@]}" python3 tools/ncu_compare.py run backward "$impl" "$d" \
+          >"$out/ncu/ncu_backward_${impl}_d$d.csv" 2>>"$out/ncu/ncu_err.log"
+        echo "ncu backward $impl D$d: exit $?"
+      done
     done
     python3 - "$out" <<'PY'
 import glob, json, os, sys
@@ -222,7 +225,7 @@ import ncu_compare as n
 from flashcore.results import provenance
 out = sys.argv[1]
 rows = {}
-for f in sorted(glob.glob(f"{out}/ncu/ncu_backward_flashcore_d*.csv")):
+for f in sorted(glob.glob(f"{out}/ncu/ncu_backward_*_d*.csv")):
     rows[os.path.basename(f)] = n.parse_csv_rows(open(f).read())
     for k in rows[os.path.basename(f)]:
         top = sorted(k["stalls_per_issue"].items(), key=lambda kv: -(kv[1] or 0))[:5]

@@ -133,9 +133,11 @@ def run(phase: str, impl: str, d: int, causal: bool) -> None:
         torch.randn(b, h, s, width, device="cuda", dtype=torch.bfloat16, generator=gen)
         for width in (d, d, dv, dv)
     )
-    if impl in ("flashcore", "triton", "gluon"):
+    if impl in ("flashcore", "triton", "gluon", "flashcore_nondeterministic"):
         print("forward kernel:", dispatch.forward_kernel(q, k, v, causal=causal), file=sys.stderr)
-        fwd = lambda q, k, v: interface.attention(q, k, v, causal=causal)  # noqa: E731
+        # flashcore_nondeterministic: the backward of deterministic=False (its atomic mode)
+        det = impl != "flashcore_nondeterministic"
+        fwd = lambda q, k, v: interface.attention(q, k, v, causal=causal, deterministic=det)  # noqa: E731
     elif impl == "cudnn":
         fwd = bench.make_sdpa("cudnn", causal, False)
     elif impl == "fa4":
