@@ -250,9 +250,10 @@ def test_offline_compile_for_sm90(record_property):
 
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["gluon_ws", "gluon_ws_det"])  # atomic, deterministic
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
-def test_gradient_rule(case):
-    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon_ws")
+def test_gradient_rule(case, kernel):
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel=kernel)
     for g in GRADIENTS:
         assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
@@ -319,16 +320,6 @@ def test_default_stays_deterministic(monkeypatch, gluon):
         grads.append([t.grad for t in leaves])
     assert modes == ([True, True] if gluon else [])
     assert all(torch.equal(a, b) for a, b in zip(*grads))
-
-
-@needs_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
-def test_deterministic_mode_gradient_rule(case):
-    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon_ws_det")
-    for g in GRADIENTS:
-        assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
-    assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
 
 
 # Many key blocks a query tile (so the order of dQ's adds could vary), GQA, both alignments,
