@@ -42,7 +42,9 @@ PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRIT
 # and `perf.json` and `fp8.json` at 5403789 (65d6c6c's kernels: the commits since changed text
 # only). On 2026-11-28 the FP8 schedule fix (`forward_hopper.py`, a651e4a) and the backward
 # dispatch (`interface.py`, `dispatch.py`) changed files in every record's scope: `fp8.json`
-# was re-recorded at 1c870f9 and is current; `correctness.json` and `perf.json` are stale (their
+# was re-recorded at 1c870f9 (stale since the second backward dispatch change, 8579384 and
+# a033513, which changed `interface.py` and `dispatch.py` again, not the FP8 kernels);
+# `correctness.json` and `perf.json` are stale (their
 # bf16 kernels' machine code is unchanged, but the status lines go by source), as are
 # `long_context.json` and `timing_leak.json`: the claims' lines below say which, and the last
 # line names the claims whose records are stale. The three claims on `perf.json` time the prior reports' regime, D=64 non-causal at

@@ -817,7 +817,8 @@ print(
 # too before the exp2 default), and "every other loop needs at most 0.7" now prints False,
 # because D64's loop, off that list, needs 1.00 of its matmuls' cycles in issue slots. The two
 # are the furthest from their peaks, 42% and 46%, against 57% for FP8 at D256 and 62-70% for
-# bf16 at D128 and D256 (lines above: fp8.json current, of `1c870f9`'s kernels; perf.json of
+# bf16 at D128 and D256 (lines above: fp8.json of `1c870f9`'s kernels, stale since the backward
+# dispatch changed `interface.py` and `dispatch.py` again, not the FP8 kernels; perf.json of
 # `5403789`'s, stale since the 2026-11-28 kernel changes, which did not change the bf16
 # forward's machine code). The 46% at D64 is the build compiled here, one exponential in 8
 # emulated: perf.json is the first sweep that times it (453 TFLOP/s; 450, 45%, at `d8fa890`

@@ -1239,35 +1239,25 @@ else:
         ws_by_shape.setdefault(key, {})[r["impl"]] = r["tflops"]
         if "bitwise_equal_repeats" in r:
             repeats[key] = r["bitwise_equal_repeats"]
+    mode_rows = [
+        {
+            "D": d,
+            "S": s,
+            "causal": c,
+            "deterministic": t["gluon_ws_det"],
+            "atomic": t["gluon_ws"],
+            "triton": t["triton"],
+            "det / atomic": t["gluon_ws_det"] / t["gluon_ws"],
+            "det / triton": t["gluon_ws_det"] / t["triton"],
+            "atomic / triton": t["gluon_ws"] / t["triton"],
+            "bitwise repeats": repeats.get((d, s, c), "-"),
+        }
+        for (d, s, c), t in sorted(ws_by_shape.items())
+    ]
     print(
         table(
-            [
-                {
-                    "D": d,
-                    "S": s,
-                    "causal": c,
-                    "deterministic": t["gluon_ws_det"],
-                    "atomic": t["gluon_ws"],
-                    "triton": t["triton"],
-                    "det / atomic": t["gluon_ws_det"] / t["gluon_ws"],
-                    "det / triton": t["gluon_ws_det"] / t["triton"],
-                    "atomic / triton": t["gluon_ws"] / t["triton"],
-                    "bitwise repeats": repeats.get((d, s, c), "-"),
-                }
-                for (d, s, c), t in sorted(ws_by_shape.items())
-            ],
-            [
-                "D",
-                "S",
-                "causal",
-                "deterministic",
-                "atomic",
-                "triton",
-                "det / atomic",
-                "det / triton",
-                "atomic / triton",
-                "bitwise repeats",
-            ],
+            mode_rows,
+            list(mode_rows[0]),
             dict.fromkeys(["deterministic", "atomic", "triton"], "{:.0f}")
             | dict.fromkeys(["det / atomic", "det / triton", "atomic / triton"], "{:.3f}"),
         )
@@ -1313,18 +1303,7 @@ if record is not None and "speed" in record:
     print(
         table(
             ws_rows,
-            [
-                "D",
-                "S",
-                "causal",
-                "default",
-                "det=False",
-                "triton det",
-                "fa4",
-                "default / fa4",
-                "det=False / fa4",
-                "default / triton det",
-            ],
+            list(ws_rows[0]),
             dict.fromkeys(["default", "det=False", "triton det", "fa4"], "{:.0f}")
             | dict.fromkeys(["default / fa4", "det=False / fa4", "default / triton det"], "{:.3f}"),
         )
