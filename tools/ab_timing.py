@@ -32,6 +32,9 @@ A is the checkout this script lives in. Suites:
 * ``mla_backward``: the backward alone (``attention_backward`` on a saved forward's output
   and lse, fixed dO) at MLA's head dims, q/k 192 and v 128: bf16, H 16, B*S = 16K tokens,
   S 4K/8K/16K, causal and not, deterministic and atomic dQ.
+* ``ws_backward``: the warp-specialized Gluon backward alone (``attention_backward_hopper_ws``,
+  deterministic mode) on a saved forward's output and lse: bf16, B*S = 16K tokens, H*D = 2048,
+  D 64/128, S 4K/16K, causal and not.
 """
 
 from __future__ import annotations
@@ -163,12 +166,38 @@ for d, s, causal in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
+WS_BACKWARD_SHAPES = [(d, s, c) for d in (64, 128) for s in (4096, 16384) for c in (0, 1)]
+
+# The warp-specialized Gluon backward alone in its deterministic mode (the default where it is
+# dispatched), on a saved forward's output and lse: two trees whose kernel differs.
+WS_BACKWARD_WORKER = r"""
+import json, math, sys, torch, triton
+import flashcore
+from flashcore.kernels.backward_hopper_ws import attention_backward_hopper_ws
+out = {}
+for d, s, causal in json.loads(sys.argv[1]):
+    h, b = 2048 // d, max(1, 16384 // s)
+    gen = torch.Generator(device="cuda").manual_seed(s + d)
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for _ in range(4))
+    o, lse = flashcore.attention(q, k, v, causal=bool(causal), return_lse=True)
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    bwd = lambda: attention_backward_hopper_ws(
+        do, q, k, v, o, lse, *grads, causal_offset=0, is_causal=bool(causal),
+        scale=1 / math.sqrt(d), deterministic=True)
+    bwd(); torch.cuda.synchronize()
+    key = f"ws det D{d} S{s} {'causal' if causal else 'full'}"
+    out[key] = dict(backward_ms=triton.testing.do_bench(bwd, warmup=25, rep=200))
+print("RESULT " + json.dumps(out))
+"""
+
 SUITES = {  # worker, its shapes, the metrics it reports
     "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),
     "paged": (PAGED_WORKER, PAGED_SHAPES, ("graph_ms",)),
     "paged_ceiling": (PAGED_CEILING_WORKER, PAGED_CEILING_SHAPES, ("graph_ms", "of_copy")),
     "mla_backward": (MLA_BACKWARD_WORKER, MLA_BACKWARD_SHAPES, ("backward_ms",)),
     "fp8": (FP8_WORKER, FP8_SHAPES, ("forward_ms",)),
+    "ws_backward": (WS_BACKWARD_WORKER, WS_BACKWARD_SHAPES, ("backward_ms",)),
 }
 
 
