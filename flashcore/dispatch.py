@@ -193,9 +193,9 @@ BACKWARD_GLUON_DETERMINISTIC_FROM = {
     (128, True): 4096,
 }
 # deterministic=False: the atomic mode (1.03-1.21x the Triton backward from S=2K in the first
-# run, 1.04-1.26x in the second; 1.03-1.22x in backward_ws_check.json, commit 1c870f9). Elsewhere deterministic=False runs
-# the Triton deterministic mode, faster than its own atomic mode at every shape of
-# backward.json.
+# run, 1.04-1.26x in the second; 1.03-1.22x in backward_ws_check.json, commit 1c870f9).
+# Elsewhere deterministic=False runs the Triton deterministic mode, faster than its own atomic
+# mode at every shape of backward.json.
 BACKWARD_GLUON_FROM = {(64, False): 2048, (64, True): 2048, (128, False): 2048, (128, True): 2048}
 BACKWARD_MODES = ("auto", "always", "never")
 
