@@ -1033,9 +1033,10 @@ if budget and executed_rows:
 
 # %% [markdown] tags=[]
 # Who does what in one step of the inner loop (one key block against one query block), for the
-# backward as it ships, this Gluon version, and FA3's structure that a Gluon backward is meant
-# to reach. The figure is drawn from the kernels' issue order (`kernels/backward.py`,
-# `kernels/backward_hopper.py`) and from FA3's design (`hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp`
+# Triton backward, this Gluon version, the warp-specialized one of section 9b (the default at
+# D64/D128 from S 4K), and FA3's structure. The figure is drawn from the kernels' issue order
+# (`kernels/backward.py`, `kernels/backward_hopper.py`, `kernels/backward_hopper_ws.py`) and
+# from FA3's design (`hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp`
 # in the flash-attention repository, which FA4's `flash_bwd_sm90.py` ports); the durations are
 # illustrative units, not measurements (`studies/backward_structure.py`; the measured profile
 # is section 10's). Read it for three things. The shipped backward runs seven matmuls a pair,
@@ -1043,7 +1044,12 @@ if budget and executed_rows:
 # (deterministic). The Gluon version runs five, but its eight warps do everything in turn:
 # the tensor cores wait while they compute P and dS, hand them over through shared memory, and
 # add dQ with atomics. FA3's structure moves the loads to a producer warp that runs a step
-# ahead and the dQ add to a warp of its own, so only P and dS stay on the matmuls' path.
+# ahead and the dQ add to a warp of its own, so only P and dS stay on the matmuls' path. The
+# warp-specialized kernel has that division of labour, with two differences drawn: a CTA
+# barrier the compiler puts at the top of each step (so the warpgroups meet twice a step), and,
+# in its deterministic mode, the dQ writer's wait for each tile's turn, off the matmuls' path
+# while it is shorter than a step (the consumers need the writer's one dQ buffer back only at
+# the end of the next step).
 
 # %% tags=[]
 from flashcore.studies import backward_structure

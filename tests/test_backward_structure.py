@@ -15,7 +15,7 @@ def test_each_structure_draws_its_matmuls_per_tile_pair():
     assert len(_matmuls(triton)) == 7 * steps
     assert sum(b[4] == "recompute" for b in triton) == 2 * steps
     # The Gluon backward and FA3's structure: five matmuls a pair, none repeated.
-    for build in (bs.gluon_first_version, bs.fa3_structure):
+    for build in (bs.gluon_first_version, bs.warp_specialized, bs.fa3_structure):
         bars = build(steps)
         assert len(_matmuls(bars)) == 5 * steps
         assert not any(b[4] == "recompute" for b in bars)
@@ -36,3 +36,18 @@ def test_no_lane_runs_two_things_at_once_and_fa3_loads_land_before_use():
     assert {b[0] for b in fa3 if b[4] == "dq"} == {"dQ-writer warp (TMA reduce-add)"}
     gluon = bs.gluon_first_version(3)
     assert {b[0] for b in gluon if b[4] == "dq"} == {"warpgroups 0+1 (CUDA cores)"}
+
+
+def test_warp_specialized_panel_adds_dq_on_its_writer_in_turn():
+    # The shipped warp-specialized kernel: loads land before each step's S, dQ is added by the
+    # writer warp, after a turn wait in the deterministic mode only; a barrier tops each step.
+    for deterministic in (True, False):
+        bars = bs.warp_specialized(3, deterministic=deterministic)
+        loads = [b for b in bars if b[4] == "load"]
+        firsts = [b for b in bars if b[4] == "mma" and b[3].startswith("S")]
+        assert all(ld[1] + ld[2] <= s[1] for ld, s in zip(loads, firsts))
+        assert {b[0] for b in bars if b[4] == "dq"} == {"dQ-writer warp (TMA reduce-add)"}
+        turns = [b for b in bars if b[4] == "turn"]
+        assert len(turns) == (3 if deterministic else 0)
+        barriers = [b for b in bars if b[0].startswith("consumer") and b[4] == "sync"]
+        assert len(barriers) == 2 * 3  # the top-of-step barrier and the P/dS hand-off

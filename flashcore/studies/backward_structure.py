@@ -1,6 +1,7 @@
 """Notebook 07's structure figure: who loads, who computes and where dQ is summed, per step of
-the backward's inner loop, for the three structures the notebook compares. Drawn from the
-kernels' issue order (kernels/backward.py, kernels/backward_hopper.py) and from FA3's published
+the backward's inner loop, for the four structures the notebook compares. Drawn from the
+kernels' issue order (kernels/backward.py, kernels/backward_hopper.py,
+kernels/backward_hopper_ws.py) and from FA3's published
 design; the durations are illustrative units, not measurements (notebook 07 section 10 has the
 measured profile)."""
 
@@ -30,6 +31,7 @@ COLORS = {
     "load": "#2ca02c",
     "dq": "#d62728",
     "sync": "#7f7f7f",
+    "turn": "#bcbd22",
 }
 LEGEND = {
     "mma": "matmul (wgmma / tl.dot)",
@@ -38,6 +40,7 @@ LEGEND = {
     "load": "loads of Q, dO, lse, delta",
     "dq": "dQ summed into fp32 global memory",
     "sync": "shared-memory hand-off + barrier",
+    "turn": "deterministic mode: wait for the dQ tile's turn",
 }
 
 
@@ -131,20 +134,55 @@ def fa3_structure(steps: int = 3):
     return loads + bars
 
 
+TURN = 0.2  # the deterministic mode's wait for a tile's turn (drawn short: it varies)
+
+
+def warp_specialized(steps: int = 3, deterministic: bool = True):
+    """kernels/backward_hopper_ws.py: FA3's division of labour. A loader warp keeps Q and dO
+    a step ahead in a 2-stage TMA ring; the consumer warpgroups run the five-matmul step, after
+    a CTA barrier the compiler puts at the top of each step (two barriers a step where FA3 has
+    one); a dQ-writer warp adds each step's dQ tile with one TMA reduce-add. In the
+    deterministic mode (the default where dispatched) the writer first waits for the tile's
+    turn (the key blocks above this one have added theirs), and passes the turn on once its add
+    has landed; the consumers go on meanwhile, until they need the one dQ buffer again."""
+    bars, t, starts, writer_free = [], 0.0, [], 0.0
+    for j in range(steps):
+        bars.append(("consumer warpgroups (CUDA cores)", t, HANDOFF, "", "sync"))
+        t += HANDOFF
+        starts.append(t)
+        step, dq_done = _five_matmul_step(j, t, "consumer warpgroups (CUDA cores)")
+        bars += step
+        w = max(dq_done, writer_free)
+        if deterministic:
+            bars.append(("dQ-writer warp (TMA reduce-add)", w, TURN, "", "turn"))
+            w += TURN
+        bars.append(("dQ-writer warp (TMA reduce-add)", w, DQ_ADD, f"dQ{j} add", "dq"))
+        writer_free = w + DQ_ADD
+        t = dq_done
+    loads = [
+        ("loader warp (TMA)", start - LOAD - 0.2, LOAD, f"Q,dO {j}", "load")
+        for j, start in enumerate(starts)
+    ]
+    return loads + bars
+
+
 STRUCTURES = (
-    ("flashcore today: Triton, two kernels (the default, deterministic)", triton_deterministic),
-    ("flashcore's Gluon backward, first version (opt-in): no warp specialization",
+    ("the Triton backward: two kernels, deterministic (the default at D256 and short S)",
+     triton_deterministic),
+    ("flashcore's Gluon backward, first version (a study): no warp specialization",
      gluon_first_version),
+    ("flashcore's warp-specialized Gluon backward, deterministic mode (the default from S 4K "
+     "at D64/D128)", warp_specialized),
     ("FA3's structure (FA4's sm90 port): producer warp, consumers, dQ-writer warp",
      fa3_structure),
 )  # fmt: skip
 
 
 def timeline_figure(steps: int = 3):
-    """Three panels, one per structure, on one time axis (schematic units)."""
+    """Four panels, one per structure, on one time axis (schematic units)."""
     fig, axes = plt.subplots(
-        len(STRUCTURES), 1, figsize=(11, 7.4), sharex=True,
-        gridspec_kw={"height_ratios": [2, 3, 4]},
+        len(STRUCTURES), 1, figsize=(11, 9.8), sharex=True,
+        gridspec_kw={"height_ratios": [2, 3, 4, 4]},
     )  # fmt: skip
     for ax, (title, build) in zip(axes, STRUCTURES):
         bars = build(steps)
