@@ -118,15 +118,22 @@ backward_speed() {  # backward_speed SECONDS [TRITON_IMPL]: the bf16 backward sw
     --impls flashcore flashcore_nondeterministic "${2:-flashcore_atomic}" sdpa_flash sdpa_cudnn \
     flex fa4 --record
 }
-ws_sanitize_and_check() {  # the warp-specialized backward: compute-sanitizer (log only: sanitizer.json
-  # keeps the full run), then its grid and speed (backward_ws_check.json)
-  FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws 170 python3 -m flashcore sanitize \
+ws_sanitize() {  # ws_sanitize SECONDS: compute-sanitizer on the warp-specialized backward, both
+  # modes (log only: sanitizer.json keeps the full run)
+  FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws "$1" python3 -m flashcore sanitize \
     --workloads backward_hopper_ws --jobs 3
+}
+ws_check() {  # ws_check RECORD KERNEL SECONDS: tools/backward_hopper_check.py --kernel KERNEL
+  # (its grid and speed) into results/<gpu>/RECORD.json
   local ws_json
-  ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_check"))')
+  ws_json=$(python3 -c "from flashcore.results import result_path as p; print(p('$1'))")
   mkdir -p "$(dirname "$ws_json")"
-  TAIL=24 stage ws_check 200 python3 tools/backward_hopper_check.py "$ws_json" \
-    --kernel ws_vs_pipelined --s 2048 4096 8192 16384
+  TAIL=24 stage "$1" "$3" python3 tools/backward_hopper_check.py "$ws_json" \
+    --kernel "$2" --s 2048 4096 8192 16384
+}
+ws_sanitize_and_check() {  # compute-sanitizer, then the grid and speed (backward_ws_check.json)
+  ws_sanitize 170
+  ws_check backward_ws_check ws_vs_pipelined 200
 }
 mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around the shipped ones
   mkdir -p "$out/probe"
@@ -193,15 +200,11 @@ tests/test_backward_varlen_softcap.py"
     ran_scope_check
     bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
       "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
-    FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws 200 python3 -m flashcore sanitize \
-      --workloads backward_hopper_ws --jobs 3
+    ws_sanitize 200
     BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
     ;;
   det_b)
-    ws_json=$(python3 -c 'from flashcore.results import result_path as p; print(p("backward_ws_modes"))')
-    mkdir -p "$(dirname "$ws_json")"
-    TAIL=24 stage ws_modes 110 python3 tools/backward_hopper_check.py "$ws_json" \
-      --kernel ws_modes --s 2048 4096 8192 16384
+    ws_check backward_ws_modes ws_modes 110
     backward_speed 450 flashcore_deterministic
     ;;
   ncu_ws)  # (FA4 not needed) Nsight Compute on the default backward where it runs the
@@ -209,8 +212,8 @@ tests/test_backward_varlen_softcap.py"
     # into a log (logs/ncu_backward_ws_<commit>.json), not a record; NCU_WS_IMPLS: the impls
     # (default flashcore; flashcore_nondeterministic: the atomic mode)
     mkdir -p "$out/ncu"
-    NCU=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis
-      --section WarpStateStats --section Occupancy --nvtx --nvtx-include profiled --csv --page raw)
+    read -ra NCU <<<"$(python3 -c 'import sys; sys.path.insert(0, "tools")
+import ncu_compare; print(ncu_compare.NCU_COMMAND)')"  # the record's own command line
     for impl in ${NCU_WS_IMPLS:-flashcore}; do
       for d in 128 64; do
         timeout 150 "${NCU[@]}" python3 tools/ncu_compare.py run backward "$impl" "$d" \
