@@ -33,7 +33,7 @@ A is the checkout this script lives in. Suites:
   and lse, fixed dO) at MLA's head dims, q/k 192 and v 128: bf16, H 16, B*S = 16K tokens,
   S 4K/8K/16K, causal and not, deterministic and atomic dQ.
 * ``ws_backward``: the warp-specialized Gluon backward alone (``attention_backward_hopper_ws``,
-  deterministic mode) on a saved forward's output and lse: bf16, B*S = 16K tokens, H*D = 2048,
+  deterministic and atomic modes) on a saved forward's output and lse: bf16, B*S = 16K tokens, H*D = 2048,
   D 64/128, S 4K/16K, causal and not.
 """
 
@@ -166,16 +166,18 @@ for d, s, causal in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
-WS_BACKWARD_SHAPES = [(d, s, c) for d in (64, 128) for s in (4096, 16384) for c in (0, 1)]
+WS_BACKWARD_SHAPES = [
+    (d, s, c, det) for d in (64, 128) for s in (4096, 16384) for c in (0, 1) for det in (1, 0)
+]
 
-# The warp-specialized Gluon backward alone in its deterministic mode (the default where it is
-# dispatched), on a saved forward's output and lse: two trees whose kernel differs.
+# The warp-specialized Gluon backward alone in both modes (deterministic: the default where
+# it is dispatched), on a saved forward's output and lse: two trees whose kernel differs.
 WS_BACKWARD_WORKER = r"""
 import json, math, sys, torch, triton
 import flashcore
 from flashcore.kernels.backward_hopper_ws import attention_backward_hopper_ws
 out = {}
-for d, s, causal in json.loads(sys.argv[1]):
+for d, s, causal, det in json.loads(sys.argv[1]):
     h, b = 2048 // d, max(1, 16384 // s)
     gen = torch.Generator(device="cuda").manual_seed(s + d)
     q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -184,9 +186,9 @@ for d, s, causal in json.loads(sys.argv[1]):
     grads = [torch.empty_like(t) for t in (q, k, v)]
     bwd = lambda: attention_backward_hopper_ws(
         do, q, k, v, o, lse, *grads, causal_offset=0, is_causal=bool(causal),
-        scale=1 / math.sqrt(d), deterministic=True)
+        scale=1 / math.sqrt(d), deterministic=bool(det))
     bwd(); torch.cuda.synchronize()
-    key = f"ws det D{d} S{s} {'causal' if causal else 'full'}"
+    key = f"ws {'det' if det else 'atomic'} D{d} S{s} {'causal' if causal else 'full'}"
     out[key] = dict(backward_ms=triton.testing.do_bench(bwd, warmup=25, rep=200))
 print("RESULT " + json.dumps(out))
 """

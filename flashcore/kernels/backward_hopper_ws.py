@@ -79,7 +79,7 @@ if GLUON_AVAILABLE:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .backward_hopper import _load_step, _mask_tile
+    from .backward_hopper import _load_step
     from .backward_hopper_pipelined import _split_columns_layout, _split_rows_layout
 
 __all__ = [
@@ -105,19 +105,34 @@ if GLUON_AVAILABLE:
 
     @gluon.jit
     def _loader(
-        q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, kv_bar, ring, step_done, work,
+        q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, kv_bar, ring, rows_ring, step_done,
+        work, Lse, Delta, num_q_heads, seqlen_q, BLOCK_M: gl.constexpr,
     ):  # fmt: skip
         """One warp: K and V once, then step t's Q and dO into ring stage t % STAGES once
-        the consumers have released the step that used it last."""
+        the consumers have released the step that used it last, with the step's rows of lse
+        (in log2 units) and delta beside them (``rows_ring``): their global loads are issued
+        before the wait, so the consumers read them from shared memory."""
         batch, kv_head, group, n0, m_first, n_m, total = work
+        lse_ring, delta_ring = rows_ring
         NSTAGES: gl.constexpr = step_done.shape[0]
+        rows_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+        offs = gl.arange(0, BLOCK_M, layout=rows_layout)
         mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [batch, kv_head, n0, 0], kv_bar, k_smem)
         tma.async_copy_global_to_shared(v_desc, [batch, kv_head, n0, 0], kv_bar, v_smem)
         for t in range(total):
+            q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
+            queries = m0 + offs
+            row_base = (batch * num_q_heads + q_head).to(gl.int64) * seqlen_q
+            in_q = queries < seqlen_q
+            lse = gl.load(Lse + row_base + queries, mask=in_q, other=0.0)
+            delta = gl.load(Delta + row_base + queries, mask=in_q, other=0.0)
             # Step t - NSTAGES done (a fresh barrier waited on with parity 1 reports
             # complete: the first NSTAGES steps find their stage empty).
             mbarrier.wait(step_done.index(t % NSTAGES), ((t // NSTAGES) & 1) ^ 1)
+            # natural log -> the log2 units of exp2; published by the arrive in _load_step
+            lse_ring.index(t % NSTAGES).store(lse * 1.4426950408889634)
+            delta_ring.index(t % NSTAGES).store(delta)
             _load_step(q_desc, do_desc, ring, t, n_m, m_first, batch, kv_head, group)
 
     @gluon.jit
@@ -181,15 +196,27 @@ if GLUON_AVAILABLE:
                 mbarrier.arrive(dq_empty, count=1)
 
     @gluon.jit
+    def _mask_tile_t(pt, keys, queries, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
+        """P^T (keys x queries) with every invisible (query, key) pair set to exactly 0
+        (``_mask.visible``; backward_hopper._mask_tile transposed)."""
+        keys2 = gl.expand_dims(keys, 1)
+        queries2 = gl.expand_dims(queries, 0)
+        vis = (queries2 < seqlen_q) & (keys2 < seqlen_k)
+        if IS_CAUSAL:
+            vis = vis & (keys2 <= queries2 + causal_offset)
+        return gl.where(vis, pt, 0.0)
+
+    @gluon.jit
     def _consumers(
-        k_buf, v_buf, kv_bar, ring, step_done, p_smem, ds_smem, dq_smem, dq_empty,
-        Lse, Delta, dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
+        k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem, dq_smem, dq_empty,
+        dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
     ):  # fmt: skip
-        """Two warpgroups: the pipelined kernel's step, with the ring and dQ handed to the
-        workers (module docstring)."""
+        """Two warpgroups, each owning 64 keys of the block: S^T and dP^T (keys x queries),
+        P^T and dS^T in registers as the A operands of dV and dK (module docstring)."""
         q_ring, do_ring, ready = ring
+        lse_ring, delta_ring = rows_ring
         STAGES: gl.constexpr = step_done.shape[0]
         batch, kv_head, group, n0, m_first, n_m, total = work
         num_q_heads, seqlen_q, seqlen_k, causal_offset = lengths
@@ -197,16 +224,19 @@ if GLUON_AVAILABLE:
             stride_dvk = dkv_strides  # fmt: skip
         dtype: gl.constexpr = q_ring.dtype
         NW: gl.constexpr = gl.num_warps()
-        s_layout: gl.constexpr = _split_columns_layout(NW, BLOCK_N)
+        st_layout: gl.constexpr = _split_rows_layout(NW, BLOCK_M)  # S^T, dP^T
+        kv_layout: gl.constexpr = _split_rows_layout(NW, HEAD_DIM)  # dK, dV
         dq_layout: gl.constexpr = _split_columns_layout(NW, HEAD_DIM)
-        kv_layout: gl.constexpr = _split_rows_layout(NW, HEAD_DIM)
-        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-        key_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+        op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+        query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+        key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
 
         offs_n = gl.arange(0, BLOCK_N, layout=key_layout)
-        offs_m = gl.arange(0, BLOCK_M, layout=row_layout)
+        offs_m = gl.arange(0, BLOCK_M, layout=query_layout)
         dk_acc = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout))
-        dv_acc = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout))
+        dv_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)  # retired each step
+        # dS^T of the previous step, the register operand of its dK (alive until it retires)
+        dst_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
         if IS_CAUSAL:
             full_lo = n0 + BLOCK_N - 1 - causal_offset
         else:
@@ -230,58 +260,59 @@ if GLUON_AVAILABLE:
             ds_buf = ds_smem.index(t % 2)
             mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
 
-            zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+            zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
             s_tok = warpgroup_mma(
-                q_tile, k_smem.permute((1, 0)), zero_s, use_acc=False, is_async=True
+                k_smem, q_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
             )
             dp_tok = warpgroup_mma(
-                do_tile, v_smem.permute((1, 0)), zero_s, use_acc=False, is_async=True
+                v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
             )
-            queries = m0 + offs_m
-            row_base = (batch * num_q_heads + q_head).to(gl.int64) * seqlen_q
-            in_q = queries < seqlen_q
-            lse = gl.load(Lse + row_base + queries, mask=in_q, other=0.0)
-            delta = gl.load(Delta + row_base + queries, mask=in_q, other=0.0)
-            lse2 = lse * 1.4426950408889634  # natural log -> the log2 units of exp2
+            lse2 = lse_ring.index(stage).load(query_layout)  # in log2 units (_loader)
 
-            # Retires step t-1's dV and dK, then S (groups retire in order; dP in flight).
-            s, dv, dk = warpgroup_mma_wait(1, deps=(s_tok, dv_acc, dk_acc))
-            p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
+            # Retires step t-1's dK, then S^T (groups retire in order; dP^T in flight).
+            st, dk, dst_op = warpgroup_mma_wait(1, deps=(s_tok, dk_acc, dst_op))
+            pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
             masked = (m0 < full_lo) | (m0 > full_hi)
             if masked:
+                queries = m0 + offs_m
                 keys = n0 + slot + offs_n
-                p = _mask_tile(p, queries, keys, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL)
-            # This warpgroup's own P columns, read only by its own dV (retired above).
-            p_smem.store(p.to(dtype))
+                pt = _mask_tile_t(pt, keys, queries, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL)
+            # dV += P^T dO straight from registers: P never goes through shared memory.
+            pt_op = gl.convert_layout(pt.to(dtype), op_layout)
+            dv_tok = warpgroup_mma(pt_op, do_tile, dv_acc, is_async=True)
 
-            dp = warpgroup_mma_wait(0, deps=(dp_tok,))
-            ds = p * (dp - gl.expand_dims(delta, 1))  # in units of the scaled scores
-            ds_buf.store(ds.to(dtype))
-            # Orders this step's P and dS and the previous step's dQ tile before the tensor
+            delta = delta_ring.index(stage).load(query_layout)
+            dpt = warpgroup_mma_wait(1, deps=(dp_tok,))  # dV in flight
+            dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)  # scaled-score units
+            ds_buf.store(dst)
+            dst_op = gl.convert_layout(dst, op_layout)
+            # Orders this step's dS^T and the previous step's dQ tile before the tensor
             # cores' and the copy engine's reads.
             fence_async_shared()
             gl.thread_barrier()
-            # Both warpgroups have written P, dS (and step t-1's dQ tile) and retired step
-            # t-1's dV and dK: step t-1's dQ tile to the writer, its ring stage to the loader.
+            # Both warpgroups have written dS^T (and step t-1's dQ tile) and retired step
+            # t-1's dK: step t-1's dQ tile to the writer, its ring stage to the loader.
             if t > 0:
                 mbarrier.arrive(step_done.index((t - 1) % STAGES), count=1)
 
+            # dQ = dS K: all of the block's keys, so both warpgroups' dS^T (the barrier).
             dq_tok = warpgroup_mma(
-                ds_buf,
+                ds_buf.permute((1, 0)),
                 k_smem,
                 gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout),
                 use_acc=False,
                 is_async=True,
             )
-            dv_acc = warpgroup_mma(p_smem.permute((1, 0)), do_tile, dv, is_async=True)
-            dk_acc = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
-            dq = warpgroup_mma_wait(2, deps=(dq_tok,))
+            dk_acc = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+            # Retires dV and dQ; dK runs on into the next step.
+            dv_acc, dq, pt_op = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok, pt_op))
             # The writer has read step t-1's tile (parity 1 on the fresh barrier: step 0
             # finds the buffer free).
             mbarrier.wait(dq_empty, (t & 1) ^ 1)
             dq_smem.store(dq)
 
-        dv, dk = warpgroup_mma_wait(0, deps=(dv_acc, dk_acc))  # the last step's dV, dK
+        dk = warpgroup_mma_wait(0, deps=(dk_acc,))  # the last step's dK
+        dv = dv_acc
         if total > 0:  # publish the last dQ tile
             fence_async_shared()
             gl.thread_barrier()
@@ -349,16 +380,18 @@ if GLUON_AVAILABLE:
         q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
             [BLOCK_M, HEAD_DIM], dtype
         )
-        p_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-            [BLOCK_M, BLOCK_N], dtype
+        ds_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+            [BLOCK_N, BLOCK_M], dtype
         )
         k_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
         v_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
         q_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
-        p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], p_smem_layout)
-        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N], p_smem_layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_smem_layout)
         dq_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_DIM], dq_desc.layout)
+        rows_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+        lse_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_smem_layout)
+        delta_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_smem_layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         step_done = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -371,6 +404,7 @@ if GLUON_AVAILABLE:
         fence_async_shared()  # the barriers' init is visible to the copy engine
 
         ring = (q_ring, do_ring, ready)
+        rows_ring = (lse_ring, delta_ring)
         order = (Lock, num_q_heads, n_m_total, gl.num_programs(0) - 1, causal_offset)
         lengths = (num_q_heads, seqlen_q, seqlen_k, causal_offset)
         dkv_strides = (
@@ -379,12 +413,12 @@ if GLUON_AVAILABLE:
         )  # fmt: skip
         gl.warp_specialize(
             [
-                (_consumers, (k_buf, v_buf, kv_bar, ring, step_done, p_smem, ds_smem,
-                              dq_smem, dq_empty, Lse, Delta, dK, dV, dkv_strides, lengths,
-                              work, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N,
-                              IS_CAUSAL)),
+                (_consumers, (k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem,
+                              dq_smem, dq_empty, dK, dV, dkv_strides, lengths, work, qk_scale,
+                              sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL)),
                 (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
-                           kv_bar, ring, step_done, work)),
+                           kv_bar, ring, rows_ring, step_done, work, Lse, Delta, num_q_heads,
+                           seqlen_q, BLOCK_M)),
                 (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, order, BLOCK_M,
                               BLOCK_N, IS_CAUSAL, DETERMINISTIC)),
             ],
