@@ -33,8 +33,8 @@ A is the checkout this script lives in. Suites:
   and lse, fixed dO) at MLA's head dims, q/k 192 and v 128: bf16, H 16, B*S = 16K tokens,
   S 4K/8K/16K, causal and not, deterministic and atomic dQ.
 * ``ws_backward``: the warp-specialized Gluon backward alone (``attention_backward_hopper_ws``,
-  deterministic and atomic modes) on a saved forward's output and lse: bf16, B*S = 16K tokens, H*D = 2048,
-  D 64/128, S 4K/16K, causal and not.
+  deterministic and atomic modes) on a saved forward's output and lse: bf16, B*S = 16K
+  tokens, H*D = 2048, D 64/128, S 4K/16K, causal and not.
 """
 
 from __future__ import annotations
