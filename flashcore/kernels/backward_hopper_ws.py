@@ -92,6 +92,7 @@ __all__ = [
 
 NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
 STAGES = 2  # Q/dO ring depth
+DQ_BUFFERS = gl.constexpr(2) if GLUON_AVAILABLE else 2  # dQ tiles in flight to the writer
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
 WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
 
@@ -173,6 +174,7 @@ if GLUON_AVAILABLE:
         batch, kv_head, group, n0, m_first, n_m, total = work
         Lock, num_q_heads, n_m_total, last_n, causal_offset = order
         NSTAGES: gl.constexpr = step_done.shape[0]
+        NBUF: gl.constexpr = dq_smem.shape[0]
         for t in range(total):
             q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
             mbarrier.wait(step_done.index(t % NSTAGES), (t // NSTAGES) & 1)
@@ -186,14 +188,11 @@ if GLUON_AVAILABLE:
                 seen = _load_acquire(lock)
                 while seen != rank:
                     seen = _load_acquire(lock)
-                _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
-                tma.store_wait(0)
-                mbarrier.arrive(dq_empty, count=1)
+            _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem.index(t % NBUF))
+            tma.store_wait(0)
+            mbarrier.arrive(dq_empty.index(t % NBUF), count=1)
+            if DETERMINISTIC:
                 gl.atomic_add(lock, _wait_writes_done(seen * 0 + 1), sem="release", scope="gpu")
-            else:
-                _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem)
-                tma.store_wait(0)
-                mbarrier.arrive(dq_empty, count=1)
 
     @gluon.jit
     def _mask_tile_t(pt, keys, queries, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
@@ -308,8 +307,8 @@ if GLUON_AVAILABLE:
             dv_acc, dq, pt_op = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok, pt_op))
             # The writer has read step t-1's tile (parity 1 on the fresh barrier: step 0
             # finds the buffer free).
-            mbarrier.wait(dq_empty, (t & 1) ^ 1)
-            dq_smem.store(dq)
+            mbarrier.wait(dq_empty.index(t % DQ_BUFFERS), ((t // DQ_BUFFERS) & 1) ^ 1)
+            dq_smem.index(t % DQ_BUFFERS).store(dq)
 
         dk = warpgroup_mma_wait(0, deps=(dk_acc,))  # the last step's dK
         dv = dv_acc
@@ -388,16 +387,19 @@ if GLUON_AVAILABLE:
         q_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_smem_layout)
-        dq_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_DIM], dq_desc.layout)
+        dq_smem = gl.allocate_shared_memory(
+            gl.float32, [DQ_BUFFERS, BLOCK_M, HEAD_DIM], dq_desc.layout
+        )
         rows_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
         lse_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_smem_layout)
         delta_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_smem_layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         step_done = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        dq_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        dq_empty = gl.allocate_shared_memory(gl.int64, [DQ_BUFFERS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
-        mbarrier.init(dq_empty, count=1)
+        for i in gl.static_range(DQ_BUFFERS):
+            mbarrier.init(dq_empty.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(step_done.index(i), count=1)
