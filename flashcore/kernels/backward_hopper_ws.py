@@ -79,7 +79,6 @@ if GLUON_AVAILABLE:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .backward_hopper import _load_step
     from .backward_hopper_pipelined import _split_columns_layout, _split_rows_layout
 
 __all__ = [
@@ -99,10 +98,12 @@ WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
 if GLUON_AVAILABLE:
 
     @gluon.jit
-    def _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M: gl.constexpr):
-        """Step t's query head and first query row (steps walk the group's heads, then the
-        query blocks that see this key block)."""
-        return kv_head * group + t // n_m, (m_first + t % n_m) * BLOCK_M
+    def _step_coords(t, work, BLOCK_M: gl.constexpr):
+        """Step t's query head and first query row: steps walk the group's heads, and in each
+        the query blocks that see this key block, from the program's own first one (``rot``
+        blocks past ``m_first``, cyclically)."""
+        batch, kv_head, group, n0, m_first, n_m, total, rot = work
+        return kv_head * group + t // n_m, (m_first + (t + rot) % n_m) * BLOCK_M
 
     @gluon.jit
     def _loader(
@@ -113,7 +114,8 @@ if GLUON_AVAILABLE:
         the consumers have released the step that used it last, with the step's rows of lse
         (in log2 units) and delta beside them (``rows_ring``): their global loads are issued
         before the wait, so the consumers read them from shared memory."""
-        batch, kv_head, group, n0, m_first, n_m, total = work
+        batch, kv_head, group, n0, m_first, n_m, total, rot = work
+        q_ring, do_ring, ready = ring
         lse_ring, delta_ring = rows_ring
         NSTAGES: gl.constexpr = step_done.shape[0]
         rows_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
@@ -122,7 +124,7 @@ if GLUON_AVAILABLE:
         tma.async_copy_global_to_shared(k_desc, [batch, kv_head, n0, 0], kv_bar, k_smem)
         tma.async_copy_global_to_shared(v_desc, [batch, kv_head, n0, 0], kv_bar, v_smem)
         for t in range(total):
-            q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
+            q_head, m0 = _step_coords(t, work, BLOCK_M)
             queries = m0 + offs
             row_base = (batch * num_q_heads + q_head).to(gl.int64) * seqlen_q
             in_q = queries < seqlen_q
@@ -130,11 +132,19 @@ if GLUON_AVAILABLE:
             delta = gl.load(Delta + row_base + queries, mask=in_q, other=0.0)
             # Step t - NSTAGES done (a fresh barrier waited on with parity 1 reports
             # complete: the first NSTAGES steps find their stage empty).
-            mbarrier.wait(step_done.index(t % NSTAGES), ((t // NSTAGES) & 1) ^ 1)
-            # natural log -> the log2 units of exp2; published by the arrive in _load_step
-            lse_ring.index(t % NSTAGES).store(lse * 1.4426950408889634)
-            delta_ring.index(t % NSTAGES).store(delta)
-            _load_step(q_desc, do_desc, ring, t, n_m, m_first, batch, kv_head, group)
+            stage = t % NSTAGES
+            mbarrier.wait(step_done.index(stage), ((t // NSTAGES) & 1) ^ 1)
+            # natural log -> the log2 units of exp2; published with the copies' arrive below
+            lse_ring.index(stage).store(lse * 1.4426950408889634)
+            delta_ring.index(stage).store(delta)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                q_desc, [batch, q_head, m0, 0], bar, q_ring.index(stage)
+            )
+            tma.async_copy_global_to_shared(
+                do_desc, [batch, q_head, m0, 0], bar, do_ring.index(stage)
+            )
 
     @gluon.jit
     def _load_acquire(ptr):
@@ -171,12 +181,12 @@ if GLUON_AVAILABLE:
         adds, waits until the add has reached global memory, and passes the turn on (release).
         The programs it waits for have larger key blocks, launched before it (the grid runs
         key blocks in reverse in this mode), so every wait is on a program already running."""
-        batch, kv_head, group, n0, m_first, n_m, total = work
+        batch, kv_head, group, n0, m_first, n_m, total, rot = work
         Lock, num_q_heads, n_m_total, last_n, causal_offset = order
         NSTAGES: gl.constexpr = step_done.shape[0]
         NBUF: gl.constexpr = dq_smem.shape[0]
         for t in range(total):
-            q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
+            q_head, m0 = _step_coords(t, work, BLOCK_M)
             mbarrier.wait(step_done.index(t % NSTAGES), (t // NSTAGES) & 1)
             if DETERMINISTIC:
                 lock = Lock + (batch * num_q_heads + q_head) * n_m_total + m0 // BLOCK_M
@@ -217,7 +227,7 @@ if GLUON_AVAILABLE:
         q_ring, do_ring, ready = ring
         lse_ring, delta_ring = rows_ring
         STAGES: gl.constexpr = step_done.shape[0]
-        batch, kv_head, group, n0, m_first, n_m, total = work
+        batch, kv_head, group, n0, m_first, n_m, total, rot = work
         num_q_heads, seqlen_q, seqlen_k, causal_offset = lengths
         stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn, \
             stride_dvk = dkv_strides  # fmt: skip
@@ -246,7 +256,7 @@ if GLUON_AVAILABLE:
 
         for t in range(total):
             stage = t % STAGES
-            q_head, m0 = _step_coords(t, n_m, m_first, kv_head, group, BLOCK_M)
+            q_head, m0 = _step_coords(t, work, BLOCK_M)
             q_tile = q_ring.index(stage)
             # K and V through an index the compiler cannot fold (as backward_hopper: hoisted,
             # their wgmma descriptors spill at D128).
@@ -371,7 +381,11 @@ if GLUON_AVAILABLE:
         else:
             m_first = 0
         n_m = n_m_total - m_first
-        work = (batch, kv_head, group, n0, m_first, n_m, n_m * group)
+        if DETERMINISTIC:  # every key block walks its query blocks in the same order
+            rot = n_m * 0
+        else:  # each starts at its own, so that they do not all add into one dQ tile at once
+            rot = tile_n % gl.maximum(n_m, 1)
+        work = (batch, kv_head, group, n0, m_first, n_m, n_m * group, rot)
 
         kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
             [BLOCK_N, HEAD_DIM], dtype
