@@ -64,7 +64,7 @@ from .backward_hopper import (
     _descriptor,
     supports,
 )
-from .backward_hopper_pipelined import BLOCK_M_FOR, BLOCK_N
+from .backward_hopper_pipelined import BLOCK_N
 
 if GLUON_AVAILABLE:
     from triton.experimental import gluon
@@ -91,6 +91,9 @@ __all__ = [
 
 NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
 STAGES = 2  # Q/dO ring depth
+# Query rows per step, per head dim: the columns of S^T and dP^T (fp32, BLOCK_M / 2 registers
+# a thread each). At D64, 128 would spill inside the step at 240 registers a thread.
+BLOCK_M_FOR = {64: 64, 128: 64}
 DQ_BUFFERS = gl.constexpr(2) if GLUON_AVAILABLE else 2  # dQ tiles in flight to the writer
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
 WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
@@ -268,6 +271,9 @@ if GLUON_AVAILABLE:
             do_tile = do_ring.index(stage)
             ds_buf = ds_smem.index(t % 2)
             mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+            # lse's row (log2 units, _loader) read before the wgmmas are issued: behind them,
+            # the shared-memory load waits for their operand reads.
+            lse2 = lse_ring.index(stage).load(query_layout)
 
             zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
             s_tok = warpgroup_mma(
@@ -276,7 +282,6 @@ if GLUON_AVAILABLE:
             dp_tok = warpgroup_mma(
                 v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
             )
-            lse2 = lse_ring.index(stage).load(query_layout)  # in log2 units (_loader)
 
             # Retires step t-1's dK, then S^T (groups retire in order; dP^T in flight).
             st, dk, dst_op = warpgroup_mma_wait(1, deps=(s_tok, dk_acc, dst_op))
