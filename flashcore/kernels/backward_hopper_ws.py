@@ -1,52 +1,63 @@
 """A warp-specialized Gluon Hopper backward: FlashAttention-3's division of labour.
 
-The math, grid, orientation, masks, causal skip, tile shapes, layouts and the two dS buffers
-are the pipelined kernel's (kernels/backward_hopper_pipelined.py; read its docstring and
-backward_hopper's first). What changes is who does what. One program runs three partitions:
+The math, grid, masks and causal skip are the other Gluon backwards' (backward_hopper.py's
+docstring). One program owns a block of 128 keys and walks the query blocks that see it; it
+runs three partitions:
 
     consumers (8 warps = 2 warpgroups, the default partition; 240 registers a thread)
-        per step: wait for the step's Q and dO; S = Q K^T and dP = dO V^T (async wgmma);
-        P, dS in registers, then shared memory; one barrier; dQ = dS K, dV += P^T dO and
-        dK += dS^T Q (async); dQ's fp32 tile into a shared buffer. No copy, no atomic.
+        each warpgroup owns 64 of the block's keys. Per step: wait for the step's Q and dO;
+        S^T = K Q^T and dP^T = V dO^T (async wgmma, keys x queries: FlashAttention-3's
+        SdP_swapAB); P^T in registers is the A operand of dV += P^T dO at once (P never goes
+        through shared memory); dS^T in registers is the A operand of dK += dS^T Q, and goes
+        to shared memory for dQ = dS K, which needs both warpgroups' keys (the step's one
+        barrier); dQ's fp32 tile into a shared buffer. No copy, no atomic.
     loader (1 warp, 24 registers)
         K and V once; then every step's Q and dO tiles by TMA into a 2-stage ring, each
-        stage refilled once the consumers have released it.
+        stage refilled once the consumers have released it, with the step's lse (log2
+        units) and delta rows stored beside it (the consumers read them from shared memory).
     dQ writer (1 warp, 24 registers)
         adds each step's dQ tile from shared memory into the fp32 dQ buffer in global memory
         with one bulk TMA reduce-add (kernels/_gluon_tma.py), waits until the copy engine has
         read it, and hands the buffer back.
 
-In the pipelined kernel every consumer thread issued 32 fp32 atomics a step (the dQ tile,
-64 x 128 at D128) and the TMA copies; here the consumers' only memory traffic besides shared
-memory is the lse/delta rows. The consumers signal both workers at the step's one barrier:
+The consumers signal both workers at the step's one barrier:
 
 - at step t's barrier both warpgroups have passed their S wait of step t, which retired
-  their step t-1 dV and dK (the last readers of step t-1's Q and dO), and have stored step
-  t-1's dQ tile (at the end of step t-1, after waiting on ``dq_empty``: the writer has read
-  step t-2's tile; the fence before the barrier orders the stores before the copy engine's
-  read). One arrive on ``step_done[(t-1) % STAGES]`` then tells both workers: the loader
-  may refill that ring stage, the writer may add that dQ tile. The last step's arrive
-  follows the loop. (Neither worker can fall a whole phase behind: the consumers wait for
-  the loader's copy of a step and for the writer's read of the previous dQ tile.)
+  their step t-1 dK (the last reader of step t-1's Q; dV, the last of its dO, retired
+  within step t-1), and have stored step t-1's dQ tile (at the end of step t-1, after
+  waiting on its buffer's ``dq_empty``; the fence before the barrier orders the stores
+  before the copy engine's read). One arrive on ``step_done[(t-1) % STAGES]`` then tells
+  both workers: the loader may refill that ring stage, the writer may add that dQ tile.
+  The last step's arrive follows the loop.
 
-One dQ buffer (32 KB fp32 at D128 and D64): shared memory at D128 is K, V 64 KB + ring 2 x 32
-KB + P 16 KB + dS 2 x 16 KB + dQ 32 KB = 208 KB; at D64 (BLOCK_M 128) 32 + 2 x 32 + 32 + 2 x
-32 + 32 = 224 KB (of 227 KB). The writer has from step t+1's barrier to the end of step t+1
-to finish a reduce before the consumers wait for it.
+Two dQ buffers (32 KB fp32 each at D128 and D64), so the writer has a whole step more before
+the consumers wait for it: profiled with one, the consumers spent 13% of their samples
+waiting for it (logs/ncu_sass_ws_swap_atomic_d128_e82cf99.json, H200). Shared memory at D128
+(BLOCK_M 64) is K, V 64 KB + ring 2 x 32 KB + dS^T 2 x 16 KB + dQ 2 x 32 KB = 224 KB; at D64
+(BLOCK_M 128) 32 + 2 x 32 + 2 x 32 + 2 x 32 = 224 KB, of 227 KB: the room is the P buffer the
+swap removed.
 
-Not deterministic (the reduce-adds land in whatever order the key blocks finish), as the
-other Gluon backwards; dK and dV are. ``attention_backward_hopper_ws`` has
-``attention_backward_hopper``'s signature and semantics and ``supports`` is the same
-function. ``flashcore.attention``'s autograd runs it for callers that pass
-``deterministic=False``, where ``dispatch.BACKWARD_GLUON_FROM`` says it was measured faster
-than the Triton backward (H100: 1.03-1.22x at D64/D128, S 2K-16K, backward_ws_check.json);
-``validate_backward.check_grad_case(kernel="gluon_ws")`` and tools/backward_hopper_check.py
-``--kernel`` run it by name.
+Two modes. Atomic: the reduce-adds land in whatever order the key blocks finish, and each key
+block starts at its own query block (rotated), so that the programs running together do not
+all add into one dQ tile at once. Deterministic: every key block walks the query blocks in
+order and the adds into a tile land in a fixed order (``_dq_writer``); bitwise reproducible.
+``attention_backward_hopper_ws`` has ``attention_backward_hopper``'s signature and semantics
+plus ``deterministic``; ``supports`` is the same function. ``flashcore.attention``'s autograd
+runs it where ``dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM`` (the default) and
+``dispatch.BACKWARD_GLUON_FROM`` (``deterministic=False``) say it was measured faster than the
+Triton backward; ``validate_backward.check_grad_case(kernel="gluon_ws" | "gluon_ws_det")`` and
+tools/backward_hopper_check.py ``--kernel`` run it by name.
 
-Known limits (next steps): the step is serial inside each warpgroup (P and dS are computed
-while only dP is on the tensor cores); Triton's barrier pass adds a CTA barrier at the top of
-each step, so the warpgroups meet twice a step; D64's 128-row tiles spill a few registers at
-240 a thread; no deterministic mode; no D256.
+History: until 2ceebf2 the step computed S = Q K^T (queries x keys) with P through shared
+memory and one dQ buffer (208 KB at D128); A/B on an H200 against that step
+(logs/ws_swap_*_ab_timing_*.json): the swap alone 0.91-1.01x its speed; with two dQ buffers
+and the rotation (as shipped), deterministic 1.07-1.10x at D128 and 1.00-1.04x at D64, atomic
+0.96-1.05x at D128 and 0.92-0.94x at D64.
+
+Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
+computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
+the warpgroups meet three times a step; D64's 128-row tiles spill a few registers inside the
+step at 240 a thread (64-row tiles do not, and were slower); no D256.
 """
 
 from __future__ import annotations
@@ -91,9 +102,10 @@ __all__ = [
 
 NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
 STAGES = 2  # Q/dO ring depth
-# Query rows per step, per head dim: the columns of S^T and dP^T (fp32, BLOCK_M / 2 registers
-# a thread each). At D64, 128 would spill inside the step at 240 registers a thread.
-BLOCK_M_FOR = {64: 64, 128: 64}
+# Query rows per step, per head dim: the columns of S^T and dP^T. D64 at 128 spills a few
+# registers inside the step, and is still faster than at 64 (no spills; 0.79-0.97x the speed
+# on an H200, logs/ws_swap_d64_rows_ab_timing_88ab124.json).
+BLOCK_M_FOR = {64: 128, 128: 64}
 DQ_BUFFERS = gl.constexpr(2) if GLUON_AVAILABLE else 2  # dQ tiles in flight to the writer
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
 WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
@@ -271,9 +283,6 @@ if GLUON_AVAILABLE:
             do_tile = do_ring.index(stage)
             ds_buf = ds_smem.index(t % 2)
             mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
-            # lse's row (log2 units, _loader) read before the wgmmas are issued: behind them,
-            # the shared-memory load waits for their operand reads.
-            lse2 = lse_ring.index(stage).load(query_layout)
 
             zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
             s_tok = warpgroup_mma(
@@ -282,6 +291,7 @@ if GLUON_AVAILABLE:
             dp_tok = warpgroup_mma(
                 v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
             )
+            lse2 = lse_ring.index(stage).load(query_layout)  # in log2 units (_loader)
 
             # Retires step t-1's dK, then S^T (groups retire in order; dP^T in flight).
             st, dk, dst_op = warpgroup_mma_wait(1, deps=(s_tok, dk_acc, dst_op))

@@ -1,0 +1,86 @@
+"""Where a kernel's warps wait, instruction by instruction, from Nsight Compute's source page.
+
+    ncu --section SourceCounters -o REPORT python3 ...        # on the GPU machine
+    ncu --import REPORT.ncu-rep --page source --csv --print-source sass > SASS.csv
+    python tools/ncu_sass_stalls.py SASS.csv OUT.json [--top 30] [--label TEXT]
+
+OUT.json: the stall samples by reason over the whole kernel, the same over the instructions
+the most-executed warps run (in a warp-specialized kernel, the consumers: the workers' idle
+waits are left out), and the TOP instructions by samples, each with its SASS, execution
+count and three largest reasons. Notebook 07 and the README cite these logs."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def summarize(path: Path, top: int) -> dict:
+    rows = list(csv.reader(path.open()))
+    header = next(r for r in rows if SAMPLES in r)
+    data = rows[rows.index(header) + 1 :]
+    col = {name: i for i, name in enumerate(header)}
+    reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+
+    def count(row, name):
+        value = row[col[name]]
+        return int(value) if value not in ("", "-") else 0
+
+    busiest = max(count(r, EXECUTED) for r in data)
+
+    def by_reason(selected):
+        totals = {h[len("stall_") :]: sum(count(r, h) for r in selected) for h in reasons}
+        return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+    main = [r for r in data if count(r, EXECUTED) * 2 >= busiest]
+    total = sum(count(r, SAMPLES) for r in data)
+    ranked = sorted(range(len(data)), key=lambda n: -count(data[n], SAMPLES))[:top]
+    return {
+        "samples": total,
+        "instructions": len(data),
+        "by_reason": by_reason(data),
+        "busiest_warps": {
+            "executions": busiest,
+            "samples": sum(count(r, SAMPLES) for r in main),
+            "by_reason": by_reason(main),
+        },
+        "top": [
+            {
+                "index": n,
+                "sass": data[n][col["Source"]].strip(),
+                "samples": count(data[n], SAMPLES),
+                "share": round(count(data[n], SAMPLES) / total, 4),
+                "executed": count(data[n], EXECUTED),
+                "reasons": dict(
+                    sorted(
+                        ((h[len("stall_") :], count(data[n], h)) for h in reasons),
+                        key=lambda kv: -kv[1],
+                    )[:3]
+                ),
+            }
+            for n in ranked
+        ],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--label", default="")
+    args = parser.parse_args()
+    summary = {"label": args.label, **summarize(args.csv, args.top)}
+    args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    for row in summary["top"][:12]:
+        print(f"{row['share']:6.1%} {row['sass'][:60]:60s} {row['reasons']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
