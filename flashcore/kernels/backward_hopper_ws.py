@@ -152,6 +152,9 @@ if GLUON_AVAILABLE:
             # natural log -> the log2 units of exp2; published with the copies' arrive below
             lse_ring.index(stage).store(lse * 1.4426950408889634)
             delta_ring.index(stage).store(delta)
+            # Every lane's stores before the one lane's arrive that publishes them (its release
+            # covers what the warp barrier ordered before it).
+            gl.thread_barrier()
             bar = ready.index(stage)
             mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(
