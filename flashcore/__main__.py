@@ -117,7 +117,7 @@ def run_info(_args) -> int:
     try:
         from .studies.records import status_line_for
 
-        print(f"{'':>18}  {status_line_for('backward_ws_modes')}")
+        print(f"{'':>18}  {status_line_for('backward_ws_modes', 'nvidia-h200')}")
     except (ModuleNotFoundError, FileNotFoundError):
         pass
     return 0

@@ -164,39 +164,40 @@ def describe_fp8_dispatch() -> str:
 # (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128, fp32 dQ by TMA reduce-add) where
 # it supports the call and the tables below say it was measured faster than the Triton
 # backward (kernels/backward.py, deterministic: dQ in a pass of its own), else the Triton one.
-# Both modes of the Gluon kernel are measured against the Triton default: H100, bf16, B*S =
-# 16K tokens, H*D = 2048, 3 alternating rounds in one process, the whole backward (preprocess,
-# kernel, dQ conversion), TFLOP/s (tools/backward_hopper_check.py --kernel ws_modes; first run
-# at commit 8579384, logs/backward_ws_modes_8579384.log, from which these tables were set):
+# Both modes of the Gluon kernel are measured against the Triton default: bf16, B*S = 16K
+# tokens, H*D = 2048, 3 alternating rounds in one process, the whole backward (preprocess,
+# kernel, dQ conversion), TFLOP/s (tools/backward_hopper_check.py --kernel ws_modes). These
+# tables were set from the record of the kernel's swapped step (H200, commit afd7c3a,
+# results/nvidia-h200/backward_ws_modes.json; the H100's records measured the step before it):
 #                 deterministic  atomic  Triton   deterministic  atomic  Triton
-#   D64  S=2K       284.0  357.6  335.5 full |   259.3  283.6  266.9 causal
-#        S=4K       322.0  396.9  356.7      |   314.0  343.8  303.1
-#        S=8K       366.2  417.4  353.3      |   352.7  386.1  322.5
-#        S=16K      392.0  422.1  372.4      |   374.4  410.5  338.4
-#   D128 S=2K       352.6  389.3  378.4      |   318.0  333.2  316.4
-#        S=4K       405.3  437.5  392.9      |   384.8  397.7  357.5
-#        S=8K       452.9  456.7  410.0      |   426.1  436.5  385.2
-#        S=16K      461.6  455.1  413.2      |   456.0  471.6  421.2
+#   D64  S=2K       293.8  337.8  341.1 full |   265.9   274.3   267.0 causal
+#        S=4K       329.5  365.0  360.6      |   319.1   324.3   299.4
+#        S=8K       374.2  380.9  371.0      |   354.4   358.8   319.4
+#        S=16K      393.9  388.4  372.4      |   375.2   385.9   334.0
+#   D128 S=2K       389.4  410.8  376.4      |   352.8   332.3   319.8
+#        S=4K       435.1  431.0  404.6      |   409.3   393.4   355.0
+#        S=8K       474.6  443.3  409.8      |   464.0   428.2   387.5
+#        S=16K      503.9  467.5  415.6      |   491.4   459.0   412.3
 # The deterministic mode pays for its ordered adds where many key blocks start on the same
-# query tile at once (non-causal, short sequences): 0.79-0.93x the atomic mode at D64 full,
-# 0.91-1.01x elsewhere. A mode runs from the shortest sequence (min of Sq, Sk) at which it beat
-# the Triton backward at every longer length, by 3% or more: (head dim, causal) -> S.
-# A second run at the dispatch's commit (b3f644f, backward_ws_modes.json) and the autograd
-# sweep (backward.json) agree at every threshold but one: D64 full S=8K, where the
-# deterministic mode measured 0.999x and 0.979x the Triton backward (1.037x in the first run:
-# level, not faster; to move to 16K with the next re-record).
+# query tile at once (D64 full, short sequences: 0.87x the atomic mode at 2K); at D128 it is
+# the faster mode from 4K (its adds queue in order instead of contending for one tile).
+# A mode runs from the shortest sequence (min of Sq, Sk) at which it beat the Triton backward
+# at every longer length, by 3% or more: (head dim, causal) -> S. (The H100's tables, from the
+# earlier step: 8192, 4096, 4096, 4096 and 2048 everywhere.)
 # The default (deterministic=True) stays bitwise reproducible whichever kernel runs.
 BACKWARD_GLUON_DETERMINISTIC_FROM = {
-    (64, False): 8192,
+    (64, False): 16384,
     (64, True): 4096,
-    (128, False): 4096,
-    (128, True): 4096,
+    (128, False): 2048,
+    (128, True): 2048,
 }
-# deterministic=False: the atomic mode (1.03-1.21x the Triton backward from S=2K in the first
-# run, 1.04-1.26x in the second; 1.03-1.22x in backward_ws_check.json, commit 1c870f9).
-# Elsewhere deterministic=False runs the Triton deterministic mode, faster than its own atomic
-# mode at every shape of backward.json.
-BACKWARD_GLUON_FROM = {(64, False): 2048, (64, True): 2048, (128, False): 2048, (128, True): 2048}
+# deterministic=False: the atomic mode, by the same rule. Elsewhere deterministic=False runs
+# the Triton deterministic mode, faster than its own atomic mode at every shape of backward.json.
+BACKWARD_GLUON_FROM = {(64, False): 16384, (64, True): 4096, (128, False): 2048, (128, True): 2048}
+# deterministic=False asks for no order and forbids none: where the ordered mode beat the
+# atomic one at every longer length (D128: 1.01-1.08x from 4K full, 1.04-1.08x from 2K causal),
+# it runs instead.
+BACKWARD_ORDERED_FOR_ATOMIC_FROM = {(128, False): 4096, (128, True): 2048}
 BACKWARD_MODES = ("auto", "always", "never")
 
 
@@ -225,9 +226,12 @@ def backward_kernel(
     gluon = "gluon_ws_det" if deterministic else "gluon_ws"
     if mode == "always":
         return gluon
+    key, length = (q.shape[3], bool(causal)), min(q.shape[2], k.shape[2])
+    if not deterministic and length >= BACKWARD_ORDERED_FOR_ATOMIC_FROM.get(key, float("inf")):
+        return "gluon_ws_det"
     table = BACKWARD_GLUON_DETERMINISTIC_FROM if deterministic else BACKWARD_GLUON_FROM
-    from_s = table.get((q.shape[3], bool(causal)))
-    if from_s is None or min(q.shape[2], k.shape[2]) < from_s:
+    from_s = table.get(key)
+    if from_s is None or length < from_s:
         return "triton"
     return gluon
 
@@ -252,7 +256,9 @@ def describe_backward_dispatch() -> str:
         return "Triton, deterministic (FLASHCORE_BACKWARD_HOPPER=never)"
     return (
         f"bitwise reproducible by default: {gluon} in its deterministic mode (dQ's adds in a "
-        f"fixed order) where measured faster on the H100 (backward_ws_modes.json): "
+        f"fixed order) where measured faster (H200, nvidia-h200/backward_ws_modes.json): "
         f"{rules(BACKWARD_GLUON_DETERMINISTIC_FROM)}; else Triton, deterministic. With "
-        f"deterministic=False, its atomic mode: {rules(BACKWARD_GLUON_FROM)}; else Triton"
+        f"deterministic=False, its deterministic mode where that was faster than its atomic "
+        f"one ({rules(BACKWARD_ORDERED_FOR_ATOMIC_FROM)}), else its atomic mode: "
+        f"{rules(BACKWARD_GLUON_FROM)}; else Triton"
     )
