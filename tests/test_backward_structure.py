@@ -51,3 +51,14 @@ def test_warp_specialized_panel_adds_dq_on_its_writer_in_turn():
         assert len(turns) == (3 if deterministic else 0)
         barriers = [b for b in bars if b[0].startswith("consumer") and b[4] == "sync"]
         assert len(barriers) == 2 * 3  # the top-of-step barrier and the P/dS hand-off
+
+
+def test_warp_specialized_panel_runs_dv_before_the_ds_hand_off():
+    # The swapped step: P^T is dV's register operand, so dV is issued before the shared-memory
+    # hand-off (dS^T only), which dQ waits for; dK follows dQ.
+    bars = bs.warp_specialized(3, deterministic=False)
+    for j in range(3):
+        start = {b[3]: b[1] for b in bars if b[4] == "mma" and b[3].endswith(str(j))}
+        p_end = next(b[1] + b[2] for b in bars if b[3] == f"P{j}")
+        hand_off = next(b[1] for b in bars if b[4] == "sync" and b[1] > p_end)
+        assert start[f"dV{j}"] < hand_off <= start[f"dQ{j}"] < start[f"dK{j}"]

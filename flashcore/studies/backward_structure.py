@@ -137,20 +137,41 @@ def fa3_structure(steps: int = 3):
 TURN = 0.2  # the deterministic mode's wait for a tile's turn (drawn short: it varies)
 
 
+def _swapped_step(j, t, cuda_lane):
+    """One step of the warp-specialized kernel's swapped order (S^T, dP^T): P^T stays in
+    registers and is the A operand of dV at once, so dV runs on the tensor cores while dS^T
+    is computed; only dS^T is handed over through shared memory, for dQ; then dQ and dK.
+    Returns the bars and when the last matmul ends."""
+    s_end = t + MATMUL
+    bars = [("tensor cores", t, MATMUL, f"S{j}", "mma"),
+            ("tensor cores", s_end, MATMUL, f"dP{j}", "mma"),
+            (cuda_lane, s_end, EXP, f"P{j}", "elementwise")]  # fmt: skip
+    p_end, dp_end = s_end + EXP, s_end + MATMUL
+    dv_start = max(p_end, dp_end)  # dV issued once P^T is in registers
+    bars.append(("tensor cores", dv_start, MATMUL, f"dV{j}", "mma"))
+    bars.append((cuda_lane, dv_start, DS, f"dS{j}", "elementwise"))  # needs P and dP
+    bars.append((cuda_lane, dv_start + DS, HANDOFF, "", "sync"))
+    m_start = max(dv_start + DS + HANDOFF, dv_start + MATMUL)
+    for k, name in enumerate(("dQ", "dK")):
+        bars.append(("tensor cores", m_start + k * MATMUL, MATMUL, f"{name}{j}", "mma"))
+    return bars, m_start + 2 * MATMUL
+
+
 def warp_specialized(steps: int = 3, deterministic: bool = True):
     """kernels/backward_hopper_ws.py: FA3's division of labour. A loader warp keeps Q and dO
-    a step ahead in a 2-stage TMA ring; the consumer warpgroups run the five-matmul step, after
-    a CTA barrier the compiler puts at the top of each step (two barriers a step where FA3 has
-    one); a dQ-writer warp adds each step's dQ tile with one TMA reduce-add. In the
-    deterministic mode (the default where dispatched) the writer first waits for the tile's
-    turn (the key blocks above this one have added theirs), and passes the turn on once its add
-    has landed; the consumers go on meanwhile, until they need the one dQ buffer again."""
+    (with lse and delta) a step ahead in a 2-stage TMA ring; the consumer warpgroups run the
+    swapped five-matmul step (``_swapped_step``), after a CTA barrier the compiler puts at the
+    top of each step; a dQ-writer warp adds each step's dQ tile with one TMA reduce-add, from
+    one of two shared buffers. In the deterministic mode (the default where dispatched) the
+    writer first waits for the tile's turn (the key blocks above this one have added theirs),
+    and passes the turn on once its add has landed; the consumers go on meanwhile, until they
+    need that buffer again, two steps later."""
     bars, t, starts, writer_free = [], 0.0, [], 0.0
     for j in range(steps):
         bars.append(("consumer warpgroups (CUDA cores)", t, HANDOFF, "", "sync"))
         t += HANDOFF
         starts.append(t)
-        step, dq_done = _five_matmul_step(j, t, "consumer warpgroups (CUDA cores)")
+        step, dq_done = _swapped_step(j, t, "consumer warpgroups (CUDA cores)")
         bars += step
         w = max(dq_done, writer_free)
         if deterministic:
@@ -171,8 +192,8 @@ STRUCTURES = (
      triton_deterministic),
     ("flashcore's Gluon backward, first version (a study): no warp specialization",
      gluon_first_version),
-    ("flashcore's warp-specialized Gluon backward, deterministic mode (the default from S 4K "
-     "at D64/D128)", warp_specialized),
+    ("flashcore's warp-specialized Gluon backward, deterministic mode (the default from S 2K "
+     "at D128): S^T, P^T in registers for dV", warp_specialized),
     ("FA3's structure (FA4's sm90 port): producer warp, consumers, dQ-writer warp",
      fa3_structure),
 )  # fmt: skip
