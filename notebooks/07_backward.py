@@ -13,8 +13,8 @@
 #
 # Sections: (1) the derivation, checked numerically; (2) the gradient rule and planted bugs;
 # (3) the grid, live and recorded; (4) determinism; (5) memory against S; (6) speed;
-# (7) a transformers training step; (8) the targets; (9) the opt-in Gluon backward;
-# (10) the profile.
+# (7) a transformers training step; (8) the targets; (9) the Gluon backwards (9b: the
+# warp-specialized kernel on the H100, 9c: its swapped step on an H200); (10) the profile.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
@@ -1181,6 +1181,10 @@ print(
 # %% [markdown] tags=[]
 # ## 9b. The warp-specialized Gluon backward (the default where it was measured faster)
 #
+# This section describes and measures the kernel's step as the H100 records of commit
+# `b3f644f` ran it (S = Q K^T, P and dS through shared memory, one dQ buffer); section 9c
+# describes the swapped step that replaced it, measured on an H200.
+#
 # `flashcore/kernels/backward_hopper_ws.py` gives the pipelined variant's step FA3's division
 # of labour, with Gluon's `warp_specialize`. One program (a 128-key block, as above) runs three
 # partitions:
@@ -1223,29 +1227,18 @@ print(
 # more times and compared bit for bit with the first (both profiles render it; a GPU profile
 # does not re-measure it).
 
+
 # %% tags=[]
-ws_modes = (
-    read_result("backward_ws_modes", RECORDED_GPU)
-    if RECORDED_GPU in recorded_devices("backward_ws_modes")
-    else None
-)
-if ws_modes is None:
-    print("no recorded warp-specialized backward modes: run tools/backward_hopper_check.py")
-else:
-    print("recorded on", describe(ws_modes))
-    print(status_line_for("backward_ws_modes", RECORDED_GPU))
-    g = ws_modes["grid"]
-    print(
-        f"gradient grid ({g['kernel']}): {g['cases']} cases, {g['failed']} failed; "
-        f"worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
-    )
-    ws_by_shape, repeats = {}, {}
-    for r in ws_modes["speed"]:
+def print_ws_modes(rec):
+    """Both modes of the warp-specialized backward beside the Triton backward (TFLOP/s), with
+    the deterministic mode's bit-for-bit repeats, from a ``--kernel ws_modes`` record."""
+    by_shape, repeats = {}, {}
+    for r in rec["speed"]:
         key = (r["D"], r["S"], r["causal"])
-        ws_by_shape.setdefault(key, {})[r["impl"]] = r["tflops"]
+        by_shape.setdefault(key, {})[r["impl"]] = r["tflops"]
         if "bitwise_equal_repeats" in r:
             repeats[key] = r["bitwise_equal_repeats"]
-    mode_rows = [
+    rows = [
         {
             "D": d,
             "S": s,
@@ -1258,36 +1251,33 @@ else:
             "atomic / triton": t["gluon_ws"] / t["triton"],
             "bitwise repeats": repeats.get((d, s, c), "-"),
         }
-        for (d, s, c), t in sorted(ws_by_shape.items())
+        for (d, s, c), t in sorted(by_shape.items())
     ]
     print(
         table(
-            mode_rows,
-            list(mode_rows[0]),
+            rows,
+            list(rows[0]),
             dict.fromkeys(["deterministic", "atomic", "triton"], "{:.0f}")
             | dict.fromkeys(["det / atomic", "det / triton", "atomic / triton"], "{:.3f}"),
         )
     )
-    det_cost = [t["gluon_ws_det"] / t["gluon_ws"] for (d, _, _), t in ws_by_shape.items()]
+    cost = [t["gluon_ws_det"] / t["gluon_ws"] for t in by_shape.values()]
+    equal = sum(v.split("/")[0] == v.split("/")[1] for v in repeats.values())
     print(
-        f"deterministic / atomic {min(det_cost):.3f}-{max(det_cost):.3f}; "
-        f"bit-for-bit repeats equal at {sum(v.split('/')[0] == v.split('/')[1] for v in repeats.values())}"
-        f" of {len(repeats)} shapes"
+        f"deterministic / atomic {min(cost):.3f}-{max(cost):.3f}; "
+        f"bit-for-bit repeats equal at {equal} of {len(repeats)} shapes"
     )
 
-# %% [markdown] tags=[]
-# **Beside FA4, through autograd.** The backward record of sections 3 and 6 (same commit)
-# times what a caller gets: the default, `deterministic=False`, the Triton deterministic mode
-# alone (the default before this kernel), and FA4, in one process.
 
-# %% tags=[]
-if record is not None and "speed" in record:
+def print_beside_fa4(rec):
+    """What a caller gets through autograd beside FA4 (TFLOP/s, bf16), from a backward record
+    with the flashcore_deterministic and fa4 rows."""
     tf = {
         (r["D"], r["S"], r["causal"], r["impl"]): r["tflops"]
-        for r in record["speed"]
+        for r in rec["speed"]
         if r.get("dtype") == "bfloat16" and "tflops" in r
     }
-    ws_rows = [
+    rows = [
         {
             "D": d,
             "S": s,
@@ -1304,16 +1294,49 @@ if record is not None and "speed" in record:
         for d in (64, 128)
         for s in (2048, 4096, 8192, 16384)
         for c in (False, True)
-        if (d, s, c, "flashcore_deterministic") in tf
+        if (d, s, c, "flashcore_deterministic") in tf and (d, s, c, "fa4") in tf
     ]
     print(
         table(
-            ws_rows,
-            list(ws_rows[0]),
+            rows,
+            list(rows[0]),
             dict.fromkeys(["default", "det=False", "triton det", "fa4"], "{:.0f}")
             | dict.fromkeys(["default / fa4", "det=False / fa4", "default / triton det"], "{:.3f}"),
         )
     )
+    for d in sorted({r["D"] for r in rows}):
+        ratios = [r["default / fa4"] for r in rows if r["D"] == d]
+        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"D{d}: default / fa4 geomean {gm:.3f}, {min(ratios):.3f}-{max(ratios):.3f}")
+
+
+# %% tags=[]
+ws_modes = (
+    read_result("backward_ws_modes", RECORDED_GPU)
+    if RECORDED_GPU in recorded_devices("backward_ws_modes")
+    else None
+)
+if ws_modes is None:
+    print("no recorded warp-specialized backward modes: run tools/backward_hopper_check.py")
+else:
+    print("recorded on", describe(ws_modes))
+    print(status_line_for("backward_ws_modes", RECORDED_GPU))
+    g = ws_modes["grid"]
+    print(
+        f"gradient grid ({g['kernel']}): {g['cases']} cases, {g['failed']} failed; "
+        f"worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
+    )
+    print_ws_modes(ws_modes)
+
+
+# %% [markdown] tags=[]
+# **Beside FA4, through autograd.** The backward record of sections 3 and 6 (same commit)
+# times what a caller gets: the default, `deterministic=False`, the Triton deterministic mode
+# alone (the default before this kernel), and FA4, in one process.
+
+# %% tags=[]
+if record is not None and "speed" in record:
+    print_beside_fa4(record)
 
 # %% [markdown] tags=[]
 # **Reading it.** The deterministic mode costs 0.80–0.81x the atomic mode at D64 full with
@@ -1346,6 +1369,134 @@ if record is not None and "speed" in record:
 # 4–13 registers at 240 a thread (`tests/test_backward_hopper_ws.py` compiles every config
 # offline and bounds them). The comparison with the pipelined variant whose step it keeps
 # (1.13–1.25x) is `backward_ws_check.json` at `1c870f9`, stale since this change.
+
+# %% [markdown] tags=[]
+# ## 9c. The swapped step: P^T stays in registers (H200)
+#
+# Sections 9b and 10 measured the step above on the H100. This session had an H200 only (the
+# same Hopper SM, with faster memory), and it changed the step to FlashAttention-3's
+# `SdP_swapAB` order (`kernels/backward_hopper_ws.py`, module docstring):
+#
+# - each warpgroup computes S^T = K Q^T and dP^T = V dO^T for its 64 keys (keys x queries);
+#   P^T, in registers, is the A operand of dV += P^T dO at once, so P never goes through
+#   shared memory and dV runs on the tensor cores while dS^T is computed; dS^T is the register
+#   operand of dK += dS^T Q and goes to shared memory only for dQ = dS K;
+# - the 16 KB the P buffer held makes room for a second dQ buffer (224 KB at D128 and D64), so
+#   the dQ writer has a whole step more before the consumers wait for it;
+# - in the atomic mode each key block starts at its own query block (rotated), so that the
+#   programs running together do not all add into one dQ tile at once;
+# - the loader stages each step's lse and delta rows in shared memory beside the Q/dO ring
+#   (the trial of branch `ws-lse-smem`), read by the consumers as column vectors.
+#
+# Each step was timed against the kernel before it (`tools/ab_timing.py --suite ws_backward`:
+# both trees in processes of their own, alternating, three rounds; the backward alone; the
+# median over rounds of old time / new time, above 1 = the new step faster). Nsight Compute's
+# source page located the waits (`tools/ncu_sass_stalls.py`). The logs are under
+# `results/nvidia-h200/logs/`; both profiles render them.
+
+# %% tags=[]
+H200 = "nvidia-h200"
+h200_logs = _results.RESULTS_DIR / H200 / "logs"
+ab_steps = [
+    ("swap alone", "ws_swap_ab_timing_e82cf99.json"),
+    ("+ two dQ buffers", "ws_swap_dq2_ab_timing_5fc0125.json"),
+    ("+ rotation (shipped)", "ws_swap_rotate_ab_timing_2ceebf2.json"),
+    ("rejected: D64 64-row tiles, lse first", "ws_swap_d64_rows_ab_timing_88ab124.json"),
+]
+ab_logs = {
+    name: _json.loads((h200_logs / f).read_text())
+    for name, f in ab_steps
+    if (h200_logs / f).exists()
+}
+if ab_logs:
+    first = next(iter(ab_logs.values()))
+    print("A/B on", describe(first), "| old tree: commit", first["other_commit"])
+    ab_rows = [
+        {"shape": key}
+        | {name: log["summary"][key]["backward_ms_B_over_A"] for name, log in ab_logs.items()}
+        for key in first["summary"]
+    ]
+    print(table(ab_rows, list(ab_rows[0]), dict.fromkeys(list(ab_logs), "{:.3f}")))
+else:
+    print("no A/B logs of the swapped step under", h200_logs)
+
+# %% tags=[]
+ncu_logs = sorted(h200_logs.glob("ncu_sass_ws_*.json"))
+for path in ncu_logs:
+    prof = _json.loads(path.read_text())
+    busy = prof["busiest_warps"]
+    shares = {k: v / busy["samples"] for k, v in busy["by_reason"].items()}
+    print(path.name, "-", prof["label"])
+    print(
+        "  consumer warps' stall samples:",
+        ", ".join(f"{k} {v:.1%}" for k, v in list(shares.items())[:5]),
+    )
+    for row in prof["top"][:6]:
+        print(f"  {row['share']:6.1%} of all samples  {row['sass'][:58]:58s} {row['reasons']}")
+if not ncu_logs:
+    print("no source-level profiles under", h200_logs)
+
+# %% [markdown] tags=[]
+# The records of the swapped step on the H200 (commit `afd7c3a`): the tool of section 9b
+# (`backward_ws_modes.json`: the 240-case grid through the deterministic mode, both modes
+# beside the Triton backward, the bit-for-bit repeats) and the autograd sweep beside FA4 and
+# cuDNN (`backward.json`, D64 and D128).
+
+# %% tags=[]
+for topic in ("backward_ws_modes", "backward"):
+    if H200 in recorded_devices(topic):
+        print(status_line_for(topic, H200))
+h200_modes = (
+    read_result("backward_ws_modes", H200)
+    if H200 in recorded_devices("backward_ws_modes")
+    else None
+)
+if h200_modes is not None:
+    g = h200_modes["grid"]
+    print(
+        f"gradient grid ({g['kernel']}): {g['cases']} cases, {g['failed']} failed; "
+        f"worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
+    )
+    print_ws_modes(h200_modes)
+h200_backward = read_result("backward", H200) if H200 in recorded_devices("backward") else None
+if h200_backward is not None:
+    print_beside_fa4(h200_backward)
+
+# %% [markdown] tags=[]
+# **Reading it.** The swap alone was not faster (0.91–1.01x the step before it): the profile
+# of that build (`ncu_sass_ws_swap_atomic_d128_e82cf99.json`) put 13% of all stall samples on
+# one branch, the consumers' wait for the dQ writer to hand back the one dQ buffer. With the
+# freed 16 KB as a second buffer the deterministic mode became 1.07–1.10x the old step at
+# D128 (1.00–1.04x at D64); the rotation brought the atomic mode to 0.96–1.05x at D128, and
+# it stays 0.92–0.94x at D64, where 128-row tiles spill inside the step in this layout
+# (64-row tiles do not spill and were slower still: 0.79–0.97x). The deterministic mode is
+# now the faster of the two at D128 from 4K (1.01–1.08x the atomic one; its ordered adds
+# queue instead of contending for one tile), so `deterministic=False` runs it there
+# (`dispatch.BACKWARD_ORDERED_FOR_ATOMIC_FROM`), and the default's tables start at S=2K at D128
+# (1.03–1.21x the Triton backward) and at 16K for D64 full, where it was level before.
+#
+# Against FA4 on the H200 the default reaches 0.81–0.87x at D128 from S=8K (geomean 0.79 over
+# the eight shapes, measured with the tables of the step before, which kept S=2K on Triton),
+# and 0.64–0.75x at D64; cuDNN 0.78–1.00x. The H100 records of sections 3-8 and 9b measured
+# the step before and are stale; so are these two, by one line: after them the loader got a
+# warp barrier between its lanes' lse/delta stores and the one lane's arrive that publishes
+# them (`b6cbf4d`; the memory model asks for it). The GPU tests passed on both builds
+# (`logs/gpu_tests_backward_ws_{afd7c3a,b6cbf4d}.log`). compute-sanitizer
+# (`logs/sanitize_backward_ws_{afd7c3a,b6cbf4d}.log`): memcheck and synccheck 0 errors;
+# racecheck reports, besides the start-up pattern of 9b, hazards between the loader's stores
+# into the lse/delta ring and the consumers' reads of it, with and without that barrier. Those
+# accesses are ordered only through the ring's mbarrier (arrive with release semantics,
+# wait with acquire), which the stores of 9b's kernel never relied on; whether racecheck
+# models that ordering is not settled here. A race there would change lse or delta under the
+# reads, and the grid (0 of 240 failed) and 48 bit-for-bit repeats say it did not happen in
+# these runs; a small probe kernel with only that hand-off would settle the tool's side.
+# The remaining waits in the profile of the shipped build
+# (`ncu_sass_ws_det_d128_2ceebf2.json`, the deterministic mode): the wait for a dQ buffer
+# still (7.8% of all samples, on one branch: in this mode the writer waits for each tile's
+# turn), and the lse column loads behind the step's wgmmas (the two FFMAs that wait on them
+# hold 6.9%; loading lse before the wgmmas measured slower, in the rejected column above).
+# Shared memory is full (224 of 227 KB), so neither a third dQ buffer nor a deeper Q/dO ring
+# fits at these tiles.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute

@@ -378,3 +378,21 @@ def test_deterministic_mode_is_bitwise_reproducible(case):
     for again in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(runs[0], again))
     assert rule_rejects(runs[0], q, k, v, do, **kw) == {g: True for g in GRADIENTS}
+
+
+def test_race_probe_compiles_each_hand_off():
+    """tools/mbarrier_race_probe.py (the lse/delta ring's hand-off alone, for racecheck on a
+    GPU) compiles for sm_90: every variant arrives on and waits for mbarriers, the expect-tx
+    one issues its TMA copy, and the unsynchronized control waits for the ring's free stages
+    only (one wait where the others have two)."""
+    pytest.importorskip("triton.experimental.gluon")
+    if not bhw.GLUON_AVAILABLE:
+        pytest.skip("this triton has no Gluon Hopper API")
+    counts = offline_report(
+        "import json, sys; sys.path.insert(0, 'tools'); import mbarrier_race_probe as p; "
+        "print(json.dumps(p.offline_counts()))"
+    )
+    assert set(counts) == {"plain", "no_warp_bar", "expect_tx", "unsync"}
+    assert all(c["SYNCS.ARRIVE"] > 0 for c in counts.values())
+    assert counts["expect_tx"]["UTMALDG"] > 0 and counts["plain"]["UTMALDG"] == 0
+    assert counts["unsync"]["SYNCS.PHASECHK"] < counts["plain"]["SYNCS.PHASECHK"]

@@ -79,6 +79,9 @@
 #             with tools/merge_backward_records.py
 #   ncu_ws    (FA4 not needed) Nsight Compute on the default backward at D128 and D64 where it
 #             runs the warp-specialized kernel (a log, logs/ncu_backward_ws_<commit>.json)
+#   race_probe (FA4 not needed) tools/mbarrier_race_probe.py's four hand-offs under
+#             compute-sanitizer racecheck (is an mbarrier-ordered shared-memory hand-off
+#             flagged? the warp-specialized backward's lse/delta ring is one; logs only)
 #   fp8_ab    (FA4 not needed; carry .ab/exp2k0, made here by `mkdir -p .ab/exp2k0 && git archive
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
@@ -206,6 +209,12 @@ tests/test_backward_varlen_softcap.py"
   det_b)
     ws_check backward_ws_modes ws_modes 110
     backward_speed 450 flashcore_deterministic
+    ;;
+  race_probe)
+    for v in plain no_warp_bar expect_tx unsync; do
+      TAIL=8 stage "race_probe_$v" 90 compute-sanitizer --tool racecheck \
+        python3 tools/mbarrier_race_probe.py --variant "$v"
+    done
     ;;
   ncu_ws)  # (FA4 not needed) Nsight Compute on the default backward where it runs the
     # warp-specialized Gluon kernel (D128, D64: S 8K, ncu_compare.py's backward shape), parsed
