@@ -1045,11 +1045,12 @@ if budget and executed_rows:
 # the tensor cores wait while they compute P and dS, hand them over through shared memory, and
 # add dQ with atomics. FA3's structure moves the loads to a producer warp that runs a step
 # ahead and the dQ add to a warp of its own, so only P and dS stay on the matmuls' path. The
-# warp-specialized kernel has that division of labour, with two differences drawn: a CTA
-# barrier the compiler puts at the top of each step (so the warpgroups meet twice a step), and,
-# in its deterministic mode, the dQ writer's wait for each tile's turn, off the matmuls' path
-# while it is shorter than a step (the consumers need the writer's one dQ buffer back only at
-# the end of the next step).
+# warp-specialized kernel has that division of labour, in the swapped order (section 9c): P^T
+# stays in registers for dV, which runs while dS^T is computed, and only dS^T is handed over
+# through shared memory; drawn too are a CTA barrier the compiler puts at the top of each step
+# and, in its deterministic mode, the dQ writer's wait for each tile's turn, off the matmuls'
+# path while it is shorter than a step (two dQ buffers: the consumers need one back two steps
+# later).
 
 # %% tags=[]
 from flashcore.studies import backward_structure
@@ -1057,22 +1058,27 @@ from flashcore.studies import backward_structure
 fig = backward_structure.timeline_figure()
 save_figure(fig, "07_backward_structure")
 
+
 # %% tags=[]
-hopper_bwd = (
-    read_result("backward_hopper_check", RECORDED_GPU)
-    if RECORDED_GPU in recorded_devices("backward_hopper_check")
-    else None
-)
-if hopper_bwd is None:
-    print("no recorded Gluon backward check: run tools/backward_hopper_check.py on an H100")
-else:
-    print("recorded on", describe(hopper_bwd))
-    print(status_line_for("backward_hopper_check", RECORDED_GPU))
-    g = hopper_bwd["grid"]
+def read_check(topic, gpu):
+    """A tools/backward_hopper_check.py record of ``gpu``, with its provenance, whether it
+    measured today's kernels and its gradient grid printed; None (saying so) where none."""
+    if gpu not in recorded_devices(topic):
+        print(f"no recorded {topic} for {gpu}: run tools/backward_hopper_check.py")
+        return None
+    rec = read_result(topic, gpu)
+    print("recorded on", describe(rec))
+    print(status_line_for(topic, gpu))
+    g = rec["grid"]
     print(
-        f"gradient grid (backward_grid('hopper')): {g['cases']} cases, "
-        f"{g['failed']} failed; worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
+        f"gradient grid ({g.get('kernel', 'hopper')}): {g['cases']} cases, {g['failed']} "
+        f"failed; worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
     )
+    return rec
+
+
+hopper_bwd = read_check("backward_hopper_check", RECORDED_GPU)
+if hopper_bwd is not None:
     by_shape = {}
     for r in hopper_bwd["speed"]:
         by_shape.setdefault((r["D"], r["S"], r["causal"]), {})[r["impl"]] = r["tflops"]
@@ -1311,21 +1317,8 @@ def print_beside_fa4(rec):
 
 
 # %% tags=[]
-ws_modes = (
-    read_result("backward_ws_modes", RECORDED_GPU)
-    if RECORDED_GPU in recorded_devices("backward_ws_modes")
-    else None
-)
-if ws_modes is None:
-    print("no recorded warp-specialized backward modes: run tools/backward_hopper_check.py")
-else:
-    print("recorded on", describe(ws_modes))
-    print(status_line_for("backward_ws_modes", RECORDED_GPU))
-    g = ws_modes["grid"]
-    print(
-        f"gradient grid ({g['kernel']}): {g['cases']} cases, {g['failed']} failed; "
-        f"worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
-    )
+ws_modes = read_check("backward_ws_modes", RECORDED_GPU)
+if ws_modes is not None:
     print_ws_modes(ws_modes)
 
 
@@ -1443,24 +1436,12 @@ if not ncu_logs:
 # cuDNN (`backward.json`, D64 and D128).
 
 # %% tags=[]
-for topic in ("backward_ws_modes", "backward"):
-    if H200 in recorded_devices(topic):
-        print(status_line_for(topic, H200))
-h200_modes = (
-    read_result("backward_ws_modes", H200)
-    if H200 in recorded_devices("backward_ws_modes")
-    else None
-)
+h200_modes = read_check("backward_ws_modes", H200)
 if h200_modes is not None:
-    g = h200_modes["grid"]
-    print(
-        f"gradient grid ({g['kernel']}): {g['cases']} cases, {g['failed']} failed; "
-        f"worst ratio {g['worst_ratio']:.3f} ({g['worst_case']})"
-    )
     print_ws_modes(h200_modes)
-h200_backward = read_result("backward", H200) if H200 in recorded_devices("backward") else None
-if h200_backward is not None:
-    print_beside_fa4(h200_backward)
+if H200 in recorded_devices("backward"):
+    print(status_line_for("backward", H200))
+    print_beside_fa4(read_result("backward", H200))
 
 # %% [markdown] tags=[]
 # **Reading it.** The swap alone was not faster (0.91–1.01x the step before it): the profile
