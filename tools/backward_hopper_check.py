@@ -227,6 +227,8 @@ def main() -> int:
     parser.add_argument("--s", type=int, nargs="+", default=SEQLENS, help="sequence lengths")
     parser.add_argument("--d", type=int, nargs="+", default=(64, 128), help="head dims")
     args = parser.parse_args()
+    # The record's folder before the minutes of measuring (one run lost its record to it).
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     if not (torch.cuda.is_available() and bh.GLUON_AVAILABLE):
         print("needs a Hopper GPU and triton with Gluon", file=sys.stderr)
         return 2
