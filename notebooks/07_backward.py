@@ -726,8 +726,8 @@ if record is not None and "speed" in record:
 # determinism, memory, fp16 speed at D=128, and the D=128 launch-config tune of section 6) and
 # the bf16 speed session beside FA4 (D 64/128/256, forward+backward too). It is the first
 # record whose default (`flashcore`) runs the warp-specialized Gluon backward's deterministic
-# mode, where the dispatch sends it (D64 causal and D128 from S=4K, D64 full from S=8K; section
-# 9b); `flashcore_deterministic` times the Triton backward's deterministic mode alone, which
+# mode, where the dispatch sent it then (D64 causal and D128 from S=4K, D64 full from S=8K;
+# section 9b; section 9c has today's tables); `flashcore_deterministic` times the Triton backward's deterministic mode alone, which
 # was the default in every earlier record (the one before this, of `5403789`, is in the
 # history of this file). The gradient grid and the determinism check run the Triton backward
 # (`check_grad_case` calls it directly; the determinism cases are below the Gluon kernel's
@@ -1033,8 +1033,8 @@ if budget and executed_rows:
 
 # %% [markdown] tags=[]
 # Who does what in one step of the inner loop (one key block against one query block), for the
-# Triton backward, this Gluon version, the warp-specialized one of section 9b (the default at
-# D64/D128 from S 4K), and FA3's structure. The figure is drawn from the kernels' issue order
+# Triton backward, this Gluon version, the warp-specialized one of sections 9b and 9c (the
+# default at D128 from S 2K, at D64 from 4K causal and 16K full), and FA3's structure. The figure is drawn from the kernels' issue order
 # (`kernels/backward.py`, `kernels/backward_hopper.py`, `kernels/backward_hopper_ws.py`) and
 # from FA3's design (`hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp`
 # in the flash-attention repository, which FA4's `flash_bwd_sm90.py` ports); the durations are
