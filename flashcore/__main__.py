@@ -115,9 +115,10 @@ def run_info(_args) -> int:
     # The record the backward line cites, and whether it measured today's kernels (the lab
     # and the results/ folder are absent from an installed package: nothing to say then).
     try:
+        from .dispatch import BACKWARD_TABLES_RECORD
         from .studies.records import status_line_for
 
-        print(f"{'':>18}  {status_line_for('backward_ws_modes', 'nvidia-h200')}")
+        print(f"{'':>18}  {status_line_for(*BACKWARD_TABLES_RECORD)}")
     except (ModuleNotFoundError, FileNotFoundError):
         pass
     return 0

@@ -198,6 +198,8 @@ BACKWARD_GLUON_FROM = {(64, False): 16384, (64, True): 4096, (128, False): 2048,
 # atomic one at every longer length (D128: 1.01-1.08x from 4K full, 1.04-1.08x from 2K causal),
 # it runs instead.
 BACKWARD_ORDERED_FOR_ATOMIC_FROM = {(128, False): 4096, (128, True): 2048}
+# The record these tables were set from: (topic, device slug) under results/.
+BACKWARD_TABLES_RECORD = ("backward_ws_modes", "nvidia-h200")
 BACKWARD_MODES = ("auto", "always", "never")
 
 
@@ -256,7 +258,7 @@ def describe_backward_dispatch() -> str:
         return "Triton, deterministic (FLASHCORE_BACKWARD_HOPPER=never)"
     return (
         f"bitwise reproducible by default: {gluon} in its deterministic mode (dQ's adds in a "
-        f"fixed order) where measured faster (H200, nvidia-h200/backward_ws_modes.json): "
+        f"fixed order) where measured faster ({'/'.join(BACKWARD_TABLES_RECORD[::-1])}.json): "
         f"{rules(BACKWARD_GLUON_DETERMINISTIC_FROM)}; else Triton, deterministic. With "
         f"deterministic=False, its deterministic mode where that was faster than its atomic "
         f"one ({rules(BACKWARD_ORDERED_FOR_ATOMIC_FROM)}), else its atomic mode: "

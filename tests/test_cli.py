@@ -96,8 +96,11 @@ def test_info_says_whether_the_record_its_backward_line_cites_is_current(capsys)
 
     status, out, err = run(["info"], capsys)
     assert status == 0, err
-    assert "(backward_ws_modes.json)" in out
-    assert status_line_for("backward_ws_modes") in out  # "current" or "stale (...)"
+    from flashcore.dispatch import BACKWARD_TABLES_RECORD
+
+    topic, slug = BACKWARD_TABLES_RECORD
+    assert f"({slug}/{topic}.json)" in out
+    assert status_line_for(topic, slug) in out  # "current" or "stale (...)"
 
 
 def test_a_broken_lab_import_is_not_reported_as_a_missing_lab(monkeypatch):
