@@ -230,6 +230,9 @@ for d in (64, 128):
         lines = sass.splitlines()
         mma = [i for i, line in enumerate(lines) if "HGMMA" in line]
         r["step_spills"] = sum(("STL" in x or "LDL" in x) for x in lines[mma[0] : mma[-1]])
+        # waits on the wgmma pipeline: a few a step, or one after every wgmma where ptxas
+        # serializes them (its warning C7512: too few registers for the async accumulators)
+        r["wgmma_waits"] = sass.count("WARPGROUP.DEPBAR")
         out[f"D{d} {'causal' if causal else 'full'} {dtype}{' deterministic' if det else ''}"] = r
 print(json.dumps(out))
 """
@@ -242,7 +245,9 @@ def test_offline_compile_for_sm90(record_property):
     the epilogue's stores spill once, after the loop). D64 (BLOCK_M 128: S^T and dP^T are 64
     fp32 registers a thread each) spills a few inside the step: bounded here so that more
     would fail, and measured faster than 64-row tiles without spills (the kernel's
-    BLOCK_M_FOR)."""
+    BLOCK_M_FOR). At D128 the wgmmas run as issued (a few waits a step); at D64 ptxas
+    serializes every one for want of registers (about 40 waits), which the test reports: the
+    likely cause of the swapped step's D64 regression, the next change to make there."""
     pytest.importorskip("triton.experimental.gluon")
     if not bhw.GLUON_AVAILABLE:
         pytest.skip("this triton has no Gluon Hopper API")
@@ -254,14 +259,16 @@ def test_offline_compile_for_sm90(record_property):
             f"backward_hopper_ws {name}: {r['n_regs']} registers at launch, setmaxnreg "
             f"{r['setmaxnreg']}, {r['n_spills']} spill stores, {r['stack']} B stack, "
             f"{r['shared']} B shared, {r['hgmma']} HGMMA, {r['reduce_adds']} reduce-adds, "
-            f"{r['step_spills']} spill instructions inside the step",
+            f"{r['step_spills']} spill instructions inside the step, "
+            f"{r['wgmma_waits']} wgmma waits",
         )
         assert r["hgmma"] > 0 and r["reduce_adds"] > 0, (name, r)
         assert r["setmaxnreg"] == [24, 240], (name, r)
         assert r["shared"] <= 227 * 1024, (name, r)
         if name.startswith("D128"):
             assert r["step_spills"] == 0 and r["n_spills"] <= 8 and r["stack"] <= 32, (name, r)
-        else:
+            assert r["wgmma_waits"] <= 8, (name, r)  # the wgmmas overlap as issued
+        else:  # D64's wgmmas are serialized by ptxas (a wait after each): measured, not bounded
             assert r["n_spills"] <= 16 and r["stack"] <= 64, (name, r)
 
 
