@@ -1477,7 +1477,14 @@ if H200 in recorded_devices("backward"):
 # turn), and the lse column loads behind the step's wgmmas (the two FFMAs that wait on them
 # hold 6.9%; loading lse before the wgmmas measured slower, in the rejected column above).
 # Shared memory is full (224 of 227 KB), so neither a third dQ buffer nor a deeper Q/dO ring
-# fits at these tiles.
+# fits at these tiles. At D64 the cause of the regression is in the machine code: with S^T
+# and dP^T at 64 fp32 registers a thread each and the register operands of dV and dK held
+# while they run, ptxas serializes every wgmma of the step (its warning C7512, "insufficient
+# register resources"; 40 waits on the wgmma pipeline against D128's 5, counted by
+# `tests/test_backward_hopper_ws.py`'s offline compile). The step before did not (6 waits).
+# An offline trial that folds lse and delta into the accumulators' initial values (commit
+# `025fff0`, kept in history and reverted: not run on a GPU) removes the lse/delta vectors and
+# every spill at both head dims, but D64's wgmmas stay serialized.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
