@@ -263,7 +263,6 @@ if GLUON_AVAILABLE:
         dk_acc = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout))
         dv_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)  # retired each step
         # dS^T of the previous step, the register operand of its dK (alive until it retires)
-        dst_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
         if IS_CAUSAL:
             full_lo = n0 + BLOCK_N - 1 - causal_offset
         else:
@@ -307,7 +306,7 @@ if GLUON_AVAILABLE:
             )
 
             # Retires step t-1's dK, then S^T (groups retire in order; dP^T in flight).
-            st, dk, dst_op = warpgroup_mma_wait(1, deps=(s_tok, dk_acc, dst_op))
+            st, dk = warpgroup_mma_wait(1, deps=(s_tok, dk_acc))
             pt = gl.exp2(st * qk_scale)
             masked = (m0 < full_lo) | (m0 > full_hi)
             if masked:
@@ -321,7 +320,6 @@ if GLUON_AVAILABLE:
             dpt = warpgroup_mma_wait(1, deps=(dp_tok,))  # dV in flight; dP^T - delta
             dst = (pt * dpt).to(dtype)  # scaled-score units
             ds_buf.store(dst)
-            dst_op = gl.convert_layout(dst, op_layout)
             # Orders this step's dS^T and the previous step's dQ tile before the tensor
             # cores' and the copy engine's reads.
             fence_async_shared()
@@ -339,7 +337,7 @@ if GLUON_AVAILABLE:
                 use_acc=False,
                 is_async=True,
             )
-            dk_acc = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+            dk_acc = warpgroup_mma(ds_buf, q_tile, dk, is_async=True)
             # Retires dV and dQ; dK runs on into the next step.
             dv_acc, dq, pt_op = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok, pt_op))
             # The writer has read step t-1's tile (parity 1 on the fresh barrier: step 0
