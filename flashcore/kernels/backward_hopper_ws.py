@@ -123,7 +123,7 @@ if GLUON_AVAILABLE:
     @gluon.jit
     def _loader(
         q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, kv_bar, ring, rows_ring, step_done,
-        work, Lse, Delta, num_q_heads, seqlen_q, inv_scale, BLOCK_M: gl.constexpr,
+        work, Lse, Delta, num_q_heads, seqlen_q, BLOCK_M: gl.constexpr,
     ):  # fmt: skip
         """One warp: K and V once, then step t's Q and dO into ring stage t % STAGES once
         the consumers have released the step that used it last, with the step's rows of lse
@@ -149,8 +149,8 @@ if GLUON_AVAILABLE:
             # complete: the first NSTAGES steps find their stage empty).
             stage = t % NSTAGES
             mbarrier.wait(step_done.index(stage), ((t // NSTAGES) & 1) ^ 1)
-            # lse in the scores' units (lse / scale); published with the copies' arrive below
-            lse_ring.index(stage).store(lse * inv_scale)
+            # natural log -> the log2 units of exp2; published with the copies' arrive below
+            lse_ring.index(stage).store(lse * 1.4426950408889634)
             delta_ring.index(stage).store(delta)
             # Every lane's stores before the one lane's arrive that publishes them (its release
             # covers what the warp barrier ordered before it).
@@ -263,6 +263,7 @@ if GLUON_AVAILABLE:
         dk_acc = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout))
         dv_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)  # retired each step
         # dS^T of the previous step, the register operand of its dK (alive until it retires)
+        dst_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
         if IS_CAUSAL:
             full_lo = n0 + BLOCK_N - 1 - causal_offset
         else:
@@ -286,28 +287,18 @@ if GLUON_AVAILABLE:
             ds_buf = ds_smem.index(t % 2)
             mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
 
-            # S^T accumulates onto -lse / scale and dP^T onto -delta, so that P^T =
-            # exp2(acc * qk_scale) and dS^T = P^T * acc: no lse or delta vector is held
-            # through the step (32 registers each at BLOCK_M 128).
             zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
-            lse_s = lse_ring.index(stage).load(query_layout)  # lse / scale (_loader)
             s_tok = warpgroup_mma(
-                k_smem,
-                q_tile.permute((1, 0)),
-                zero_s - gl.expand_dims(lse_s, 0),
-                is_async=True,
+                k_smem, q_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
             )
-            delta = delta_ring.index(stage).load(query_layout)
             dp_tok = warpgroup_mma(
-                v_smem,
-                do_tile.permute((1, 0)),
-                zero_s - gl.expand_dims(delta, 0),
-                is_async=True,
+                v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
             )
+            lse2 = lse_ring.index(stage).load(query_layout)  # in log2 units (_loader)
 
             # Retires step t-1's dK, then S^T (groups retire in order; dP^T in flight).
-            st, dk = warpgroup_mma_wait(1, deps=(s_tok, dk_acc))
-            pt = gl.exp2(st * qk_scale)
+            st, dk, dst_op = warpgroup_mma_wait(1, deps=(s_tok, dk_acc, dst_op))
+            pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
             masked = (m0 < full_lo) | (m0 > full_hi)
             if masked:
                 queries = m0 + offs_m
@@ -317,9 +308,11 @@ if GLUON_AVAILABLE:
             pt_op = gl.convert_layout(pt.to(dtype), op_layout)
             dv_tok = warpgroup_mma(pt_op, do_tile, dv_acc, is_async=True)
 
-            dpt = warpgroup_mma_wait(1, deps=(dp_tok,))  # dV in flight; dP^T - delta
-            dst = (pt * dpt).to(dtype)  # scaled-score units
+            delta = delta_ring.index(stage).load(query_layout)
+            dpt = warpgroup_mma_wait(1, deps=(dp_tok,))  # dV in flight
+            dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)  # scaled-score units
             ds_buf.store(dst)
+            dst_op = gl.convert_layout(dst, op_layout)
             # Orders this step's dS^T and the previous step's dQ tile before the tensor
             # cores' and the copy engine's reads.
             fence_async_shared()
@@ -337,7 +330,7 @@ if GLUON_AVAILABLE:
                 use_acc=False,
                 is_async=True,
             )
-            dk_acc = warpgroup_mma(ds_buf, q_tile, dk, is_async=True)
+            dk_acc = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
             # Retires dV and dQ; dK runs on into the next step.
             dv_acc, dq, pt_op = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok, pt_op))
             # The writer has read step t-1's tile (parity 1 on the fresh barrier: step 0
@@ -459,7 +452,7 @@ if GLUON_AVAILABLE:
                               sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL)),
                 (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
                            kv_bar, ring, rows_ring, step_done, work, Lse, Delta, num_q_heads,
-                           seqlen_q, 1.0 / sm_scale, BLOCK_M)),
+                           seqlen_q, BLOCK_M)),
                 (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, order, BLOCK_M,
                               BLOCK_N, IS_CAUSAL, DETERMINISTIC)),
             ],
