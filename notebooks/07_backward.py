@@ -1484,7 +1484,11 @@ if H200 in recorded_devices("backward"):
 # `tests/test_backward_hopper_ws.py`'s offline compile). The step before did not (6 waits).
 # An offline trial that folds lse and delta into the accumulators' initial values (commit
 # `025fff0`, kept in history and reverted: not run on a GPU) removes the lse/delta vectors and
-# every spill at both head dims, but D64's wgmmas stay serialized.
+# every spill at D128, but D64's wgmmas stay serialized; reading dS^T for dK from shared
+# memory (it is there for dQ) instead of registers as well (`4cfd036`, kept and reverted the
+# same way) leaves no register operand alive past its step, and offline D64's wgmmas are no
+# longer serialized (5 waits, 4 spill stores). Those two are the first A/B of the next
+# session with a GPU.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
