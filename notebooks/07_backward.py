@@ -1384,7 +1384,8 @@ if record is not None and "speed" in record:
 # Each step was timed against the kernel before it (`tools/ab_timing.py --suite ws_backward`:
 # both trees in processes of their own, alternating, three rounds; the backward alone; the
 # median over rounds of old time / new time, above 1 = the new step faster). Nsight Compute's
-# source page located the waits (`tools/ncu_sass_stalls.py`). The logs are under
+# source page located the waits (`tools/ncu_sass_stalls.py` on one call of
+# `tools/ws_backward_workload.py`; each log names its device, commit and command). The logs are under
 # `results/nvidia-h200/logs/`; both profiles render them.
 
 # %% tags=[]
@@ -1419,7 +1420,12 @@ for path in ncu_logs:
     prof = _json.loads(path.read_text())
     busy = prof["busiest_warps"]
     shares = {k: v / busy["samples"] for k, v in busy["by_reason"].items()}
-    print(path.name, "-", prof["label"])
+    where = prof["provenance"]
+    print(f"{path.name}: {where['device']}, commit {where['commit']}, {where['date']}")
+    print(
+        f"  {prof['label']}: {prof['duration_ms']:.2f} ms, tensor pipe "
+        f"{prof['tensor_pipe_pct_of_peak_elapsed']:.1f}% of peak (elapsed)"
+    )
     print(
         "  consumer warps' stall samples:",
         ", ".join(f"{k} {v:.1%}" for k, v in list(shares.items())[:5]),

@@ -2,12 +2,16 @@
 
     ncu --section SourceCounters -o REPORT python3 ...        # on the GPU machine
     ncu --import REPORT.ncu-rep --page source --csv --print-source sass > SASS.csv
-    python tools/ncu_sass_stalls.py SASS.csv OUT.json [--top 30] [--label TEXT]
+    ncu --import REPORT.ncu-rep --page raw --csv > RAW.csv
+    python tools/ncu_sass_stalls.py SASS.csv OUT.json --raw RAW.csv --commit C --date D
+                                    --command "the profiled command" [--top 30] [--label TEXT]
 
-OUT.json: the stall samples by reason over the whole kernel, the same over the instructions
-the most-executed warps run (in a warp-specialized kernel, the consumers: the workers' idle
-waits are left out), and the TOP instructions by samples, each with its SASS, execution
-count and three largest reasons. Notebook 07 and the README cite these logs."""
+OUT.json: where the profile ran (``provenance``: the device from RAW.csv, the commit and date
+of the profiled tree and run, the profiled command), the kernel's duration and tensor-pipe
+use; the stall samples by reason over the whole kernel, the same over the instructions the
+most-executed warps run (in a warp-specialized kernel, the consumers: the workers' idle waits
+are left out), and the TOP instructions by samples, each with its SASS, execution count and
+three largest reasons. Notebook 07 and the README cite these logs."""
 
 from __future__ import annotations
 
@@ -68,14 +72,40 @@ def summarize(path: Path, top: int) -> dict:
     }
 
 
+def raw_metrics(path: Path) -> dict:
+    """The first kernel's row of an ncu raw page (header, units, values), by metric name."""
+    header, _units, values = list(csv.reader(path.open()))[:3]
+    return dict(zip(header, values))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--label", default="")
+    parser.add_argument("--raw", type=Path, required=True, help="the same report's raw page")
+    parser.add_argument("--commit", required=True, help="the profiled tree's commit")
+    parser.add_argument("--date", required=True, help="when the profile ran (ISO 8601)")
+    parser.add_argument("--command", required=True, help="the profiled command")
     args = parser.parse_args()
-    summary = {"label": args.label, **summarize(args.csv, args.top)}
+    raw = raw_metrics(args.raw)
+    provenance = {
+        "device": raw["device__attribute_display_name"],
+        "commit": args.commit,
+        "date": args.date,
+        "command": args.command,
+    }
+    summary = {
+        "provenance": provenance,
+        "label": args.label,
+        "kernel": raw["Kernel Name"],
+        "duration_ms": float(raw["gpu__time_duration.sum"]),
+        "tensor_pipe_pct_of_peak_elapsed": float(
+            raw["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"]
+        ),
+        **summarize(args.csv, args.top),
+    }
     args.out.write_text(json.dumps(summary, indent=1) + "\n")
     for row in summary["top"][:12]:
         print(f"{row['share']:6.1%} {row['sass'][:60]:60s} {row['reasons']}")
