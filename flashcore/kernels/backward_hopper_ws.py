@@ -56,8 +56,11 @@ and the rotation (as shipped), deterministic 1.07-1.10x at D128 and 1.00-1.04x a
 
 Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
 computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
-the warpgroups meet three times a step; D64's 128-row tiles spill a few registers inside the
-step at 240 a thread (64-row tiles do not, and were slower); no D256.
+the warpgroups meet three times a step; at D64 (128-row tiles) ptxas serializes every wgmma of
+the step for want of registers (warning C7512; 40 waits on the wgmma pipeline against D128's
+5) and spills a few inside it, the likely cause of the D64 regression above (64-row tiles
+avoid both and were slower; offline trials 025fff0 and 4cfd036, in the history, remove it);
+no D256.
 """
 
 from __future__ import annotations
@@ -103,8 +106,9 @@ __all__ = [
 NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
 STAGES = 2  # Q/dO ring depth
 # Query rows per step, per head dim: the columns of S^T and dP^T. D64 at 128 spills a few
-# registers inside the step, and is still faster than at 64 (no spills; 0.79-0.97x the speed
-# on an H200, logs/ws_swap_d64_rows_ab_timing_88ab124.json).
+# registers inside the step and ptxas serializes its wgmmas (module docstring), and it is still
+# faster than at 64 (neither; 0.79-0.97x the speed on an H200,
+# logs/ws_swap_d64_rows_ab_timing_88ab124.json).
 BLOCK_M_FOR = {64: 128, 128: 64}
 DQ_BUFFERS = gl.constexpr(2) if GLUON_AVAILABLE else 2  # dQ tiles in flight to the writer
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
