@@ -86,6 +86,11 @@
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
 #             5 alternating rounds (tools/ab_timing.py --suite fp8: fp8_schedule_ab_timing.json)
+#   ws_trials (FA4 not needed; WS_TRIALS="name:commit ...", each tree made here by `mkdir -p
+#             .ab/<name> && git archive <commit> flashcore tests pyproject.toml | tar -x -C
+#             .ab/<name>`, carried) per trial: the warp-specialized backward's GPU tests in the
+#             trial's own tree, then tools/ab_timing.py --suite ws_backward, this checkout (A)
+#             against the trial (B), 3 alternating rounds (logs/ws_trial_<name>_ab_timing.json)
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
 set -u
 part=$1; out=$2
@@ -209,6 +214,21 @@ tests/test_backward_varlen_softcap.py"
   det_b)
     ws_check backward_ws_modes ws_modes 110
     backward_speed 450 flashcore_deterministic
+    ;;
+  ws_trials)
+    mkdir -p "$out/logs"
+    for trial in ${WS_TRIALS:?}; do
+      name=${trial%%:*}; commit=${trial##*:}
+      (
+        # the trial's own commit labels what runs in its tree
+        root=$PWD
+        cd ".ab/$name" && export PYTHONPATH=$PWD FLASHCORE_COMMIT=$commit
+        bash "$root/tools/gpu_test_shards.sh" "$out/tests_$name" 150 \
+          "ws:8:-m gpu tests/test_backward_hopper_ws.py"
+      )
+      TAIL=20 stage "ab_$name" 240 python3 tools/ab_timing.py "ws_trial_${name}_ab_timing" \
+        --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite ws_backward
+    done
     ;;
   race_probe)
     for v in plain no_warp_bar expect_tx unsync; do
