@@ -86,6 +86,14 @@
 #             b831276 flashcore | tar -x -C .ab/exp2k0`) the FP8 forward as shipped on main's
 #             machine code against branch exp2-k0-inline's (the same PTX, c530054's schedule),
 #             5 alternating rounds (tools/ab_timing.py --suite fp8: fp8_schedule_ab_timing.json)
+#   ws_modes  (FA4 not needed) the "ran" scope check, the warp-specialized backward's GPU tests
+#             (both modes, the dispatch, the shared Gluon ones), compute-sanitizer's three tools
+#             on both modes (log only), both modes beside the Triton backward
+#             (backward_ws_modes.json: the dispatch tables' record), the race probe's control
+#   grid_a    (carry .fa4a, after the tables are set from ws_modes) unpack FA4's compiler
+#             library; the Triton backward's grid part of backward.json
+#   speed_b   (carry .fa4b, right after grid_a) the backward speed part beside FA4, SDPA and Flex
+#             (as det_b's second half); merge with tools/merge_backward_records.py
 #   ws_trials (FA4 not needed; WS_TRIALS="name:commit ...", each tree made here by `mkdir -p
 #             .ab/<name> && git archive <commit> flashcore tests pyproject.toml | tar -x -C
 #             .ab/<name>`, carried) per trial: the warp-specialized backward's GPU tests in the
@@ -100,7 +108,8 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/stage.sh
 fa4site=/root/fa4site
 case "$part" in
-  forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b | ws_b | det_b) fa4b=1 ;;
+  forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b | ws_b | det_b | speed_b)
+    fa4b=1 ;;
   *) fa4b=0 ;;
 esac
 if [ "$fa4b" = 1 ]; then
@@ -214,6 +223,22 @@ tests/test_backward_varlen_softcap.py"
   det_b)
     ws_check backward_ws_modes ws_modes 110
     backward_speed 450 flashcore_deterministic
+    ;;
+  ws_modes)
+    ran_scope_check
+    bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
+      "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
+    ws_sanitize 200
+    ws_check backward_ws_modes ws_modes 110
+    TAIL=8 stage race_probe_unsync 90 compute-sanitizer --tool racecheck \
+      python3 tools/mbarrier_race_probe.py --variant unsync
+    ;;
+  grid_a)
+    bash .fa4a/install.sh
+    BWD_TIMEOUT=300 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
+    ;;
+  speed_b)
+    backward_speed 480 flashcore_deterministic
     ;;
   ws_trials)
     mkdir -p "$out/logs"

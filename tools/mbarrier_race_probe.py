@@ -13,8 +13,9 @@ alone, so that racecheck's verdict on it can be read without the rest of the ker
     no_warp_bar  the same without the producer's warp barrier (the backward at afd7c3a)
     expect_tx    as plain, the arrive being an expect-tx completed by a TMA copy into a
                  second buffer, as the backward's loader does (b6cbf4d)
-    unsync       the consumers do not wait on ``full``: a real race, the control that
-                 racecheck must flag
+    unsync       no barrier waits or arrives on either side: a real race, the control that
+                 racecheck must flag (with only the consumers' wait removed, the producer
+                 missed the phases of ``empty`` and hung: the first GPU run, 2026-11-28)
 
     python tools/mbarrier_race_probe.py --offline            # no GPU: each variant compiles
     python tools/mbarrier_race_probe.py --variant plain      # Hopper GPU: run, check the copy
@@ -52,13 +53,15 @@ VARIANTS = ("plain", "no_warp_bar", "expect_tx", "unsync")
 
 @gluon.jit
 def _producer(src, tile_desc, ring, tiles, full, empty, ROWS: gl.constexpr,
-              N: gl.constexpr, WARP_BARRIER: gl.constexpr, EXPECT_TX: gl.constexpr):  # fmt: skip
+              N: gl.constexpr, WARP_BARRIER: gl.constexpr, EXPECT_TX: gl.constexpr,
+              SYNC: gl.constexpr):  # fmt: skip
     layout: gl.constexpr = gl.BlockedLayout([N // 32], [32], [1], [0])
     offs = gl.arange(0, N, layout=layout)
     for t in range(ROWS):
         stage = t % 2
         row = gl.load(src + t * N + offs)
-        mbarrier.wait(empty.index(stage), ((t // 2) & 1) ^ 1)
+        if SYNC:
+            mbarrier.wait(empty.index(stage), ((t // 2) & 1) ^ 1)
         ring.index(stage).store(row)
         if WARP_BARRIER:
             gl.thread_barrier()
@@ -66,7 +69,7 @@ def _producer(src, tile_desc, ring, tiles, full, empty, ROWS: gl.constexpr,
             mbarrier.expect(full.index(stage), tile_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(tile_desc, [0, 0], full.index(stage),
                                             tiles.index(stage))  # fmt: skip
-        else:
+        elif SYNC:
             mbarrier.arrive(full.index(stage), count=1)
 
 
@@ -81,7 +84,8 @@ def _consumer(dst, ring, full, empty, ROWS: gl.constexpr, N: gl.constexpr,
             mbarrier.wait(full.index(stage), (t // 2) & 1)
         gl.store(dst + t * N + offs, ring.index(stage).load(layout))
         gl.thread_barrier()
-        mbarrier.arrive(empty.index(stage), count=1)
+        if SYNC:
+            mbarrier.arrive(empty.index(stage), count=1)
 
 
 @gluon.jit
@@ -100,7 +104,7 @@ def _handoff_kernel(src, dst, tile_desc, ROWS: gl.constexpr, N: gl.constexpr,
         [
             (_consumer, (dst, ring, full, empty, ROWS, N, SYNC)),
             (_producer, (src, tile_desc, ring, tiles, full, empty, ROWS, N, WARP_BARRIER,
-                         EXPECT_TX)),
+                         EXPECT_TX, SYNC)),
         ],
         [1],
         [48],

@@ -7,14 +7,16 @@ runs three partitions:
     consumers (8 warps = 2 warpgroups, the default partition; 240 registers a thread)
         each warpgroup owns 64 of the block's keys. Per step: wait for the step's Q and dO;
         S^T = K Q^T and dP^T = V dO^T (async wgmma, keys x queries: FlashAttention-3's
-        SdP_swapAB); P^T in registers is the A operand of dV += P^T dO at once (P never goes
-        through shared memory); dS^T in registers is the A operand of dK += dS^T Q, and goes
-        to shared memory for dQ = dS K, which needs both warpgroups' keys (the step's one
-        barrier); dQ's fp32 tile into a shared buffer. No copy, no atomic.
+        SdP_swapAB), accumulated onto -lse / scale and -delta so that no row vector is held
+        through the step; P^T in registers is the A operand of dV += P^T dO at once (P never
+        goes through shared memory); dS^T goes to shared memory for dQ = dS K, which needs
+        both warpgroups' keys (the step's one barrier), and is the A operand of dK += dS^T Q
+        from registers at D128, from that shared copy at D64 (``DK_FROM_SMEM_FOR``); dQ's
+        fp32 tile into a shared buffer. No copy, no atomic.
     loader (1 warp, 24 registers)
         K and V once; then every step's Q and dO tiles by TMA into a 2-stage ring, each
-        stage refilled once the consumers have released it, with the step's lse (log2
-        units) and delta rows stored beside it (the consumers read them from shared memory).
+        stage refilled once the consumers have released it, with the step's lse (divided
+        by the scale) and delta rows stored beside it (the consumers read them from shared memory).
     dQ writer (1 warp, 24 registers)
         adds each step's dQ tile from shared memory into the fp32 dQ buffer in global memory
         with one bulk TMA reduce-add (kernels/_gluon_tma.py), waits until the copy engine has
@@ -52,15 +54,19 @@ History: until 2ceebf2 the step computed S = Q K^T (queries x keys) with P throu
 memory and one dQ buffer (208 KB at D128); A/B on an H200 against that step
 (logs/ws_swap_*_ab_timing_*.json): the swap alone 0.91-1.01x its speed; with two dQ buffers
 and the rotation (as shipped), deterministic 1.07-1.10x at D128 and 1.00-1.04x at D64, atomic
-0.96-1.05x at D128 and 0.92-0.94x at D64.
+0.96-1.05x at D128 and 0.92-0.94x at D64. That D64 regression: ptxas serialized every wgmma
+of the step for want of registers (warning C7512; 40 waits on the wgmma pipeline against
+D128's 5). Folding lse and delta into the accumulators' start (trial 025fff0) and, at D64, dK
+reading dS^T from shared memory (trial 4cfd036) remove it: 5 waits at both head dims. A/B on
+an H200 against the kernel before them (ea50a64; logs/ws_trial_*_ab_timing.json, old time /
+new time): the fold 1.02-1.07x deterministic and 1.01-1.02x atomic at D128; with dK from
+shared memory, 1.06-1.12x deterministic and 0.99-1.11x atomic at D64 (at D128 0.98-1.03x:
+registers kept there).
 
 Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
 computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
-the warpgroups meet three times a step; at D64 (128-row tiles) ptxas serializes every wgmma of
-the step for want of registers (warning C7512; 40 waits on the wgmma pipeline against D128's
-5) and spills a few inside it, the likely cause of the D64 regression above (64-row tiles
-avoid both and were slower; offline trials 025fff0 and 4cfd036, in the history, remove it);
-no D256.
+the warpgroups meet three times a step; D64's 128-row tiles still spill a few values inside
+the step; no D256.
 """
 
 from __future__ import annotations
@@ -110,6 +116,11 @@ STAGES = 2  # Q/dO ring depth
 # faster than at 64 (neither; 0.79-0.97x the speed on an H200,
 # logs/ws_swap_d64_rows_ab_timing_88ab124.json).
 BLOCK_M_FOR = {64: 128, 128: 64}
+# Where dK += dS^T Q reads dS^T, per head dim: from shared memory (the copy dQ reads) at D64,
+# where a register operand alive into the next step left ptxas too few registers to run the
+# step's wgmmas asynchronously (C7512); from registers at D128, where it fits and was faster
+# (H200 A/B: logs/ws_trial_fold_ab_timing.json, logs/ws_trial_dk_ab_timing.json).
+DK_FROM_SMEM_FOR = {64: True, 128: False}
 DQ_BUFFERS = gl.constexpr(2) if GLUON_AVAILABLE else 2  # dQ tiles in flight to the writer
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
 WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
@@ -127,11 +138,11 @@ if GLUON_AVAILABLE:
     @gluon.jit
     def _loader(
         q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, kv_bar, ring, rows_ring, step_done,
-        work, Lse, Delta, num_q_heads, seqlen_q, BLOCK_M: gl.constexpr,
+        work, Lse, Delta, num_q_heads, seqlen_q, inv_scale, BLOCK_M: gl.constexpr,
     ):  # fmt: skip
         """One warp: K and V once, then step t's Q and dO into ring stage t % STAGES once
         the consumers have released the step that used it last, with the step's rows of lse
-        (in log2 units) and delta beside them (``rows_ring``): their global loads are issued
+        (divided by the scale) and delta beside them (``rows_ring``): their global loads are issued
         before the wait, so the consumers read them from shared memory."""
         batch, kv_head, group, n0, m_first, n_m, total, rot = work
         q_ring, do_ring, ready = ring
@@ -153,8 +164,8 @@ if GLUON_AVAILABLE:
             # complete: the first NSTAGES steps find their stage empty).
             stage = t % NSTAGES
             mbarrier.wait(step_done.index(stage), ((t // NSTAGES) & 1) ^ 1)
-            # natural log -> the log2 units of exp2; published with the copies' arrive below
-            lse_ring.index(stage).store(lse * 1.4426950408889634)
+            # lse in the scores' units (lse / scale); published with the copies' arrive below
+            lse_ring.index(stage).store(lse * inv_scale)
             delta_ring.index(stage).store(delta)
             # Every lane's stores before the one lane's arrive that publishes them (its release
             # covers what the warp barrier ordered before it).
@@ -242,7 +253,7 @@ if GLUON_AVAILABLE:
         k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem, dq_smem, dq_empty,
         dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
+        IS_CAUSAL: gl.constexpr, DK_FROM_SMEM: gl.constexpr,
     ):  # fmt: skip
         """Two warpgroups, each owning 64 keys of the block: S^T and dP^T (keys x queries),
         P^T and dS^T in registers as the A operands of dV and dK (module docstring)."""
@@ -266,8 +277,9 @@ if GLUON_AVAILABLE:
         offs_m = gl.arange(0, BLOCK_M, layout=query_layout)
         dk_acc = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout))
         dv_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, kv_layout)  # retired each step
-        # dS^T of the previous step, the register operand of its dK (alive until it retires)
-        dst_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
+        if not DK_FROM_SMEM:
+            # dS^T of the previous step, the register operand of its dK (alive until it retires)
+            dst_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
         if IS_CAUSAL:
             full_lo = n0 + BLOCK_N - 1 - causal_offset
         else:
@@ -291,18 +303,31 @@ if GLUON_AVAILABLE:
             ds_buf = ds_smem.index(t % 2)
             mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
 
+            # S^T accumulates onto -lse / scale and dP^T onto -delta, so that P^T =
+            # exp2(acc * qk_scale) and dS^T = P^T * acc: no lse or delta vector is held
+            # through the step (32 registers each at BLOCK_M 128).
             zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
+            lse_s = lse_ring.index(stage).load(query_layout)  # lse / scale (_loader)
             s_tok = warpgroup_mma(
-                k_smem, q_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
+                k_smem,
+                q_tile.permute((1, 0)),
+                zero_s - gl.expand_dims(lse_s, 0),
+                is_async=True,
             )
+            delta = delta_ring.index(stage).load(query_layout)
             dp_tok = warpgroup_mma(
-                v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True
+                v_smem,
+                do_tile.permute((1, 0)),
+                zero_s - gl.expand_dims(delta, 0),
+                is_async=True,
             )
-            lse2 = lse_ring.index(stage).load(query_layout)  # in log2 units (_loader)
 
             # Retires step t-1's dK, then S^T (groups retire in order; dP^T in flight).
-            st, dk, dst_op = warpgroup_mma_wait(1, deps=(s_tok, dk_acc, dst_op))
-            pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+            if DK_FROM_SMEM:
+                st, dk = warpgroup_mma_wait(1, deps=(s_tok, dk_acc))
+            else:
+                st, dk, dst_op = warpgroup_mma_wait(1, deps=(s_tok, dk_acc, dst_op))
+            pt = gl.exp2(st * qk_scale)
             masked = (m0 < full_lo) | (m0 > full_hi)
             if masked:
                 queries = m0 + offs_m
@@ -312,11 +337,11 @@ if GLUON_AVAILABLE:
             pt_op = gl.convert_layout(pt.to(dtype), op_layout)
             dv_tok = warpgroup_mma(pt_op, do_tile, dv_acc, is_async=True)
 
-            delta = delta_ring.index(stage).load(query_layout)
-            dpt = warpgroup_mma_wait(1, deps=(dp_tok,))  # dV in flight
-            dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)  # scaled-score units
+            dpt = warpgroup_mma_wait(1, deps=(dp_tok,))  # dV in flight; dP^T - delta
+            dst = (pt * dpt).to(dtype)  # scaled-score units
             ds_buf.store(dst)
-            dst_op = gl.convert_layout(dst, op_layout)
+            if not DK_FROM_SMEM:
+                dst_op = gl.convert_layout(dst, op_layout)
             # Orders this step's dS^T and the previous step's dQ tile before the tensor
             # cores' and the copy engine's reads.
             fence_async_shared()
@@ -334,7 +359,10 @@ if GLUON_AVAILABLE:
                 use_acc=False,
                 is_async=True,
             )
-            dk_acc = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+            if DK_FROM_SMEM:  # the copy dQ reads: no register operand outlives the step
+                dk_acc = warpgroup_mma(ds_buf, q_tile, dk, is_async=True)
+            else:
+                dk_acc = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
             # Retires dV and dQ; dK runs on into the next step.
             dv_acc, dq, pt_op = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok, pt_op))
             # The writer has read step t-1's tile (parity 1 on the fresh barrier: step 0
@@ -382,6 +410,7 @@ if GLUON_AVAILABLE:
         num_q_heads, num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DETERMINISTIC: gl.constexpr,
+        DK_FROM_SMEM: gl.constexpr,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
         (B, Hq, Sq, D) fp32 dQ buffer, zeroed (unscaled dQ is added), BLOCK_M x D blocks.
@@ -453,10 +482,10 @@ if GLUON_AVAILABLE:
             [
                 (_consumers, (k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem,
                               dq_smem, dq_empty, dK, dV, dkv_strides, lengths, work, qk_scale,
-                              sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL)),
+                              sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, DK_FROM_SMEM)),
                 (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
                            kv_bar, ring, rows_ring, step_done, work, Lse, Delta, num_q_heads,
-                           seqlen_q, BLOCK_M)),
+                           seqlen_q, 1.0 / sm_scale, BLOCK_M)),
                 (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, order, BLOCK_M,
                               BLOCK_N, IS_CAUSAL, DETERMINISTIC)),
             ],
@@ -541,6 +570,7 @@ def attention_backward_hopper_ws(
         STAGES=STAGES,
         IS_CAUSAL=bool(is_causal),
         DETERMINISTIC=bool(deterministic),
+        DK_FROM_SMEM=DK_FROM_SMEM_FOR[head_dim],
         num_warps=NUM_WARPS,
     )
     torch.mul(dq_acc, scale, out=dq)  # scaled and converted in one pass
