@@ -167,37 +167,65 @@ def describe_fp8_dispatch() -> str:
 # Both modes of the Gluon kernel are measured against the Triton default: bf16, B*S = 16K
 # tokens, H*D = 2048, 3 alternating rounds in one process, the whole backward (preprocess,
 # kernel, dQ conversion), TFLOP/s (tools/backward_hopper_check.py --kernel ws_modes). These
-# tables were set from the record of the kernel's swapped step (H200, commit afd7c3a,
-# results/nvidia-h200/backward_ws_modes.json; the H100's records measured the step before it):
+# tables were set from the record of the kernel with lse/delta folded into its accumulators and
+# dK from shared memory at D64 (H200, commit 819674f, results/nvidia-h200/backward_ws_modes.json;
+# the H100's records measured an earlier step):
 #                 deterministic  atomic  Triton   deterministic  atomic  Triton
-#   D64  S=2K       293.8  337.8  341.1 full |   265.9   274.3   267.0 causal
-#        S=4K       329.5  365.0  360.6      |   319.1   324.3   299.4
-#        S=8K       374.2  380.9  371.0      |   354.4   358.8   319.4
-#        S=16K      393.9  388.4  372.4      |   375.2   385.9   334.0
-#   D128 S=2K       389.4  410.8  376.4      |   352.8   332.3   319.8
-#        S=4K       435.1  431.0  404.6      |   409.3   393.4   355.0
-#        S=8K       474.6  443.3  409.8      |   464.0   428.2   387.5
-#        S=16K      503.9  467.5  415.6      |   491.4   459.0   412.3
+#   D64  S=2K       307.8  346.0  343.0 full |   281.7   297.4   262.9 causal
+#        S=4K       349.2  372.8  361.6      |   344.7   358.2   294.8
+#        S=8K       399.0  387.0  370.7      |   389.0   398.0   317.4
+#        S=16K      433.7  392.6  377.1      |   402.9   421.4   332.8
+#   D128 S=2K       409.6  411.9  379.3      |   362.7   341.7   319.5
+#        S=4K       463.8  439.8  406.1      |   426.5   394.3   349.2
+#        S=8K       498.6  457.4  406.6      |   484.9   433.9   388.0
+#        S=16K      524.5  485.2  419.2      |   505.3   475.2   414.8
 # The deterministic mode pays for its ordered adds where many key blocks start on the same
-# query tile at once (D64 full, short sequences: 0.87x the atomic mode at 2K); at D128 it is
+# query tile at once (D64 full, short sequences: 0.89x the atomic mode at 2K); at D128 it is
 # the faster mode from 4K (its adds queue in order instead of contending for one tile).
 # A mode runs from the shortest sequence (min of Sq, Sk) at which it beat the Triton backward
-# at every longer length, by 3% or more: (head dim, causal) -> S. (The H100's tables, from the
-# earlier step: 8192, 4096, 4096, 4096 and 2048 everywhere.)
+# at every longer length, by 3% or more: (head dim, causal) -> S (``tables_from_record``
+# derives all three tables from the record's rows; a test holds them to it).
 # The default (deterministic=True) stays bitwise reproducible whichever kernel runs.
 BACKWARD_GLUON_DETERMINISTIC_FROM = {
-    (64, False): 16384,
-    (64, True): 4096,
+    (64, False): 8192,
+    (64, True): 2048,
     (128, False): 2048,
     (128, True): 2048,
 }
 # deterministic=False: the atomic mode, by the same rule. Elsewhere deterministic=False runs
 # the Triton deterministic mode, faster than its own atomic mode at every shape of backward.json.
-BACKWARD_GLUON_FROM = {(64, False): 16384, (64, True): 4096, (128, False): 2048, (128, True): 2048}
+BACKWARD_GLUON_FROM = {(64, False): 4096, (64, True): 2048, (128, False): 2048, (128, True): 2048}
 # deterministic=False asks for no order and forbids none: where the ordered mode beat the
-# atomic one at every longer length (D128: 1.01-1.08x from 4K full, 1.04-1.08x from 2K causal),
-# it runs instead.
-BACKWARD_ORDERED_FOR_ATOMIC_FROM = {(128, False): 4096, (128, True): 2048}
+# atomic one at every longer length (D128: 1.05-1.09x from 4K full, 1.06-1.12x from 2K causal;
+# D64 full 1.03-1.10x from 8K), it runs instead.
+BACKWARD_ORDERED_FOR_ATOMIC_FROM = {(64, False): 8192, (128, False): 4096, (128, True): 2048}
+BACKWARD_TABLES_MARGIN = 1.03  # "by 3% or more" against the Triton backward
+
+
+def tables_from_record(speed_rows: list[dict]) -> tuple[dict, dict, dict]:
+    """The three tables above, from a ws_modes record's speed rows (impl ``gluon_ws_det``,
+    ``gluon_ws``, ``triton``; D, S, causal, tflops): for each (D, causal), the shortest S from
+    which a mode beat the other at every longer S of the record (absent: never)."""
+    tflops = {(r["impl"], r["D"], r["causal"], r["S"]): r["tflops"] for r in speed_rows}
+    keys = sorted({(d, c) for _, d, c, _ in tflops})
+
+    def first_s(impl, other, margin):
+        table = {}
+        for d, c in keys:
+            lengths = sorted(s for i, dd, cc, s in tflops if (i, dd, cc) == (impl, d, c))
+            beats = [tflops[(impl, d, c, s)] >= margin * tflops[(other, d, c, s)] for s in lengths]
+            start = next((i for i in range(len(beats)) if all(beats[i:])), None)
+            if start is not None:
+                table[(d, c)] = lengths[start]
+        return table
+
+    return (
+        first_s("gluon_ws_det", "triton", BACKWARD_TABLES_MARGIN),
+        first_s("gluon_ws", "triton", BACKWARD_TABLES_MARGIN),
+        first_s("gluon_ws_det", "gluon_ws", 1.0),
+    )
+
+
 # The record these tables were set from: (topic, device slug) under results/.
 BACKWARD_TABLES_RECORD = ("backward_ws_modes", "nvidia-h200")
 BACKWARD_MODES = ("auto", "always", "never")

@@ -11,6 +11,8 @@ in. The planted bug and the GQA row coverage are tests/test_backward_hopper.py's
 parametrized over every Gluon backward."""
 
 import functools
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -187,6 +189,36 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
         lock = bound["Lock"]
         assert lock.dtype == torch.int32 and lock.shape == (b * hq * -(-sq // block_m),)
         assert not lock.any()
+
+
+def test_dispatch_tables_are_the_rule_applied_to_their_record():
+    """The three backward tables in dispatch.py are what ``tables_from_record`` derives from
+    the committed record they cite (BACKWARD_TABLES_RECORD): a re-recorded kernel whose
+    numbers move a threshold fails here until the tables follow."""
+    topic, slug = dispatch.BACKWARD_TABLES_RECORD
+    path = Path(__file__).resolve().parents[1] / "results" / slug / f"{topic}.json"
+    rows = json.loads(path.read_text())["speed"]
+    assert {r["impl"] for r in rows} == {"gluon_ws", "gluon_ws_det", "triton"}
+    assert dispatch.tables_from_record(rows) == (
+        dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM,
+        dispatch.BACKWARD_GLUON_FROM,
+        dispatch.BACKWARD_ORDERED_FOR_ATOMIC_FROM,
+    )
+
+
+def test_tables_from_record_needs_every_longer_length():
+    """A mode that wins at 2K and 8K/16K but loses at 4K starts at 8K; one that never clears
+    the margin has no entry."""
+    rows = []
+    for s, ws, tri in [(2048, 110, 100), (4096, 100, 100), (8192, 110, 100), (16384, 120, 100)]:
+        rows += [
+            dict(impl="gluon_ws_det", D=64, causal=False, S=s, tflops=ws),
+            dict(impl="gluon_ws", D=64, causal=False, S=s, tflops=101),
+            dict(impl="triton", D=64, causal=False, S=s, tflops=tri),
+        ]
+    det, atomic, ordered = dispatch.tables_from_record(rows)
+    assert det == {(64, False): 8192} and atomic == {}
+    assert ordered == {(64, False): 8192}  # 110 vs 101 and on; 100 < 101 at 4K
 
 
 # Run in a subprocess with the interpreter off (this process runs it): each config compiled
@@ -390,9 +422,9 @@ def test_deterministic_mode_is_bitwise_reproducible(case):
 
 def test_race_probe_compiles_each_hand_off():
     """tools/mbarrier_race_probe.py (the lse/delta ring's hand-off alone, for racecheck on a
-    GPU) compiles for sm_90: every variant arrives on and waits for mbarriers, the expect-tx
-    one issues its TMA copy, and the unsynchronized control waits for the ring's free stages
-    only (one wait where the others have two)."""
+    GPU) compiles for sm_90: every synchronized variant arrives on and waits for mbarriers,
+    the expect-tx one issues its TMA copy, and the unsynchronized control has no mbarrier
+    operation at all (a plain race; with only the consumers' wait removed it hung)."""
     pytest.importorskip("triton.experimental.gluon")
     if not bhw.GLUON_AVAILABLE:
         pytest.skip("this triton has no Gluon Hopper API")
@@ -401,6 +433,7 @@ def test_race_probe_compiles_each_hand_off():
         "print(json.dumps(p.offline_counts()))"
     )
     assert set(counts) == {"plain", "no_warp_bar", "expect_tx", "unsync"}
-    assert all(c["SYNCS.ARRIVE"] > 0 for c in counts.values())
+    synced = [v for v in counts if v != "unsync"]
+    assert all(counts[v]["SYNCS.ARRIVE"] > 0 and counts[v]["SYNCS.PHASECHK"] > 0 for v in synced)
     assert counts["expect_tx"]["UTMALDG"] > 0 and counts["plain"]["UTMALDG"] == 0
-    assert counts["unsync"]["SYNCS.PHASECHK"] < counts["plain"]["SYNCS.PHASECHK"]
+    assert counts["unsync"]["SYNCS.ARRIVE"] == counts["unsync"]["SYNCS.PHASECHK"] == 0
