@@ -235,7 +235,8 @@ tests/test_backward_varlen_softcap.py"
     ;;
   grid_a)
     bash .fa4a/install.sh
-    BWD_TIMEOUT=300 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
+    # into $out/results itself: a record under $out/grid/results/<gpu>/ is too deep to come back
+    BWD_TIMEOUT=300 bash tools/gpu_backward_record.sh "$out" grid | tail -n 30
     ;;
   speed_b)
     backward_speed 480 flashcore_deterministic
