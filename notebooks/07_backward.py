@@ -14,7 +14,8 @@
 # Sections: (1) the derivation, checked numerically; (2) the gradient rule and planted bugs;
 # (3) the grid, live and recorded; (4) determinism; (5) memory against S; (6) speed;
 # (7) a transformers training step; (8) the targets; (9) the Gluon backwards (9b: the
-# warp-specialized kernel on the H100, 9c: its swapped step on an H200); (10) the profile.
+# warp-specialized kernel on the H100, 9c: its swapped step on an H200, 9d: lse/delta folded
+# and dK's operand by head dim, with today's records); (10) the profile.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
@@ -1436,20 +1437,6 @@ if not ncu_logs:
     print("no source-level profiles under", h200_logs)
 
 # %% [markdown] tags=[]
-# The records of the swapped step on the H200 (commit `afd7c3a`): the tool of section 9b
-# (`backward_ws_modes.json`: the 240-case grid through the deterministic mode, both modes
-# beside the Triton backward, the bit-for-bit repeats) and the autograd sweep beside FA4 and
-# cuDNN (`backward.json`, D64 and D128).
-
-# %% tags=[]
-h200_modes = read_check("backward_ws_modes", H200)
-if h200_modes is not None:
-    print_ws_modes(h200_modes)
-if H200 in recorded_devices("backward"):
-    print(status_line_for("backward", H200))
-    print_beside_fa4(read_result("backward", H200))
-
-# %% [markdown] tags=[]
 # **Reading it.** The swap alone was not faster (0.91–1.01x the step before it): the profile
 # of that build (`ncu_sass_ws_swap_atomic_d128_e82cf99.json`) put 13% of all stall samples on
 # one branch, the consumers' wait for the dQ writer to hand back the one dQ buffer. With the
@@ -1462,21 +1449,16 @@ if H200 in recorded_devices("backward"):
 # (`dispatch.BACKWARD_ORDERED_FOR_ATOMIC_FROM`), and the default's tables start at S=2K at D128
 # (1.03–1.21x the Triton backward) and at 16K for D64 full, where it was level before.
 #
-# Against FA4 on the H200 the default reaches 0.81–0.87x at D128 from S=8K (geomean 0.79 over
-# the eight shapes, measured with the tables of the step before, which kept S=2K on Triton),
-# and 0.64–0.75x at D64; cuDNN 0.78–1.00x. The H100 records of sections 3-8 and 9b measured
-# the step before and are stale; so are these two, by one line: after them the loader got a
-# warp barrier between its lanes' lse/delta stores and the one lane's arrive that publishes
-# them (`b6cbf4d`; the memory model asks for it). The GPU tests passed on both builds
-# (`logs/gpu_tests_backward_ws_{afd7c3a,b6cbf4d}.log`). compute-sanitizer
-# (`logs/sanitize_backward_ws_{afd7c3a,b6cbf4d}.log`): memcheck and synccheck 0 errors;
-# racecheck reports, besides the start-up pattern of 9b, hazards between the loader's stores
-# into the lse/delta ring and the consumers' reads of it, with and without that barrier. Those
-# accesses are ordered only through the ring's mbarrier (arrive with release semantics,
-# wait with acquire), which the stores of 9b's kernel never relied on; whether racecheck
-# models that ordering is not settled here. A race there would change lse or delta under the
-# reads, and the grid (0 of 240 failed) and 48 bit-for-bit repeats say it did not happen in
-# these runs; a small probe kernel with only that hand-off would settle the tool's side.
+# Against FA4 on the H200 this step reached 0.81–0.87x at D128 from S=8K (geomean 0.79 over
+# the eight shapes) and 0.64–0.75x at D64 (records at `afd7c3a`, since replaced by section
+# 9d's). After them the loader got a warp barrier between its lanes' lse/delta stores and the
+# one lane's arrive that publishes them (`b6cbf4d`; the memory model asks for it). The GPU
+# tests passed on both builds (`logs/gpu_tests_backward_ws_{afd7c3a,b6cbf4d}.log`).
+# compute-sanitizer (`logs/sanitize_backward_ws_{afd7c3a,b6cbf4d}.log`): memcheck and
+# synccheck 0 errors; racecheck reports, besides the start-up pattern of 9b, hazards between
+# the loader's stores into the lse/delta ring and the consumers' reads of it, with and without
+# that barrier: accesses ordered only through the ring's mbarrier (arrive with release
+# semantics, wait with acquire). Section 9d's probe settles what racecheck makes of that.
 # The remaining waits in the profile of the shipped build
 # (`ncu_sass_ws_det_d128_2ceebf2.json`, the deterministic mode): the wait for a dQ buffer
 # still (7.8% of all samples, on one branch: in this mode the writer waits for each tile's
@@ -1493,8 +1475,110 @@ if H200 in recorded_devices("backward"):
 # every spill at D128, but D64's wgmmas stay serialized; reading dS^T for dK from shared
 # memory (it is there for dQ) instead of registers as well (`4cfd036`, kept and reverted the
 # same way) leaves no register operand alive past its step, and offline D64's wgmmas are no
-# longer serialized (5 waits, 4 spill stores). Those two are the first A/B of the next
-# session with a GPU.
+# longer serialized (5 waits, 4 spill stores). Section 9d runs both.
+
+# %% [markdown] tags=[]
+# ## 9d. lse and delta in the accumulators; dK from shared memory at D64 (H200)
+#
+# The two offline trials of 9c, A/B-timed on an H200 against the kernel as 9c left it (main
+# at `ea50a64`; same tool, three alternating rounds), each after the warp-specialized GPU
+# tests passed in its own tree (35 of 35; `logs/gpu_tests_ws_trial_*.log`). The table shows
+# old time / new time (above 1 = the trial faster):
+#
+# - **fold** (`025fff0`): S^T accumulates onto -lse/scale and dP^T onto -delta (the loader
+#   stores lse/scale), so P^T = exp2(acc · scale · log2 e) and dS^T = P^T · acc; no lse or
+#   delta vector is held through the step;
+# - **fold + dK from shared memory** (`4cfd036`): dK += dS^T Q reads dS^T from the shared copy
+#   dQ reads, so no register operand outlives its step.
+
+# %% tags=[]
+trials = [
+    ("fold", "ws_trial_fold_ab_timing.json"),
+    ("fold + dK smem", "ws_trial_dk_ab_timing.json"),
+]
+trial_logs = {
+    name: _json.loads((h200_logs / f).read_text()) for name, f in trials if (h200_logs / f).exists()
+}
+if trial_logs:
+    first = next(iter(trial_logs.values()))
+    print("A/B on", describe(first), "| A: this tree then; B: the trial's commit, per column:")
+    print("  ", {name: log["other_commit"] for name, log in trial_logs.items()})
+    # These logs ran the trial as B: B/A is new / old, inverted here to old / new.
+    trial_rows = [
+        {"shape": key}
+        | {
+            name: 1 / log["summary"][key]["backward_ms_B_over_A"]
+            for name, log in trial_logs.items()
+        }
+        for key in first["summary"]
+    ]
+    print(table(trial_rows, list(trial_rows[0]), dict.fromkeys(list(trial_logs), "{:.3f}")))
+else:
+    print("no A/B logs of the trials under", h200_logs)
+
+# %% [markdown] tags=[]
+# The fold is 1.02–1.07x in the deterministic mode at D128 and 1.01–1.02x in the atomic one
+# (1.00–1.01x at D64). dK from shared memory is 1.06–1.12x deterministic and 0.99–1.11x atomic
+# at D64, where it ends ptxas's serialization, and 0.98–1.03x at D128, where registers
+# sufficed and the fold alone was the better of the two at three of the four deterministic
+# shapes. The kernel (`819674f`) takes both by head dim: the fold everywhere, dK's operand
+# from shared memory at D64 and from registers at D128 (`DK_FROM_SMEM_FOR`); the offline
+# compile now finds 5 wgmma waits at both head dims and bounds them at both.
+#
+# The records of this kernel on the H200, with the dispatch tables set from the first and
+# checked against the second (`dispatch.tables_from_record` derives all three tables from a
+# ws_modes record; a CPU test holds the shipped tables to the committed record): the tool of
+# section 9b (`backward_ws_modes.json`, re-recorded at `eaeece4` after the tables changed: the
+# 240-case grid through the deterministic mode, both modes beside the Triton backward, the
+# bit-for-bit repeats) and the autograd sweep beside FA4, cuDNN, SDPA flash and Flex
+# (`backward.json` at `eaeece4`, D64/D128/D256; D256 is the Triton backward's).
+
+# %% tags=[]
+h200_modes = read_check("backward_ws_modes", H200)
+if h200_modes is not None:
+    print_ws_modes(h200_modes)
+if H200 in recorded_devices("backward"):
+    print(status_line_for("backward", H200))
+    print_beside_fa4(read_result("backward", H200))
+
+# %% [markdown] tags=[]
+# **Reading it.** Against the Triton backward the deterministic mode is 1.10–1.27x at D128
+# from S=2K, and at D64 1.05–1.23x causal and 1.07–1.15x full from 8K (0.89–0.97x full below:
+# its ordered adds, where many key blocks start on one query tile at once). The dispatch
+# tables now send D64 back to the Gluon kernel (the default from 8K full and 2K causal; the
+# atomic mode from 4K full and 2K causal), which the regression of 9c had kept on Triton.
+# Against FA4 the default is at geomean 0.832 at D128 (0.72–0.92 per shape, 0.89–0.92 at
+# 16K), 0.735 at D64 and 0.718 at D256; against cuDNN 0.946, 0.891 and 0.701, level with or
+# ahead of cuDNN at D128 from 8K. Forward + backward against FA4: 0.868 at D128. Every issue
+# target against FA4 is still missed, by 8–28% at D128 per shape.
+#
+# Why, from Nsight Compute's source page (the deterministic mode, D128 and D64, S=8K full;
+# `logs/ncu_sass_ws_det_d*_eaeece4.json`, printed above with the earlier profiles): at D128
+# the kernel takes 4.83 ms under the profiler with the tensor pipe busy 58.6% of the elapsed
+# cycles (5.26 ms and 53.8% for 9c's build). The consumers' stalls are spread: waiting on a
+# fixed-latency dependency (`wait`, 18.5%: the wgmma issue sequence), the shared-memory pipe
+# (`mio`, 15.9%: dS^T's stores, lse/delta loads), long scoreboard (14.6%: mbarrier waits, of
+# which the wait for a dQ buffer is the largest single one, 4.9% of all samples) and the CTA
+# barriers (11.8%) that Triton's barrier pass puts between the two warpgroups. No single wait
+# dominates any more; what is left is the step's serial order inside each warpgroup (P^T and
+# dS^T are computed while only dP^T is on the tensor cores), which FA3 hides with two
+# warpgroups alternating on different query blocks. At D64 the tensor pipe is busy 41.8%
+# (6.78 ms), with `mio` first (19.2%): its 128-row dS^T tile goes to shared memory and is read
+# back by two wgmmas; the consumers' wait for a dQ buffer holds 5.8% of all samples there (in
+# this mode the writer waits for each tile's turn). Both point at the dQ path of the
+# deterministic mode and at the serial step as the next work.
+#
+# **racecheck, settled.** The probe `tools/mbarrier_race_probe.py` has the ring's hand-off
+# alone: a producer warp stores a row, one lane arrives on an mbarrier, four consumer warps
+# wait on it and copy the row out. Under racecheck on the H200 (`logs/race_probe_*.log`) every
+# synchronized variant (with the warp barrier, without it, with the arrive as a TMA
+# expect-tx as the backward has it) copies every row exactly and is still reported
+# (thousands of hazards between exactly those stores and loads), while the control with no
+# mbarrier at all is reported and copies rows wrong. racecheck does not model mbarrier
+# ordering, so its hazards on the backward's ring (`logs/sanitize_backward_ws_819674f.log`,
+# the same lines) are the tool's; the ordering itself rests on the PTX memory model (arrive
+# releases, wait acquires; the warp barrier orders the other lanes' stores before the one
+# arrive), and the grid and bit-for-bit repeats above found no disagreement.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
