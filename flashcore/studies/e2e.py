@@ -402,10 +402,12 @@ def _worse(ref64, *values):
 
 
 def training_speed(
-    device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048, steps=10, warmup=3
-) -> list[dict]:
+    device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048, steps=10, warmup=3,
+    order=("flashcore", "sdpa"),
+) -> list[dict]:  # fmt: skip
     """Tokens/s of training steps (forward, loss, backward; no optimizer) of a ~0.4B-parameter
-    random Llama-style model (GQA 32/8, head dim 64), flashcore vs sdpa, same process."""
+    random Llama-style model (GQA 32/8, head dim 64), flashcore vs sdpa, same process, timed
+    in ``order``."""
     name = register_transformers()
     config = small_llama_config(
         vocab_size=32000,
@@ -423,7 +425,7 @@ def training_speed(
     ids = torch.randint(1, config.vocab_size, (batch, seqlen), generator=gen).to(device)
     dtype_name = str(dtype).replace("torch.", "")
     row = {"batch": batch, "seqlen": seqlen, "dtype": dtype_name, "steps": steps}
-    for impl in (name, "sdpa"):
+    for impl in (name if which == "flashcore" else which for which in order):
         _with_impl(model, impl)
         for i in range(warmup + steps):
             if i == warmup:
