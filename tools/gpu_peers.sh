@@ -94,6 +94,8 @@
 #             library; the Triton backward's grid part of backward.json
 #   speed_b   (carry .fa4b, right after grid_a) the backward speed part beside FA4, SDPA and Flex
 #             (as det_b's second half); merge with tools/merge_backward_records.py
+#   train_speed (FA4 not needed) issue 25's training-step target: tools/training_speed_rounds.py
+#             (B4 S2048 bf16, 3 paired rounds; a log, logs/training_speed_rounds_<commit>.json)
 #   ws_trials (FA4 not needed; WS_TRIALS="name:commit ...", each tree made here by `mkdir -p
 #             .ab/<name> && git archive <commit> flashcore tests pyproject.toml | tar -x -C
 #             .ab/<name>`, carried) per trial: the warp-specialized backward's GPU tests in the
@@ -240,6 +242,11 @@ tests/test_backward_varlen_softcap.py"
     ;;
   speed_b)
     backward_speed 480 flashcore_deterministic
+    ;;
+  train_speed)
+    mkdir -p "$out/logs"
+    TAIL=6 stage training_speed 240 python3 tools/training_speed_rounds.py \
+      "$out/logs/training_speed_rounds_${FLASHCORE_COMMIT:-unknown}.json" --batch 4 --seqlen 2048
     ;;
   ws_trials)
     mkdir -p "$out/logs"
