@@ -11,8 +11,6 @@ in. The planted bug and the GQA row coverage are tests/test_backward_hopper.py's
 parametrized over every Gluon backward."""
 
 import functools
-import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +21,7 @@ import flashcore
 from flashcore import dispatch
 from flashcore.kernels import backward_hopper as bh
 from flashcore.kernels import backward_hopper_ws as bhw
+from flashcore.results import read_result
 from flashcore.validate import AttentionCase
 from flashcore.validate_backward import (
     GRADIENTS,
@@ -195,9 +194,7 @@ def test_dispatch_tables_are_the_rule_applied_to_their_record():
     """The three backward tables in dispatch.py are what ``tables_from_record`` derives from
     the committed record they cite (BACKWARD_TABLES_RECORD): a re-recorded kernel whose
     numbers move a threshold fails here until the tables follow."""
-    topic, slug = dispatch.BACKWARD_TABLES_RECORD
-    path = Path(__file__).resolve().parents[1] / "results" / slug / f"{topic}.json"
-    rows = json.loads(path.read_text())["speed"]
+    rows = read_result(*dispatch.BACKWARD_TABLES_RECORD)["speed"]
     assert {r["impl"] for r in rows} == {"gluon_ws", "gluon_ws_det", "triton"}
     assert dispatch.tables_from_record(rows) == (
         dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM,

@@ -112,9 +112,9 @@ __all__ = [
 NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
 STAGES = 2  # Q/dO ring depth
 # Query rows per step, per head dim: the columns of S^T and dP^T. D64 at 128 spills a few
-# registers inside the step and ptxas serializes its wgmmas (module docstring), and it is still
-# faster than at 64 (neither; 0.79-0.97x the speed on an H200,
-# logs/ws_swap_d64_rows_ab_timing_88ab124.json).
+# registers inside the step, and was faster than at 64 (no spills; 0.79-0.97x the speed on an
+# H200, logs/ws_swap_d64_rows_ab_timing_88ab124.json, measured while ptxas still serialized
+# D64's wgmmas at 128: DK_FROM_SMEM_FOR).
 BLOCK_M_FOR = {64: 128, 128: 64}
 # Where dK += dS^T Q reads dS^T, per head dim: from shared memory (the copy dQ reads) at D64,
 # where a register operand alive into the next step left ptxas too few registers to run the
@@ -256,7 +256,8 @@ if GLUON_AVAILABLE:
         IS_CAUSAL: gl.constexpr, DK_FROM_SMEM: gl.constexpr,
     ):  # fmt: skip
         """Two warpgroups, each owning 64 keys of the block: S^T and dP^T (keys x queries),
-        P^T and dS^T in registers as the A operands of dV and dK (module docstring)."""
+        P^T in registers as the A operand of dV, dS^T as dK's from registers or from shared
+        memory (``DK_FROM_SMEM``; module docstring)."""
         q_ring, do_ring, ready = ring
         lse_ring, delta_ring = rows_ring
         STAGES: gl.constexpr = step_done.shape[0]

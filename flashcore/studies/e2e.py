@@ -402,12 +402,13 @@ def _worse(ref64, *values):
 
 
 def training_speed(
-    device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048, steps=10, warmup=3,
-    order=("flashcore", "sdpa"),
-) -> list[dict]:  # fmt: skip
+    device="cuda", dtype=torch.bfloat16, *, batch=8, seqlen=2048, steps=10, warmup=3, repeats=1
+) -> list[dict]:
     """Tokens/s of training steps (forward, loss, backward; no optimizer) of a ~0.4B-parameter
-    random Llama-style model (GQA 32/8, head dim 64), flashcore vs sdpa, same process, timed
-    in ``order``."""
+    random Llama-style model (GQA 32/8, head dim 64), flashcore vs sdpa on the same model in
+    one process: ``warmup`` steps of each, then ``repeats`` rounds of ``steps`` steps of each,
+    back to back in alternating order (as ``paired_generation``); the medians of the rounds
+    (``generation_medians``)."""
     name = register_transformers()
     config = small_llama_config(
         vocab_size=32000,
@@ -423,21 +424,36 @@ def training_speed(
     model = build_model(config, device, dtype).train()
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(1, config.vocab_size, (batch, seqlen), generator=gen).to(device)
-    dtype_name = str(dtype).replace("torch.", "")
-    row = {"batch": batch, "seqlen": seqlen, "dtype": dtype_name, "steps": steps}
-    for impl in (name if which == "flashcore" else which for which in order):
-        _with_impl(model, impl)
-        for i in range(warmup + steps):
-            if i == warmup:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
+    impls = {"flashcore": name, "sdpa": "sdpa"}
+
+    def run(label, n):
+        _with_impl(model, impls[label])
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
             model.zero_grad(set_to_none=True)
             model(ids, labels=ids).loss.backward()
         torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-        key = f"tokens_per_s_{'flashcore' if impl == name else impl}"
-        row[key] = batch * seqlen * steps / seconds
-    return [row]
+        return batch * seqlen * n / (time.perf_counter() - t0)
+
+    for label in impls:  # compiles, allocator
+        run(label, warmup)
+    samples: dict[str, list[float]] = {"flashcore": [], "sdpa": []}
+    for rep in range(repeats):
+        for label in ("flashcore", "sdpa") if rep % 2 == 0 else ("sdpa", "flashcore"):
+            samples[label].append(run(label, steps))
+    dtype_name = str(dtype).replace("torch.", "")
+    row = {"batch": batch, "seqlen": seqlen, "dtype": dtype_name, "steps": steps}
+    return [
+        row
+        | generation_medians(
+            {
+                "tokens_per_s_flashcore_repeats": samples["flashcore"],
+                "tokens_per_s_sdpa_repeats": samples["sdpa"],
+                "ratio_rounds": [f / b for f, b in zip(samples["flashcore"], samples["sdpa"])],
+            }
+        )
+    ]
 
 
 def issue_generation_speed(
