@@ -154,6 +154,13 @@ ws_sanitize_and_check() {  # compute-sanitizer, then the grid and speed (backwar
   ws_sanitize 170
   ws_check backward_ws_check ws_vs_pipelined 200
 }
+ws_tests_and_sanitize() {  # the "ran" scope check, the warp-specialized backward's GPU tests
+  # (both modes, the dispatch) and the shared Gluon ones, compute-sanitizer on both modes
+  ran_scope_check
+  bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
+    "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
+  ws_sanitize 200
+}
 mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around the shipped ones
   mkdir -p "$out/probe"
   for mode in deterministic atomic; do
@@ -216,22 +223,17 @@ tests/test_backward_varlen_softcap.py"
     ;;
   det_a)
     bash .fa4a/install.sh
-    ran_scope_check
-    bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
-      "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
-    ws_sanitize 200
-    BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out/grid" grid | tail -n 30
+    ws_tests_and_sanitize
+    # into $out/results itself: a record under $out/grid/results/<gpu>/ is too deep to come back
+    BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out" grid | tail -n 30
     ;;
   det_b)
-    ws_check backward_ws_modes ws_modes 110
+    ws_check backward_ws_modes ws_modes 300
     backward_speed 450 flashcore_deterministic
     ;;
   ws_modes)
-    ran_scope_check
-    bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
-      "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
-    ws_sanitize 200
-    ws_check backward_ws_modes ws_modes 110
+    ws_tests_and_sanitize
+    ws_check backward_ws_modes ws_modes 300  # 34 s warm; a cold machine's compiles ran past 110
     TAIL=8 stage race_probe_unsync 90 compute-sanitizer --tool racecheck \
       python3 tools/mbarrier_race_probe.py --variant unsync
     ;;
