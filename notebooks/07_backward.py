@@ -1398,22 +1398,34 @@ ab_steps = [
     ("+ rotation (shipped)", "ws_swap_rotate_ab_timing_2ceebf2.json"),
     ("rejected: D64 64-row tiles, lse first", "ws_swap_d64_rows_ab_timing_88ab124.json"),
 ]
-ab_logs = {
-    name: _json.loads((h200_logs / f).read_text())
-    for name, f in ab_steps
-    if (h200_logs / f).exists()
-}
-if ab_logs:
-    first = next(iter(ab_logs.values()))
-    print("A/B on", describe(first), "| old tree: commit", first["other_commit"])
-    ab_rows = [
+
+
+def print_ab(steps, old_is_b):
+    """One column per (name, log file) under h200_logs: per shape, old time / new time
+    (tools/ab_timing.py's B/A where the old tree ran as B, its inverse where the new one did)."""
+    logs = {
+        name: _json.loads((h200_logs / f).read_text())
+        for name, f in steps
+        if (h200_logs / f).exists()
+    }
+    if not logs:
+        print("no A/B logs under", h200_logs, "of", [f for _, f in steps])
+        return
+    first = next(iter(logs.values()))
+    print("A/B on", describe(first), "| B's commit per column:")
+    print("  ", {name: log["other_commit"] for name, log in logs.items()})
+    rows = [
         {"shape": key}
-        | {name: log["summary"][key]["backward_ms_B_over_A"] for name, log in ab_logs.items()}
+        | {
+            name: log["summary"][key]["backward_ms_B_over_A"] ** (1 if old_is_b else -1)
+            for name, log in logs.items()
+        }
         for key in first["summary"]
     ]
-    print(table(ab_rows, list(ab_rows[0]), dict.fromkeys(list(ab_logs), "{:.3f}")))
-else:
-    print("no A/B logs of the swapped step under", h200_logs)
+    print(table(rows, list(rows[0]), dict.fromkeys(list(logs), "{:.3f}")))
+
+
+print_ab(ab_steps, old_is_b=True)
 
 # %% tags=[]
 ncu_logs = sorted(h200_logs.glob("ncu_sass_ws_*.json"))
@@ -1496,25 +1508,7 @@ trials = [
     ("fold", "ws_trial_fold_ab_timing.json"),
     ("fold + dK smem", "ws_trial_dk_ab_timing.json"),
 ]
-trial_logs = {
-    name: _json.loads((h200_logs / f).read_text()) for name, f in trials if (h200_logs / f).exists()
-}
-if trial_logs:
-    first = next(iter(trial_logs.values()))
-    print("A/B on", describe(first), "| A: this tree then; B: the trial's commit, per column:")
-    print("  ", {name: log["other_commit"] for name, log in trial_logs.items()})
-    # These logs ran the trial as B: B/A is new / old, inverted here to old / new.
-    trial_rows = [
-        {"shape": key}
-        | {
-            name: 1 / log["summary"][key]["backward_ms_B_over_A"]
-            for name, log in trial_logs.items()
-        }
-        for key in first["summary"]
-    ]
-    print(table(trial_rows, list(trial_rows[0]), dict.fromkeys(list(trial_logs), "{:.3f}")))
-else:
-    print("no A/B logs of the trials under", h200_logs)
+print_ab(trials, old_is_b=False)  # these ran the trial as B: B/A inverted to old / new
 
 # %% [markdown] tags=[]
 # The fold is 1.02–1.07x in the deterministic mode at D128 and 1.01–1.02x in the atomic one
