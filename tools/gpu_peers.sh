@@ -96,6 +96,9 @@
 #             (as det_b's second half); merge with tools/merge_backward_records.py
 #   train_speed (FA4 not needed) issue 25's training-step target: tools/training_speed_rounds.py
 #             (B4 S2048 bf16, 3 paired rounds; a log, logs/training_speed_rounds_<commit>.json)
+#   breakdown (FA4 not needed) one backward call's GPU time kernel by kernel, D64/D128 x S
+#             2K-16K, both Gluon modes and the Triton backward, with the main kernel's per-program
+#             overhead fitted (tools/backward_breakdown.py; logs/backward_breakdown_<commit>.json)
 #   ws_trials (FA4 not needed; WS_TRIALS="name:commit ...", each tree made here by `mkdir -p
 #             .ab/<name> && git archive <commit> flashcore tests pyproject.toml | tar -x -C
 #             .ab/<name>`, carried) per trial: the warp-specialized backward's GPU tests in the
@@ -249,6 +252,11 @@ tests/test_backward_varlen_softcap.py"
     mkdir -p "$out/logs"
     TAIL=6 stage training_speed 240 python3 tools/training_speed_rounds.py \
       "$out/logs/training_speed_rounds_${FLASHCORE_COMMIT:-unknown}.json" --batch 4 --seqlen 2048
+    ;;
+  breakdown)
+    mkdir -p "$out/logs"
+    TAIL=6 stage backward_breakdown 300 python3 tools/backward_breakdown.py \
+      "$out/logs/backward_breakdown_${FLASHCORE_COMMIT:-unknown}.json"
     ;;
   ws_trials)
     mkdir -p "$out/logs"
