@@ -11,8 +11,9 @@ and atomic; the Triton backward), after a warm-up:
   so that the fixed per-call passes (delta, zeroing dQ's fp32 buffer, dQ's conversion) can
   be told apart from the main kernel, whose time grows with S;
 * per head dim, a least-squares fit of the main Gluon kernel's time (atomic mode, non-causal:
-  programs of equal length) against its number of query-block steps per program: ``time = waves * (steps * step_us + overhead_us)``, the
-  per-program cost that does not scale with the work (start-up, epilogue, the dQ chain).
+  programs of equal length) against its query-block steps per program,
+  ``time = waves * (steps * step_us + overhead_us)``: the per-program cost that does not
+  scale with the work (start-up, epilogue, the last dQ tiles).
 
 Writes OUT.json with provenance; prints one line per (shape, kernel).
 """
@@ -74,6 +75,69 @@ def _fit(points):
     return a, b
 
 
+def _measure_shape(head_dim, seqlen, causal, calls, sms):
+    """One row per backward flashcore has on this shape (module docstring)."""
+    import flashcore
+    from flashcore.kernels import backward as triton_backward
+    from flashcore.kernels import backward_hopper_ws as ws
+
+    batch, heads = 16384 // seqlen, 2048 // head_dim
+    gen = torch.Generator(device="cuda").manual_seed(seqlen + head_dim)
+    q, k, v, do = (
+        torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16,
+                    generator=gen)
+        for _ in range(4)
+    )  # fmt: skip
+    out, lse = flashcore.attention(q, k, v, causal=causal, return_lse=True)
+    scale = head_dim**-0.5
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+
+    def ws_call(deterministic):
+        return lambda: ws.attention_backward_hopper_ws(
+            do, q, k, v, out, lse, dq, dk, dv, causal_offset=0, is_causal=causal,
+            scale=scale, deterministic=deterministic,
+        )  # fmt: skip
+
+    calls_by_kernel = {
+        "gluon_ws_det": ws_call(True),
+        "gluon_ws": ws_call(False),
+        "triton": lambda: triton_backward.attention_backward(
+            do, q, k, v, out, lse, causal=causal, scale=scale
+        ),
+    }
+    block_m = ws.BLOCK_M_FOR[head_dim]
+    n_blocks = math.ceil(seqlen / ws.BLOCK_N)
+    programs = n_blocks * batch * heads
+    # steps per program: every query block (non-causal) or, causal, the mean over key
+    # blocks of the query blocks at or below the diagonal
+    n_m = math.ceil(seqlen / block_m)
+    if causal:
+        steps = statistics.mean(n_m - (j * ws.BLOCK_N) // block_m for j in range(n_blocks))
+    else:
+        steps = n_m
+    rows = []
+    for name, fn in calls_by_kernel.items():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        wall = _timed_calls(fn, calls)
+        kernels = _kernel_times(fn, calls)
+        row = {
+            "D": head_dim, "S": seqlen, "B": batch, "H": heads, "causal": causal,
+            "kernel": name, "wall_ms": wall,
+            "kernels_us": {n: round(us, 2) for n, us in kernels.items()},
+            "programs": programs, "waves": programs / sms, "steps_per_program": steps,
+        }  # fmt: skip
+        main_us = [us for n, us in kernels.items() if "bwd_hopper_ws" in n]
+        if name.startswith("gluon") and main_us:
+            row["main_us"] = main_us[0]
+            row["other_us"] = sum(kernels.values()) - main_us[0]
+        rows.append(row)
+        top = ", ".join(f"{n[:40]} {us:.0f}" for n, us in list(kernels.items())[:5])
+        print(f"D{head_dim} S{seqlen} causal={causal} {name}: wall {wall:.3f} ms; {top}")
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
@@ -81,9 +145,6 @@ def main() -> int:
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     args = parser.parse_args()
 
-    import flashcore
-    from flashcore.kernels import backward as triton_backward
-    from flashcore.kernels import backward_hopper_ws as ws
     from flashcore.results import provenance
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -92,64 +153,10 @@ def main() -> int:
         points = []
         for seqlen in SEQLENS:
             for causal in (False, True):
-                batch, heads = 16384 // seqlen, 2048 // head_dim
-                gen = torch.Generator(device="cuda").manual_seed(seqlen + head_dim)
-                q, k, v, do = (
-                    torch.randn(batch, heads, seqlen, head_dim, device="cuda",
-                                dtype=torch.bfloat16, generator=gen)
-                    for _ in range(4)
-                )  # fmt: skip
-                out, lse = flashcore.attention(q, k, v, causal=causal, return_lse=True)
-                scale = head_dim**-0.5
-                dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
-
-                def ws_call(deterministic):
-                    return lambda: ws.attention_backward_hopper_ws(
-                        do, q, k, v, out, lse, dq, dk, dv, causal_offset=0,
-                        is_causal=causal, scale=scale, deterministic=deterministic,
-                    )  # fmt: skip
-
-                calls = {
-                    "gluon_ws_det": ws_call(True),
-                    "gluon_ws": ws_call(False),
-                    "triton": lambda: triton_backward.attention_backward(
-                        do, q, k, v, out, lse, causal=causal, scale=scale
-                    ),
-                }
-                block_m = ws.BLOCK_M_FOR[head_dim]
-                n_blocks = math.ceil(seqlen / ws.BLOCK_N)
-                programs = n_blocks * batch * heads
-                # steps per program: every query block (non-causal) or, causal, the mean
-                # over key blocks of the query blocks at or below the diagonal
-                n_m = math.ceil(seqlen / block_m)
-                if causal:
-                    steps = statistics.mean(
-                        n_m - (j * ws.BLOCK_N) // block_m for j in range(n_blocks)
-                    )
-                else:
-                    steps = n_m
-                for name, fn in calls.items():
-                    for _ in range(3):
-                        fn()
-                    torch.cuda.synchronize()
-                    wall = _timed_calls(fn, args.calls)
-                    kernels = _kernel_times(fn, args.calls)
-                    row = {
-                        "D": head_dim, "S": seqlen, "B": batch, "H": heads, "causal": causal,
-                        "kernel": name, "wall_ms": wall,
-                        "kernels_us": {n: round(us, 2) for n, us in kernels.items()},
-                        "programs": programs, "steps_per_program": steps,
-                    }  # fmt: skip
-                    main_us = [us for n, us in kernels.items() if "bwd_hopper_ws" in n]
-                    if name.startswith("gluon") and main_us:
-                        row["main_us"] = main_us[0]
-                        row["other_us"] = sum(kernels.values()) - main_us[0]
-                        if name == "gluon_ws" and not causal:
-                            points.append((steps, programs / sms, main_us[0]))
+                for row in _measure_shape(head_dim, seqlen, causal, args.calls, sms):
                     rows.append(row)
-                    top = ", ".join(f"{n[:40]} {us:.0f}" for n, us in list(kernels.items())[:5])
-                    print(f"D{head_dim} S{seqlen} causal={causal} {name}: wall {wall:.3f} ms; {top}")
-                del q, k, v, do, out, lse, dq, dk, dv
+                    if row["kernel"] == "gluon_ws" and not causal and "main_us" in row:
+                        points.append((row["steps_per_program"], row["waves"], row["main_us"]))
         if len(points) >= 2:
             step_us, overhead_us = _fit(points)
             fits[head_dim] = {
