@@ -166,10 +166,20 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
             "attention_backward_hopper_ws",
             functools.partial(bhw.attention_backward_hopper_ws, deterministic=True),
         )
+    zeroed_flags = []
+
+    def accumulator(q, *, zeroed):  # zeros either way: no kernel runs here
+        zeroed_flags.append(zeroed)
+        return torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+
+    monkeypatch.setattr(bhw, "_dq_accumulator", accumulator)
     grid, bound, q = record_launch(
         monkeypatch, bhw, "attention_backward_hopper_ws", bhw._bwd_hopper_ws_kernel, d
     )
     assert bound["DETERMINISTIC"] is deterministic
+    # the atomic mode adds into zeros; the deterministic mode stores each tile's first add
+    # (record_launch's causal offset is 60, so every query tile sees a key)
+    assert zeroed_flags == [not deterministic]
     assert grid == (2, 4)  # (key blocks of 128, batch * KV heads)
     block_m = bhw.BLOCK_M_FOR[d]
     assert (bound["BLOCK_M"], bound["BLOCK_N"], bound["STAGES"]) == (block_m, 128, 2)
@@ -257,6 +267,7 @@ for d in (64, 128):
         regs = re.findall(r"USETMAXREG\S* (?:UP\d, )?(0x[0-9a-f]+)", sass)
         r["setmaxnreg"] = sorted({int(x, 16) for x in regs})
         r["reduce_adds"] = sass.count("UTMAREDG")
+        r["tma_stores"] = sass.count("UTMASTG")  # the deterministic mode's first adds
         # spill traffic between the first and the last wgmma: inside the consumers' step
         lines = sass.splitlines()
         mma = [i for i, line in enumerate(lines) if "HGMMA" in line]
@@ -289,10 +300,12 @@ def test_offline_compile_for_sm90(record_property):
             f"backward_hopper_ws {name}: {r['n_regs']} registers at launch, setmaxnreg "
             f"{r['setmaxnreg']}, {r['n_spills']} spill stores, {r['stack']} B stack, "
             f"{r['shared']} B shared, {r['hgmma']} HGMMA, {r['reduce_adds']} reduce-adds, "
+            f"{r['tma_stores']} TMA stores, "
             f"{r['step_spills']} spill instructions inside the step, "
             f"{r['wgmma_waits']} wgmma waits",
         )
         assert r["hgmma"] > 0 and r["reduce_adds"] > 0, (name, r)
+        assert (r["tma_stores"] > 0) is name.endswith("deterministic"), (name, r)
         assert r["setmaxnreg"] == [24, 240], (name, r)
         assert r["shared"] <= 227 * 1024, (name, r)
         assert r["wgmma_waits"] <= 8, (name, r)  # the wgmmas overlap as issued
@@ -300,6 +313,23 @@ def test_offline_compile_for_sm90(record_property):
             assert r["step_spills"] == 0 and r["n_spills"] <= 8 and r["stack"] <= 32, (name, r)
         else:
             assert r["n_spills"] <= 16 and r["stack"] <= 64, (name, r)
+
+
+def test_dq_postprocess_scales_and_casts():
+    """dQ = scale * dQ_acc in dQ's dtype and strides (a (B, S, H, D) view here, an odd S),
+    under the error rule against float64; a head dim the kernel cannot tile is refused."""
+    from flashcore.kernels.backward import dq_postprocess
+    from flashcore.validate import error_rule
+
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    acc = torch.randn(2, 3, 70, 64, generator=gen, device=DEVICE)
+    dq = torch.full((2, 70, 3, 64), float("nan"), dtype=torch.float16, device=DEVICE)
+    dq = dq.transpose(1, 2)
+    dq_postprocess(acc, dq, 0.3)
+    report = error_rule(dq, acc.double() * 0.3, torch.mul(acc, 0.3).to(torch.float16))
+    assert report.passed, report
+    with pytest.raises(ValueError, match="power-of-two head dim"):
+        dq_postprocess(torch.zeros(1, 1, 4, 96), torch.zeros(1, 1, 4, 96), 1.0)
 
 
 # --------------------------------------------------------------------------- Hopper GPU
@@ -311,6 +341,37 @@ def test_offline_compile_for_sm90(record_property):
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
 def test_gradient_rule(case, kernel):
     row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel=kernel)
+    for g in GRADIENTS:
+        assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
+    assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}
+
+
+# Bottom-right causal with Sq > Sk: the first query tiles see no key, so no program adds to
+# them and the deterministic mode's buffer is zeroed there.
+UNSEEN_TILE_CASES = [
+    AttentionCase(1, 4, 2, 400, 150, 128, "bfloat16", True, "bottom_right"),
+    AttentionCase(1, 2, 2, 300, 70, 64, "float16", True, "bottom_right"),
+]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES + UNSEEN_TILE_CASES, ids=lambda c: c.name)
+def test_deterministic_mode_writes_every_dq_element(monkeypatch, case):
+    """The deterministic mode's dQ buffer is left as allocated where every query tile has a
+    first add (a store): filled with NaN here instead, the gradients still pass the rule with
+    no NaN, so the stores cover every element. Where a tile has no add the buffer is zeroed."""
+    made = []
+
+    def poisoned(q, *, zeroed):
+        made.append(zeroed)
+        fill = 0.0 if zeroed else float("nan")
+        return torch.full(q.shape, fill, dtype=torch.float32, device=q.device)
+
+    monkeypatch.setattr(bhw, "_dq_accumulator", poisoned)
+    row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon_ws_det")
+    unseen = case.causal and case.alignment == "bottom_right" and case.seqlen_q > case.seqlen_k
+    assert made == [unseen]
     for g in GRADIENTS:
         assert row[g]["nan_mismatch"] == 0, f"{g}: unwritten or spurious NaN elements"
     assert row["passed"], {g: (row[g]["max_abs_err"], row[g]["bound"]) for g in GRADIENTS}

@@ -133,6 +133,59 @@ def _bwd_preprocess(
     tl.store(d_base + offs_m, delta, mask=offs_m < seqlen_q)
 
 
+@triton.jit(do_not_specialize=["num_heads", "seqlen_q"])
+def _dq_postprocess(
+    DqAcc,
+    Dq,
+    stride_z,
+    stride_h,
+    stride_m,
+    stride_k,
+    num_heads,
+    seqlen_q,
+    scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """dQ = scale * dQ_acc in dQ's dtype and strides, from the contiguous fp32 (B, H, Sq, D)
+    buffer the atomic and reduce-add modes sum into: one pass, each element read and written
+    once (``torch.mul(acc, scale, out=dq)`` takes PyTorch's unvectorized mixed-dtype loop, and
+    ``dq.copy_(acc.mul_(scale))`` two passes)."""
+    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    tile_m = pid % num_m_tiles
+    batch_head = pid // num_m_tiles
+    batch = batch_head // num_heads
+    head = batch_head % num_heads
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask = offs_m[:, None] < seqlen_q
+    rows = offs_m[:, None].to(tl.int64)
+    src = DqAcc + batch_head.to(tl.int64) * seqlen_q * HEAD_DIM + rows * HEAD_DIM + offs_d[None, :]
+    dst = (
+        Dq
+        + batch.to(tl.int64) * stride_z
+        + head.to(tl.int64) * stride_h
+        + rows * stride_m
+        + offs_d[None, :] * stride_k
+    )
+    acc = tl.load(src, mask=mask, other=0.0)
+    tl.store(dst, (acc * scale).to(Dq.dtype.element_ty), mask=mask)
+
+
+def dq_postprocess(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> torch.Tensor:
+    """``dq[...] = scale * dq_acc`` (``_dq_postprocess``); dq_acc contiguous fp32 of dq's
+    shape, a power-of-two head dim (every backward that sums into dq_acc has one)."""
+    batch, heads, seqlen, head_dim = dq.shape
+    if head_dim & (head_dim - 1) or dq_acc.shape != dq.shape or not dq_acc.is_contiguous():
+        raise ValueError("dq_postprocess: a power-of-two head dim and a contiguous dq_acc")
+    block_m = 64
+    _dq_postprocess[(-(-seqlen // block_m) * batch * heads,)](
+        dq_acc, dq, *dq.stride(), heads, seqlen, scale, HEAD_DIM=head_dim, BLOCK_M=block_m
+    )
+    return dq
+
+
 @triton.jit
 def _load_rows(
     base,

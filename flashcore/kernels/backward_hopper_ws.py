@@ -74,6 +74,7 @@ from __future__ import annotations
 import torch
 
 from . import _gluon_tma
+from . import backward as _backward
 from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
 from ._softmax import LOG2E
 from .backward_hopper import (
@@ -211,7 +212,8 @@ if GLUON_AVAILABLE:
         the last that sees the tile's rows down to 0. Each tile has an int32 counter in
         ``Lock`` (zeroed) of the adds done; this program's turn on a tile is the number of
         key blocks above it that see the tile (its ``rank``). It waits for its turn (acquire),
-        adds, waits until the add has reached global memory, and passes the turn on (release).
+        adds (the first add, rank 0, is a plain store: the buffer is not zeroed in this mode),
+        waits until the add has reached global memory, and passes the turn on (release).
         The programs it waits for have larger key blocks, launched before it (the grid runs
         key blocks in reverse in this mode), so every wait is on a program already running."""
         batch, kv_head, group, n0, m_first, n_m, total, rot = work
@@ -221,6 +223,8 @@ if GLUON_AVAILABLE:
         for t in range(total):
             q_head, m0 = _step_coords(t, work, BLOCK_M)
             mbarrier.wait(step_done.index(t % NSTAGES), (t // NSTAGES) & 1)
+            coord = [batch, q_head, m0, 0]
+            tile = dq_smem.index(t % NBUF)
             if DETERMINISTIC:
                 lock = Lock + (batch * num_q_heads + q_head) * n_m_total + m0 // BLOCK_M
                 if IS_CAUSAL:  # the last key block with a key that the tile's last row sees
@@ -231,7 +235,12 @@ if GLUON_AVAILABLE:
                 seen = _load_acquire(lock)
                 while seen != rank:
                     seen = _load_acquire(lock)
-            _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], dq_smem.index(t % NBUF))
+                if rank == 0:  # the tile's first add: a plain store (the buffer is not zeroed)
+                    tma.async_copy_shared_to_global(dq_desc, coord, tile)
+                else:
+                    _gluon_tma.async_reduce_add(dq_desc, coord, tile)
+            else:
+                _gluon_tma.async_reduce_add(dq_desc, coord, tile)
             tma.store_wait(0)
             mbarrier.arrive(dq_empty.index(t % NBUF), count=1)
             if DETERMINISTIC:
@@ -414,7 +423,8 @@ if GLUON_AVAILABLE:
         DK_FROM_SMEM: gl.constexpr,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
-        (B, Hq, Sq, D) fp32 dQ buffer, zeroed (unscaled dQ is added), BLOCK_M x D blocks.
+        (B, Hq, Sq, D) fp32 dQ buffer (unscaled dQ is added), BLOCK_M x D blocks:
+        zeroed for the atomic mode; the deterministic mode stores each tile's first add.
         Lock: with DETERMINISTIC, B * Hq * cdiv(Sq, BLOCK_M) int32 zeros (_dq_writer);
         otherwise unused."""
         dtype: gl.constexpr = q_desc.dtype
@@ -497,6 +507,13 @@ if GLUON_AVAILABLE:
     _BWD_LAUNCH = CachedKernel(_bwd_hopper_ws_kernel, "gluon_bwd_ws")
 
 
+def _dq_accumulator(q, *, zeroed: bool):
+    """The fp32 buffer dQ's partial products are summed into, of q's shape: zeroed, or left
+    as allocated where the kernel writes every element before it adds to it."""
+    make = torch.zeros if zeroed else torch.empty
+    return make(q.shape, dtype=torch.float32, device=q.device)
+
+
 def _dq_descriptor(dq_acc, block_rows):
     """The fp32 dQ buffer, in BLOCK_M x D blocks for the reduce-add."""
     layout = nvmma_layout((block_rows, dq_acc.shape[3]), gl.float32)
@@ -537,8 +554,11 @@ def attention_backward_hopper_ws(
         HEAD_DIM_PADDED=head_dim,
         BLOCK_M=pre_m,
     )
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     block_m = BLOCK_M_FOR[head_dim]
+    # The deterministic mode stores the first of each dQ tile's adds, so its buffer needs no
+    # zeroing where every tile has one: all but bottom-right causal calls with Sq > Sk, whose
+    # first query rows see no key.
+    dq_acc = _dq_accumulator(q, zeroed=not deterministic or (is_causal and causal_offset < 0))
     if deterministic:
         n_m_total = -(-seqlen_q // block_m)
         lock = torch.zeros(batch * num_q_heads * n_m_total, dtype=torch.int32, device=q.device)
@@ -574,5 +594,5 @@ def attention_backward_hopper_ws(
         DK_FROM_SMEM=DK_FROM_SMEM_FOR[head_dim],
         num_warps=NUM_WARPS,
     )
-    torch.mul(dq_acc, scale, out=dq)  # scaled and converted in one pass
+    _backward.dq_postprocess(dq_acc, dq, scale)  # scaled and converted in one pass
     return dq, dk, dv
