@@ -96,6 +96,8 @@
 #             (as det_b's second half); merge with tools/merge_backward_records.py
 #   train_speed (FA4 not needed) issue 25's training-step target: tools/training_speed_rounds.py
 #             (B4 S2048 bf16, 3 paired rounds; a log, logs/training_speed_rounds_<commit>.json)
+#   ws_record (FA4 not needed; after the GPU tests ran) the "ran" scope check, compute-sanitizer on
+#             both modes, backward_ws_modes.json (ws_modes without its tests and race probe)
 #   breakdown (FA4 not needed) one backward call's GPU time kernel by kernel, D64/D128 x S
 #             2K-16K, both Gluon modes and the Triton backward, with the main kernel's per-program
 #             overhead fitted (tools/backward_breakdown.py; logs/backward_breakdown_<commit>.json)
@@ -239,6 +241,11 @@ tests/test_backward_varlen_softcap.py"
     ws_check backward_ws_modes ws_modes 300  # 34 s warm; a cold machine's compiles ran past 110
     TAIL=8 stage race_probe_unsync 90 compute-sanitizer --tool racecheck \
       python3 tools/mbarrier_race_probe.py --variant unsync
+    ;;
+  ws_record)
+    ran_scope_check
+    ws_sanitize 170
+    ws_check backward_ws_modes ws_modes 300
     ;;
   grid_a)
     bash .fa4a/install.sh
