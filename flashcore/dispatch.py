@@ -167,21 +167,21 @@ def describe_fp8_dispatch() -> str:
 # Both modes of the Gluon kernel are measured against the Triton default: bf16, B*S = 16K
 # tokens, H*D = 2048, 3 alternating rounds in one process, the whole backward (preprocess,
 # kernel, dQ conversion), TFLOP/s (tools/backward_hopper_check.py --kernel ws_modes). These
-# tables were set from the record of the kernel with lse/delta folded into its accumulators and
-# dK from shared memory at D64 (H200, commit 819674f, results/nvidia-h200/backward_ws_modes.json;
-# the H100's records measured an earlier step):
+# tables were set from the record of the kernel whose deterministic mode stores each dQ tile's
+# first add (no zeroed buffer) and converts dQ in one Triton pass (H200, commit bd0ee3f,
+# results/nvidia-h200/backward_ws_modes.json; the H100's records measured an earlier step):
 #                 deterministic  atomic  Triton   deterministic  atomic  Triton
-#   D64  S=2K       307.8  346.0  343.0 full |   281.7   297.4   262.9 causal
-#        S=4K       349.2  372.8  361.6      |   344.7   358.2   294.8
-#        S=8K       399.0  387.0  370.7      |   389.0   398.0   317.4
-#        S=16K      433.7  392.6  377.1      |   402.9   421.4   332.8
-#   D128 S=2K       409.6  411.9  379.3      |   362.7   341.7   319.5
-#        S=4K       463.8  439.8  406.1      |   426.5   394.3   349.2
-#        S=8K       498.6  457.4  406.6      |   484.9   433.9   388.0
-#        S=16K      524.5  485.2  419.2      |   505.3   475.2   414.8
+#   D64  S=2K       319.7  348.7  340.5 full |   295.9   301.7   263.4 causal
+#        S=4K       357.8  376.2  360.3      |   354.0   361.3   300.8
+#        S=8K       402.0  388.3  368.4      |   383.0   396.4   314.4
+#        S=16K      428.7  393.7  369.3      |   417.5   419.4   340.8
+#   D128 S=2K       439.0  424.1  380.6      |   392.5   347.0   321.4
+#        S=4K       475.5  441.6  406.3      |   454.9   403.3   356.6
+#        S=8K       504.3  458.2  409.8      |   497.4   438.2   389.9
+#        S=16K      526.4  484.2  418.5      |   514.9   478.0   414.8
 # The deterministic mode pays for its ordered adds where many key blocks start on the same
-# query tile at once (D64 full, short sequences: 0.89x the atomic mode at 2K); at D128 it is
-# the faster mode from 4K (its adds queue in order instead of contending for one tile).
+# query tile at once (D64 full, short sequences: 0.92x the atomic mode at 2K); at D128 it is
+# the faster mode from 2K (its adds queue in order instead of contending for one tile).
 # A mode runs from the shortest sequence (min of Sq, Sk) at which it beat the Triton backward
 # at every longer length, by 3% or more: (head dim, causal) -> S (``tables_from_record``
 # derives all three tables from the record's rows; a test holds them to it).
@@ -196,9 +196,9 @@ BACKWARD_GLUON_DETERMINISTIC_FROM = {
 # the Triton deterministic mode, faster than its own atomic mode at every shape of backward.json.
 BACKWARD_GLUON_FROM = {(64, False): 4096, (64, True): 2048, (128, False): 2048, (128, True): 2048}
 # deterministic=False asks for no order and forbids none: where the ordered mode beat the
-# atomic one at every longer length (D128: 1.05-1.09x from 4K full, 1.06-1.12x from 2K causal;
-# D64 full 1.03-1.10x from 8K), it runs instead.
-BACKWARD_ORDERED_FOR_ATOMIC_FROM = {(64, False): 8192, (128, False): 4096, (128, True): 2048}
+# atomic one at every longer length (D128: 1.04-1.10x from 2K full, 1.08-1.14x from 2K causal;
+# D64 full 1.04-1.09x from 8K), it runs instead.
+BACKWARD_ORDERED_FOR_ATOMIC_FROM = {(64, False): 8192, (128, False): 2048, (128, True): 2048}
 BACKWARD_TABLES_MARGIN = 1.03  # "by 3% or more" against the Triton backward
 
 
