@@ -1527,16 +1527,12 @@ print_ab(trials, old_is_b=False)  # these ran the trial as B: B/A inverted to ol
 # bit-for-bit repeats) and the autograd sweep beside FA4, cuDNN, SDPA flash and Flex
 # (`backward.json` at `eaeece4`, D64/D128/D256; D256 is the Triton backward's).
 
-# %% tags=[]
-h200_modes = read_check("backward_ws_modes", H200)
-if h200_modes is not None:
-    print_ws_modes(h200_modes)
-if H200 in recorded_devices("backward"):
-    print(status_line_for("backward", H200))
-    print_beside_fa4(read_result("backward", H200))
-
 # %% [markdown] tags=[]
-# **Reading it.** Against the Triton backward the deterministic mode is 1.10–1.27x at D128
+# Those two records were replaced at `7c1fc9b` (section 9e prints the current ones); what they
+# held at `eaeece4` is in `logs/backward_ws_modes_eaeece4.log` and
+# `logs/backward_speed_eaeece4.log`, and the reading below is of those logs.
+#
+# **Reading it (at `eaeece4`).** Against the Triton backward the deterministic mode is 1.10–1.27x at D128
 # from S=2K, and at D64 1.05–1.23x causal and 1.07–1.15x full from 8K (0.89–0.97x full below:
 # its ordered adds, where many key blocks start on one query tile at once). The dispatch
 # tables now send D64 back to the Gluon kernel (the default from 8K full and 2K causal; the
@@ -1573,6 +1569,173 @@ if H200 in recorded_devices("backward"):
 # the same lines) are the tool's; the ordering itself rests on the PTX memory model (arrive
 # releases, wait acquires; the warp barrier orders the other lanes' stores before the one
 # arrive), and the grid and bit-for-bit repeats above found no disagreement.
+
+# %% [markdown] tags=[]
+# ## 9e. The passes around the kernel: dQ's zeroing and conversion (H200)
+#
+# A call of the warp-specialized backward is four kernels: delta = rowsum(dO ∘ O)
+# (`_bwd_preprocess`), zeroing dQ's fp32 buffer, the kernel, and dQ = scale · buffer in the
+# input dtype. The first, second and fourth each touch a whole (B, H, S, D) tensor once, so
+# their time is the same at every S of a sweep that holds B·S fixed, while the kernel's grows
+# with S: they weigh most at short S. `tools/backward_breakdown.py` times each kernel of one
+# call under torch.profiler (bf16, B·S = 16K, H·D = 2048, the deterministic mode, 10 calls;
+# `logs/backward_breakdown_<commit>.json`), and fits the kernel's own time (atomic mode,
+# non-causal) as waves × (steps × t_step + t_program): what a program costs beyond its steps.
+# Before (`e8e7e15`, the kernel of `657a898`) and after (`81aa2e9`) the change below:
+
+
+# %% tags=[]
+def short_kernel_name(name):
+    """A profiler kernel name without its template arguments and signature."""
+    return name.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1]
+
+
+def print_breakdown(log_names):
+    """Per shape, the deterministic mode's kernel time beside the passes around it (µs per
+    call), from tools/backward_breakdown.py's logs under h200_logs."""
+    for name in log_names:
+        path = h200_logs / name
+        if not path.exists():
+            print("no log", path)
+            continue
+        log = _json.loads(path.read_text())
+        print(f"{name}: {describe(log)}")
+        rows = []
+        for r in log["rows"]:
+            if r["kernel"] != "gluon_ws_det":
+                continue
+            passes = {short_kernel_name(n): us for n, us in r["kernels_us"].items()}
+            passes.pop("_bwd_hopper_ws_kernel")
+            rows.append(
+                {
+                    "D": r["D"],
+                    "S": r["S"],
+                    "causal": r["causal"],
+                    "kernel us": r["main_us"],
+                    "passes us": r["other_us"],
+                    "passes share": r["other_us"] / (r["main_us"] + r["other_us"]),
+                    "passes": ", ".join(f"{n} {us:.0f}" for n, us in passes.items()),
+                }
+            )
+        print(
+            table(
+                rows,
+                list(rows[0]),
+                {"kernel us": "{:.0f}", "passes us": "{:.0f}", "passes share": "{:.3f}"},
+            )
+        )
+        for d, fit in log["fits"].items():
+            print(
+                f"D{d} kernel fit (atomic, full): {fit['step_us']:.2f} us a step, "
+                f"{fit['overhead_us']:.1f} us a program beyond its steps"
+            )
+
+
+print_breakdown(["backward_breakdown_e8e7e15.json", "backward_breakdown_81aa2e9.json"])
+
+# %% [markdown] tags=[]
+# Before, the passes took 133–141 µs a call at every shape: 66–73 µs for the conversion
+# (`torch.mul(buffer, scale, out=dq)`, which PyTorch runs through its unvectorized
+# mixed-dtype loop, `unrolled_elementwise_kernel`), 37 µs for delta, 29 µs to zero the
+# buffer: 8% of the call at D128 S=2K full, 1% at 16K. The change (`81aa2e9`):
+#
+# - **no zeroing in the deterministic mode.** Its adds into a dQ tile land in a fixed order,
+#   so the first of them (rank 0) is a plain TMA store instead of a reduce-add, and the buffer
+#   can be left as allocated wherever every tile has a first add: every call but bottom-right
+#   causal with Sq > Sk, whose first query tiles see no key (zeroed there). A GPU test fills
+#   the buffer with NaN instead and checks the gradients under the rule with no NaN
+#   (`test_deterministic_mode_writes_every_dq_element`); the offline compile finds the TMA
+#   stores in the deterministic build only.
+# - **dQ converted in one Triton pass** (`backward.dq_postprocess`): each element read and
+#   written once, 48 µs.
+#
+# The passes now take 87–89 µs at every shape (133–141 before). The same change, A/B-timed against `657a898` in
+# processes of their own, alternating, three rounds (`tools/ab_timing.py --suite
+# ws_backward`, the whole backward; `logs/ws_dq_passes_ab_timing_81aa2e9.log`, whose JSON
+# record was written outside the returned folder and lost: the log is the evidence), old time
+# / new time:
+
+
+# %% tags=[]
+def read_ab_log(name):
+    """tools/ab_timing.py's printed summary lines (``<suite> <mode> D.. S.. full|causal:
+    backward_ms B/A x``) from a log under h200_logs: {shape: B/A}."""
+    path = h200_logs / name
+    if not path.exists():
+        print("no log", path)
+        return {}
+    found = {}
+    for line in path.read_text().splitlines():
+        if "backward_ms B/A" in line:
+            shape, ratio = line.split(": backward_ms B/A ")
+            found[shape.strip()] = float(ratio)
+    return found
+
+
+dq_passes_ab = read_ab_log("ws_dq_passes_ab_timing_81aa2e9.log")
+print(
+    table(
+        [{"shape": k, "old / new": v} for k, v in dq_passes_ab.items()],
+        ["shape", "old / new"],
+        {"old / new": "{:.3f}"},
+    )
+)
+
+# %% [markdown] tags=[]
+# The deterministic mode gains 2–6% at S=4K (1.018–1.056) and 0–2% at 16K; the atomic mode,
+# which still zeroes its buffer, is level (0.995–1.009). The kernel itself is unchanged: the
+# consumers' SASS has the same wgmma count, waits and spills.
+#
+# The records of this kernel (`backward_ws_modes.json` and `backward.json` at `7c1fc9b`, H200).
+# The ordered mode now beats the atomic one at D128 full from 2K, so the rule moved
+# `deterministic=False` there onto it (`BACKWARD_ORDERED_FOR_ATOMIC_FROM[(128, False)]`: 4K to
+# 2K; `7c1fc9b`), and both records were measured again after that change:
+
+# %% tags=[]
+h200_modes = read_check("backward_ws_modes", H200)
+if h200_modes is not None:
+    print_ws_modes(h200_modes)
+if H200 in recorded_devices("backward"):
+    print(status_line_for("backward", H200))
+    print_beside_fa4(read_result("backward", H200))
+
+# %% [markdown] tags=[]
+# **Reading it.** Against FA4 the default is at geomean 0.855 at D128 (0.75–0.91 per shape),
+# 0.746 at D64 and 0.719 at D256 (the Triton backward); against cuDNN 0.988, 0.899 and 0.698.
+# Forward + backward against FA4: 0.898 at D128. The same kernels measured one session
+# earlier (`bd0ee3f`, before the one-table change; `logs/backward_speed_bd0ee3f.log`) gave
+# 0.877 at D128: sessions differ by about 2%, so the like-for-like gain is the A/B above, not
+# the difference between records (eaeece4's: 0.832). Every FA4 target is still missed.
+#
+# **The training step** (issue 25's last speed target: transformers' random Llama, head dim
+# 64, GQA 32/8, causal, bf16, B4 S2048, forward, loss and backward; `e2e.training_speed`,
+# three paired rounds in alternating order on one model; `tools/training_speed_rounds.py`):
+
+# %% tags=[]
+for name in ("training_speed_rounds_e8e7e15.json", "training_speed_rounds_bd0ee3f.json"):
+    path = h200_logs / name
+    if not path.exists():
+        print("no log", path)
+        continue
+    log = _json.loads(path.read_text())
+    row = log["training_speed"]
+    print(
+        f"{name}: {describe(log)}\n  tokens/s flashcore {row['tokens_per_s_flashcore']:.0f}, "
+        f"sdpa {row['tokens_per_s_sdpa']:.0f}; per-round ratios "
+        f"{', '.join(f'{x:.3f}' for x in row['ratio_rounds'])}; median {row['ratio']:.3f}"
+    )
+
+# %% [markdown] tags=[]
+# flashcore's step is 0.96–0.97x SDPA's (rounds 0.95–1.00), before and after: **missed**. At
+# this shape (D64, causal, S=2K) flashcore's backward is the deterministic Gluon kernel, at
+# 0.87x cuDNN's at D64 causal S=2K in the backward sweep, and its forward the Triton kernel (D64 has no Gluon
+# forward): the D64 kernels are where the step's gap is.
+#
+# What a program costs beyond its steps, from the fit: about 4–10 µs at D128 (two fits,
+# 9.7 and 4.4 µs: the fit is loose) against 2.8 µs a step, so 4–11% of a program's time at
+# S=2K and under 2% at 16K. It is the start (K and V, the ring's first stages), the epilogue
+# (dK and dV from registers) and the last dQ tiles: a persistent kernel, whose loader fetches
+# the next block's tiles during the epilogue, is the way to take it; not built here.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute

@@ -8,9 +8,10 @@ this way: one bulk reduce of an fp32 tile from shared memory per step, issued by
 and waited on with ``tma.store_wait`` only before that shared buffer is written again, where
 per-element ``atomic_add`` issues a global atomic per element from every thread.
 
-Not used by a shipped kernel yet: ``tools/gluon_tma_reduce_probe.py`` compiles it for sm_90
-(offline: the PTX and SASS it lowers to) and, on a Hopper GPU, checks its sums against
-torch's and times it beside ``gl.atomic_add``.
+The warp-specialized backward's dQ writer (kernels/backward_hopper_ws.py) sums dQ with it.
+``tools/gluon_tma_reduce_probe.py`` compiles it for sm_90 (offline: the PTX and SASS it lowers
+to) and, on a Hopper GPU, checks its sums against torch's and times it beside
+``gl.atomic_add``.
 """
 
 from __future__ import annotations
