@@ -134,12 +134,13 @@ def _gluon_backward(case, do, q, k, v, out, lse, grads, *, kernel: str = "gluon"
     import importlib
     import math
 
-    module, name, options = GLUON_KERNELS[kernel]
-    kernel_module = importlib.import_module(f"flashcore.kernels.{module}")
-    if not kernel_module.supports(q, k, v, window=case.window):
+    from .kernels import backward_hopper
+
+    if not backward_hopper.supports(q, k, v, window=case.window):
         raise ValueError(f"the Gluon backward does not support {case.name} on {q.device}")
     bottom_right = case.causal and case.alignment == "bottom_right"
-    launch = getattr(kernel_module, name)
+    module, name, options = GLUON_KERNELS[kernel]
+    launch = getattr(importlib.import_module(f"flashcore.kernels.{module}"), name)
     launch(
         do, q, k, v, out, lse, *grads,
         causal_offset=case.seqlen_k - case.seqlen_q if bottom_right else 0,
