@@ -70,7 +70,7 @@ new time): the fold 1.02-1.07x deterministic and 1.01-1.02x atomic at D128; with
 shared memory, 1.06-1.12x deterministic and 0.99-1.11x atomic at D64 (at D128 0.98-1.03x:
 registers kept there).
 
-D256 (``_consumers_split_d``, ``SPLIT_D``): K, V and the Q/dO ring of 128-key blocks do not
+D256 (``_consumers_split_columns``, ``SPLIT_COLUMNS_FOR``): K, V and the Q/dO ring of 128-key blocks do not
 fit in shared memory, and dK, dV of 64 keys in one warpgroup would be 256 fp32 registers a
 thread. So a program owns 64 keys, and the two warpgroups split columns instead of rows: S^T
 and dP^T by query (32 each), dK, dV and dQ by head-dim half (128 each). P^T and dS^T go
@@ -128,12 +128,17 @@ __all__ = [
 
 NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
 STAGES = 2  # Q/dO ring depth (D64, D128)
-# D256 (``_consumers_split_d``): 64 keys a program, one ring stage, one dQ buffer (208 KB of
+# D256 (``_consumers_split_columns``): 64 keys a program, one ring stage, one dQ buffer (208 KB of
 # shared memory: K, V 64 KB + Q, dO 64 KB + P^T, dS^T 16 KB + dQ's fp32 tile 64 KB).
 HEAD_DIMS_WS = (64, 128, 256)
 BLOCK_N_FOR = {64: BLOCK_N, 128: BLOCK_N, 256: 64}
 STAGES_FOR = {64: STAGES, 128: STAGES, 256: 1}
 DQ_BUFFERS_FOR = {64: 2, 128: 2, 256: 1}
+# Which step a head dim runs: the warpgroups own 64 keys each (``_consumers``) or split the
+# columns (``_consumers_split_columns``: FlashAttention-4's sm90 operand layout, P^T and dS^T
+# through shared memory). D256 has only the second; at D64/D128 it compiles without spills
+# (offline, sm_90) and has not been timed against the first.
+SPLIT_COLUMNS_FOR = {64: False, 128: False, 256: True}
 # Query rows per step, per head dim: the columns of S^T and dP^T. D64 at 128 spills a few
 # registers inside the step, and was faster than at 64 (no spills; 0.79-0.97x the speed on an
 # H200, logs/ws_swap_d64_rows_ab_timing_88ab124.json, measured while ptxas still serialized
@@ -437,15 +442,16 @@ if GLUON_AVAILABLE:
         gl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=kv_mask)
 
     @gluon.jit
-    def _consumers_split_d(
+    def _consumers_split_columns(
         k_buf, v_buf, kv_bar, ring, rows_ring, stage_free, step_done, pt_smem, ds_smem,
         dq_smem, dq_empty, dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
     ):  # fmt: skip
-        """D256's step. A program has 64 keys, which one warpgroup's wgmma rows cover, so the
-        two warpgroups split columns instead: S^T and dP^T by query (32 each), dK, dV and dQ
-        by head-dim half (128 each: 64 + 64 + 64 fp32 registers a thread). P^T and dS^T go
+        """The step with the warpgroups splitting columns, D256's (and a trial at D64/D128:
+        ``SPLIT_COLUMNS_FOR``). At D256 a program has 64 keys, which one warpgroup's wgmma rows
+        cover, so the two warpgroups split columns instead: S^T and dP^T by query (32 each),
+        dK, dV and dQ by head-dim half (128 each: 64 + 64 + 64 fp32 registers a thread). P^T and dS^T go
         through shared memory, where each warpgroup's dV and dK read all of the step's queries.
         One ring stage, handed back to the loader as soon as the step's dV and dK have read
         it, so that the next step's copies overlap dQ; one dQ buffer (``step_done``: the
@@ -547,7 +553,7 @@ if GLUON_AVAILABLE:
         num_q_heads, num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DETERMINISTIC: gl.constexpr,
-        DK_FROM_SMEM: gl.constexpr, DQ_BUFFERS: gl.constexpr, SPLIT_D: gl.constexpr,
+        DK_FROM_SMEM: gl.constexpr, DQ_BUFFERS: gl.constexpr, SPLIT_COLUMNS: gl.constexpr,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
         (B, Hq, Sq, D) fp32 dQ buffer (unscaled dQ is added), BLOCK_M x D blocks:
@@ -589,7 +595,7 @@ if GLUON_AVAILABLE:
         v_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
         q_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
-        if SPLIT_D:  # D256: P^T and dS^T, one buffer each (_consumers_split_d)
+        if SPLIT_COLUMNS:  # P^T and dS^T, one buffer each (_consumers_split_columns)
             pt_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], ds_smem_layout)
             ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], ds_smem_layout)
         else:
@@ -610,7 +616,8 @@ if GLUON_AVAILABLE:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(step_done.index(i), count=1)
-        if SPLIT_D:  # the loader's own barrier: the stage is freed before the dQ tile is ready
+        # split columns: the loader's own barrier (the stage is freed before the dQ tile is ready)
+        if SPLIT_COLUMNS:
             stage_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             for i in gl.static_range(STAGES):
                 mbarrier.init(stage_free.index(i), count=1)
@@ -624,10 +631,10 @@ if GLUON_AVAILABLE:
             stride_dkz, stride_dkh, stride_dkn, stride_dkk,
             stride_dvz, stride_dvh, stride_dvn, stride_dvk,
         )  # fmt: skip
-        if SPLIT_D:
+        if SPLIT_COLUMNS:
             gl.warp_specialize(
                 [
-                    (_consumers_split_d, (k_buf, v_buf, kv_bar, ring, rows_ring, stage_free,
+                    (_consumers_split_columns, (k_buf, v_buf, kv_bar, ring, rows_ring, stage_free,
                                           step_done, pt_smem, ds_smem, dq_smem, dq_empty, dK,
                                           dV, dkv_strides, lengths, work, qk_scale, sm_scale,
                                           HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL)),
@@ -661,7 +668,7 @@ if GLUON_AVAILABLE:
 
 
 def supports(q, k, v, *, window=None, softcap=None, sinks=None) -> bool:
-    """``backward_hopper.supports`` with D256 as well (``_consumers_split_d``)."""
+    """``backward_hopper.supports`` with D256 as well (``_consumers_split_columns``)."""
     return _backward_hopper.supports(
         q, k, v, window=window, softcap=softcap, sinks=sinks, head_dims=HEAD_DIMS_WS
     )
@@ -754,7 +761,7 @@ def attention_backward_hopper_ws(
         DETERMINISTIC=bool(deterministic),
         DK_FROM_SMEM=DK_FROM_SMEM_FOR[head_dim],
         DQ_BUFFERS=DQ_BUFFERS_FOR[head_dim],
-        SPLIT_D=head_dim == 256,
+        SPLIT_COLUMNS=SPLIT_COLUMNS_FOR[head_dim],
         num_warps=NUM_WARPS,
     )
     _backward.dq_postprocess(dq_acc, dq, scale)  # scaled and converted in one pass
