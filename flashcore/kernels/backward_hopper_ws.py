@@ -138,7 +138,7 @@ DQ_BUFFERS_FOR = {64: 2, 128: 2, 256: 1}
 # columns (``_consumers_split_columns``: FlashAttention-4's sm90 operand layout, P^T and dS^T
 # through shared memory). D256 has only the second; at D64/D128 it compiles without spills
 # (offline, sm_90) and has not been timed against the first.
-SPLIT_COLUMNS_FOR = {64: False, 128: False, 256: True}
+SPLIT_COLUMNS_FOR = {64: True, 128: True, 256: True}  # trial: every head dim
 # Query rows per step, per head dim: the columns of S^T and dP^T. D64 at 128 spills a few
 # registers inside the step, and was faster than at 64 (no spills; 0.79-0.97x the speed on an
 # H200, logs/ws_swap_d64_rows_ab_timing_88ab124.json, measured while ptxas still serialized
