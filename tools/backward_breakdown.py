@@ -4,7 +4,7 @@
 
 For each shape of the backward sweep (bf16, B·S = 16K, H·D = 2048, S 2K-16K, causal or not)
 and each backward flashcore has on it (the warp-specialized Gluon backward, deterministic
-and atomic; the Triton backward), after a warm-up:
+and atomic; the Triton backward), and FA4's with ``--peers fa4``, after a warm-up:
 
 * ``wall_ms``: one call's time between CUDA events, median of ``--calls`` calls;
 * ``kernels``: each kernel's device time per call (torch.profiler over ``--calls`` calls),
@@ -75,8 +75,9 @@ def _fit(points):
     return a, b
 
 
-def _measure_shape(head_dim, seqlen, causal, calls, sms):
-    """One row per backward flashcore has on this shape (module docstring)."""
+def _measure_shape(head_dim, seqlen, causal, calls, sms, peers=()):
+    """One row per backward flashcore has on this shape (module docstring), and per peer in
+    ``peers`` ("fa4": FlashAttention-4's backward through autograd, its passes included)."""
     import flashcore
     from flashcore.kernels import backward as triton_backward
     from flashcore.kernels import backward_hopper_ws as ws
@@ -105,6 +106,12 @@ def _measure_shape(head_dim, seqlen, causal, calls, sms):
             do, q, k, v, out, lse, causal=causal, scale=scale
         ),
     }
+    if "fa4" in peers:
+        from flashcore.studies.bench import make_fa4
+
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        fa4_out = make_fa4(causal)(*leaves)
+        calls_by_kernel["fa4"] = lambda: torch.autograd.grad(fa4_out, leaves, do, retain_graph=True)
     block_m = ws.BLOCK_M_FOR[head_dim]
     n_blocks = math.ceil(seqlen / ws.BLOCK_N)
     programs = n_blocks * batch * heads
@@ -143,6 +150,9 @@ def main() -> int:
     parser.add_argument("out")
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument(
+        "--peers", nargs="*", default=[], choices=["fa4"], help="peers timed alike (FA4)"
+    )
     args = parser.parse_args()
 
     from flashcore.results import provenance
@@ -153,7 +163,10 @@ def main() -> int:
         points = []
         for seqlen in SEQLENS:
             for causal in (False, True):
-                for row in _measure_shape(head_dim, seqlen, causal, args.calls, sms):
+                shape_rows = _measure_shape(
+                    head_dim, seqlen, causal, args.calls, sms, peers=args.peers
+                )
+                for row in shape_rows:
                     rows.append(row)
                     if row["kernel"] == "gluon_ws" and not causal and "main_us" in row:
                         points.append((row["steps_per_program"], row["waves"], row["main_us"]))

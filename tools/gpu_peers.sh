@@ -96,6 +96,8 @@
 #             (as det_b's second half); merge with tools/merge_backward_records.py
 #   train_speed (FA4 not needed) issue 25's training-step target: tools/training_speed_rounds.py
 #             (B4 S2048 bf16, 3 paired rounds; a log, logs/training_speed_rounds_<commit>.json)
+#   breakdown_fa4 (carry .fa4b, right after an .fa4a call) the same with FA4's backward beside
+#             (its preprocess and dQ conversion against ours)
 #   ws_record (FA4 not needed; after the GPU tests ran) the "ran" scope check, compute-sanitizer on
 #             both modes, backward_ws_modes.json (ws_modes without its tests and race probe)
 #   breakdown (FA4 not needed) one backward call's GPU time kernel by kernel, D64/D128 x S
@@ -115,7 +117,7 @@ export FLASHCORE_RESULTS_DIR="$out/results"
 . tools/stage.sh
 fa4site=/root/fa4site
 case "$part" in
-  forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b | ws_b | det_b | speed_b)
+  forward | backward | dv | dv_speed | ncu | ncu_fa4 | current_b | rerecord_b | ws_b | det_b | speed_b | breakdown_fa4)
     fa4b=1 ;;
   *) fa4b=0 ;;
 esac
@@ -264,6 +266,11 @@ tests/test_backward_varlen_softcap.py"
     mkdir -p "$out/logs"
     TAIL=6 stage backward_breakdown 300 python3 tools/backward_breakdown.py \
       "$out/logs/backward_breakdown_${FLASHCORE_COMMIT:-unknown}.json"
+    ;;
+  breakdown_fa4)
+    mkdir -p "$out/logs"
+    TAIL=6 stage backward_breakdown_fa4 300 python3 tools/backward_breakdown.py \
+      "$out/logs/backward_breakdown_fa4_${FLASHCORE_COMMIT:-unknown}.json" --peers fa4
     ;;
   ws_trials)
     mkdir -p "$out/logs"
