@@ -6,7 +6,10 @@ For each shape of the backward sweep (bf16, B·S = 16K, H·D = 2048, S 2K-16K, c
 and each backward flashcore has on it (the warp-specialized Gluon backward, deterministic
 and atomic; the Triton backward), and FA4's with ``--peers fa4``, after a warm-up:
 
-* ``wall_ms``: one call's time between CUDA events, median of ``--calls`` calls;
+* ``call_ms``: one call's time as the sweeps take it (``bench.time_launches``: calls queued
+  back to back, median of ``--calls`` samples). Logs written before this field (e8e7e15,
+  81aa2e9) hold ``wall_ms`` instead: one call between CUDA events with a synchronization
+  after each, so the host's launch path before the first kernel is in it;
 * ``kernels``: each kernel's device time per call (torch.profiler over ``--calls`` calls),
   so that the fixed per-call passes (delta, zeroing dQ's fp32 buffer, dQ's conversion) can
   be told apart from the main kernel, whose time grows with S;
@@ -32,18 +35,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 SEQLENS = (2048, 4096, 8192, 16384)
-
-
-def _timed_calls(fn, calls):
-    times = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def _kernel_times(fn, calls):
@@ -81,6 +72,7 @@ def _measure_shape(head_dim, seqlen, causal, calls, sms, peers=()):
     import flashcore
     from flashcore.kernels import backward as triton_backward
     from flashcore.kernels import backward_hopper_ws as ws
+    from flashcore.studies.bench import time_launches
 
     batch, heads = 16384 // seqlen, 2048 // head_dim
     gen = torch.Generator(device="cuda").manual_seed(seqlen + head_dim)
@@ -127,11 +119,11 @@ def _measure_shape(head_dim, seqlen, causal, calls, sms, peers=()):
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
-        wall = _timed_calls(fn, calls)
+        call = time_launches(lambda i: fn(), 1, warmup=2, reps=calls)
         kernels = _kernel_times(fn, calls)
         row = {
             "D": head_dim, "S": seqlen, "B": batch, "H": heads, "causal": causal,
-            "kernel": name, "wall_ms": wall,
+            "kernel": name, "call_ms": call.median_ms,
             "kernels_us": {n: round(us, 2) for n, us in kernels.items()},
             "programs": programs, "waves": programs / sms, "steps_per_program": steps,
         }  # fmt: skip
@@ -141,7 +133,7 @@ def _measure_shape(head_dim, seqlen, causal, calls, sms, peers=()):
             row["other_us"] = sum(kernels.values()) - main_us[0]
         rows.append(row)
         top = ", ".join(f"{n[:40]} {us:.0f}" for n, us in list(kernels.items())[:5])
-        print(f"D{head_dim} S{seqlen} causal={causal} {name}: wall {wall:.3f} ms; {top}")
+        print(f"D{head_dim} S{seqlen} causal={causal} {name}: {call.median_ms:.3f} ms; {top}")
     return rows
 
 
