@@ -134,13 +134,12 @@ def _gluon_backward(case, do, q, k, v, out, lse, grads, *, kernel: str = "gluon"
     import importlib
     import math
 
-    from .kernels import backward_hopper
-
-    if not backward_hopper.supports(q, k, v, window=case.window):
+    module, name, options = GLUON_KERNELS[kernel]
+    kernel_module = importlib.import_module(f"flashcore.kernels.{module}")
+    if not kernel_module.supports(q, k, v, window=case.window):
         raise ValueError(f"the Gluon backward does not support {case.name} on {q.device}")
     bottom_right = case.causal and case.alignment == "bottom_right"
-    module, name, options = GLUON_KERNELS[kernel]
-    launch = getattr(importlib.import_module(f"flashcore.kernels.{module}"), name)
+    launch = getattr(kernel_module, name)
     launch(
         do, q, k, v, out, lse, *grads,
         causal_offset=case.seqlen_k - case.seqlen_q if bottom_right else 0,
@@ -206,7 +205,8 @@ def backward_grid(name: str) -> list[AttentionCase]:
     pairs, every GQA ratio, both causal alignments and non-causal, windows, padded head
     dims, fp32, a (B, S, H, D) strided layout; fp16 and bf16. ``hopper`` (240 cases): what
     the Gluon backward supports (D64/D128, fp16/bf16, no windows), for
-    ``check_grad_case(..., kernel="gluon")``. ``cpu``: a subset for the Triton interpreter
+    ``check_grad_case(..., kernel="gluon")``; ``hopper_d256`` (126 cases) the same at D256
+    for the warp-specialized kernel. ``cpu``: a subset for the Triton interpreter
     (fp16/fp32, small shapes).
     """
     masks = [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
@@ -245,14 +245,17 @@ def backward_grid(name: str) -> list[AttentionCase]:
         ):
             cases.append(AttentionCase(1, 4, 2, sq, sk, 128, dtype, True, align, window=w))
         return _shuffled(cases)
-    if name == "hopper":
+    if name in ("hopper", "hopper_d256"):
         # The Gluon backward (kernels/backward_hopper.py: D64/D128, fp16/bf16, no windows):
         # lengths around its 64-row query and 128-row key blocks, Sq != Sk both ways, GQA,
-        # a (B, S, H, D) layout.
-        half, dims = ("float16", "bfloat16"), (64, 128)
-        for dtype, (causal, align), s, d in itertools.product(
-            half, masks, (1, 17, 64, 65, 127, 128, 129, 300, 1000), dims
-        ):
+        # a (B, S, H, D) layout. "hopper_d256": the same at D256 alone (the warp-specialized
+        # kernel's 64-key blocks), lengths around 64 added.
+        half = ("float16", "bfloat16")
+        dims = (64, 128) if name == "hopper" else (256,)
+        lengths = (1, 17, 64, 65, 127, 128, 129, 300, 1000)
+        if name == "hopper_d256":
+            lengths = (1, 17, 63, 64, 65, 127, 128, 129, 300, 1000)
+        for dtype, (causal, align), s, d in itertools.product(half, masks, lengths, dims):
             cases.append(AttentionCase(1, 4, 2, s, s, d, dtype, causal, align))
         pairs = ((17, 300), (300, 17), (65, 1000), (1000, 65), (1, 129), (129, 1), (128, 300))
         for dtype, (causal, align), (sq, sk), d in itertools.product(half, masks, pairs, dims):

@@ -37,9 +37,9 @@ needs_hopper = pytest.mark.skipif(
 
 def test_import_guard_and_supports_on_cpu():
     assert bhw.GLUON_AVAILABLE is bh.GLUON_AVAILABLE
-    assert bhw.supports is bh.supports  # the same calls take any Gluon backward
-    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
-    assert not bhw.supports(q, q, q)  # CPU tensors never take the Gluon path
+    for d in (64, 256):
+        q = torch.zeros(1, 2, 8, d, dtype=torch.float16)
+        assert not bhw.supports(q, q, q)  # CPU tensors never take the Gluon path
 
 
 def _meta(s, d):
@@ -153,7 +153,7 @@ def test_deterministic_is_no_forward_option():
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
     """The launcher on a CPU (``record_launch``): every parameter bound, descriptors of the
     head dim's BLOCK_M (dQ's fp32 buffer in BLOCK_M x D blocks, for the reduce-add) and 8
@@ -180,15 +180,18 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
     # the atomic mode adds into zeros; the deterministic mode stores each tile's first add
     # (record_launch's causal offset is 60, so every query tile sees a key)
     assert zeroed_flags == [not deterministic]
-    assert grid == (2, 4)  # (key blocks of 128, batch * KV heads)
-    block_m = bhw.BLOCK_M_FOR[d]
-    assert (bound["BLOCK_M"], bound["BLOCK_N"], bound["STAGES"]) == (block_m, 128, 2)
+    block_m, block_n = bhw.BLOCK_M_FOR[d], bhw.BLOCK_N_FOR[d]
+    # (key blocks: 130 keys in blocks of 128, or of 64 at D256; batch * KV heads)
+    assert grid == (-(-130 // block_n), 4)
+    assert (bound["BLOCK_M"], bound["BLOCK_N"]) == (block_m, block_n)
+    assert (bound["STAGES"], bound["DQ_BUFFERS"]) == ((1, 1) if d == 256 else (2, 2))
+    assert bound["SPLIT_COLUMNS"] is bhw.SPLIT_COLUMNS_FOR[d]
     assert bound["HEAD_DIM"] == d and bound["IS_CAUSAL"] is True and bound["num_warps"] == 8
     assert bound["DK_FROM_SMEM"] is bhw.DK_FROM_SMEM_FOR[d]
     descs = [bound[n] for n in ("q_desc", "k_desc", "do_desc", "dq_desc")]
     assert [x.block_shape for x in descs] == [
         [1, 1, block_m, d],
-        [1, 1, 128, d],
+        [1, 1, block_n, d],
         [1, 1, block_m, d],
         [1, 1, block_m, d],
     ]
@@ -236,46 +239,57 @@ from triton.experimental.gluon import language as gl
 from flashcore.kernels import backward_hopper_ws as bhw
 from flashcore.studies.sass import compile_kernel, disassemble, resource_usage
 
+
+def report(d, causal, dtype, det, split):
+    bm, bn = bhw.BLOCK_M_FOR[d], bhw.BLOCK_N_FOR[d]
+    gd = gl.bfloat16 if dtype == "bf16" else gl.float16
+
+    def desc(rows, t=dtype, g=gd):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], g)
+        return f"tensordesc<{t}[1,1,{rows},{d}],{layout!r}>"
+
+    spec = dict(
+        fn=bhw._bwd_hopper_ws_kernel, gluon=True,
+        pointers={"Lse": "*fp32", "Delta": "*fp32", "Lock": "*i32", "dK": f"*{dtype}",
+                  "dV": f"*{dtype}"},
+        floats={"qk_scale", "sm_scale"},
+        consts=dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=bhw.STAGES_FOR[d],
+                    IS_CAUSAL=causal, DETERMINISTIC=det, DK_FROM_SMEM=bhw.DK_FROM_SMEM_FOR[d],
+                    DQ_BUFFERS=bhw.DQ_BUFFERS_FOR[d], SPLIT_COLUMNS=split),
+        num_warps=bhw.NUM_WARPS, num_stages=1,
+        descs={"q_desc": desc(bm), "do_desc": desc(bm), "k_desc": desc(bn),
+               "v_desc": desc(bn), "dq_desc": desc(bm, "fp32", gl.float32)},
+    )
+    c = compile_kernel(spec)
+    r = resource_usage(c)
+    sass = disassemble(c.asm["cubin"])
+    regs = re.findall(r"USETMAXREG\S* (?:UP\d, )?(0x[0-9a-f]+)", sass)
+    r["setmaxnreg"] = sorted({int(x, 16) for x in regs})
+    r["reduce_adds"] = sass.count("UTMAREDG")
+    r["tma_stores"] = sass.count("UTMASTG")  # the deterministic mode's first adds
+    # spill traffic between the first and the last wgmma: inside the consumers' step
+    lines = sass.splitlines()
+    mma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    r["step_spills"] = sum(("STL" in x or "LDL" in x) for x in lines[mma[0] : mma[-1]])
+    # waits on the wgmma pipeline: a few a step, or one after every wgmma where ptxas
+    # serializes them (its warning C7512: too few registers for the async accumulators)
+    r["wgmma_waits"] = sass.count("WARPGROUP.DEPBAR")
+    return r
+
+
 # every (causal, dtype) in the atomic mode; bf16 in the deterministic mode
 CONFIGS = [(c, t, False) for c in (False, True) for t in ("fp16", "bf16")]
 CONFIGS += [(c, "bf16", True) for c in (False, True)]
 out = {}
-for d in (64, 128):
-    bm = bhw.BLOCK_M_FOR[d]
+for d in (64, 128, 256):
     for causal, dtype, det in CONFIGS:
-        gd = gl.bfloat16 if dtype == "bf16" else gl.float16
-
-        def desc(rows, t=dtype, g=gd):
-            layout = gl.NVMMASharedLayout.get_default_for([rows, d], g)
-            return f"tensordesc<{t}[1,1,{rows},{d}],{layout!r}>"
-
-        spec = dict(
-            fn=bhw._bwd_hopper_ws_kernel, gluon=True,
-            pointers={"Lse": "*fp32", "Delta": "*fp32", "Lock": "*i32", "dK": f"*{dtype}",
-                      "dV": f"*{dtype}"},
-            floats={"qk_scale", "sm_scale"},
-            consts=dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bhw.BLOCK_N, STAGES=bhw.STAGES,
-                        IS_CAUSAL=causal, DETERMINISTIC=det,
-                        DK_FROM_SMEM=bhw.DK_FROM_SMEM_FOR[d]),
-            num_warps=bhw.NUM_WARPS, num_stages=1,
-            descs={"q_desc": desc(bm), "do_desc": desc(bm), "k_desc": desc(bhw.BLOCK_N),
-                   "v_desc": desc(bhw.BLOCK_N), "dq_desc": desc(bm, "fp32", gl.float32)},
-        )
-        c = compile_kernel(spec)
-        r = resource_usage(c)
-        sass = disassemble(c.asm["cubin"])
-        regs = re.findall(r"USETMAXREG\S* (?:UP\d, )?(0x[0-9a-f]+)", sass)
-        r["setmaxnreg"] = sorted({int(x, 16) for x in regs})
-        r["reduce_adds"] = sass.count("UTMAREDG")
-        r["tma_stores"] = sass.count("UTMASTG")  # the deterministic mode's first adds
-        # spill traffic between the first and the last wgmma: inside the consumers' step
-        lines = sass.splitlines()
-        mma = [i for i, line in enumerate(lines) if "HGMMA" in line]
-        r["step_spills"] = sum(("STL" in x or "LDL" in x) for x in lines[mma[0] : mma[-1]])
-        # waits on the wgmma pipeline: a few a step, or one after every wgmma where ptxas
-        # serializes them (its warning C7512: too few registers for the async accumulators)
-        r["wgmma_waits"] = sass.count("WARPGROUP.DEPBAR")
-        out[f"D{d} {'causal' if causal else 'full'} {dtype}{' deterministic' if det else ''}"] = r
+        name = f"D{d} {'causal' if causal else 'full'} {dtype}{' deterministic' if det else ''}"
+        out[name] = report(d, causal, dtype, det, bhw.SPLIT_COLUMNS_FOR[d])
+# the split-columns step at D64/D128, a trial there (SPLIT_COLUMNS_FOR): bf16, both masks
+for d in (64, 128):
+    for causal in (False, True):
+        name = f"D{d} {'causal' if causal else 'full'} bf16 split columns (trial)"
+        out[name] = report(d, causal, "bf16", False, True)
 print(json.dumps(out))
 """
 
@@ -293,7 +307,7 @@ def test_offline_compile_for_sm90(record_property):
     if not bhw.GLUON_AVAILABLE:
         pytest.skip("this triton has no Gluon Hopper API")
     report = offline_report(_REPORT)
-    assert len(report) == 12
+    assert len(report) == 22
     for name, r in report.items():
         record_property(
             "measured",
@@ -306,10 +320,13 @@ def test_offline_compile_for_sm90(record_property):
         )
         assert r["hgmma"] > 0 and r["reduce_adds"] > 0, (name, r)
         assert (r["tma_stores"] > 0) is name.endswith("deterministic"), (name, r)
+        if name.endswith("(trial)"):  # the split-columns step at D64/D128: no spill at all
+            assert r["step_spills"] == 0 and r["n_spills"] <= 8, (name, r)
+            continue
         assert r["setmaxnreg"] == [24, 240], (name, r)
         assert r["shared"] <= 227 * 1024, (name, r)
         assert r["wgmma_waits"] <= 8, (name, r)  # the wgmmas overlap as issued
-        if name.startswith("D128"):
+        if name.startswith(("D128", "D256")):
             assert r["step_spills"] == 0 and r["n_spills"] <= 8 and r["stack"] <= 32, (name, r)
         else:
             assert r["n_spills"] <= 16 and r["stack"] <= 64, (name, r)
@@ -335,10 +352,23 @@ def test_dq_postprocess_scales_and_casts():
 # --------------------------------------------------------------------------- Hopper GPU
 
 
+# D256 (_consumers_split_columns: 64-key blocks, one ring stage): 1, 2, 3 and many steps, ragged
+# tails, GQA, both causal alignments, the (B, S, H, D) layout
+D256_CASES = [
+    AttentionCase(1, 2, 2, 1, 1, 256, "float16", False),
+    AttentionCase(1, 2, 2, 150, 90, 256, "bfloat16", False),
+    AttentionCase(2, 4, 2, 100, 130, 256, "float16", True),
+    AttentionCase(1, 4, 2, 129, 257, 256, "bfloat16", True, "bottom_right"),
+    AttentionCase(1, 4, 1, 333, 200, 256, "bfloat16", False, "top_left", "bshd"),
+    AttentionCase(1, 2, 2, 1000, 333, 256, "float16", True),
+    AttentionCase(1, 2, 2, 400, 150, 256, "bfloat16", True, "bottom_right"),
+]
+
+
 @needs_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", ["gluon_ws", "gluon_ws_det"])  # atomic, deterministic
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", GPU_CASES + D256_CASES, ids=lambda c: c.name)
 def test_gradient_rule(case, kernel):
     row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel=kernel)
     for g in GRADIENTS:

@@ -76,8 +76,8 @@ KERNEL_OPTIONS = {
 REPEATS = 3  # extra backwards of each deterministic impl per shape, compared bit for bit
 
 
-def run_grid(stride: int, kernel: str = "gluon") -> dict:
-    cases = backward_grid("hopper")[::stride]
+def run_grid(stride: int, kernel: str = "gluon", grid: str = "hopper") -> dict:
+    cases = backward_grid(grid)[::stride]
     failures, worst = [], (0.0, None)
     for case in cases:
         seed = zlib.crc32(case.name.encode()) % 10_000  # as tests/test_backward_hopper.py
@@ -95,6 +95,7 @@ def run_grid(stride: int, kernel: str = "gluon") -> dict:
     )
     return {
         "kernel": kernel,
+        "grid": grid,
         "cases": len(cases),
         "failed": len(failures),
         "failures": failures,
@@ -117,7 +118,9 @@ def time_shape(
     q, k, v, do = rand(), rand(), rand(), rand()
     with torch.no_grad():
         out, lse = attention(q, k, v, causal=causal, return_lse=True)
-    assert bh.supports(q, k, v), "the Gluon backward does not support the timing shape"
+    for name in gluon_impls:
+        module = importlib.import_module(f"flashcore.kernels.{GLUON_KERNELS[name][0]}")
+        assert module.supports(q, k, v), f"{name} does not support the timing shape (D{d})"
     names = (*gluon_impls, "triton")
     bufs = {name: [torch.empty_like(t) for t in (q, k, v)] for name in names}
     scale = 1.0 / math.sqrt(d)
@@ -225,6 +228,9 @@ def main() -> int:
         "warp-specialized one, or two of them timed (KERNEL_OPTIONS: the grid runs the second)",
     )
     parser.add_argument("--s", type=int, nargs="+", default=SEQLENS, help="sequence lengths")
+    parser.add_argument(
+        "--grid", choices=("hopper", "hopper_d256"), default="hopper", help="the case list"
+    )
     parser.add_argument("--d", type=int, nargs="+", default=(64, 128), help="head dims")
     args = parser.parse_args()
     # The record's folder before the minutes of measuring (one run lost its record to it).
@@ -236,7 +242,7 @@ def main() -> int:
     record["kernel"] = args.kernel
     grid_kernel, gluon_impls = KERNEL_OPTIONS[args.kernel]
     start = time.perf_counter()
-    record["grid"] = run_grid(args.grid_stride, grid_kernel)
+    record["grid"] = run_grid(args.grid_stride, grid_kernel, args.grid)
     record["grid_seconds"] = time.perf_counter() - start
     speed = []
     for d, s, causal in [(d, s, c) for d in args.d for s in args.s for c in (False, True)]:

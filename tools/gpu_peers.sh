@@ -100,6 +100,8 @@
 #             (its preprocess and dQ conversion against ours)
 #   ws_record (FA4 not needed; after the GPU tests ran) the "ran" scope check, compute-sanitizer on
 #             both modes, backward_ws_modes.json (ws_modes without its tests and race probe)
+#   ws_d256   (FA4 not needed; branch ws-d256) the D256 mode's GPU tests, then its speed beside
+#             the Triton backward (backward_ws_modes_d256.json)
 #   breakdown (FA4 not needed) one backward call's GPU time kernel by kernel, D64/D128 x S
 #             2K-16K, both Gluon modes and the Triton backward, with the main kernel's per-program
 #             overhead fitted (tools/backward_breakdown.py; logs/backward_breakdown_<commit>.json)
@@ -149,13 +151,13 @@ ws_sanitize() {  # ws_sanitize SECONDS: compute-sanitizer on the warp-specialize
   FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws "$1" python3 -m flashcore sanitize \
     --workloads backward_hopper_ws --jobs 3
 }
-ws_check() {  # ws_check RECORD KERNEL SECONDS: tools/backward_hopper_check.py --kernel KERNEL
-  # (its grid and speed) into results/<gpu>/RECORD.json
+ws_check() {  # ws_check RECORD KERNEL SECONDS [ARGS]: tools/backward_hopper_check.py --kernel
+  # KERNEL (its grid and speed) into results/<gpu>/RECORD.json
   local ws_json
   ws_json=$(python3 -c "from flashcore.results import result_path as p; print(p('$1'))")
   mkdir -p "$(dirname "$ws_json")"
   TAIL=24 stage "$1" "$3" python3 tools/backward_hopper_check.py "$ws_json" \
-    --kernel "$2" --s 2048 4096 8192 16384
+    --kernel "$2" --s 2048 4096 8192 16384 "${@:4}"
 }
 ws_sanitize_and_check() {  # compute-sanitizer, then the grid and speed (backward_ws_check.json)
   ws_sanitize 170
@@ -261,6 +263,12 @@ tests/test_backward_varlen_softcap.py"
     mkdir -p "$out/logs"
     TAIL=6 stage training_speed 240 python3 tools/training_speed_rounds.py \
       "$out/logs/training_speed_rounds_${FLASHCORE_COMMIT:-unknown}.json" --batch 4 --seqlen 2048
+    ;;
+  ws_d256)
+    # the warp-specialized backward at D256 (branch ws-d256): its GPU tests (D256 cases
+    # included), then both modes beside the Triton backward, the D256 default today
+    bash tools/gpu_test_shards.sh "$out/tests" 200 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
+    ws_check backward_ws_modes_d256 ws_modes 240 --d 256 --grid hopper_d256
     ;;
   breakdown)
     mkdir -p "$out/logs"

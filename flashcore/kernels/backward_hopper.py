@@ -335,13 +335,14 @@ def _is_hopper(index) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
 
 
-def supports(q, k, v, *, window=None, softcap=None, sinks=None) -> bool:
-    """True when this kernel computes the gradients of these inputs (module docstring)."""
+def supports(q, k, v, *, window=None, softcap=None, sinks=None, head_dims=HEAD_DIMS) -> bool:
+    """True when this kernel computes the gradients of these inputs (module docstring); the
+    warp-specialized backward passes its own ``head_dims``."""
     if not GLUON_AVAILABLE or q.device.type != "cuda":
         return False
     if window is not None or softcap is not None or sinks is not None:
         return False
-    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in HEAD_DIMS:
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in head_dims:
         return False
     if not _is_hopper(q.device.index) or k.shape[0] * k.shape[1] > MAX_GRID_Y:
         return False

@@ -70,10 +70,20 @@ new time): the fold 1.02-1.07x deterministic and 1.01-1.02x atomic at D128; with
 shared memory, 1.06-1.12x deterministic and 0.99-1.11x atomic at D64 (at D128 0.98-1.03x:
 registers kept there).
 
+D256 (``_consumers_split_columns``, ``SPLIT_COLUMNS_FOR``): K, V and the Q/dO ring of 128-key blocks do not
+fit in shared memory, and dK, dV of 64 keys in one warpgroup would be 256 fp32 registers a
+thread. So a program owns 64 keys, and the two warpgroups split columns instead of rows: S^T
+and dP^T by query (32 each), dK, dV and dQ by head-dim half (128 each). P^T and dS^T go
+through shared memory (each warpgroup's dV and dK read all of the step's queries); one ring
+stage, freed as soon as the step's dV and dK have read it (the loader's own barrier,
+``stage_free``), so the next step's copies overlap dQ; one dQ buffer. 209 KB of shared memory;
+offline for sm_90, no spills and 5 wgmma waits. FlashAttention-3/4 use the same tile (64 x 64,
+one stage) at D256.
+
 Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
 computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
 the warpgroups meet three times a step; D64's 128-row tiles still spill a few values inside
-the step; no D256.
+the step.
 """
 
 from __future__ import annotations
@@ -82,15 +92,14 @@ import torch
 
 from . import _gluon_tma
 from . import backward as _backward
+from . import backward_hopper as _backward_hopper
 from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
 from ._softmax import LOG2E
 from .backward_hopper import (
     GLUON_AVAILABLE,
-    HEAD_DIMS,
     MAX_GRID_Y,
     _bwd_preprocess,
     _descriptor,
-    supports,
 )
 from .backward_hopper_pipelined import BLOCK_N
 
@@ -111,25 +120,35 @@ if GLUON_AVAILABLE:
 
 __all__ = [
     "GLUON_AVAILABLE",
-    "HEAD_DIMS",
+    "HEAD_DIMS_WS",
     "MAX_GRID_Y",
     "attention_backward_hopper_ws",
     "supports",
 ]
 
 NUM_WARPS = 8  # the consumers (the default partition); the two workers add a warp each
-STAGES = 2  # Q/dO ring depth
+STAGES = 2  # Q/dO ring depth (D64, D128)
+# D256 (``_consumers_split_columns``): 64 keys a program, one ring stage, one dQ buffer (208 KB of
+# shared memory: K, V 64 KB + Q, dO 64 KB + P^T, dS^T 16 KB + dQ's fp32 tile 64 KB).
+HEAD_DIMS_WS = (64, 128, 256)
+BLOCK_N_FOR = {64: BLOCK_N, 128: BLOCK_N, 256: 64}
+STAGES_FOR = {64: STAGES, 128: STAGES, 256: 1}
+DQ_BUFFERS_FOR = {64: 2, 128: 2, 256: 1}
+# Which step a head dim runs: the warpgroups own 64 keys each (``_consumers``) or split the
+# columns (``_consumers_split_columns``: FlashAttention-4's sm90 operand layout, P^T and dS^T
+# through shared memory). D256 has only the second; at D64/D128 it compiles without spills
+# (offline, sm_90) and has not been timed against the first.
+SPLIT_COLUMNS_FOR = {64: False, 128: False, 256: True}
 # Query rows per step, per head dim: the columns of S^T and dP^T. D64 at 128 spills a few
 # registers inside the step, and was faster than at 64 (no spills; 0.79-0.97x the speed on an
 # H200, logs/ws_swap_d64_rows_ab_timing_88ab124.json, measured while ptxas still serialized
 # D64's wgmmas at 128: DK_FROM_SMEM_FOR).
-BLOCK_M_FOR = {64: 128, 128: 64}
+BLOCK_M_FOR = {64: 128, 128: 64, 256: 64}
 # Where dK += dS^T Q reads dS^T, per head dim: from shared memory (the copy dQ reads) at D64,
 # where a register operand alive into the next step left ptxas too few registers to run the
 # step's wgmmas asynchronously (C7512); from registers at D128, where it fits and was faster
 # (H200 A/B: logs/ws_trial_fold_ab_timing.json, logs/ws_trial_dk_ab_timing.json).
-DK_FROM_SMEM_FOR = {64: True, 128: False}
-DQ_BUFFERS = gl.constexpr(2) if GLUON_AVAILABLE else 2  # dQ tiles in flight to the writer
+DK_FROM_SMEM_FOR = {64: True, 128: False, 256: True}
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
 WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
 
@@ -277,10 +296,9 @@ if GLUON_AVAILABLE:
         q_ring, do_ring, ready = ring
         lse_ring, delta_ring = rows_ring
         STAGES: gl.constexpr = step_done.shape[0]
+        NBUF: gl.constexpr = dq_smem.shape[0]
         batch, kv_head, group, n0, m_first, n_m, total, rot = work
         num_q_heads, seqlen_q, seqlen_k, causal_offset = lengths
-        stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn, \
-            stride_dvk = dkv_strides  # fmt: skip
         dtype: gl.constexpr = q_ring.dtype
         NW: gl.constexpr = gl.num_warps()
         st_layout: gl.constexpr = _split_rows_layout(NW, BLOCK_M)  # S^T, dP^T
@@ -384,8 +402,8 @@ if GLUON_AVAILABLE:
             dv_acc, dq, pt_op = warpgroup_mma_wait(1, deps=(dv_tok, dq_tok, pt_op))
             # The writer has read step t-1's tile (parity 1 on the fresh barrier: step 0
             # finds the buffer free).
-            mbarrier.wait(dq_empty.index(t % DQ_BUFFERS), ((t // DQ_BUFFERS) & 1) ^ 1)
-            dq_smem.index(t % DQ_BUFFERS).store(dq)
+            mbarrier.wait(dq_empty.index(t % NBUF), ((t // NBUF) & 1) ^ 1)
+            dq_smem.index(t % NBUF).store(dq)
 
         dk = warpgroup_mma_wait(0, deps=(dk_acc,))  # the last step's dK
         dv = dv_acc
@@ -393,7 +411,16 @@ if GLUON_AVAILABLE:
             fence_async_shared()
             gl.thread_barrier()
             mbarrier.arrive(step_done.index((total - 1) % STAGES), count=1)
-        dk = dk * sm_scale
+        _store_dk_dv(dk * sm_scale, dv, dK, dV, dkv_strides, batch, kv_head, n0, seqlen_k)
+
+    @gluon.jit
+    def _store_dk_dv(dk, dv, dK, dV, dkv_strides, batch, kv_head, n0, seqlen_k):
+        """dK and dV of the program's key block from registers (rows past Sk not written)."""
+        stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn, \
+            stride_dvk = dkv_strides  # fmt: skip
+        BLOCK_N: gl.constexpr = dk.shape[0]
+        HEAD_DIM: gl.constexpr = dk.shape[1]
+        kv_layout: gl.constexpr = dk.type.layout
         rows = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
         kv_mask = gl.expand_dims(rows < seqlen_k, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
@@ -411,8 +438,107 @@ if GLUON_AVAILABLE:
             + rows64 * stride_dvn
             + cols64 * stride_dvk
         )
-        gl.store(dk_ptrs, dk.to(dtype), mask=kv_mask)
-        gl.store(dv_ptrs, dv.to(dtype), mask=kv_mask)
+        gl.store(dk_ptrs, dk.to(dK.dtype.element_ty), mask=kv_mask)
+        gl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=kv_mask)
+
+    @gluon.jit
+    def _consumers_split_columns(
+        k_buf, v_buf, kv_bar, ring, rows_ring, stage_free, step_done, pt_smem, ds_smem,
+        dq_smem, dq_empty, dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
+        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """The step with the warpgroups splitting columns, D256's (and a trial at D64/D128:
+        ``SPLIT_COLUMNS_FOR``). At D256 a program has 64 keys, which one warpgroup's wgmma rows
+        cover, so the two warpgroups split columns instead: S^T and dP^T by query (32 each),
+        dK, dV and dQ by head-dim half (128 each: 64 + 64 + 64 fp32 registers a thread). P^T and dS^T go
+        through shared memory, where each warpgroup's dV and dK read all of the step's queries.
+        One ring stage, handed back to the loader as soon as the step's dV and dK have read
+        it, so that the next step's copies overlap dQ; one dQ buffer (``step_done``: the
+        writer's, ``stage_free``: the loader's)."""
+        q_ring, do_ring, ready = ring
+        lse_ring, delta_ring = rows_ring
+        STAGES: gl.constexpr = stage_free.shape[0]
+        NBUF: gl.constexpr = dq_smem.shape[0]
+        batch, kv_head, group, n0, m_first, n_m, total, rot = work
+        num_q_heads, seqlen_q, seqlen_k, causal_offset = lengths
+        dtype: gl.constexpr = q_ring.dtype
+        NW: gl.constexpr = gl.num_warps()
+        st_layout: gl.constexpr = _split_columns_layout(NW, BLOCK_M)  # S^T, dP^T
+        acc_layout: gl.constexpr = _split_columns_layout(NW, HEAD_DIM)  # dK, dV, dQ
+        query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+        key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
+
+        offs_n = gl.arange(0, BLOCK_N, layout=key_layout)
+        offs_m = gl.arange(0, BLOCK_M, layout=query_layout)
+        dk_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
+        dv_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
+        if IS_CAUSAL:
+            full_lo = n0 + BLOCK_N - 1 - causal_offset
+        else:
+            full_lo = n0 * 0
+        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
+        full_hi = seqlen_q - BLOCK_M
+        mbarrier.wait(kv_bar, 0)
+
+        for t in range(total):
+            stage = t % STAGES
+            q_head, m0 = _step_coords(t, work, BLOCK_M)
+            q_tile = q_ring.index(stage)
+            do_tile = do_ring.index(stage)
+            # K and V through an index the compiler cannot fold (as _consumers)
+            slot = gl.inline_asm_elementwise(
+                "and.b32 $0, $1, 0;", "=r,r", [t], dtype=gl.int32, is_pure=True, pack=1
+            )
+            k_smem = k_buf.index(slot)
+            v_smem = v_buf.index(slot)
+            mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+
+            # S^T onto -lse / scale, dP^T onto -delta (as _consumers)
+            zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
+            lse_s = lse_ring.index(stage).load(query_layout)
+            s_tok = warpgroup_mma(
+                k_smem, q_tile.permute((1, 0)), zero_s - gl.expand_dims(lse_s, 0), is_async=True
+            )
+            delta = delta_ring.index(stage).load(query_layout)
+            dp_tok = warpgroup_mma(
+                v_smem, do_tile.permute((1, 0)), zero_s - gl.expand_dims(delta, 0), is_async=True
+            )
+            st = warpgroup_mma_wait(1, deps=(s_tok,))
+            pt = gl.exp2(st * qk_scale)
+            masked = (m0 < full_lo) | (m0 > full_hi)
+            if masked:
+                queries = m0 + offs_m
+                keys = n0 + slot + offs_n
+                pt = _mask_tile_t(pt, keys, queries, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL)
+            pt_smem.store(pt.to(dtype))
+            dpt = warpgroup_mma_wait(0, deps=(dp_tok,))
+            ds_smem.store((pt * dpt).to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()  # both halves of P^T and dS^T written
+
+            dv_tok = warpgroup_mma(pt_smem, do_tile, dv_acc, is_async=True)
+            dk_tok = warpgroup_mma(ds_smem, q_tile, dk_acc, is_async=True)
+            dq_tok = warpgroup_mma(
+                ds_smem.permute((1, 0)),
+                k_smem,
+                gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout),
+                use_acc=False,
+                is_async=True,
+            )
+            dv_acc, dk_acc = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok))
+            gl.thread_barrier()  # both warpgroups' dV and dK have read Q and dO
+            mbarrier.arrive(stage_free.index(stage), count=1)
+            dq = warpgroup_mma_wait(0, deps=(dq_tok,))
+            mbarrier.wait(dq_empty.index(t % NBUF), ((t // NBUF) & 1) ^ 1)
+            dq_smem.index(t % NBUF).store(dq)
+            # the tile before the copy engine's read; both warpgroups' dQ (the last reader of
+            # P^T and dS^T) retired before the next step writes them
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(step_done.index(t % step_done.shape[0]), count=1)
+
+        _store_dk_dv(dk_acc * sm_scale, dv_acc, dK, dV, dkv_strides, batch, kv_head, n0, seqlen_k)
 
     # Lengths, head counts and the offset change from call to call (as the other backwards).
     @gluon.jit(
@@ -427,7 +553,7 @@ if GLUON_AVAILABLE:
         num_q_heads, num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DETERMINISTIC: gl.constexpr,
-        DK_FROM_SMEM: gl.constexpr,
+        DK_FROM_SMEM: gl.constexpr, DQ_BUFFERS: gl.constexpr, SPLIT_COLUMNS: gl.constexpr,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
         (B, Hq, Sq, D) fp32 dQ buffer (unscaled dQ is added), BLOCK_M x D blocks:
@@ -469,7 +595,11 @@ if GLUON_AVAILABLE:
         v_buf = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], kv_smem_layout)
         q_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
         do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_smem_layout)
-        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_smem_layout)
+        if SPLIT_COLUMNS:  # P^T and dS^T, one buffer each (_consumers_split_columns)
+            pt_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], ds_smem_layout)
+            ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], ds_smem_layout)
+        else:
+            ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_smem_layout)
         dq_smem = gl.allocate_shared_memory(
             gl.float32, [DQ_BUFFERS, BLOCK_M, HEAD_DIM], dq_desc.layout
         )
@@ -486,6 +616,11 @@ if GLUON_AVAILABLE:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(step_done.index(i), count=1)
+        # split columns: the loader's own barrier (the stage is freed before the dQ tile is ready)
+        if SPLIT_COLUMNS:
+            stage_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            for i in gl.static_range(STAGES):
+                mbarrier.init(stage_free.index(i), count=1)
         fence_async_shared()  # the barriers' init is visible to the copy engine
 
         ring = (q_ring, do_ring, ready)
@@ -496,22 +631,47 @@ if GLUON_AVAILABLE:
             stride_dkz, stride_dkh, stride_dkn, stride_dkk,
             stride_dvz, stride_dvh, stride_dvn, stride_dvk,
         )  # fmt: skip
-        gl.warp_specialize(
-            [
-                (_consumers, (k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem,
-                              dq_smem, dq_empty, dK, dV, dkv_strides, lengths, work, qk_scale,
-                              sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, DK_FROM_SMEM)),
-                (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
-                           kv_bar, ring, rows_ring, step_done, work, Lse, Delta, num_q_heads,
-                           seqlen_q, 1.0 / sm_scale, BLOCK_M)),
-                (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, order, BLOCK_M,
-                              BLOCK_N, IS_CAUSAL, DETERMINISTIC)),
-            ],
-            [1, 1],
-            [WORKER_REGS, WORKER_REGS],
-        )  # fmt: skip
+        if SPLIT_COLUMNS:
+            gl.warp_specialize(
+                [
+                    (_consumers_split_columns, (k_buf, v_buf, kv_bar, ring, rows_ring, stage_free,
+                                          step_done, pt_smem, ds_smem, dq_smem, dq_empty, dK,
+                                          dV, dkv_strides, lengths, work, qk_scale, sm_scale,
+                                          HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL)),
+                    (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
+                               kv_bar, ring, rows_ring, stage_free, work, Lse, Delta,
+                               num_q_heads, seqlen_q, 1.0 / sm_scale, BLOCK_M)),
+                    (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, order, BLOCK_M,
+                                  BLOCK_N, IS_CAUSAL, DETERMINISTIC)),
+                ],
+                [1, 1],
+                [WORKER_REGS, WORKER_REGS],
+            )  # fmt: skip
+        else:
+            gl.warp_specialize(
+                [
+                    (_consumers, (k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem,
+                                  dq_smem, dq_empty, dK, dV, dkv_strides, lengths, work,
+                                  qk_scale, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL,
+                                  DK_FROM_SMEM)),
+                    (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
+                               kv_bar, ring, rows_ring, step_done, work, Lse, Delta,
+                               num_q_heads, seqlen_q, 1.0 / sm_scale, BLOCK_M)),
+                    (_dq_writer, (dq_desc, dq_smem, step_done, dq_empty, work, order, BLOCK_M,
+                                  BLOCK_N, IS_CAUSAL, DETERMINISTIC)),
+                ],
+                [1, 1],
+                [WORKER_REGS, WORKER_REGS],
+            )  # fmt: skip
 
     _BWD_LAUNCH = CachedKernel(_bwd_hopper_ws_kernel, "gluon_bwd_ws")
+
+
+def supports(q, k, v, *, window=None, softcap=None, sinks=None) -> bool:
+    """``backward_hopper.supports`` with D256 as well (``_consumers_split_columns``)."""
+    return _backward_hopper.supports(
+        q, k, v, window=window, softcap=softcap, sinks=sinks, head_dims=HEAD_DIMS_WS
+    )
 
 
 def _dq_accumulator(q, *, zeroed: bool):
@@ -571,11 +731,12 @@ def attention_backward_hopper_ws(
         lock = torch.zeros(batch * num_q_heads * n_m_total, dtype=torch.int32, device=q.device)
     else:
         lock = dq_acc  # not read: the kernel's Lock is used only in its deterministic mode
-    grid = (-(-seqlen_k // BLOCK_N), batch * num_kv_heads)
+    block_n = BLOCK_N_FOR[head_dim]
+    grid = (-(-seqlen_k // block_n), batch * num_kv_heads)
     _BWD_LAUNCH[grid](
         _descriptor(q, block_m),
-        _descriptor(k, BLOCK_N),
-        _descriptor(v, BLOCK_N),
+        _descriptor(k, block_n),
+        _descriptor(v, block_n),
         _descriptor(do, block_m),
         _dq_descriptor(dq_acc, block_m),
         lse,
@@ -594,11 +755,13 @@ def attention_backward_hopper_ws(
         scale,
         HEAD_DIM=head_dim,
         BLOCK_M=block_m,
-        BLOCK_N=BLOCK_N,
-        STAGES=STAGES,
+        BLOCK_N=block_n,
+        STAGES=STAGES_FOR[head_dim],
         IS_CAUSAL=bool(is_causal),
         DETERMINISTIC=bool(deterministic),
         DK_FROM_SMEM=DK_FROM_SMEM_FOR[head_dim],
+        DQ_BUFFERS=DQ_BUFFERS_FOR[head_dim],
+        SPLIT_COLUMNS=SPLIT_COLUMNS_FOR[head_dim],
         num_warps=NUM_WARPS,
     )
     _backward.dq_postprocess(dq_acc, dq, scale)  # scaled and converted in one pass
