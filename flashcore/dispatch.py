@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from .kernels import backward_hopper as _backward_hopper
+from .kernels import backward_hopper_ws as _backward_hopper_ws
 from .kernels import forward_hopper as _hopper
 
 # ------------------------------------------------------------------- dispatch table
@@ -161,27 +161,13 @@ def describe_fp8_dispatch() -> str:
 
 # ------------------------------------------------------------------- backward
 # Which backward serves flashcore.attention's autograd: the warp-specialized Gluon backward
-# (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128, fp32 dQ by TMA reduce-add) where
-# it supports the call and the tables below say it was measured faster than the Triton
+# (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128/256, fp32 dQ by TMA reduce-add)
+# where it supports the call and the tables below say it was measured faster than the Triton
 # backward (kernels/backward.py, deterministic: dQ in a pass of its own), else the Triton one.
 # Both modes of the Gluon kernel are measured against the Triton default: bf16, B*S = 16K
 # tokens, H*D = 2048, 3 alternating rounds in one process, the whole backward (preprocess,
-# kernel, dQ conversion), TFLOP/s (tools/backward_hopper_check.py --kernel ws_modes). These
-# tables were set from the record of the kernel whose deterministic mode stores each dQ tile's
-# first add (no zeroed buffer) and converts dQ in one Triton pass (H200, commit bd0ee3f,
-# results/nvidia-h200/backward_ws_modes.json; the H100's records measured an earlier step):
-#                 deterministic  atomic  Triton   deterministic  atomic  Triton
-#   D64  S=2K       319.7  348.7  340.5 full |   295.9   301.7   263.4 causal
-#        S=4K       357.8  376.2  360.3      |   354.0   361.3   300.8
-#        S=8K       402.0  388.3  368.4      |   383.0   396.4   314.4
-#        S=16K      428.7  393.7  369.3      |   417.5   419.4   340.8
-#   D128 S=2K       439.0  424.1  380.6      |   392.5   347.0   321.4
-#        S=4K       475.5  441.6  406.3      |   454.9   403.3   356.6
-#        S=8K       504.3  458.2  409.8      |   497.4   438.2   389.9
-#        S=16K      526.4  484.2  418.5      |   514.9   478.0   414.8
-# The deterministic mode pays for its ordered adds where many key blocks start on the same
-# query tile at once (D64 full, short sequences: 0.92x the atomic mode at 2K); at D128 it is
-# the faster mode from 2K (its adds queue in order instead of contending for one tile).
+# kernel, dQ conversion), TFLOP/s (tools/backward_hopper_check.py --kernel ws_modes, its rows
+# in the record BACKWARD_TABLES_RECORD names; notebook 07 prints them beside these tables).
 # A mode runs from the shortest sequence (min of Sq, Sk) at which it beat the Triton backward
 # at every longer length, by 3% or more: (head dim, causal) -> S (``tables_from_record``
 # derives all three tables from the record's rows; a test holds them to it).
@@ -191,13 +177,23 @@ BACKWARD_GLUON_DETERMINISTIC_FROM = {
     (64, True): 2048,
     (128, False): 2048,
     (128, True): 2048,
+    (256, False): 2048,
+    (256, True): 2048,
 }
 # deterministic=False: the atomic mode, by the same rule. Elsewhere deterministic=False runs
 # the Triton deterministic mode, faster than its own atomic mode at every shape of backward.json.
-BACKWARD_GLUON_FROM = {(64, False): 4096, (64, True): 2048, (128, False): 2048, (128, True): 2048}
+BACKWARD_GLUON_FROM = {
+    (64, False): 4096,
+    (64, True): 2048,
+    (128, False): 2048,
+    (128, True): 2048,
+    (256, False): 2048,
+    (256, True): 2048,
+}
 # deterministic=False asks for no order and forbids none: where the ordered mode beat the
-# atomic one at every longer length (D128: 1.04-1.10x from 2K full, 1.08-1.14x from 2K causal;
-# D64 full 1.04-1.09x from 8K), it runs instead.
+# atomic one at every longer length, it runs instead. It pays for its order where many key
+# blocks start on the same query tile at once (D64 full at short S; D256, whose 64-key
+# programs are twice as many per query tile), and gains where atomic adds contend (D128).
 BACKWARD_ORDERED_FOR_ATOMIC_FROM = {(64, False): 8192, (128, False): 2048, (128, True): 2048}
 BACKWARD_TABLES_MARGIN = 1.03  # "by 3% or more" against the Triton backward
 
@@ -249,7 +245,7 @@ def backward_kernel(
     """The backward autograd runs for these inputs: ``"gluon_ws_det"`` (the warp-specialized
     Gluon backward, deterministic), ``"gluon_ws"`` (the same, atomic) or ``"triton"``."""
     mode = backward_gluon_mode()
-    if mode == "never" or not _backward_hopper.supports(
+    if mode == "never" or not _backward_hopper_ws.supports(
         q, k, v, window=window, softcap=softcap, sinks=sinks
     ):
         return "triton"
@@ -275,7 +271,7 @@ def describe_backward_dispatch() -> str:
             for (d, c), t in table.items()
         )
 
-    gluon = "warp-specialized Gluon (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128)"
+    gluon = "warp-specialized Gluon (kernels/backward_hopper_ws.py: sm_90, fp16/bf16, D64/128/256)"
     mode = backward_gluon_mode()
     if mode == "always":
         return (

@@ -46,13 +46,13 @@ def _meta(s, d):
     return torch.empty(2, 4, s, d, device="meta", dtype=torch.bfloat16)
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_dispatch_rules(monkeypatch, d):
     """auto: each mode from its table's S on (min of Sq, Sk), the deterministic mode for the
     default and the atomic one for deterministic=False; always: wherever supported, in the
     mode asked for; never: Triton; an unsupported call: Triton in every mode; an unknown mode:
     a clear error. Each mode's ``info`` line says so."""
-    monkeypatch.setattr(dispatch._backward_hopper, "supports", lambda q, k, v, **kw: True)
+    monkeypatch.setattr(dispatch._backward_hopper_ws, "supports", lambda q, k, v, **kw: True)
     monkeypatch.delenv("FLASHCORE_BACKWARD_HOPPER", raising=False)
 
     def pick(sq, sk, causal=False, deterministic=False):
@@ -90,7 +90,7 @@ def test_dispatch_rules(monkeypatch, d):
     monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "never")
     assert pick(16384, 16384) == "triton"
     assert "never" in dispatch.describe_backward_dispatch()
-    monkeypatch.setattr(dispatch._backward_hopper, "supports", lambda q, k, v, **kw: False)
+    monkeypatch.setattr(dispatch._backward_hopper_ws, "supports", lambda q, k, v, **kw: False)
     for mode in dispatch.BACKWARD_MODES:
         monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", mode)
         assert pick(16384, 16384) == "triton"

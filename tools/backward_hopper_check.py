@@ -76,8 +76,8 @@ KERNEL_OPTIONS = {
 REPEATS = 3  # extra backwards of each deterministic impl per shape, compared bit for bit
 
 
-def run_grid(stride: int, kernel: str = "gluon", grid: str = "hopper") -> dict:
-    cases = backward_grid(grid)[::stride]
+def run_grid(stride: int, kernel: str = "gluon", grids: tuple = ("hopper",)) -> dict:
+    cases = [case for grid in grids for case in backward_grid(grid)][::stride]
     failures, worst = [], (0.0, None)
     for case in cases:
         seed = zlib.crc32(case.name.encode()) % 10_000  # as tests/test_backward_hopper.py
@@ -95,7 +95,7 @@ def run_grid(stride: int, kernel: str = "gluon", grid: str = "hopper") -> dict:
     )
     return {
         "kernel": kernel,
-        "grid": grid,
+        "grid": "+".join(grids),
         "cases": len(cases),
         "failed": len(failures),
         "failures": failures,
@@ -229,7 +229,11 @@ def main() -> int:
     )
     parser.add_argument("--s", type=int, nargs="+", default=SEQLENS, help="sequence lengths")
     parser.add_argument(
-        "--grid", choices=("hopper", "hopper_d256"), default="hopper", help="the case list"
+        "--grid",
+        choices=("hopper", "hopper_d256"),
+        nargs="+",
+        default=("hopper",),
+        help="the case lists the grid runs (hopper: D64/D128; hopper_d256: D256)",
     )
     parser.add_argument("--d", type=int, nargs="+", default=(64, 128), help="head dims")
     args = parser.parse_args()

@@ -100,8 +100,6 @@
 #             (its preprocess and dQ conversion against ours)
 #   ws_record (FA4 not needed; after the GPU tests ran) the "ran" scope check, compute-sanitizer on
 #             both modes, backward_ws_modes.json (ws_modes without its tests and race probe)
-#   ws_d256   (FA4 not needed; branch ws-d256) the D256 mode's GPU tests, then its speed beside
-#             the Triton backward (backward_ws_modes_d256.json)
 #   breakdown (FA4 not needed) one backward call's GPU time kernel by kernel, D64/D128 x S
 #             2K-16K, both Gluon modes and the Triton backward, with the main kernel's per-program
 #             overhead fitted (tools/backward_breakdown.py; logs/backward_breakdown_<commit>.json)
@@ -151,6 +149,9 @@ ws_sanitize() {  # ws_sanitize SECONDS: compute-sanitizer on the warp-specialize
   FLASHCORE_BACKWARD_HOPPER=always TAIL=12 stage sanitize_ws "$1" python3 -m flashcore sanitize \
     --workloads backward_hopper_ws --jobs 3
 }
+# The dispatch tables' record: every head dim the warp-specialized backward serves (D256 runs
+# its own case list: 64-key blocks). 123 s for D256 alone warm (b159195)
+WS_MODES_ARGS=(--d 64 128 256 --grid hopper hopper_d256)
 ws_check() {  # ws_check RECORD KERNEL SECONDS [ARGS]: tools/backward_hopper_check.py --kernel
   # KERNEL (its grid and speed) into results/<gpu>/RECORD.json
   local ws_json
@@ -237,19 +238,19 @@ tests/test_backward_varlen_softcap.py"
     BWD_TIMEOUT=200 bash tools/gpu_backward_record.sh "$out" grid | tail -n 30
     ;;
   det_b)
-    ws_check backward_ws_modes ws_modes 300
+    ws_check backward_ws_modes ws_modes 420 "${WS_MODES_ARGS[@]}"
     backward_speed 450 flashcore_deterministic
     ;;
   ws_modes)
     ws_tests_and_sanitize
-    ws_check backward_ws_modes ws_modes 300  # 34 s warm; a cold machine's compiles ran past 110
+    ws_check backward_ws_modes ws_modes 420 "${WS_MODES_ARGS[@]}"
     TAIL=8 stage race_probe_unsync 90 compute-sanitizer --tool racecheck \
       python3 tools/mbarrier_race_probe.py --variant unsync
     ;;
   ws_record)
     ran_scope_check
     ws_sanitize 170
-    ws_check backward_ws_modes ws_modes 300
+    ws_check backward_ws_modes ws_modes 420 "${WS_MODES_ARGS[@]}"
     ;;
   grid_a)
     bash .fa4a/install.sh
@@ -263,12 +264,6 @@ tests/test_backward_varlen_softcap.py"
     mkdir -p "$out/logs"
     TAIL=6 stage training_speed 240 python3 tools/training_speed_rounds.py \
       "$out/logs/training_speed_rounds_${FLASHCORE_COMMIT:-unknown}.json" --batch 4 --seqlen 2048
-    ;;
-  ws_d256)
-    # the warp-specialized backward at D256 (branch ws-d256): its GPU tests (D256 cases
-    # included), then both modes beside the Triton backward, the D256 default today
-    bash tools/gpu_test_shards.sh "$out/tests" 200 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
-    ws_check backward_ws_modes_d256 ws_modes 240 --d 256 --grid hopper_d256
     ;;
   breakdown)
     mkdir -p "$out/logs"

@@ -54,10 +54,10 @@ def _backward_hopper(device) -> list[dict]:
 def _backward_hopper_ws(device) -> list[dict]:
     """The warp-specialized Gluon backward in both modes (its loader and dQ writer warps, the
     ring and the dQ handoff: racecheck and synccheck see the partitions' barriers; memcheck
-    the deterministic mode's counters)."""
+    the deterministic mode's counters), D256's split-columns step included."""
     from ..validate_backward import backward_grid, check_grad_case
 
-    cases = backward_grid("hopper")[::40]
+    cases = backward_grid("hopper")[::40] + backward_grid("hopper_d256")[::40]
     return [
         check_grad_case(case, device, 500 + i, kernel=kernel)
         for kernel in ("gluon_ws", "gluon_ws_det")
