@@ -183,7 +183,7 @@ BACKWARD_GLUON_DETERMINISTIC_FROM = {
 # deterministic=False: the atomic mode, by the same rule. Elsewhere deterministic=False runs
 # the Triton deterministic mode, faster than its own atomic mode at every shape of backward.json.
 BACKWARD_GLUON_FROM = {
-    (64, False): 4096,
+    (64, False): 16384,
     (64, True): 2048,
     (128, False): 2048,
     (128, True): 2048,

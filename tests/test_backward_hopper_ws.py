@@ -66,21 +66,21 @@ def test_dispatch_rules(monkeypatch, d):
         ]:
             from_s = table[(d, causal)]
             ordered_s = dispatch.BACKWARD_ORDERED_FOR_ATOMIC_FROM.get((d, causal))
-            if not deterministic and ordered_s is not None and from_s >= ordered_s:
-                kernel = "gluon_ws_det"  # the ordered mode measured faster there
+            ordered = not deterministic and ordered_s is not None  # measured faster from ordered_s
+            below = "gluon_ws_det" if ordered and from_s - 1 >= ordered_s else "triton"
+            if ordered and from_s >= ordered_s:
+                kernel = "gluon_ws_det"
             assert pick(from_s, from_s, causal, deterministic) == kernel
-            assert pick(from_s - 1, 4 * from_s, causal, deterministic) == "triton"
-            assert pick(4 * from_s, from_s - 1, causal, deterministic) == "triton"
-        # deterministic=False runs the ordered mode from its own table's S (never the Triton
-        # backward's deterministic mode below the atomic table's)
+            assert pick(from_s - 1, 4 * from_s, causal, deterministic) == below
+            assert pick(4 * from_s, from_s - 1, causal, deterministic) == below
+        # deterministic=False runs the ordered mode from its own table's S, the atomic one from
+        # its table's S below that, else the Triton backward
         ordered_s = dispatch.BACKWARD_ORDERED_FOR_ATOMIC_FROM.get((d, causal))
         if ordered_s is not None:
-            assert ordered_s >= dispatch.BACKWARD_GLUON_FROM[(d, causal)]
             assert pick(ordered_s, 2 * ordered_s, causal, False) == "gluon_ws_det"
+            atomic_s = dispatch.BACKWARD_GLUON_FROM.get((d, causal), float("inf"))
             below = pick(ordered_s - 1, ordered_s - 1, causal, False)
-            assert below == (
-                "gluon_ws" if ordered_s > dispatch.BACKWARD_GLUON_FROM[(d, causal)] else "triton"
-            )
+            assert below == ("gluon_ws" if ordered_s - 1 >= atomic_s else "triton")
     info = dispatch.describe_backward_dispatch()
     assert "deterministic=False" in info and "backward_ws_modes.json" in info
     monkeypatch.setenv("FLASHCORE_BACKWARD_HOPPER", "always")
