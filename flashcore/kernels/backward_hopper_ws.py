@@ -2,7 +2,9 @@
 
 The math, grid, masks and causal skip are the other Gluon backwards' (backward_hopper.py's
 docstring). One program owns a block of 128 keys and walks the query blocks that see it; it
-runs three partitions:
+runs three partitions. This file is long because it holds all of them, the two consumers
+(rows split at D64/D128, columns at D256) and the launcher: they share one protocol of
+barriers, which reads best in one place.
 
     consumers (8 warps = 2 warpgroups, the default partition; 240 registers a thread)
         each warpgroup owns 64 of the block's keys. Per step: wait for the step's Q and dO;
@@ -70,15 +72,18 @@ new time): the fold 1.02-1.07x deterministic and 1.01-1.02x atomic at D128; with
 shared memory, 1.06-1.12x deterministic and 0.99-1.11x atomic at D64 (at D128 0.98-1.03x:
 registers kept there).
 
-D256 (``_consumers_split_columns``, ``SPLIT_COLUMNS_FOR``): K, V and the Q/dO ring of 128-key blocks do not
-fit in shared memory, and dK, dV of 64 keys in one warpgroup would be 256 fp32 registers a
+D256 (``_consumers_split_columns``, ``SPLIT_COLUMNS_FOR``): K, V and the Q/dO ring of 128-key
+blocks do not fit in shared memory, and dK, dV of 64 keys in one warpgroup would be 256 fp32 registers a
 thread. So a program owns 64 keys, and the two warpgroups split columns instead of rows: S^T
 and dP^T by query (32 each), dK, dV and dQ by head-dim half (128 each). P^T and dS^T go
 through shared memory (each warpgroup's dV and dK read all of the step's queries); one ring
 stage, freed as soon as the step's dV and dK have read it (the loader's own barrier,
 ``stage_free``), so the next step's copies overlap dQ; one dQ buffer. 209 KB of shared memory;
 offline for sm_90, no spills and 5 wgmma waits. FlashAttention-3/4 use the same tile (64 x 64,
-one stage) at D256.
+one stage) at D256. On an H200 (logs/backward_ws_modes_7bfacd7.log) the atomic mode is
+1.49-1.65x the Triton backward at D256 and the deterministic one 1.16-1.40x. The same
+split at D64/D128 (trial 677642a, logs/ws_trial_split_ab_timing_677642a.json) was 1.02-1.18x
+slower than the row split there, so it stays D256's.
 
 Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
 computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
