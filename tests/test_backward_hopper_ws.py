@@ -64,8 +64,12 @@ def test_dispatch_rules(monkeypatch, d):
             (False, dispatch.BACKWARD_GLUON_FROM, "gluon_ws"),
             (True, dispatch.BACKWARD_GLUON_DETERMINISTIC_FROM, "gluon_ws_det"),
         ]:
-            from_s = table[(d, causal)]
             ordered_s = dispatch.BACKWARD_ORDERED_FOR_ATOMIC_FROM.get((d, causal))
+            from_s = table.get((d, causal))
+            if from_s is None:  # never this mode: Triton, or the ordered mode from its S
+                assert not deterministic and ordered_s is not None
+                assert pick(ordered_s - 1, ordered_s - 1, causal, deterministic) == "triton"
+                continue
             ordered = not deterministic and ordered_s is not None  # measured faster from ordered_s
             below = "gluon_ws_det" if ordered and from_s - 1 >= ordered_s else "triton"
             if ordered and from_s >= ordered_s:
@@ -229,6 +233,22 @@ def test_tables_from_record_needs_every_longer_length():
     det, atomic, ordered = dispatch.tables_from_record(rows)
     assert det == {(64, False): 8192} and atomic == {}
     assert ordered == {(64, False): 8192}  # 110 vs 101 and on; 100 < 101 at 4K
+
+
+def test_tables_from_record_leaves_out_unreachable_atomic_entries():
+    """An atomic entry from an S where the ordered mode already runs is left out; one below
+    that S is kept (the ordered mode from 4K, the atomic one from 2K or from 8K)."""
+    for atomic_from, expected in [(2048, {(64, False): 2048}), (8192, {})]:
+        rows = []
+        for s in (2048, 4096, 8192, 16384):
+            ws = 110 if s >= atomic_from else 100
+            rows += [
+                dict(impl="gluon_ws_det", D=64, causal=False, S=s, tflops=120 if s >= 4096 else 90),
+                dict(impl="gluon_ws", D=64, causal=False, S=s, tflops=ws),
+                dict(impl="triton", D=64, causal=False, S=s, tflops=100),
+            ]
+        _, atomic, ordered = dispatch.tables_from_record(rows)
+        assert ordered == {(64, False): 4096} and atomic == expected
 
 
 # Run in a subprocess with the interpreter off (this process runs it): each config compiled
