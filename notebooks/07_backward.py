@@ -15,7 +15,8 @@
 # (3) the grid, live and recorded; (4) determinism; (5) memory against S; (6) speed;
 # (7) a transformers training step; (8) the targets; (9) the Gluon backwards (9b: the
 # warp-specialized kernel on the H100, 9c: its swapped step on an H200, 9d: lse/delta folded
-# and dK's operand by head dim, with today's records); (10) the profile.
+# and dK's operand by head dim, 9e: the passes around the kernel, 9f: D256 on the kernel, with
+# today's records); (10) the profile.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
@@ -1304,7 +1305,7 @@ def print_beside_fa4(rec):
             "default / triton det": tf[(d, s, c, "flashcore")]
             / tf[(d, s, c, "flashcore_deterministic")],
         }
-        for d in (64, 128)
+        for d in (64, 128, 256)
         for s in (2048, 4096, 8192, 16384)
         for c in (False, True)
         if (d, s, c, "flashcore_deterministic") in tf and (d, s, c, "fa4") in tf
@@ -1534,7 +1535,7 @@ print_ab(trials, old_is_b=False)  # these ran the trial as B: B/A inverted to ol
 # (`backward.json` at `eaeece4`, D64/D128/D256; D256 is the Triton backward's).
 
 # %% [markdown] tags=[]
-# Those two records were replaced at `7c1fc9b` (section 9e prints the current ones); what they
+# Those two records were replaced at `7c1fc9b` (section 9f prints the current ones); what they
 # held at `eaeece4` is in `logs/backward_ws_modes_eaeece4.log` and
 # `logs/backward_speed_eaeece4.log`, and the reading below is of those logs.
 #
@@ -1693,22 +1694,14 @@ print(
 # consumers' SASS has the same wgmma count, waits and spills.
 #
 # The records of this kernel (`backward_ws_modes.json` and `backward.json` at `7c1fc9b`, H200).
-# The ordered mode now beats the atomic one at D128 full from 2K, so the rule moved
+# The ordered mode now beat the atomic one at D128 full from 2K, so the rule moved
 # `deterministic=False` there onto it (`BACKWARD_ORDERED_FOR_ATOMIC_FROM[(128, False)]`: 4K to
-# 2K; `7c1fc9b`), and both records were measured again after that change:
-
-# %% tags=[]
-h200_modes = read_check("backward_ws_modes", H200)
-if h200_modes is not None:
-    print_ws_modes(h200_modes)
-if H200 in recorded_devices("backward"):
-    print(status_line_for("backward", H200))
-    print_beside_fa4(read_result("backward", H200))
-    print("issue 25's speed targets on this record, as section 8 computes them (an H200):")
-    print_target_verdicts(read_result("backward", H200)["speed"])
-
-# %% [markdown] tags=[]
-# **Reading it.** Against FA4 the default is at geomean 0.855 at D128 (0.75–0.91 per shape),
+# 2K; `7c1fc9b`), and both records were measured again after that change. Both were replaced
+# after D256 joined the kernel (section 9f prints the current ones); what they held at
+# `7c1fc9b` is in `logs/backward_ws_modes_7c1fc9b.log` and `logs/backward_speed_7c1fc9b.log`,
+# and the reading below is of those logs.
+#
+# **Reading it (at `7c1fc9b`).** Against FA4 the default is at geomean 0.855 at D128 (0.75–0.91 per shape),
 # 0.746 at D64 and 0.719 at D256 (the Triton backward); against cuDNN 0.988, 0.899 and 0.698.
 # Forward + backward against FA4: 0.898 at D128. The same kernels measured one session
 # earlier (`bd0ee3f`, before the one-table change; `logs/backward_speed_bd0ee3f.log`) gave
@@ -1747,6 +1740,82 @@ for name in ("training_speed_rounds_e8e7e15.json", "training_speed_rounds_bd0ee3
 # S=2K and under 2% at 16K. It is the start (K and V, the ring's first stages), the epilogue
 # (dK and dV from registers) and the last dQ tiles: a persistent kernel, whose loader fetches
 # the next block's tiles during the epilogue, is the way to take it; not built here.
+
+# %% [markdown] tags=[]
+# ## 9f. D256: the warpgroups split columns, not rows (H200)
+#
+# Until now D256 ran the Triton backward (0.72x FA4). D128's layout does not carry over: a
+# program of 128 keys would need K, V (128 KB) and a Q/dO ring of 64-row stages (64 KB a
+# stage) in shared memory, over the 227 KB there is; and a warpgroup holding dK and dV for
+# its 64 keys at D256 would hold 2 x 64 x 256 fp32 values, 256 registers a thread, more than
+# the 240 a consumer gets. So at D256 (`_consumers_split_columns`, `SPLIT_COLUMNS_FOR`) a
+# program owns 64 keys, and its two warpgroups split columns instead of rows:
+#
+# - S^T = K Q^T and dP^T = V dO^T by query: each warpgroup computes 64 keys x 32 of the
+#   step's 64 queries;
+# - P^T and dS^T go through shared memory, because dV += P^T dO and dK += dS^T Q now need
+#   all 64 queries of the step in each warpgroup; dK, dV and dQ are split by head-dim half
+#   (128 columns each), so each warpgroup accumulates 64 x 128 of dK and of dV;
+# - one ring stage of Q and dO, freed as soon as the step's dV and dK have read it (the
+#   loader waits on a barrier of its own, `stage_free`), so the next step's copies overlap
+#   dQ's product; one dQ buffer.
+#
+# 209 KB of shared memory; compiled offline for sm_90 with no spills and 5 wgmma waits
+# (the compile test bounds both). FlashAttention-3 and -4 use the same tile at D256 (64 x 64,
+# one stage, from their tile tables). It was written offline (branch `ws-d256`) and passed
+# every warp-specialized GPU test on its first GPU run, D256 cases included (61 of 61), and a
+# 126-case D256 grid (`backward_grid("hopper_d256")`: lengths around 64, Sq != Sk both ways,
+# GQA, a (B, S, H, D) layout), which the tables' record now runs beside the D64/D128 one.
+# compute-sanitizer with D256 cases: memcheck and synccheck 0; racecheck the known pattern
+# (the lse/delta ring's stores and loads, the start-up), now in the D256 consumer as well
+# (`logs/sanitize_backward_ws_7bfacd7.log`; section 9d says why racecheck reports them).
+#
+# **The same split at D64 and D128** is FA4's sm90 operand layout there, so it was worth a
+# trial (`677642a`: `SPLIT_COLUMNS_FOR` true at every head dim; its GPU tests passed in its
+# own tree). A/B against the row split, as 9d's trials (old = the row split, new = the trial;
+# above 1 = the trial faster):
+
+# %% tags=[]
+print_ab([("split columns at D64/D128", "ws_trial_split_ab_timing_677642a.json")], old_is_b=False)
+
+# %% [markdown] tags=[]
+# 0.85–0.98 at every shape and mode: the row split keeps P^T in registers as dV's operand
+# and needs no shared round trip for it, which at D64/D128 is worth more than the shorter
+# accumulators. The split stays D256's.
+#
+# The records with D256 on the kernel (H200): the tables' record (`backward_ws_modes.json`,
+# both modes beside the Triton backward, the 366-case grid) and the autograd sweep beside
+# FA4, cuDNN, SDPA flash and Flex (`backward.json`), with issue 25's targets as section 8
+# computes them:
+
+# %% tags=[]
+h200_modes = read_check("backward_ws_modes", H200)
+if h200_modes is not None:
+    print_ws_modes(h200_modes)
+if H200 in recorded_devices("backward"):
+    print(status_line_for("backward", H200))
+    print_beside_fa4(read_result("backward", H200))
+    print("issue 25's speed targets on this record, as section 8 computes them (an H200):")
+    print_target_verdicts(read_result("backward", H200)["speed"])
+
+# %% [markdown] tags=[]
+# **Reading it.** Both records show as stale by `dispatch.py`: since they were measured
+# (`backward.json` at `1d2b6b0`, `backward_ws_modes.json` at `30baee0`) it dropped table
+# entries no call could reach (`0f70583`: atomic entries at shapes where the ordered mode runs
+# instead), so no call routes differently; `backward_hopper_ws.py` changed in its docstring
+# only (`30baee0`), which the status line counts as text. `git diff 1d2b6b0 -- flashcore`
+# shows both.
+#
+# At D256 the warp-specialized kernel is 1.15–1.41x the Triton backward in its deterministic
+# mode and 1.49–1.62x in its atomic one. Through autograd, the default (deterministic) is at
+# geomean **0.952 of FA4** (0.84–0.99 per shape; it was 0.719 on the Triton backward) and
+# 0.926 of cuDNN; with `deterministic=False` the atomic mode runs, at **1.08–1.16x FA4 and
+# 1.01–1.20x cuDNN at every shape**. The D256 FA4 target (0.95) is met on this H200 record,
+# barely, and the per-shape one (0.90) is not (S=2K full 0.843, 4K full 0.897). The
+# deterministic mode pays 0.76–0.92 of the atomic one at D256, where at D128 it is the faster
+# mode; a likely cause, not yet profiled: D256's 64-key programs are twice as many per query
+# tile as D128's, so each dQ tile passes through twice as many ordered turns. D64 (0.750 of FA4) and D128
+# (0.854) are where they were: the kernel's D64/D128 step did not change.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
