@@ -100,6 +100,9 @@
 #             (its preprocess and dQ conversion against ours)
 #   ws_record (FA4 not needed; after the GPU tests ran) the "ran" scope check, compute-sanitizer on
 #             both modes, backward_ws_modes.json (ws_modes without its tests and race probe)
+#   ncu_sass_ws (FA4 not needed) Nsight Compute's source page of the warp-specialized backward
+#             per NCU_SASS_CASES (default D256 S 8K full, both modes; ~2 x 60 s), parsed into
+#             logs/ncu_sass_ws_*_<commit>.json (tools/ncu_sass_stalls.py)
 #   breakdown (FA4 not needed) one backward call's GPU time kernel by kernel, D64/D128 x S
 #             2K-16K, both Gluon modes and the Triton backward, with the main kernel's per-program
 #             overhead fitted (tools/backward_breakdown.py; logs/backward_breakdown_<commit>.json)
@@ -294,6 +297,31 @@ tests/test_backward_varlen_softcap.py"
     for v in plain no_warp_bar expect_tx unsync; do
       TAIL=8 stage "race_probe_$v" 90 compute-sanitizer --tool racecheck \
         python3 tools/mbarrier_race_probe.py --variant "$v"
+    done
+    ;;
+  ncu_sass_ws)  # (FA4 not needed) Nsight Compute's source page of the warp-specialized
+    # backward (tools/ws_backward_workload.py), one case per "D S CAUSAL DET" in NCU_SASS_CASES
+    # (;-separated; default D256 S 8K full in both modes: where the deterministic mode pays
+    # most), parsed by tools/ncu_sass_stalls.py into logs/ncu_sass_ws_<mode>_d<D>_<commit>.json
+    # (the reports and CSVs stay on the machine)
+    mkdir -p "$out/logs" /tmp/ncu_sass
+    IFS=';' read -ra cases <<<"${NCU_SASS_CASES:-256 8192 0 1;256 8192 0 0}"
+    for case in "${cases[@]}"; do
+      read -r d s causal det <<<"$case"
+      name="$([ "$det" = 1 ] && echo det || echo atomic)_d${d}$([ "$causal" = 1 ] && echo _causal)"
+      rep=/tmp/ncu_sass/$name
+      workload=(python3 tools/ws_backward_workload.py "$d" "$s" "$causal" "$det")
+      profiler=(ncu --clock-control none --kernel-name regex:_bwd_hopper_ws --launch-skip 1
+        --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight)
+      when=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+      timeout 240 "${profiler[@]}" -f -o "$rep" "${workload[@]}" >"$rep.log" 2>&1
+      echo "ncu $name: exit $?"
+      ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.sass.csv" &&
+        ncu --import "$rep.ncu-rep" --page raw --csv >"$rep.raw.csv" &&
+        python3 tools/ncu_sass_stalls.py "$rep.sass.csv" \
+          "$out/logs/ncu_sass_ws_${name}_${FLASHCORE_COMMIT:-unknown}.json" --raw "$rep.raw.csv" \
+          --commit "${FLASHCORE_COMMIT:-unknown}" --date "$when" --label "$name" \
+          --command "${profiler[*]} ${workload[*]}"
     done
     ;;
   ncu_ws)  # (FA4 not needed) Nsight Compute on the default backward where it runs the
