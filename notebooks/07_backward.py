@@ -1763,7 +1763,8 @@ for name in ("training_speed_rounds_e8e7e15.json", "training_speed_rounds_bd0ee3
 # 209 KB of shared memory; compiled offline for sm_90 with no spills and 5 wgmma waits
 # (the compile test bounds both). FlashAttention-3 and -4 use the same tile at D256 (64 x 64,
 # one stage, from their tile tables). It was written offline (branch `ws-d256`) and passed
-# every warp-specialized GPU test on its first GPU run, D256 cases included (61 of 61), and a
+# every warp-specialized GPU test on its first GPU run, D256 cases included (61 of 61;
+# `logs/gpu_tests_backward_ws_62cc2d6.log`), and a
 # 126-case D256 grid (`backward_grid("hopper_d256")`: lengths around 64, Sq != Sk both ways,
 # GQA, a (B, S, H, D) layout), which the tables' record now runs beside the D64/D128 one.
 # compute-sanitizer with D256 cases: memcheck and synccheck 0; racecheck the known pattern
@@ -1772,7 +1773,7 @@ for name in ("training_speed_rounds_e8e7e15.json", "training_speed_rounds_bd0ee3
 #
 # **The same split at D64 and D128** is FA4's sm90 operand layout there, so it was worth a
 # trial (`677642a`: `SPLIT_COLUMNS_FOR` true at every head dim; its GPU tests passed in its
-# own tree). A/B against the row split, as 9d's trials (old = the row split, new = the trial;
+# own tree, `logs/gpu_tests_backward_ws_677642a.log`). A/B against the row split, as 9d's trials (old = the row split, new = the trial;
 # above 1 = the trial faster):
 
 # %% tags=[]
