@@ -35,6 +35,7 @@ A is the checkout this script lives in. Suites:
 * ``ws_backward``: the warp-specialized Gluon backward alone (``attention_backward_hopper_ws``,
   deterministic and atomic modes) on a saved forward's output and lse: bf16, B*S = 16K
   tokens, H*D = 2048, D 64/128, S 4K/16K, causal and not.
+* ``ws_backward_d256``: the same at D256, S 2K/4K/16K.
 """
 
 from __future__ import annotations
@@ -169,6 +170,10 @@ print("RESULT " + json.dumps(out))
 WS_BACKWARD_SHAPES = [
     (d, s, c, det) for d in (64, 128) for s in (4096, 16384) for c in (0, 1) for det in (1, 0)
 ]
+# D256 (64-key programs, one dQ buffer): S 2K too, where its deterministic mode pays most
+WS_BACKWARD_D256_SHAPES = [
+    (256, s, c, det) for s in (2048, 4096, 16384) for c in (0, 1) for det in (1, 0)
+]
 
 # The warp-specialized Gluon backward alone in both modes (deterministic: the default where
 # it is dispatched), on a saved forward's output and lse: two trees whose kernel differs.
@@ -200,6 +205,7 @@ SUITES = {  # worker, its shapes, the metrics it reports
     "mla_backward": (MLA_BACKWARD_WORKER, MLA_BACKWARD_SHAPES, ("backward_ms",)),
     "fp8": (FP8_WORKER, FP8_SHAPES, ("forward_ms",)),
     "ws_backward": (WS_BACKWARD_WORKER, WS_BACKWARD_SHAPES, ("backward_ms",)),
+    "ws_backward_d256": (WS_BACKWARD_WORKER, WS_BACKWARD_D256_SHAPES, ("backward_ms",)),
 }
 
 

@@ -109,8 +109,9 @@
 #   ws_trials (FA4 not needed; WS_TRIALS="name:commit ...", each tree made here by `mkdir -p
 #             .ab/<name> && git archive <commit> flashcore tests pyproject.toml | tar -x -C
 #             .ab/<name>`, carried) per trial: the warp-specialized backward's GPU tests in the
-#             trial's own tree, then tools/ab_timing.py --suite ws_backward, this checkout (A)
-#             against the trial (B), 3 alternating rounds (logs/ws_trial_<name>_ab_timing.json)
+#             trial's own tree, then tools/ab_timing.py --suite ws_backward (WS_TRIAL_SUITE:
+#             ws_backward_d256 for D256), this checkout (A) against the trial (B), 3
+#             alternating rounds (logs/ws_trial_<name>_ab_timing.json)
 # Usage on a CUDA machine: FLASHCORE_COMMIT=<hash> bash tools/gpu_peers.sh PART <outdir>
 set -u
 part=$1; out=$2
@@ -290,7 +291,7 @@ tests/test_backward_varlen_softcap.py"
           "ws:8:-m gpu tests/test_backward_hopper_ws.py"
       )
       TAIL=20 stage "ab_$name" 240 python3 tools/ab_timing.py "ws_trial_${name}_ab_timing" \
-        --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite ws_backward
+        --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite "${WS_TRIAL_SUITE:-ws_backward}"
     done
     ;;
   race_probe)
