@@ -144,12 +144,15 @@ def _dq_postprocess(
     num_heads,
     seqlen_q,
     scale,
+    partial_stride,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    PARTIALS: tl.constexpr,
 ):
     """dQ = scale * dQ_acc in dQ's dtype and strides, from the contiguous fp32 (B, H, Sq, D)
-    buffer the atomic and reduce-add modes sum into: one pass, each element read and written
-    once (``torch.mul(acc, scale, out=dq)`` takes PyTorch's unvectorized mixed-dtype loop, and
+    buffer the atomic and reduce-add modes sum into (or PARTIALS of them, ``partial_stride``
+    elements apart, summed in order): one pass, each element read and written once
+    (``torch.mul(acc, scale, out=dq)`` takes PyTorch's unvectorized mixed-dtype loop, and
     ``dq.copy_(acc.mul_(scale))`` two passes)."""
     num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -170,19 +173,28 @@ def _dq_postprocess(
         + offs_d[None, :] * stride_k
     )
     acc = tl.load(src, mask=mask, other=0.0)
+    for p in tl.static_range(1, PARTIALS):  # in a fixed order: bitwise reproducible
+        acc += tl.load(src + partial_stride.to(tl.int64) * p, mask=mask, other=0.0)
     tl.store(dst, (acc * scale).to(Dq.dtype.element_ty), mask=mask)
 
 
 def dq_postprocess(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> torch.Tensor:
     """``dq[...] = scale * dq_acc`` (``_dq_postprocess``); dq_acc contiguous fp32 of dq's
-    shape, a power-of-two head dim (every backward that sums into dq_acc has one)."""
+    shape, or P such buffers stacked along the batch (summed in order), a power-of-two head
+    dim (every backward that sums into dq_acc has one)."""
     batch, heads, seqlen, head_dim = dq.shape
-    if head_dim & (head_dim - 1) or dq_acc.shape != dq.shape or not dq_acc.is_contiguous():
-        raise ValueError("dq_postprocess: a power-of-two head dim and a contiguous dq_acc")
+    partials = dq_acc.shape[0] // batch if batch else 1
+    stacked = (partials * batch, heads, seqlen, head_dim)
+    if head_dim & (head_dim - 1) or dq_acc.shape != stacked or not dq_acc.is_contiguous():
+        raise ValueError(
+            "dq_postprocess: a power-of-two head dim and a contiguous dq_acc of dq's shape "
+            "(or several stacked along the batch)"
+        )
     block_m = 64
     _dq_postprocess[(-(-seqlen // block_m) * batch * heads,)](
-        dq_acc, dq, *dq.stride(), heads, seqlen, scale, HEAD_DIM=head_dim, BLOCK_M=block_m
-    )
+        dq_acc, dq, *dq.stride(), heads, seqlen, scale, dq.numel(),
+        HEAD_DIM=head_dim, BLOCK_M=block_m, PARTIALS=partials,
+    )  # fmt: skip
     return dq
 
 
