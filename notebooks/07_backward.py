@@ -764,7 +764,8 @@ if record is not None and "speed" in record:
 # FA4, x0.51 of cuDNN, x0.78 of SDPA flash) D=256 went from the furthest of the three head
 # dims to the closest to FA4, x0.844 in this record (x0.837 at `5403789`); it is still the
 # furthest from cuDNN (x0.705) and the least ahead of SDPA flash (x1.08). The Gluon backward
-# does not run at D=256. Section 10 profiles the D=128, D=64 and MLA 192/128 time.
+# does not run at D=256 in this record (it does since `48f11b5`: section 9f, on an H200).
+# Section 10 profiles the D=128, D=64 and MLA 192/128 time.
 #
 # **The atomic mode since 044ea55.** Since commit 044ea55 the atomic mode adds each dQ tile
 # with one TMA bulk reduce-add (`cp.reduce.async.bulk`) on the descriptor path, which is how
