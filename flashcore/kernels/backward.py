@@ -81,6 +81,16 @@ from ._softmax import kernel_scales, lse_dtype, softcap_tanh
 # specialize (and recompile) on each value's divisibility by 16 (do_not_specialize below).
 # Strides stay specialized: a unit inner stride is what lets the loads vectorize (lse's and
 # delta's strides are lengths: not specialized).
+@triton.jit
+def _row_tile(num_heads, seqlen_q, BLOCK_M: tl.constexpr):
+    """This program's (query tile, batch, head, batch * num_heads + head) in a grid of
+    cdiv(seqlen_q, BLOCK_M) tiles per (batch, head), tiles fastest (the row passes' grid)."""
+    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    batch_head = pid // num_m_tiles
+    return pid % num_m_tiles, batch_head // num_heads, batch_head % num_heads, batch_head
+
+
 @triton.jit(do_not_specialize=["num_heads", "seqlen_q", "stride_lz", "stride_lh"])
 def _bwd_preprocess(
     Out,
@@ -108,12 +118,7 @@ def _bwd_preprocess(
     """delta = rowsum(dO o O) in fp32, laid out as lse: row i of (batch, head) at
     ``batch * stride_lz + head * stride_lh + i`` (VARLEN: i counted from the sequence's
     first packed row, so the packed (H, total_q) layout)."""
-    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
-    pid = tl.program_id(0)
-    tile_m = pid % num_m_tiles
-    batch_head = pid // num_m_tiles
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
+    tile_m, batch, head, _ = _row_tile(num_heads, seqlen_q, BLOCK_M)
     o_base = Out + batch.to(tl.int64) * stride_oz + head.to(tl.int64) * stride_oh
     do_base = dOut + batch.to(tl.int64) * stride_dz + head.to(tl.int64) * stride_dh
     d_base = Delta + batch.to(tl.int64) * stride_lz + head.to(tl.int64) * stride_lh
@@ -154,12 +159,7 @@ def _dq_postprocess(
     elements apart, summed in order): one pass, each element read and written once
     (``torch.mul(acc, scale, out=dq)`` takes PyTorch's unvectorized mixed-dtype loop, and
     ``dq.copy_(acc.mul_(scale))`` two passes)."""
-    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
-    pid = tl.program_id(0)
-    tile_m = pid % num_m_tiles
-    batch_head = pid // num_m_tiles
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
+    tile_m, batch, head, batch_head = _row_tile(num_heads, seqlen_q, BLOCK_M)
     offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     mask = offs_m[:, None] < seqlen_q

@@ -290,6 +290,22 @@ if GLUON_AVAILABLE:
                 gl.atomic_add(lock, _wait_writes_done(seen * 0 + 1), sem="release", scope="gpu")
 
     @gluon.jit
+    def _unmasked_rows(
+        n0, seqlen_q, seqlen_k, causal_offset,
+        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """(full_lo, full_hi): steps whose first query row m0 is in [full_lo, full_hi] need no
+        mask (every row exists and sees every key of the block: row m0 sees its last key,
+        n0 + BLOCK_N - 1, and the block has none past Sk); a block crossing Sk is masked
+        throughout."""
+        if IS_CAUSAL:
+            full_lo = n0 + BLOCK_N - 1 - causal_offset
+        else:
+            full_lo = n0 * 0
+        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
+        return full_lo, seqlen_q - BLOCK_M
+
+    @gluon.jit
     def _mask_tile_t(pt, keys, queries, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
         """P^T (keys x queries) with every invisible (query, key) pair set to exactly 0
         (``_mask.visible``; backward_hopper._mask_tile transposed)."""
@@ -332,12 +348,9 @@ if GLUON_AVAILABLE:
         if not DK_FROM_SMEM:
             # dS^T of the previous step, the register operand of its dK (alive until it retires)
             dst_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
-        if IS_CAUSAL:
-            full_lo = n0 + BLOCK_N - 1 - causal_offset
-        else:
-            full_lo = n0 * 0
-        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
-        full_hi = seqlen_q - BLOCK_M
+        full_lo, full_hi = _unmasked_rows(
+            n0, seqlen_q, seqlen_k, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL
+        )
         mbarrier.wait(kv_bar, 0)
 
         for t in range(total):
@@ -490,12 +503,9 @@ if GLUON_AVAILABLE:
         offs_m = gl.arange(0, BLOCK_M, layout=query_layout)
         dk_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
         dv_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
-        if IS_CAUSAL:
-            full_lo = n0 + BLOCK_N - 1 - causal_offset
-        else:
-            full_lo = n0 * 0
-        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
-        full_hi = seqlen_q - BLOCK_M
+        full_lo, full_hi = _unmasked_rows(
+            n0, seqlen_q, seqlen_k, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL
+        )
         mbarrier.wait(kv_bar, 0)
 
         for t in range(total):
