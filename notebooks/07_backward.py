@@ -1762,8 +1762,8 @@ for name in ("training_speed_rounds_e8e7e15.json", "training_speed_rounds_bd0ee3
 #   dQ's product; one dQ buffer.
 #
 # 209 KB of shared memory; compiled offline for sm_90 with no spills and 5 wgmma waits
-# (the compile test bounds both). FlashAttention-3 and -4 use the same tile at D256 (64 x 64,
-# one stage, from their tile tables). It was written offline (branch `ws-d256`) and passed
+# (the compile test bounds both). FlashAttention-4's sm90 backward uses the same tile at D256
+# (64 x 64, one stage, from its tile table; FA3's is 64 x 80). It was written offline (branch `ws-d256`) and passed
 # every warp-specialized GPU test on its first GPU run, D256 cases included (61 of 61;
 # `logs/gpu_tests_backward_ws_62cc2d6.log`), and a
 # 126-case D256 grid (`backward_grid("hopper_d256")`: lengths around 64, Sq != Sk both ways,

@@ -79,8 +79,8 @@ and dP^T by query (32 each), dK, dV and dQ by head-dim half (128 each). P^T and 
 through shared memory (each warpgroup's dV and dK read all of the step's queries); one ring
 stage, freed as soon as the step's dV and dK have read it (the loader's own barrier,
 ``stage_free``), so the next step's copies overlap dQ; one dQ buffer. 209 KB of shared memory;
-offline for sm_90, no spills and 5 wgmma waits. FlashAttention-3/4 use the same tile (64 x 64,
-one stage) at D256. On an H200 (logs/backward_ws_modes_7bfacd7.log) the atomic mode is
+offline for sm_90, no spills and 5 wgmma waits. FlashAttention-4's sm90 backward uses the same
+tile at D256 (64 x 64, one stage; FA3's is 64 x 80). On an H200 (logs/backward_ws_modes_7bfacd7.log) the atomic mode is
 1.49-1.65x the Triton backward at D256 and the deterministic one 1.16-1.40x. The same
 split at D64/D128 (trial 677642a, logs/ws_trial_split_ab_timing_677642a.json) was 1.02-1.18x
 slower than the row split there, so it stays D256's.
