@@ -73,17 +73,18 @@ shared memory, 1.06-1.12x deterministic and 0.99-1.11x atomic at D64 (at D128 0.
 registers kept there).
 
 D256 (``_consumers_split_columns``, ``SPLIT_COLUMNS_FOR``): K, V and the Q/dO ring of 128-key
-blocks do not fit in shared memory, and dK, dV of 64 keys in one warpgroup would be 256 fp32 registers a
-thread. So a program owns 64 keys, and the two warpgroups split columns instead of rows: S^T
-and dP^T by query (32 each), dK, dV and dQ by head-dim half (128 each). P^T and dS^T go
-through shared memory (each warpgroup's dV and dK read all of the step's queries); one ring
+blocks do not fit in shared memory, and dK, dV of 64 keys in one warpgroup would be 256 fp32
+registers a thread. So a program owns 64 keys, and the two warpgroups split columns instead of
+rows: S^T and dP^T by query (32 each), dK, dV and dQ by head-dim half (128 each). P^T and dS^T
+go through shared memory (each warpgroup's dV and dK read all of the step's queries); one ring
 stage, freed as soon as the step's dV and dK have read it (the loader's own barrier,
 ``stage_free``), so the next step's copies overlap dQ; one dQ buffer. 209 KB of shared memory;
 offline for sm_90, no spills and 5 wgmma waits. FlashAttention-4's sm90 backward uses the same
-tile at D256 (64 x 64, one stage; FA3's is 64 x 80). On an H200 (logs/backward_ws_modes_7bfacd7.log) the atomic mode is
-1.49-1.65x the Triton backward at D256 and the deterministic one 1.16-1.40x. The same
-split at D64/D128 (trial 677642a, logs/ws_trial_split_ab_timing_677642a.json) was 1.02-1.18x
-slower than the row split there, so it stays D256's.
+tile at D256 (64 x 64, one stage; FA3's is 64 x 80). On an H200
+(logs/backward_ws_modes_7bfacd7.log) the atomic mode is 1.49-1.65x the Triton backward at D256
+and the deterministic one 1.16-1.40x. The same split at D64/D128 (trial 677642a,
+logs/ws_trial_split_ab_timing_677642a.json) was 1.02-1.18x slower than the row split there, so
+it stays D256's.
 
 Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
 computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
@@ -142,7 +143,7 @@ DQ_BUFFERS_FOR = {64: 2, 128: 2, 256: 1}
 # Which step a head dim runs: the warpgroups own 64 keys each (``_consumers``) or split the
 # columns (``_consumers_split_columns``: FlashAttention-4's sm90 operand layout, P^T and dS^T
 # through shared memory). D256 has only the second; at D64/D128 it compiles without spills
-# (offline, sm_90) and has not been timed against the first.
+# but was 1.02-1.18x slower than the first on an H200 (trial 677642a), so it is off there.
 SPLIT_COLUMNS_FOR = {64: False, 128: False, 256: True}
 # Query rows per step, per head dim: the columns of S^T and dP^T. D64 at 128 spills a few
 # registers inside the step, and was faster than at 64 (no spills; 0.79-0.97x the speed on an
@@ -453,11 +454,12 @@ if GLUON_AVAILABLE:
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
     ):  # fmt: skip
-        """The step with the warpgroups splitting columns, D256's (and a trial at D64/D128:
+        """The step with the warpgroups splitting columns, D256's (slower at D64/D128:
         ``SPLIT_COLUMNS_FOR``). At D256 a program has 64 keys, which one warpgroup's wgmma rows
         cover, so the two warpgroups split columns instead: S^T and dP^T by query (32 each),
-        dK, dV and dQ by head-dim half (128 each: 64 + 64 + 64 fp32 registers a thread). P^T and dS^T go
-        through shared memory, where each warpgroup's dV and dK read all of the step's queries.
+        dK, dV and dQ by head-dim half (128 each: 64 + 64 + 64 fp32 registers a thread). P^T
+        and dS^T go through shared memory, where each warpgroup's dV and dK read all of the
+        step's queries.
         One ring stage, handed back to the loader as soon as the step's dV and dK have read
         it, so that the next step's copies overlap dQ; one dQ buffer (``step_done``: the
         writer's, ``stage_free``: the loader's)."""
