@@ -172,9 +172,9 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
         )
     zeroed_flags = []
 
-    def accumulator(q, *, zeroed):  # zeros either way: no kernel runs here
-        zeroed_flags.append(zeroed)
-        return torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    def accumulator(q, *, zeroed, partials=1):  # zeros either way: no kernel runs here
+        zeroed_flags.append((zeroed, partials))
+        return torch.zeros((partials * q.shape[0], *q.shape[1:]), device=q.device)
 
     monkeypatch.setattr(bhw, "_dq_accumulator", accumulator)
     grid, bound, q = record_launch(
@@ -183,7 +183,8 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
     assert bound["DETERMINISTIC"] is deterministic
     # the atomic mode adds into zeros; the deterministic mode stores each tile's first add
     # (record_launch's causal offset is 60, so every query tile sees a key)
-    assert zeroed_flags == [not deterministic]
+    # (one accumulator: the call is causal)
+    assert zeroed_flags == [(not deterministic, 1)] and bound["dq_partials"] == 1
     block_m, block_n = bhw.BLOCK_M_FOR[d], bhw.BLOCK_N_FOR[d]
     # (key blocks: 130 keys in blocks of 128, or of 64 at D256; batch * KV heads)
     assert grid == (-(-130 // block_n), 4)
@@ -370,6 +371,42 @@ def test_dq_postprocess_scales_and_casts():
         dq_postprocess(torch.zeros(1, 1, 4, 96), torch.zeros(1, 1, 4, 96), 1.0)
 
 
+def test_dq_postprocess_sums_stacked_accumulators():
+    """P accumulators stacked along the batch are summed (in order), scaled and cast, under the
+    error rule against float64; a buffer that is not a whole number of them is refused."""
+    from flashcore.kernels.backward import dq_postprocess
+    from flashcore.validate import error_rule
+
+    gen = torch.Generator(device=DEVICE).manual_seed(4)
+    acc = torch.randn(3 * 2, 3, 70, 64, generator=gen, device=DEVICE)
+    dq = torch.empty(2, 3, 70, 64, dtype=torch.float16, device=DEVICE)
+    dq_postprocess(acc, dq, 0.3)
+    parts = acc.view(3, 2, 3, 70, 64)
+    same = (torch.mul(parts[0] + parts[1] + parts[2], 0.3)).to(torch.float16)
+    report = error_rule(dq, parts.double().sum(0) * 0.3, same)
+    assert report.passed, report
+    with pytest.raises(ValueError, match="stacked along the batch"):
+        dq_postprocess(torch.zeros(5, 3, 70, 64), dq, 1.0)
+
+
+def test_deterministic_partials():
+    """The deterministic mode's accumulators (``_dq_partials``): several only for non-causal
+    calls at a head dim whose table says so, never more than the key blocks, one for the
+    atomic mode; and the writer's order in each is a permutation of its key blocks' ranks
+    (the Python mirror of ``_dq_writer``'s rank: (top - k) // P in accumulator k % P)."""
+    for d, p in bhw.DQ_PARTIALS_FOR.items():
+        block_n = bhw.BLOCK_N_FOR[d]
+        assert bhw._dq_partials(d, 8192, deterministic=True, is_causal=False) == p
+        assert bhw._dq_partials(d, 8192, deterministic=True, is_causal=True) == 1
+        assert bhw._dq_partials(d, 8192, deterministic=False, is_causal=False) == 1
+        assert bhw._dq_partials(d, block_n, deterministic=True, is_causal=False) == 1
+    for n_k, p in [(1, 1), (7, 4), (32, 4), (130, 4), (9, 2)]:
+        top = n_k - 1
+        for acc in range(p):
+            ranks = sorted((top - k) // p for k in range(n_k) if k % p == acc)
+            assert ranks == list(range(len(ranks)))  # 0 (a plain store) first, no gap
+
+
 # --------------------------------------------------------------------------- Hopper GPU
 
 
@@ -407,17 +444,19 @@ UNSEEN_TILE_CASES = [
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", GPU_CASES + UNSEEN_TILE_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", GPU_CASES + D256_CASES + UNSEEN_TILE_CASES, ids=lambda c: c.name)
 def test_deterministic_mode_writes_every_dq_element(monkeypatch, case):
     """The deterministic mode's dQ buffer is left as allocated where every query tile has a
     first add (a store): filled with NaN here instead, the gradients still pass the rule with
-    no NaN, so the stores cover every element. Where a tile has no add the buffer is zeroed."""
+    no NaN, so the stores cover every element, in each of D256's accumulators (non-causal:
+    ``DQ_PARTIALS_FOR``) too. Where a tile has no add the buffer is zeroed."""
     made = []
 
-    def poisoned(q, *, zeroed):
+    def poisoned(q, *, zeroed, partials=1):
         made.append(zeroed)
         fill = 0.0 if zeroed else float("nan")
-        return torch.full(q.shape, fill, dtype=torch.float32, device=q.device)
+        shape = (partials * q.shape[0], *q.shape[1:])
+        return torch.full(shape, fill, dtype=torch.float32, device=q.device)
 
     monkeypatch.setattr(bhw, "_dq_accumulator", poisoned)
     row = check_grad_case(case, DEVICE, seed=case_seed(case.name), kernel="gluon_ws_det")

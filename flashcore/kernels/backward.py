@@ -81,6 +81,16 @@ from ._softmax import kernel_scales, lse_dtype, softcap_tanh
 # specialize (and recompile) on each value's divisibility by 16 (do_not_specialize below).
 # Strides stay specialized: a unit inner stride is what lets the loads vectorize (lse's and
 # delta's strides are lengths: not specialized).
+@triton.jit
+def _row_tile(num_heads, seqlen_q, BLOCK_M: tl.constexpr):
+    """This program's (query tile, batch, head, batch * num_heads + head) in a grid of
+    cdiv(seqlen_q, BLOCK_M) tiles per (batch, head), tiles fastest (the row passes' grid)."""
+    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    batch_head = pid // num_m_tiles
+    return pid % num_m_tiles, batch_head // num_heads, batch_head % num_heads, batch_head
+
+
 @triton.jit(do_not_specialize=["num_heads", "seqlen_q", "stride_lz", "stride_lh"])
 def _bwd_preprocess(
     Out,
@@ -108,12 +118,7 @@ def _bwd_preprocess(
     """delta = rowsum(dO o O) in fp32, laid out as lse: row i of (batch, head) at
     ``batch * stride_lz + head * stride_lh + i`` (VARLEN: i counted from the sequence's
     first packed row, so the packed (H, total_q) layout)."""
-    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
-    pid = tl.program_id(0)
-    tile_m = pid % num_m_tiles
-    batch_head = pid // num_m_tiles
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
+    tile_m, batch, head, _ = _row_tile(num_heads, seqlen_q, BLOCK_M)
     o_base = Out + batch.to(tl.int64) * stride_oz + head.to(tl.int64) * stride_oh
     do_base = dOut + batch.to(tl.int64) * stride_dz + head.to(tl.int64) * stride_dh
     d_base = Delta + batch.to(tl.int64) * stride_lz + head.to(tl.int64) * stride_lh
@@ -144,19 +149,17 @@ def _dq_postprocess(
     num_heads,
     seqlen_q,
     scale,
+    partial_stride,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    PARTIALS: tl.constexpr,
 ):
     """dQ = scale * dQ_acc in dQ's dtype and strides, from the contiguous fp32 (B, H, Sq, D)
-    buffer the atomic and reduce-add modes sum into: one pass, each element read and written
-    once (``torch.mul(acc, scale, out=dq)`` takes PyTorch's unvectorized mixed-dtype loop, and
+    buffer the atomic and reduce-add modes sum into (or PARTIALS of them, ``partial_stride``
+    elements apart, summed in order): one pass, each element read and written once
+    (``torch.mul(acc, scale, out=dq)`` takes PyTorch's unvectorized mixed-dtype loop, and
     ``dq.copy_(acc.mul_(scale))`` two passes)."""
-    num_m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
-    pid = tl.program_id(0)
-    tile_m = pid % num_m_tiles
-    batch_head = pid // num_m_tiles
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
+    tile_m, batch, head, batch_head = _row_tile(num_heads, seqlen_q, BLOCK_M)
     offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     mask = offs_m[:, None] < seqlen_q
@@ -170,19 +173,28 @@ def _dq_postprocess(
         + offs_d[None, :] * stride_k
     )
     acc = tl.load(src, mask=mask, other=0.0)
+    for p in tl.static_range(1, PARTIALS):  # in a fixed order: bitwise reproducible
+        acc += tl.load(src + partial_stride.to(tl.int64) * p, mask=mask, other=0.0)
     tl.store(dst, (acc * scale).to(Dq.dtype.element_ty), mask=mask)
 
 
 def dq_postprocess(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> torch.Tensor:
     """``dq[...] = scale * dq_acc`` (``_dq_postprocess``); dq_acc contiguous fp32 of dq's
-    shape, a power-of-two head dim (every backward that sums into dq_acc has one)."""
+    shape, or P such buffers stacked along the batch (summed in order), a power-of-two head
+    dim (every backward that sums into dq_acc has one)."""
     batch, heads, seqlen, head_dim = dq.shape
-    if head_dim & (head_dim - 1) or dq_acc.shape != dq.shape or not dq_acc.is_contiguous():
-        raise ValueError("dq_postprocess: a power-of-two head dim and a contiguous dq_acc")
+    partials = dq_acc.shape[0] // batch if batch else 1
+    stacked = (partials * batch, heads, seqlen, head_dim)
+    if head_dim & (head_dim - 1) or dq_acc.shape != stacked or not dq_acc.is_contiguous():
+        raise ValueError(
+            "dq_postprocess: a power-of-two head dim and a contiguous dq_acc of dq's shape "
+            "(or several stacked along the batch)"
+        )
     block_m = 64
     _dq_postprocess[(-(-seqlen // block_m) * batch * heads,)](
-        dq_acc, dq, *dq.stride(), heads, seqlen, scale, HEAD_DIM=head_dim, BLOCK_M=block_m
-    )
+        dq_acc, dq, *dq.stride(), heads, seqlen, scale, dq.numel(),
+        HEAD_DIM=head_dim, BLOCK_M=block_m, PARTIALS=partials,
+    )  # fmt: skip
     return dq
 
 

@@ -86,6 +86,15 @@ and the deterministic one 1.16-1.40x. The same split at D64/D128 (trial 677642a,
 logs/ws_trial_split_ab_timing_677642a.json) was 1.02-1.18x slower than the row split there, so
 it stays D256's.
 
+D256's deterministic mode with one dQ accumulator was 0.76-0.88x its atomic mode non-causal
+(logs/backward_ws_modes_30baee0.log). Nsight Compute at S 8K (logs/ncu_sass_ws_*_d256_f279817
+.json) put the difference at one place: the consumers waiting for the one dQ buffer, 19% of
+their samples (absent from the atomic mode's top stalls), while its writer waits for its turn.
+So non-causal calls now sum into ``DQ_PARTIALS_FOR`` accumulators (4 at D256; the conversion
+pass adds them in order), which shortens each chain of ordered adds fourfold. A/B on an H200
+(trial 7b5f2cd): 0.908x the time at S 2K, 0.948x at 4K; at 16K 1.035x inside a round-to-round
+range of 0.85-1.18 (the atomic mode, unchanged, read 1.005-1.048x in the same run).
+
 Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
 computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
 the warpgroups meet three times a step; D64's 128-row tiles still spill a few values inside
@@ -155,6 +164,13 @@ BLOCK_M_FOR = {64: 128, 128: 64, 256: 64}
 # step's wgmmas asynchronously (C7512); from registers at D128, where it fits and was faster
 # (H200 A/B: logs/ws_trial_fold_ab_timing.json, logs/ws_trial_dk_ab_timing.json).
 DK_FROM_SMEM_FOR = {64: True, 128: False, 256: True}
+# The deterministic mode's independent fp32 dQ accumulators (non-causal calls; causal ones
+# use one): key block k adds into accumulator k % P, in a fixed order within it, and the
+# conversion pass sums the P accumulators in order. A chain of ordered adds is then P times
+# shorter: with one, the resident key blocks of a head wait on each other tile by tile.
+# D256 only (H200 A/B, logs/ws_trial_partials_ab_timing_7b5f2cd.json, time with / without:
+# 0.908 at S 2K, 0.948 at 4K non-causal); the cost is P fp32 copies of dQ.
+DQ_PARTIALS_FOR = {64: 1, 128: 1, 256: 4}
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
 WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
 
@@ -241,29 +257,35 @@ if GLUON_AVAILABLE:
         handed back as soon as the copy engine has read it.
 
         DETERMINISTIC: the adds into each dQ tile land in a fixed order, the key blocks from
-        the last that sees the tile's rows down to 0. Each tile has an int32 counter in
+        the last that sees the tile's rows down to 0. With ``partials`` P accumulators, key
+        block k adds into accumulator k % P (the batch index p * B + batch of dq_desc), and
+        the order is kept within each. Each (accumulator, tile) has an int32 counter in
         ``Lock`` (zeroed) of the adds done; this program's turn on a tile is the number of
-        key blocks above it that see the tile (its ``rank``). It waits for its turn (acquire),
-        adds (the first add, rank 0, is a plain store: the buffer is not zeroed in this mode),
-        waits until the add has reached global memory, and passes the turn on (release).
-        The programs it waits for have larger key blocks, launched before it (the grid runs
-        key blocks in reverse in this mode), so every wait is on a program already running."""
+        key blocks above it in its accumulator that see the tile (its ``rank``). It waits for
+        its turn (acquire), adds (the first add, rank 0, is a plain store: the buffer is not
+        zeroed in this mode), waits until the add has reached global memory, and passes the
+        turn on (release). The programs it waits for have larger key blocks, launched before
+        it (the grid runs key blocks in reverse in this mode), so every wait is on a program
+        already running."""
         batch, kv_head, group, n0, m_first, n_m, total, rot = work
-        Lock, num_q_heads, n_m_total, last_n, causal_offset = order
+        Lock, num_q_heads, n_m_total, last_n, causal_offset, partials, num_batches = order
         NSTAGES: gl.constexpr = step_done.shape[0]
         NBUF: gl.constexpr = dq_smem.shape[0]
         for t in range(total):
             q_head, m0 = _step_coords(t, work, BLOCK_M)
             mbarrier.wait(step_done.index(t % NSTAGES), (t // NSTAGES) & 1)
-            coord = [batch, q_head, m0, 0]
             tile = dq_smem.index(t % NBUF)
             if DETERMINISTIC:
-                lock = Lock + (batch * num_q_heads + q_head) * n_m_total + m0 // BLOCK_M
+                key_block = n0 // BLOCK_N
+                acc_batch = (key_block % partials) * num_batches + batch
+                coord = [acc_batch, q_head, m0, 0]
+                lock = Lock + (acc_batch * num_q_heads + q_head) * n_m_total + m0 // BLOCK_M
                 if IS_CAUSAL:  # the last key block with a key that the tile's last row sees
                     top = gl.minimum(last_n, (m0 + BLOCK_M - 1 + causal_offset) // BLOCK_N)
                 else:
                     top = last_n
-                rank = top - n0 // BLOCK_N
+                # the key blocks in (key_block, top] of this one's accumulator add first
+                rank = (top - key_block) // partials
                 seen = _load_acquire(lock)
                 while seen != rank:
                     seen = _load_acquire(lock)
@@ -272,11 +294,27 @@ if GLUON_AVAILABLE:
                 else:
                     _gluon_tma.async_reduce_add(dq_desc, coord, tile)
             else:
-                _gluon_tma.async_reduce_add(dq_desc, coord, tile)
+                _gluon_tma.async_reduce_add(dq_desc, [batch, q_head, m0, 0], tile)
             tma.store_wait(0)
             mbarrier.arrive(dq_empty.index(t % NBUF), count=1)
             if DETERMINISTIC:
                 gl.atomic_add(lock, _wait_writes_done(seen * 0 + 1), sem="release", scope="gpu")
+
+    @gluon.jit
+    def _unmasked_rows(
+        n0, seqlen_q, seqlen_k, causal_offset,
+        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """(full_lo, full_hi): steps whose first query row m0 is in [full_lo, full_hi] need no
+        mask (every row exists and sees every key of the block: row m0 sees its last key,
+        n0 + BLOCK_N - 1, and the block has none past Sk); a block crossing Sk is masked
+        throughout."""
+        if IS_CAUSAL:
+            full_lo = n0 + BLOCK_N - 1 - causal_offset
+        else:
+            full_lo = n0 * 0
+        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
+        return full_lo, seqlen_q - BLOCK_M
 
     @gluon.jit
     def _mask_tile_t(pt, keys, queries, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
@@ -321,12 +359,9 @@ if GLUON_AVAILABLE:
         if not DK_FROM_SMEM:
             # dS^T of the previous step, the register operand of its dK (alive until it retires)
             dst_op = gl.zeros([BLOCK_N, BLOCK_M], dtype, op_layout)
-        if IS_CAUSAL:
-            full_lo = n0 + BLOCK_N - 1 - causal_offset
-        else:
-            full_lo = n0 * 0
-        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
-        full_hi = seqlen_q - BLOCK_M
+        full_lo, full_hi = _unmasked_rows(
+            n0, seqlen_q, seqlen_k, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL
+        )
         mbarrier.wait(kv_bar, 0)
 
         for t in range(total):
@@ -480,12 +515,9 @@ if GLUON_AVAILABLE:
         offs_m = gl.arange(0, BLOCK_M, layout=query_layout)
         dk_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
         dv_acc = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
-        if IS_CAUSAL:
-            full_lo = n0 + BLOCK_N - 1 - causal_offset
-        else:
-            full_lo = n0 * 0
-        full_lo = gl.where(n0 + BLOCK_N > seqlen_k, seqlen_q, full_lo)
-        full_hi = seqlen_q - BLOCK_M
+        full_lo, full_hi = _unmasked_rows(
+            n0, seqlen_q, seqlen_k, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL
+        )
         mbarrier.wait(kv_bar, 0)
 
         for t in range(total):
@@ -558,15 +590,15 @@ if GLUON_AVAILABLE:
         stride_dkz, stride_dkh, stride_dkn, stride_dkk,
         stride_dvz, stride_dvh, stride_dvn, stride_dvk,
         num_q_heads, num_kv_heads, seqlen_q, seqlen_k, causal_offset, qk_scale, sm_scale,
-        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+        dq_partials, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DETERMINISTIC: gl.constexpr,
         DK_FROM_SMEM: gl.constexpr, DQ_BUFFERS: gl.constexpr, SPLIT_COLUMNS: gl.constexpr,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
-        (B, Hq, Sq, D) fp32 dQ buffer (unscaled dQ is added), BLOCK_M x D blocks:
-        zeroed for the atomic mode; the deterministic mode stores each tile's first add.
-        Lock: with DETERMINISTIC, B * Hq * cdiv(Sq, BLOCK_M) int32 zeros (_dq_writer);
-        otherwise unused."""
+        (dq_partials * B, Hq, Sq, D) fp32 dQ buffer (unscaled dQ is added), BLOCK_M x D
+        blocks: zeroed for the atomic mode (dq_partials 1); the deterministic mode stores each
+        tile's first add in each accumulator. Lock: with DETERMINISTIC, dq_partials * B * Hq *
+        cdiv(Sq, BLOCK_M) int32 zeros (_dq_writer); otherwise unused."""
         dtype: gl.constexpr = q_desc.dtype
         if DETERMINISTIC:  # the last key block first (_dq_writer waits on larger ones)
             tile_n = gl.num_programs(0) - 1 - gl.program_id(0)
@@ -632,7 +664,9 @@ if GLUON_AVAILABLE:
 
         ring = (q_ring, do_ring, ready)
         rows_ring = (lse_ring, delta_ring)
-        order = (Lock, num_q_heads, n_m_total, gl.num_programs(0) - 1, causal_offset)
+        num_batches = gl.num_programs(1) // num_kv_heads
+        order = (Lock, num_q_heads, n_m_total, gl.num_programs(0) - 1, causal_offset,
+                 dq_partials, num_batches)  # fmt: skip
         lengths = (num_q_heads, seqlen_q, seqlen_k, causal_offset)
         dkv_strides = (
             stride_dkz, stride_dkh, stride_dkn, stride_dkk,
@@ -681,11 +715,22 @@ def supports(q, k, v, *, window=None, softcap=None, sinks=None) -> bool:
     )
 
 
-def _dq_accumulator(q, *, zeroed: bool):
-    """The fp32 buffer dQ's partial products are summed into, of q's shape: zeroed, or left
-    as allocated where the kernel writes every element before it adds to it."""
+def _dq_accumulator(q, *, zeroed: bool, partials: int = 1):
+    """The fp32 buffer dQ's partial products are summed into: ``partials`` accumulators of
+    q's shape stacked along the batch, zeroed, or left as allocated where the kernel writes
+    every element before it adds to it."""
     make = torch.zeros if zeroed else torch.empty
-    return make(q.shape, dtype=torch.float32, device=q.device)
+    shape = (partials * q.shape[0], *q.shape[1:])
+    return make(shape, dtype=torch.float32, device=q.device)
+
+
+def _dq_partials(head_dim, seqlen_k, *, deterministic: bool, is_causal: bool) -> int:
+    """How many dQ accumulators the call sums into (``DQ_PARTIALS_FOR``): one for the atomic
+    mode and for causal calls (some of a causal tile's accumulators would see no key block
+    and need zeroing); never more than the key blocks, so each accumulator has a first add."""
+    if not deterministic or is_causal:
+        return 1
+    return max(1, min(DQ_PARTIALS_FOR[head_dim], -(-seqlen_k // BLOCK_N_FOR[head_dim])))
 
 
 def _dq_descriptor(dq_acc, block_rows):
@@ -732,10 +777,17 @@ def attention_backward_hopper_ws(
     # The deterministic mode stores the first of each dQ tile's adds, so its buffer needs no
     # zeroing where every tile has one: all but bottom-right causal calls with Sq > Sk, whose
     # first query rows see no key.
-    dq_acc = _dq_accumulator(q, zeroed=not deterministic or (is_causal and causal_offset < 0))
+    partials = _dq_partials(
+        head_dim, seqlen_k, deterministic=deterministic, is_causal=bool(is_causal)
+    )
+    dq_acc = _dq_accumulator(
+        q, zeroed=not deterministic or (is_causal and causal_offset < 0), partials=partials
+    )
     if deterministic:
         n_m_total = -(-seqlen_q // block_m)
-        lock = torch.zeros(batch * num_q_heads * n_m_total, dtype=torch.int32, device=q.device)
+        lock = torch.zeros(
+            partials * batch * num_q_heads * n_m_total, dtype=torch.int32, device=q.device
+        )
     else:
         lock = dq_acc  # not read: the kernel's Lock is used only in its deterministic mode
     block_n = BLOCK_N_FOR[head_dim]
@@ -760,6 +812,7 @@ def attention_backward_hopper_ws(
         causal_offset,
         scale * LOG2E,
         scale,
+        partials,
         HEAD_DIM=head_dim,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
@@ -771,5 +824,5 @@ def attention_backward_hopper_ws(
         SPLIT_COLUMNS=SPLIT_COLUMNS_FOR[head_dim],
         num_warps=NUM_WARPS,
     )
-    _backward.dq_postprocess(dq_acc, dq, scale)  # scaled and converted in one pass
+    _backward.dq_postprocess(dq_acc, dq, scale)  # summed, scaled and converted in one pass
     return dq, dk, dv
