@@ -391,14 +391,17 @@ def test_dq_postprocess_sums_stacked_accumulators():
 
 def test_deterministic_partials():
     """The deterministic mode's accumulators (``_dq_partials``): several only for non-causal
-    calls at a head dim whose table says so, never more than the key blocks, one for the
-    atomic mode; and the writer's order in each is a permutation of its key blocks' ranks
-    (the Python mirror of ``_dq_writer``'s rank: (top - k) // P in accumulator k % P)."""
+    calls at a head dim whose table says so and up to DQ_PARTIALS_MAX_SEQLEN_K keys, never
+    more than the key blocks, one for the atomic mode; and the writer's order in each is a
+    permutation of its key blocks' ranks (the Python mirror of ``_dq_writer``'s rank:
+    (top - k) // P in accumulator k % P)."""
     for d, p in bhw.DQ_PARTIALS_FOR.items():
         block_n = bhw.BLOCK_N_FOR[d]
-        assert bhw._dq_partials(d, 8192, deterministic=True, is_causal=False) == p
-        assert bhw._dq_partials(d, 8192, deterministic=True, is_causal=True) == 1
-        assert bhw._dq_partials(d, 8192, deterministic=False, is_causal=False) == 1
+        longest = bhw.DQ_PARTIALS_MAX_SEQLEN_K
+        assert bhw._dq_partials(d, longest, deterministic=True, is_causal=False) == p
+        assert bhw._dq_partials(d, longest + 1, deterministic=True, is_causal=False) == 1
+        assert bhw._dq_partials(d, longest, deterministic=True, is_causal=True) == 1
+        assert bhw._dq_partials(d, longest, deterministic=False, is_causal=False) == 1
         assert bhw._dq_partials(d, block_n, deterministic=True, is_causal=False) == 1
     for n_k, p in [(1, 1), (7, 4), (32, 4), (130, 4), (9, 2)]:
         top = n_k - 1

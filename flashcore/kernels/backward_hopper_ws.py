@@ -93,7 +93,11 @@ their samples (absent from the atomic mode's top stalls), while its writer waits
 So non-causal calls now sum into ``DQ_PARTIALS_FOR`` accumulators (4 at D256; the conversion
 pass adds them in order), which shortens each chain of ordered adds fourfold. A/B on an H200
 (trial 7b5f2cd): 0.908x the time at S 2K, 0.948x at 4K; at 16K 1.035x inside a round-to-round
-range of 0.85-1.18 (the atomic mode, unchanged, read 1.005-1.048x in the same run).
+range of 0.85-1.18 (the atomic mode, unchanged, read 1.005-1.048x in the same run). With four
+accumulators at every S, the record of 4633056 read deterministic / atomic 0.841, 0.862, 0.857,
+0.828 at S 2K-16K non-causal (one: 0.759, 0.793, 0.875, 0.871), so four are used up to Sk 4K
+(``DQ_PARTIALS_MAX_SEQLEN_K``). The chain model predicts the largest gain at 16K, where the
+chains are longest; the measurement does not show it, so the model is at best part of why.
 
 Known limits (next steps): the step is serial inside each warpgroup (P^T and dS^T are
 computed while only dP^T is on the tensor cores); Triton's barrier pass adds CTA barriers, so
@@ -168,9 +172,12 @@ DK_FROM_SMEM_FOR = {64: True, 128: False, 256: True}
 # use one): key block k adds into accumulator k % P, in a fixed order within it, and the
 # conversion pass sums the P accumulators in order. A chain of ordered adds is then P times
 # shorter: with one, the resident key blocks of a head wait on each other tile by tile.
-# D256 only (H200 A/B, logs/ws_trial_partials_ab_timing_7b5f2cd.json, time with / without:
-# 0.908 at S 2K, 0.948 at 4K non-causal); the cost is P fp32 copies of dQ.
+# D256 only, and only up to Sk 4K (H200 A/B, logs/ws_trial_partials_ab_timing_7b5f2cd.json,
+# time with / without: 0.908 at S 2K, 0.948 at 4K, 1.035 at 16K non-causal; the record of
+# 4633056 read deterministic / atomic 0.857 at 8K and 0.828 at 16K with four against 0.875
+# and 0.871 with one); the cost is P fp32 copies of dQ and their sum in the conversion pass.
 DQ_PARTIALS_FOR = {64: 1, 128: 1, 256: 4}
+DQ_PARTIALS_MAX_SEQLEN_K = 4096
 # setmaxnreg per worker thread; the consumers get the rest (240 a thread, no spills offline)
 WORKER_REGS = gl.constexpr(24) if GLUON_AVAILABLE else 24
 
@@ -726,9 +733,10 @@ def _dq_accumulator(q, *, zeroed: bool, partials: int = 1):
 
 def _dq_partials(head_dim, seqlen_k, *, deterministic: bool, is_causal: bool) -> int:
     """How many dQ accumulators the call sums into (``DQ_PARTIALS_FOR``): one for the atomic
-    mode and for causal calls (some of a causal tile's accumulators would see no key block
-    and need zeroing); never more than the key blocks, so each accumulator has a first add."""
-    if not deterministic or is_causal:
+    mode, for causal calls (some of a causal tile's accumulators would see no key block and
+    need zeroing) and past ``DQ_PARTIALS_MAX_SEQLEN_K`` (measured slower there); never more
+    than the key blocks, so each accumulator has a first add."""
+    if not deterministic or is_causal or seqlen_k > DQ_PARTIALS_MAX_SEQLEN_K:
         return 1
     return max(1, min(DQ_PARTIALS_FOR[head_dim], -(-seqlen_k // BLOCK_N_FOR[head_dim])))
 
