@@ -16,7 +16,7 @@
 # (7) a transformers training step; (8) the targets; (9) the Gluon backwards (9b: the
 # warp-specialized kernel on the H100, 9c: its swapped step on an H200, 9d: lse/delta folded
 # and dK's operand by head dim, 9e: the passes around the kernel, 9f: D256 on the kernel, with
-# today's records); (10) the profile.
+# today's records, 9g: D256's deterministic mode and four dQ accumulators); (10) the profile.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
@@ -1801,23 +1801,67 @@ if H200 in recorded_devices("backward"):
     print_target_verdicts(read_result("backward", H200)["speed"])
 
 # %% [markdown] tags=[]
-# **Reading it.** Both records show as stale by `dispatch.py`: since they were measured
-# (`backward.json` at `1d2b6b0`, `backward_ws_modes.json` at `30baee0`) it dropped table
-# entries no call could reach (`0f70583`: atomic entries at shapes where the ordered mode runs
-# instead), so no call routes differently; `backward_hopper_ws.py` changed in its docstring
-# only (`30baee0`), which the status line counts as text. `git diff 1d2b6b0 -- flashcore`
-# shows both.
+# **Reading it.** Both records show as stale by `dispatch.py`. The tables' record
+# (`backward_ws_modes.json`) is now `e0ca4cc`'s, taken with section 9g's change; after it,
+# `dispatch.py`'s tables followed two margins it moved (`b7a03eb`, below), and the record
+# measures each mode by name, not through the tables, so its numbers are those of today's
+# kernels. `backward.json` (the autograd sweep beside FA4) is `1d2b6b0`'s: it ran D256's
+# deterministic mode with one dQ accumulator, which section 9g replaced up to S=4K, so its D256
+# default rows at S 2K and 4K non-causal are the old kernel's (the D64/D128 rows are not
+# affected: the kernels' D64/D128 code did not change, `git diff 1d2b6b0 -- flashcore`).
 #
-# At D256 the warp-specialized kernel is 1.15–1.41x the Triton backward in its deterministic
-# mode and 1.49–1.62x in its atomic one. Through autograd, the default (deterministic) is at
-# geomean **0.952 of FA4** (0.84–0.99 per shape; it was 0.719 on the Triton backward) and
-# 0.926 of cuDNN; with `deterministic=False` the atomic mode runs, at **1.08–1.16x FA4 and
-# 1.01–1.20x cuDNN at every shape**. The D256 FA4 target (0.95) is met on this H200 record,
-# barely, and the per-shape one (0.90) is not (S=2K full 0.843, 4K full 0.897). The
-# deterministic mode pays 0.76–0.92 of the atomic one at D256, where at D128 it is the faster
-# mode; a likely cause, not yet profiled: D256's 64-key programs are twice as many per query
-# tile as D128's, so each dQ tile passes through twice as many ordered turns. D64 (0.750 of FA4) and D128
-# (0.854) are where they were: the kernel's D64/D128 step did not change.
+# At D256 the warp-specialized kernel is 1.27–1.44x the Triton backward in its deterministic
+# mode and 1.49–1.65x in its atomic one (`e0ca4cc`). Through autograd, on `1d2b6b0`'s record,
+# the default (deterministic) was at geomean **0.952 of FA4** (0.84–0.99 per shape; 0.719 on
+# the Triton backward) and 0.926 of cuDNN; with `deterministic=False` the atomic mode runs, at
+# **1.08–1.16x FA4 and 1.01–1.20x cuDNN at every shape**. The D256 FA4 target (0.95) was met
+# on that H200 record, barely, and the per-shape one (0.90) was not (S=2K full 0.843, 4K full
+# 0.897: the two shapes section 9g made 1.10x and 1.05x faster; not re-measured beside FA4).
+# D64 (0.750 of FA4) and D128 (0.854) are where they were.
+#
+# **The tables moved with unchanged D64/D128 kernels.** Against `30baee0`'s record, `e0ca4cc`'s
+# read D128 S=2K non-causal ordered / atomic 0.994 (was 1.027) and D64 S=4K non-causal atomic
+# / Triton 1.046 (was 1.020, the margin is 1.03): run-to-run noise at the thresholds. The rule
+# is applied to the record as it is, so `deterministic=False` now runs the atomic mode at D128
+# S=2K non-causal and at D64 S=4K non-causal; the default is unchanged.
+
+# %% [markdown] tags=[]
+# ## 9g. D256's deterministic mode: what it waits for, and four dQ accumulators (H200)
+#
+# At D256 the deterministic mode was 0.76–0.88x the atomic one non-causal (`30baee0`). Nsight
+# Compute's source page of both modes at S=8K non-causal (`ncu_sass_ws_{det,atomic}_d256_
+# f279817.json`, printed in section 9c's profile list): 7.34 ms against 5.87 ms, tensor pipe
+# 38.7% against 48.5% of peak, and one place holds the difference. A branch right after the
+# consumers' dQ product, executed once per step per warp, collects 12.2% of all samples
+# (long scoreboard) in the deterministic mode and does not appear among the atomic mode's top
+# stalls: the consumers waiting for the one dQ buffer while the writer waits for its turn.
+#
+# The turn order makes that wait long. Every key block of a head walks the query tiles from
+# tile 0, and the adds into a tile go from the last key block down, so each key block waits
+# on the one above it at every tile, with no step of slack; with one dQ buffer the consumers
+# stall behind the writer. Trial `7b5f2cd` (branch `ws-dq-partials`) cuts each chain fourfold:
+# non-causal calls sum dQ into four fp32 accumulators (key block k into k % 4, ordered within
+# each; the conversion pass adds the four in a fixed order, so the result is still bitwise
+# reproducible). Its GPU tests passed in its own tree (`logs/gpu_tests_ws_trial_partials_
+# 7b5f2cd.log`). A/B against main (above 1 = the trial faster; causal calls keep one
+# accumulator, so their column is a control, as is the atomic mode):
+
+# %% tags=[]
+print_ab([("four dQ accumulators", "ws_trial_partials_ab_timing_7b5f2cd.json")], old_is_b=False)
+
+# %% [markdown] tags=[]
+# 1.10x at S=2K and 1.06x at 4K non-causal, with a tight round-to-round range; at 16K 0.97x
+# inside a range of 0.85–1.18 (that run's S=16K rounds drifted for every column). Taken with
+# four accumulators at every S (`4633056`), the tables' record read deterministic / atomic
+# 0.841, 0.862, 0.857, 0.828 at S 2K–16K non-causal, against 0.759, 0.793, 0.875, 0.871 with
+# one (`logs/backward_ws_modes_{4633056,30baee0}.log`). So four are used up to Sk=4K
+# (`DQ_PARTIALS_MAX_SEQLEN_K`), one beyond; `e0ca4cc`'s record, printed in 9f, reads 0.847,
+# 0.867, 0.883, 0.873. The chain model predicts the largest gain at 16K, where the chains are
+# longest; the measurement does not show one there, so the model explains part of the cost at
+# short S and not what remains. The price: four fp32 copies of dQ (at B·S=16K, H·D=2048,
+# 537 MB instead of 134 MB) and their sum in the conversion pass. Sanitizer on `4633056`
+# (`logs/sanitize_backward_ws_4633056.log`): memcheck and synccheck 0, racecheck 61 reports
+# at the same places as before (the lse/delta ring, the start-up).
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
