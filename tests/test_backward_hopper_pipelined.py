@@ -36,9 +36,10 @@ def test_import_guard_and_supports_on_cpu():
     assert not bhp.supports(q, q, q)  # CPU tensors never take the Gluon path
 
 
-def record_launch(monkeypatch, module, launcher: str, kernel, d: int):
+def record_launch(monkeypatch, module, launcher: str, kernel, d: int, *, is_causal=True):
     """Runs ``module.<launcher>`` (a Gluon backward's launcher) on a CPU with its kernel
-    recorded, not run (GQA 4:2, Sq 70, Sk 130, bottom-right causal, (B, S, H, D) layout):
+    recorded, not run (GQA 4:2, Sq 70, Sk 130, bottom-right causal unless ``is_causal`` is
+    False, (B, S, H, D) layout):
     the preprocess kernel (interpreted) writes delta. Asserts that every kernel parameter is
     bound, by position or name, and that delta is rowsum(dO o O) under the rule and dQ the
     scaled fp32 buffer (zero: the unlaunched kernel added nothing). Returns (grid, every
@@ -50,13 +51,13 @@ def record_launch(monkeypatch, module, launcher: str, kernel, d: int):
             return lambda *args, **kwargs: calls.append((grid, args, kwargs))
 
     monkeypatch.setattr(module, "_BWD_LAUNCH", Recorder())
-    case = AttentionCase(2, 4, 2, 70, 130, d, "float16", True, "bottom_right", "bshd")
+    case = AttentionCase(2, 4, 2, 70, 130, d, "float16", is_causal, "bottom_right", "bshd")
     q, k, v, do = make_grad_inputs(case, DEVICE, 5)
     out = torch.randn(q.shape, dtype=q.dtype, device=DEVICE)
     lse = torch.randn(q.shape[:3], dtype=torch.float32, device=DEVICE)
     grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
     getattr(module, launcher)(
-        do, q, k, v, out, lse, *grads, causal_offset=60, is_causal=True, scale=0.125
+        do, q, k, v, out, lse, *grads, causal_offset=60, is_causal=is_causal, scale=0.125
     )
     ((grid, args, kwargs),) = calls
     params = kernel.arg_names

@@ -371,6 +371,40 @@ def test_dq_postprocess_scales_and_casts():
         dq_postprocess(torch.zeros(1, 1, 4, 96), torch.zeros(1, 1, 4, 96), 1.0)
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_launcher_sizes_the_partial_accumulators(monkeypatch, deterministic):
+    """A non-causal D256 call on a CPU (``record_launch``): the deterministic mode sums into
+    min(DQ_PARTIALS_FOR, key blocks) accumulators (130 keys: 3 blocks of 64), so dQ's fp32
+    buffer, its descriptor and the turn counters are that many times the single ones, and the
+    kernel is told the count; the atomic mode keeps one."""
+    if not bhw.GLUON_AVAILABLE:
+        pytest.skip("this triton has no Gluon Hopper API")
+    monkeypatch.setattr(
+        bhw,
+        "attention_backward_hopper_ws",
+        functools.partial(bhw.attention_backward_hopper_ws, deterministic=deterministic),
+    )
+    asked = []
+
+    def accumulator(q, *, zeroed, partials=1):  # zeros: no kernel writes it here
+        asked.append(partials)
+        return torch.zeros((partials * q.shape[0], *q.shape[1:]), device=q.device)
+
+    monkeypatch.setattr(bhw, "_dq_accumulator", accumulator)
+    _, bound, q = record_launch(
+        monkeypatch, bhw, "attention_backward_hopper_ws", bhw._bwd_hopper_ws_kernel, 256,
+        is_causal=False,
+    )  # fmt: skip
+    partials = min(bhw.DQ_PARTIALS_FOR[256], 3) if deterministic else 1  # 3 key blocks
+    b, hq, sq = q.shape[:3]
+    assert asked == [partials] and bound["IS_CAUSAL"] is False and bound["dq_partials"] == partials
+    assert bound["dq_desc"].base.shape == (partials * b, *q.shape[1:])
+    if deterministic:
+        lock = bound["Lock"]
+        assert lock.shape == (partials * b * hq * -(-sq // bhw.BLOCK_M_FOR[256]),)
+        assert not lock.any()
+
+
 def test_dq_postprocess_sums_stacked_accumulators():
     """P accumulators stacked along the batch are summed (in order), scaled and cast, under the
     error rule against float64; a buffer that is not a whole number of them is refused."""
