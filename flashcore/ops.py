@@ -71,10 +71,11 @@ def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=N
 # cost more than the launch (tools/op_overhead.py). Schema, kernels, fake and autograd are
 # the same either way, and torch.compile and opcheck treat the op alike.
 _LIBRARY = torch.library.Library("flashcore", "FRAGMENT")
-_LIBRARY.define(
+_LIBRARY_SCHEMA = (
     "attention(Tensor q, Tensor k, Tensor v, bool is_causal, bool bottom_right, float? scale, "
     "int? window=None, float? softcap=None) -> Tensor"
 )
+_LIBRARY.define(_LIBRARY_SCHEMA)
 
 
 def _attention_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None):
@@ -204,6 +205,69 @@ torch.library.register_autograd(
     setup_context=_attention_setup_context,
     lib=_LIBRARY,
 )
+
+
+# The op's autograd kernel for CUDA and CPU tensors (a backend's own Autograd key takes
+# precedence over the Autograd alias that register_autograd fills; other backends, e.g.
+# meta, keep that one). register_autograd's kernel re-enters the dispatcher on every call
+# (a redispatch below autograd, through a Python kernel again): on the H100 that was about
+# 20 us per eager call over the kernel function itself (op_overhead_382853b.json), most of
+# the op path's host cost in launch.json. An inference call on plain tensors (no input
+# needs a gradient, and nothing but the backend below autograd in the key set: no tensor
+# subclass, fake tensor, dispatch mode or functionalization that must see the op) runs the
+# backend kernel here directly. Every other call goes where register_autograd's would.
+_AUTOGRAD_KEYS = {
+    torch._C.DispatchKey.CUDA: "AutogradCUDA",
+    torch._C.DispatchKey.CPU: "AutogradCPU",
+}
+_BELOW_AUTOGRAD = torch._C._after_autograd_keyset
+# key set (its raw bits) -> the backend below autograd when nothing else is, else None;
+# a handful of entries per process, computed once each (the key set's own methods cost
+# about a microsecond per call).
+_PLAIN_BACKEND: dict[int, object] = {}
+
+
+def _plain_backend(keyset):
+    below = (keyset & _BELOW_AUTOGRAD).remove(torch._C.DispatchKey.ADInplaceOrView)
+    backend = below.highestPriorityTypeId()
+    return backend if backend in _AUTOGRAD_KEYS else None
+
+
+class _AttentionFunction(torch.autograd.Function):
+    """What register_autograd's kernel runs when a gradient is needed: the op below
+    autograd, the same setup_context and backward formula."""
+
+    @staticmethod
+    def forward(ctx, keyset, *args):
+        with torch._C._AutoDispatchBelowAutograd():
+            out = torch.ops.flashcore.attention.default.redispatch(keyset, *args)
+        _attention_setup_context(ctx, args, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return (None, *_attention_backward_formula(ctx, grad_out))
+
+
+def _attention_autograd(keyset, q, k, v, *options):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _AttentionFunction.apply(keyset & _BELOW_AUTOGRAD, q, k, v, *options)
+    bits = keyset.raw_repr()
+    backend = _PLAIN_BACKEND.get(bits, False)
+    if backend is False:
+        backend = _PLAIN_BACKEND[bits] = _plain_backend(keyset)
+    if backend == torch._C.DispatchKey.CUDA:
+        return _launch_cuda(q, k, v, *options).contiguous()
+    if backend == torch._C.DispatchKey.CPU:
+        return _attention_cpu(q, k, v, *options)
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.flashcore.attention.default.redispatch(
+            keyset & _BELOW_AUTOGRAD, q, k, v, *options
+        )
+
+
+for _key in _AUTOGRAD_KEYS.values():
+    _LIBRARY.impl("attention", _attention_autograd, _key, with_keyset=True)
 # --- end of autograd for flashcore::attention
 
 

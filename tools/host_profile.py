@@ -3,8 +3,8 @@
     python3 tools/host_profile.py OUT.json [--calls N]
 
 For each shape of ``flashcore.studies.launch.SHAPES`` and each of flashcore's doors
-(``flashcore.attention`` / ``attention_with_kvcache``, ``torch.ops.flashcore.attention``) and
-SDPA (default backend), after a warm-up:
+(``flashcore.studies.launch.DOORS``: the function, the torch op, SDPA's flash backend with
+flashcore activated, the flash_attn functions) and SDPA (default backend), after a warm-up:
 
 * ``host_us``: the Python-side time of a call alone (perf_counter around the call, no
   synchronisation inside the loop; the GPU queue is drained every 32 calls so it never
@@ -16,6 +16,7 @@ Writes OUT.json with provenance; prints one line per (shape, door).
 """
 
 import argparse
+import contextlib
 import cProfile
 import json
 import pstats
@@ -31,7 +32,7 @@ import torch  # noqa: E402
 from flashcore.results import provenance  # noqa: E402
 from flashcore.studies import launch  # noqa: E402
 
-DOORS = ("flashcore", "flashcore op", "sdpa default")
+DOORS = (*launch.DOORS, "sdpa default")
 
 
 def host_us(fn, calls: int) -> float:
@@ -82,12 +83,18 @@ def main():
     for shape in launch.SHAPES:
         calls = launch._calls(shape)
         for door in DOORS:
-            fn, _context = calls[door]
-            for _ in range(20):
-                fn()  # compile, fill the launch caches
-            torch.cuda.synchronize()
-            us = host_us(fn, args.calls)
-            profile = top_functions(fn, args.calls)
+            fn, context = calls[door]
+            try:
+                with context() if context else contextlib.nullcontext():
+                    for _ in range(20):
+                        fn()  # compile, fill the launch caches
+                    torch.cuda.synchronize()
+                    us = host_us(fn, args.calls)
+                    profile = top_functions(fn, args.calls)
+            except RuntimeError as err:  # a door this torch does not have
+                rows.append({"shape": shape[0], "door": door, "error": str(err)[:200]})
+                print(f"{shape[0]:38s} {door:14s} {str(err)[:100]}", flush=True)
+                continue
             rows.append(
                 {"shape": shape[0], "door": door, "host_us": round(us, 1), "profile": profile}
             )

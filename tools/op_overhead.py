@@ -9,8 +9,12 @@ of N calls each (median microseconds per call):
   without CUDA ``ops._attention_cpu``, PyTorch's float32 path with TRITON_INTERPRET unset);
 * ``torch.ops.flashcore.attention``: the op as flashcore registers it (a ``torch.library``
   definition with a fake and an autograd formula);
+* ``register_autograd only``: the same kernel, fake and autograd formula on a
+  ``torch.library.Library`` under a scratch name, without the backends' own autograd kernel
+  (``ops._attention_autograd``): flashcore's op as registered before that kernel;
 * ``custom_op``: the same kernel, fake and autograd formula registered through
-  ``torch.library.custom_op`` under a scratch name, as flashcore's op was registered before.
+  ``torch.library.custom_op`` under a scratch name, as flashcore's op was registered before
+  that.
 
 The difference to ``direct`` is the op layer's host cost. On a GPU the shape is launch.json's
 smallest (B1 H8 S128 D64, fp16, causal), where the host cost decides the wall time; on a CPU
@@ -57,6 +61,22 @@ def _custom_op_twin(kernel):
     return torch.ops.flashcore_overhead.attention
 
 
+def _library_twin(kernel):
+    """The same kernel, fake and autograd formula on a Library, autograd by register_autograd
+    alone (every call through its generated kernel and a redispatch)."""
+    lib = torch.library.Library("flashcore_overhead_lib", "DEF")
+    lib.define(ops._LIBRARY_SCHEMA)
+    lib.impl("attention", kernel, "CUDA" if torch.cuda.is_available() else "CPU")
+    torch.library.register_fake("flashcore_overhead_lib::attention", ops._attention_fake, lib=lib)
+    torch.library.register_autograd(
+        "flashcore_overhead_lib::attention",
+        ops._attention_backward_formula,
+        setup_context=ops._attention_setup_context,
+        lib=lib,
+    )
+    return lib, torch.ops.flashcore_overhead_lib.attention
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", nargs="?", help="write the rows and provenance here (JSON)")
@@ -77,9 +97,11 @@ def main():
     q = torch.randn(shape[0], device=device, dtype=dtype)
     k, v = (torch.randn(shape[1], device=device, dtype=dtype) for _ in range(2))
     call_args = (q, k, v, True, True, None)
+    library, library_twin = _library_twin(kernel)
     variants = {
         "direct": kernel,
         "torch.ops.flashcore.attention": torch.ops.flashcore.attention,
+        "register_autograd only": library_twin,
         "custom_op": _custom_op_twin(kernel),
     }
     for fn in variants.values():  # compile, fill the launch caches

@@ -411,7 +411,7 @@ def launch_table(record):
     for shape in dict.fromkeys(r["shape"] for r in record["rows"]):
         ref = by_impl[(shape, "sdpa default")]
         row = {"shape": shape}
-        for impl in ("flashcore", "flashcore op", "sdpa default", "sdpa cudnn", "sdpa flash"):
+        for impl in dict.fromkeys(r["impl"] for r in record["rows"]):
             r = by_impl.get((shape, impl))
             row[f"{impl} eager"] = r["eager_us_per_call"] if r else None
             row[f"{impl} graph"] = r["graph_us"] if r else None
