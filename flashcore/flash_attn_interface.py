@@ -415,6 +415,7 @@ def flash_attn_with_kvcache(
     pack_gqa=None,
     sm_margin=0,
     learnable_sink=None,
+    check_lengths=True,
 ):
     """``flash_attn.flash_attn_with_kvcache`` on ``flashcore.attention_with_kvcache``.
 
@@ -441,6 +442,12 @@ def flash_attn_with_kvcache(
         rotary_cos/rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes, qv,
         cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
         descales, attention_chunk, learnable_sink, return_softmax_lse: must be unset.
+
+        check_lengths: flashcore's, keyword-only (FA has none): check cache_seqlens (and
+            the pages they use) against the cache before anything is written, which costs a
+            device-to-host copy that waits for the GPU's queue. Skipped during CUDA graph
+            capture, where that copy cannot run (the caller then guarantees the lengths, as
+            FA's callers always do); pass False for FA's eager cost under that guarantee.
 
     Returns ``out`` ``(B, Sq, Hq, D)`` in q's dtype. Everything is checked before the cache
     is written: a call that raises leaves it untouched. No backward (as FA).
@@ -524,6 +531,8 @@ def flash_attn_with_kvcache(
         window=window,
         softcap=cap,
         num_splits=None if num_splits == 0 else int(num_splits),
+        check_lengths=bool(check_lengths)
+        and not (q.is_cuda and torch.cuda.is_current_stream_capturing()),
         out=out.transpose(1, 2),
     )
     return out

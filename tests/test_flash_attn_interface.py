@@ -534,6 +534,52 @@ def test_flash_attn_with_kvcache_hands_over_views(monkeypatch, num_splits, expec
     assert seen["num_splits"] == expected
 
 
+def test_kvcache_lengths_check_is_on_by_default_and_off_while_capturing(monkeypatch):
+    """The door checks cache_seqlens (a host copy) unless told not to or capturing a CUDA
+    graph, where that copy cannot run; the check still raises for a bad length."""
+    q, k_cache, v_cache, k_new, v_new, seqlens = _cache_inputs(1, seed=5)
+    seen = []
+    real = flashcore.attention_with_kvcache
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["check_lengths"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flashcore, "attention_with_kvcache", spy)
+    call = lambda **kw: flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, **kw)  # noqa: E731
+    call(cache_seqlens=seqlens)
+    call(cache_seqlens=seqlens, check_lengths=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    call(cache_seqlens=seqlens)
+    assert seen == [True, False, not q.is_cuda]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        call(cache_seqlens=seqlens + 100)
+
+
+@pytest.mark.gpu
+def test_kvcache_door_runs_in_a_cuda_graph():
+    """A decode step through the door captures and replays (no host copy in the capture):
+    the replay's output passes the rule, as the eager call's does."""
+    q, k_cache, v_cache, _, _, seqlens = _cache_inputs(1, capacity=300, lengths=(17, 290))
+    qb, kb, vb = _bhsd(q, k_cache, v_cache)
+    ref = kvcache_reference(qb, kb, vb, seqlens)
+    same = kvcache_reference(qb, kb, vb, seqlens, compute_dtype=q.dtype)
+    call = lambda: flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # warm up (compile) off the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert error_rule(out.transpose(1, 2), ref, same).passed
+
+
 def test_one_query_needs_no_causal_flag():
     """With one query per sequence causal=False sees the same keys as causal: it runs."""
     q, k_cache, v_cache, k_new, v_new, seqlens = _cache_inputs(1, CACHE_FP32, seed=12)
