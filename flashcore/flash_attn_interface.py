@@ -93,6 +93,15 @@ def _refuse_set(fn: str, **options) -> None:
 
 
 def _check_common(fn, *, dropout_p, alibi_slopes, learnable_sink, qv, descales, attention_chunk):
+    if (
+        dropout_p == 0.0
+        and alibi_slopes is None
+        and learnable_sink is None
+        and qv is None
+        and not attention_chunk
+        and all(value is None for value in descales.values())
+    ):
+        return  # the common call: nothing set that flashcore lacks
     if dropout_p != 0.0:
         _refuse(fn, "dropout_p", dropout_p, "flashcore has no dropout; pass dropout_p=0.0")
     _refuse_set(
@@ -112,6 +121,8 @@ def _bound(fn: str, value, side: str):
     """One side of FA's window_size: None for unbounded (FA2/FA3 write -1, FA4 None)."""
     if value is None:
         return None
+    if type(value) is int:  # the common case, before the slower abstract-class check
+        return None if value < 0 else value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"{fn}: expected window_size {side} to be an int or None, got {type(value).__name__}"
@@ -154,7 +165,7 @@ def _mask(fn: str, causal, window_size, seqlen_q: int, seqlen_k: int):
 
 
 def _softcap(fn: str, softcap):
-    if softcap is None:
+    if softcap is None or (type(softcap) is float and softcap == 0.0):
         return None
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"{fn}: expected softcap to be a float, got {type(softcap).__name__}")
