@@ -1244,6 +1244,80 @@ print(
 )
 
 # %% [markdown]
+# ### Every door's host cost on the H200 (recorded at `081dfd2`, current)
+#
+# No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
+# sm_90 part with more memory; host costs are the host's, so they do not transfer between the
+# machines), `launch.json` was recorded at `081dfd2` with every door the issue names: the
+# function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
+# decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
+# with flashcore activated (`flashcore sdpa door`; the record checks that flashcore's kernel
+# served the call, not PyTorch's fallback), and the flash_attn functions on `(B, S, H, D)`
+# views of the same tensors (`flash_attn_with_kvcache` with its default length check, a
+# device-to-host copy that waits for the queue). SDPA default is the reference; the second
+# table is the op layer alone, in one process, from `tools/op_overhead.py`: the op as
+# registered since `c56053a` (an autograd kernel of its own for CUDA and CPU, which runs an
+# inference call on plain tensors straight into the kernel), the same op with
+# `register_autograd` alone (as before: its generated kernel redispatches every call), and
+# behind `torch.library.custom_op` (as before that).
+
+# %%
+H200 = "nvidia-h200"
+if H200 in results.recorded_devices("launch"):
+    h200_launch = results.read_result("launch", H200)
+    print("recorded on", results.describe(h200_launch))
+    print(status_line_for("launch", H200))
+    by_impl = {(r["shape"], r["impl"]): r for r in h200_launch["rows"]}
+    doors = [
+        i
+        for i in dict.fromkeys(r["impl"] for r in h200_launch["rows"])
+        if not i.startswith("sdpa ")
+    ]
+    door_rows, door_ratios = [], []
+    for shape in dict.fromkeys(r["shape"] for r in h200_launch["rows"]):
+        ref_us = by_impl[(shape, "sdpa default")]["eager_us_per_call"]
+        row = {"shape": shape, "sdpa default us": ref_us}
+        for door in doors:
+            us = by_impl.get((shape, door), {}).get("eager_us_per_call")
+            row[door] = None if us is None else us / ref_us
+            if us is not None:
+                door_ratios.append((door, shape, us / ref_us))
+        door_rows.append(row)
+    print(table(door_rows, list(door_rows[0]),
+                {"sdpa default us": "{:.1f}", **{d: "{:.2f}" for d in doors}}))  # fmt: skip
+    for door in doors:
+        mine = [r for d, _, r in door_ratios if d == door]
+        print(f"{door}: <= 1.10x SDPA's at {sum(x <= 1.10 for x in mine)} of {len(mine)} shapes")
+    overhead = json.loads(
+        (results.RESULTS_DIR / H200 / "logs" / "op_overhead_c56053a.json").read_text()
+    )
+    print(f"\nop layer alone ({overhead['device']}, commit {overhead['provenance']['commit']}, "
+          f"{overhead['shape_q_kv'][0]} {overhead['dtype']}, median of {overhead['rounds']} rounds):")  # fmt: skip
+    print(table(overhead["rows"], ["variant", "us_per_call", "over_direct_us"],
+                {"us_per_call": "{:.2f}", "over_direct_us": "{:+.2f}"}))  # fmt: skip
+
+# %% [markdown]
+# **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
+# (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
+# the op path is 0.95-2.19x SDPA's eager time where the function is 0.84-1.68x. The function
+# meets 1.10x at three shapes of six, the op at one (GQA prefill, where the GPU work hides the
+# host), the flash_attn door at that one too (1.04) and the SDPA door at none: it runs inside
+# SDPA's own C++ routing and then flashcore's Python (the forward with the lse, five
+# allocations: 1.41-3.72x); the flash_attn door adds four transposes, an allocation and its
+# option checks (2.21-2.43x where the host decides), and its decode rows wait for the length
+# check each call (3.29-4.49x; `check_lengths=False`, flashcore's keyword on the door, skips
+# it, as the door does by itself inside CUDA graph capture). The record's two runs on this host differ by
+# more than the changes measured: SDPA default's own time at B1 H8 S128 was 18.8 us in the
+# run of the tree at `cd532a1` (`logs/launch_cd532a1.json`, same device call as the host
+# profile) and 25.4 us in the record, so ratios are read within one run, never across runs.
+# Where the microseconds go, door by door: `logs/host_profile_c56053a.json` (cProfile per
+# call; cProfile's per-call times are inflated by the profiler itself). The decode function
+# path's largest items are `launch_decode`'s own Python (its plan and cache key, 17.3 us under
+# the profiler), two allocations (the split partials and the output, 9.1), the two launches
+# (7.2) and `attention_with_kvcache`'s guards (6.6); its GPU time (graph replay) is SDPA's
+# within 10%. Not built: a plan cached per exact signature, which would skip the first.
+
+# %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27; its kernels
 # are `d8fa890`'s): its row of `reproduce_timing.json`, printed below. The record itself is
 # of commit `253067a` (2026-11-28) and stale (the line below: the FP8 schedule fix in
