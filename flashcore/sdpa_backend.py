@@ -29,7 +29,9 @@ nothing calls them.
 
 What flashcore serves (:func:`unsupported_reason`, the same decision in forward and
 backward): fp16/bf16 4-D ``(B, H, S, D)`` q, k, v with one head dim up to 256 (any strides),
-Hq a multiple of Hkv, no dropout, no debug mask, non-empty, causal only with Sq == Sk.
+Hq a multiple of Hkv, no dropout, no debug mask, non-empty, causal only with Sq == Sk, and not
+decode (Sq <= 16 against Sk >= 4 Sq: PyTorch's flash kernel splits the keys there, flashcore's
+forward kernel does not, and its split-KV kernel returns no log-sum-exp).
 Everything else (dropout in training, ``return_debug_mask``, nested/packed inputs, a head dim
 of v that differs, ...) is handed to the kernel that was registered before (PyTorch's flash
 kernel), with the reason logged at DEBUG level on this module's logger. The backward runs
@@ -50,6 +52,7 @@ FORWARD_OP = "_scaled_dot_product_flash_attention"
 BACKWARD_OP = "_scaled_dot_product_flash_attention_backward"
 FIRST_TORCH = "2.10"  # register/activate_flash_attention_impl; restore_... from 2.11
 MAX_HEAD_DIM = 256
+DECODE_MAX_QUERIES = 16  # as flashcore.ops: a few queries against a long cache are decode
 
 _log = logging.getLogger(__name__)
 _OUR_NAMES: set[str] = set()
@@ -180,6 +183,15 @@ def unsupported_reason(query, key, value, dropout_p, is_causal) -> str | None:
         return (
             f"causal with Sq={seqlen_q} != Sk={seqlen_k} (the flash op aligns it bottom-right; "
             "SDPA never sends these)"
+        )
+    if seqlen_q <= DECODE_MAX_QUERIES and seqlen_k >= 4 * seqlen_q:
+        # flashcore's own doors send these to its split-KV decode kernel, which does not
+        # return the log-sum-exp this op must; its forward kernel (one program per query
+        # tile) took 145 us of GPU time at Sq 1, Sk 8K, B1 Hq32/Hkv8 where PyTorch's flash
+        # kernel took 22 (launch.json, H200, 081dfd2, graph replay).
+        return (
+            f"{seqlen_q} queries against {seqlen_k} keys (decode: PyTorch's flash kernel "
+            "splits the keys; flashcore's split-KV kernel has no log-sum-exp output)"
         )
     return None
 

@@ -141,7 +141,12 @@ def _meta(*shape, dtype=torch.float16):
     "args, expected",
     [
         ((_meta(2, 4, 17, 64), _meta(2, 2, 17, 64), _meta(2, 2, 17, 64), 0.0, True), None),
-        ((_meta(1, 4, 1, 128), _meta(1, 1, 90, 128), _meta(1, 1, 90, 128), 0.0, False), None),
+        ((_meta(1, 4, 1, 128), _meta(1, 1, 3, 128), _meta(1, 1, 3, 128), 0.0, False), None),
+        ((_meta(1, 4, 17, 128), _meta(1, 1, 90, 128), _meta(1, 1, 90, 128), 0.0, False), None),
+        (
+            (_meta(1, 4, 1, 128), _meta(1, 1, 90, 128), _meta(1, 1, 90, 128), 0.0, False),
+            "1 queries against 90 keys (decode",
+        ),
         ((_meta(1, 2, 8, 64), _meta(1, 2, 8, 64), _meta(1, 2, 8, 64), 0.1, False), "dropout"),
         ((_meta(2, 8, 64), _meta(2, 8, 64), _meta(2, 8, 64), 0.0, False), "dims"),
         (
@@ -313,6 +318,19 @@ def test_sdpa_runs_flashcore_after_activation(
     out.backward(do)
     assert calls == {"forward": 1, "backward": 1}
     _check_gradients((q.grad, k.grad, v.grad), q, k, v, do, causal=causal)
+
+
+@pytest.mark.gpu
+@needs_api
+def test_sdpa_decode_runs_pytorch_s_flash_kernel(activated, calls):
+    """One query against a long cache: PyTorch's flash kernel serves it (it splits the keys),
+    and the result passes the rule."""
+    q, k, v = (t.detach() for t in _inputs(1, 8, 2, 1, 700, 64, torch.bfloat16, seed=4))
+    out = _sdpa_flash(q, k, v, enable_gqa=True)
+    assert calls == {"forward": 0, "backward": 0}
+    ref = attention_reference(q, k, v)
+    same = attention_reference(q, k, v, compute_dtype=torch.bfloat16)
+    assert error_rule(out, ref, same).passed
 
 
 @pytest.mark.gpu

@@ -210,7 +210,10 @@ def measure(
                         fn()
                     torch.cuda.synchronize()
                     if ctx is _sdpa_door and not _sdpa_door.serves(fn):
-                        raise RuntimeError("flashcore did not serve this SDPA call")
+                        raise RuntimeError(
+                            "flashcore does not serve this SDPA call (PyTorch's flash kernel "
+                            "ran; sdpa_backend.unsupported_reason says why)"
+                        )
                 usable.append(impl)
                 samples[impl] = []
             except RuntimeError as err:  # e.g. a backend that does not take this shape
