@@ -30,8 +30,10 @@ nothing calls them.
 What flashcore serves (:func:`unsupported_reason`, the same decision in forward and
 backward): fp16/bf16 4-D ``(B, H, S, D)`` q, k, v with one head dim up to 256 (any strides),
 Hq a multiple of Hkv, no dropout, no debug mask, non-empty, causal only with Sq == Sk, and not
-decode (Sq <= 16 against Sk >= 4 Sq: PyTorch's flash kernel splits the keys there, flashcore's
-forward kernel does not, and its split-KV kernel returns no log-sum-exp).
+a few non-causal queries against a long cache (1 < Sq <= 16, Sk >= 4 Sq: PyTorch's flash kernel
+splits the keys there; flashcore's forward kernel does not, and its split-KV kernel takes one
+query or causal ones). One query against Sk >= 4 keys runs on flashcore's split-KV decode
+kernel, which returns the log-sum-exp too.
 Everything else (dropout in training, ``return_debug_mask``, nested/packed inputs, a head dim
 of v that differs, ...) is handed to the kernel that was registered before (PyTorch's flash
 kernel), with the reason logged at DEBUG level on this module's logger. The backward runs
@@ -184,16 +186,22 @@ def unsupported_reason(query, key, value, dropout_p, is_causal) -> str | None:
             f"causal with Sq={seqlen_q} != Sk={seqlen_k} (the flash op aligns it bottom-right; "
             "SDPA never sends these)"
         )
-    if seqlen_q <= DECODE_MAX_QUERIES and seqlen_k >= 4 * seqlen_q:
-        # flashcore's own doors send these to its split-KV decode kernel, which does not
-        # return the log-sum-exp this op must; its forward kernel (one program per query
-        # tile) took 145 us of GPU time at Sq 1, Sk 8K, B1 Hq32/Hkv8 where PyTorch's flash
-        # kernel took 22 (launch.json, H200, 081dfd2, graph replay).
+    if 1 < seqlen_q <= DECODE_MAX_QUERIES and seqlen_k >= 4 * seqlen_q:
+        # One query runs on flashcore's split-KV kernel (flash_forward). A few non-causal
+        # ones cannot (its queries are the cache's last positions, causal), and the forward
+        # kernel, one program per query tile and head, has at Sq <= 16 the grid it has at
+        # Sq 1, where it took 145 us of GPU time at Sk 8K, B1 Hq32/Hkv8 against PyTorch
+        # flash's 22 (launch.json, H200, 081dfd2, graph replay): PyTorch's kernel splits.
         return (
-            f"{seqlen_q} queries against {seqlen_k} keys (decode: PyTorch's flash kernel "
-            "splits the keys; flashcore's split-KV kernel has no log-sum-exp output)"
+            f"{seqlen_q} non-causal queries against {seqlen_k} keys (PyTorch's flash kernel "
+            "splits the keys; flashcore's split-KV kernel takes one query, or causal ones)"
         )
     return None
+
+
+def _decode(query, key) -> bool:
+    """One query against a longer cache: flashcore's split-KV kernel (flashcore.ops' rule)."""
+    return query.shape[2] == 1 and key.shape[2] >= 4
 
 
 def _fallback(kernel, op, dispatch_key, reason, keyset, *args, **kwargs):
@@ -308,9 +316,14 @@ def flash_forward(query, key, value, *, is_causal: bool, scale=None):
     out = _empty_like(query)
     # Below autograd the inputs may still require grad: flashcore must not build a graph.
     with torch.no_grad():
-        _, lse = flashcore.attention(
-            query, key, value, causal=bool(is_causal), scale=scale, return_lse=True, out=out
-        )
+        if _decode(query, key):  # (SDPA's causal needs Sq == Sk: never a decode call)
+            from .kernels.decode import attend_full_cache
+
+            _, lse = attend_full_cache(query, key, value, scale=scale, return_lse=True, out=out)
+        else:
+            _, lse = flashcore.attention(
+                query, key, value, causal=bool(is_causal), scale=scale, return_lse=True, out=out
+            )
     device = query.device
     return (
         out,

@@ -160,3 +160,34 @@ def test_key_padding_mask_errors():
         )
     with pytest.raises(ValueError, match="softcap"):
         attention_with_kvcache(q, kc, kc, lens, softcap=0.0)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_full_cache_decode_returns_the_lse_and_writes_into_out(splits, with_sinks):
+    """attend_full_cache(return_lse=True): the natural-log lse of each row, from the single
+    split's kernel or the combine, under the rule against a float64 reference (sinks join
+    the denominator, as the forward's lse); ``out`` of other strides is written in place."""
+    from flashcore.kernels.decode import attend_full_cache
+    from flashcore.reference import attention_reference
+    from flashcore.validate import error_rule
+
+    gen = torch.Generator().manual_seed(splits + 2 * with_sinks)
+    dtype = HALF
+    q = _randn(2, 4, 1, 32, gen=gen, dtype=dtype)
+    k, v = (_randn(2, 2, 200, 32, gen=gen, dtype=dtype) for _ in range(2))
+    sinks = (torch.randn(4, generator=gen) * 2).to(DEVICE) if with_sinks else None
+    out = torch.full((2, 1, 4, 32), float("nan"), dtype=dtype, device=DEVICE).transpose(1, 2)
+    got, lse = attend_full_cache(q, k, v, num_splits=splits, sinks=sinks, return_lse=True, out=out)
+    assert got is out and lse.shape == (2, 4, 1)
+    kw = dict(causal=True, causal_alignment="bottom_right", sinks=sinks)
+    ref, ref_lse = attention_reference(q, k, v, return_lse=True, **kw)
+    same = attention_reference(q, k, v, compute_dtype=dtype, **kw)
+    _, same_lse = attention_reference(q, k, v, return_lse=True, compute_dtype=torch.float32, **kw)
+    assert error_rule(out, ref, same).passed
+    # lse = (m + log2 l) / log2 e from log2-unit scores: a few roundings of |lse| (as the
+    # SDPA door's check of the forward kernel's lse)
+    magnitude = 4 * float(ref_lse.abs().max())
+    assert error_rule(lse, ref_lse, same_lse, floor_magnitude=magnitude).passed
+    with pytest.raises(ValueError, match="expected out"):
+        attend_full_cache(q, k, v, out=out[:, :, :, :16])

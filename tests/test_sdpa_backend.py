@@ -35,22 +35,33 @@ DTYPES = [torch.float16, torch.bfloat16] if HAS_CUDA else [torch.float16]
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts calls into flashcore's forward (flashcore.attention) and backward kernel."""
+    """Counts calls into flashcore's forward (flashcore.attention, or the split-KV decode
+    kernel's attend_full_cache; ``counts.decode`` lists those) and backward kernel."""
     from flashcore.kernels import backward as backward_kernels
+    from flashcore.kernels import decode
 
     counts = {"forward": 0, "backward": 0}
     real_forward, real_backward = flashcore.attention, backward_kernels.attention_backward
+    real_decode = decode.attend_full_cache
+    decode_calls = []
 
     def forward(*args, **kwargs):
         counts["forward"] += 1
         return real_forward(*args, **kwargs)
+
+    def decode_forward(*args, **kwargs):
+        counts["forward"] += 1
+        decode_calls.append(args[0].shape)
+        return real_decode(*args, **kwargs)
 
     def backward(*args, **kwargs):
         counts["backward"] += 1
         return real_backward(*args, **kwargs)
 
     monkeypatch.setattr(flashcore, "attention", forward)
+    monkeypatch.setattr(decode, "attend_full_cache", decode_forward)
     monkeypatch.setattr(backward_kernels, "attention_backward", backward)
+    monkeypatch.setattr(sdpa_backend, "_decode_calls", decode_calls, raising=False)
     return counts
 
 
@@ -133,6 +144,25 @@ def test_flash_ops_run_flashcore_forward_and_backward(installed, calls, case, dt
     _check_gradients((q.grad, k.grad, v.grad), q, k, v, do, causal=causal, scale=scale)
 
 
+@needs_api
+@pytest.mark.parametrize("seqlen_k", [5, 300])
+def test_one_query_runs_the_split_kv_kernel(installed, calls, seqlen_k):
+    """One query against Sk >= 4 keys: the decode kernel (a single split at 5 keys, several
+    at 300 under the interpreter), into an output laid out like query, with the lse; the
+    backward pairs with it from that lse."""
+    q, k, v = _inputs(1, 4, 2, 1, seqlen_k, 32, torch.float16, seed=seqlen_k, layout="bshd")
+    result = FORWARD(q, k, v, 0.0, False, False)
+    out, lse = result[0], result[1]
+    assert calls == {"forward": 1, "backward": 0} and len(sdpa_backend._decode_calls) == 1
+    assert out.stride() == q.stride()
+    _check_forward(out, lse, q, k, v, causal=False)
+    gen = torch.Generator().manual_seed(5)
+    do = torch.randn(out.shape, generator=gen).to(device=DEVICE, dtype=out.dtype)
+    out.backward(do)
+    assert calls == {"forward": 1, "backward": 1}
+    _check_gradients((q.grad, k.grad, v.grad), q, k, v, do, causal=False)
+
+
 def _meta(*shape, dtype=torch.float16):
     return torch.empty(shape, dtype=dtype, device="meta")
 
@@ -143,9 +173,10 @@ def _meta(*shape, dtype=torch.float16):
         ((_meta(2, 4, 17, 64), _meta(2, 2, 17, 64), _meta(2, 2, 17, 64), 0.0, True), None),
         ((_meta(1, 4, 1, 128), _meta(1, 1, 3, 128), _meta(1, 1, 3, 128), 0.0, False), None),
         ((_meta(1, 4, 17, 128), _meta(1, 1, 90, 128), _meta(1, 1, 90, 128), 0.0, False), None),
+        ((_meta(1, 4, 1, 128), _meta(1, 1, 90, 128), _meta(1, 1, 90, 128), 0.0, False), None),
         (
-            (_meta(1, 4, 1, 128), _meta(1, 1, 90, 128), _meta(1, 1, 90, 128), 0.0, False),
-            "1 queries against 90 keys (decode",
+            (_meta(1, 4, 2, 128), _meta(1, 1, 90, 128), _meta(1, 1, 90, 128), 0.0, False),
+            "2 non-causal queries against 90 keys",
         ),
         ((_meta(1, 2, 8, 64), _meta(1, 2, 8, 64), _meta(1, 2, 8, 64), 0.1, False), "dropout"),
         ((_meta(2, 8, 64), _meta(2, 8, 64), _meta(2, 8, 64), 0.0, False), "dims"),
@@ -322,15 +353,18 @@ def test_sdpa_runs_flashcore_after_activation(
 
 @pytest.mark.gpu
 @needs_api
-def test_sdpa_decode_runs_pytorch_s_flash_kernel(activated, calls):
-    """One query against a long cache: PyTorch's flash kernel serves it (it splits the keys),
-    and the result passes the rule."""
-    q, k, v = (t.detach() for t in _inputs(1, 8, 2, 1, 700, 64, torch.bfloat16, seed=4))
+def test_sdpa_decode_runs_flashcore_s_split_kv_kernel(activated, calls):
+    """One query against a long cache through SDPA: flashcore's split-KV decode kernel, with
+    the log-sum-exp the op returns; out, lse and the gradients pass the rule."""
+    q, k, v = _inputs(1, 8, 2, 1, 700, 64, torch.bfloat16, seed=4, layout="bshd")
     out = _sdpa_flash(q, k, v, enable_gqa=True)
-    assert calls == {"forward": 0, "backward": 0}
-    ref = attention_reference(q, k, v)
-    same = attention_reference(q, k, v, compute_dtype=torch.bfloat16)
-    assert error_rule(out, ref, same).passed
+    assert calls == {"forward": 1, "backward": 0} and len(sdpa_backend._decode_calls) == 1
+    assert out.stride() == q.stride()
+    lse = FORWARD(*(t.detach() for t in (q, k, v)), 0.0, False, False)[1]
+    _check_forward(out.detach(), lse, q, k, v, causal=False)
+    do = torch.randn_like(out)
+    out.backward(do)
+    _check_gradients((q.grad, k.grad, v.grad), q, k, v, do, causal=False)
 
 
 @pytest.mark.gpu

@@ -62,7 +62,7 @@ from .._checks import (
 )
 from . import _launch as launch
 from ._launch import LaunchCache
-from ._softmax import kernel_scales, online_softmax_tile, softcap_tanh
+from ._softmax import kernel_scales, lse_dtype, online_softmax_tile, softcap_tanh
 
 
 @triton.jit
@@ -156,6 +156,8 @@ def _decode_split_kernel(
     stride_bz=0,
     PAGED: tl.constexpr = False,
     PAGE_SIZE: tl.constexpr = 1,
+    Lse=None,
+    STORE_LSE: tl.constexpr = False,
 ):
     # Options (defaults off): HAS_WINDOW, a causal sliding window of `window` keys ending at
     # each query's position; SOFTCAP, logits c * tanh(s / c) (scales as in the forward
@@ -164,7 +166,9 @@ def _decode_split_kernel(
     # tokens (SeqLens unused: no lengths tensor to build or read; the value is not
     # specialized on, so a cache growing by one token per step reuses one binary); PAGED,
     # K/V are page pools (num_pages, Hkv, PAGE_SIZE, D) read through BlockTable (see
-    # _page_rows; the batch strides of K/V are then the page strides).
+    # _page_rows; the batch strides of K/V are then the page strides); STORE_LSE, a
+    # single split also writes each row's natural-log log-sum-exp to Lse ((B, Hq, Sn)
+    # contiguous; with several splits the combine writes it).
     # grid: (num_splits, row tiles, batch * kv heads); splits vary fastest so the programs
     # of one head stream neighbouring chunks of its cache together.
     split = tl.program_id(0)
@@ -318,6 +322,10 @@ def _decode_split_kernel(
             + offs_d[None, :] * stride_ok
         )
         tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_in[:, None] & d_in[None, :])
+        if STORE_LSE:
+            lse2 = m_i + tl.math.log2(tl.where(empty, 1.0, l_i))
+            row_index = (batch * num_kv_heads * group_size + q_head).to(tl.int64) * seqlen_new + pos
+            _store_lse(Lse + row_index, lse2, empty, row_in)
     else:
         # Partial of this split, normalised by its own sum, and its log2-sum-exp2 (-inf if
         # the split saw no key for the row). Layout: (B, Hq, Sn, splits[, D]) contiguous.
@@ -351,6 +359,8 @@ def _decode_combine_kernel(
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
     SPLITS_PADDED: tl.constexpr,
+    Lse=None,
+    STORE_LSE: tl.constexpr = False,
 ):
     # One program per output row (batch, query head, position); splits reduced in a fixed
     # order and tile shape: deterministic.
@@ -376,6 +386,21 @@ def _decode_combine_kernel(
     out = tl.sum(parts * w[:, None], 0) / tl.where(w_sum == 0.0, 1.0, w_sum)
     o_ptrs = Out + batch * stride_oz + head * stride_oh + pos * stride_om + offs_d * stride_ok
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    if STORE_LSE:  # the row's log2-sum-exp2 over every split, as natural log
+        empty = w_sum == 0.0
+        _store_lse(Lse + row, m_use + tl.math.log2(tl.where(empty, 1.0, w_sum)), empty, True)
+
+
+@triton.jit
+def _store_lse(ptrs, lse2, empty, mask):
+    """Store a log2-unit log-sum-exp as the natural-log one flashcore's kernels return (-inf
+    for a row that saw no key), in the dtype of ``ptrs`` (float64 for float32 inputs, see
+    lse_dtype: the sum converted in float64, as the forward kernel does)."""
+    if ptrs.dtype.element_ty == tl.float64:
+        lse = lse2.to(tl.float64) / tl.full(lse2.shape, 1.4426950408889634, tl.float64)
+    else:
+        lse = lse2 / 1.4426950408889634
+    tl.store(ptrs, tl.where(empty, float("-inf"), lse), mask=mask)
 
 
 def append_to_cache(k_cache, v_cache, cache_seqlens, k_new, v_new, block_table=None) -> None:
@@ -466,6 +491,7 @@ def launch_decode(
     validated,
     sinks=None,
     block_table=None,
+    lse=None,
 ):
     """Plan and launch the split (+ combine) kernels on inputs of consistent shapes.
 
@@ -477,7 +503,8 @@ def launch_decode(
     went through the full checks; if not, a call that misses the cache returns None
     before doing anything (the caller validates and calls again). ``block_table``: K/V are
     page pools ``(num_pages, Hkv, page_size, D)`` read through it (``max_keys`` then counts
-    logical positions)."""
+    logical positions). ``lse``: a ``(B, Hq, Sn)`` contiguous tensor of ``lse_dtype(q.dtype)``
+    that receives each row's natural-log log-sum-exp, or None."""
     batch, num_q_heads, seqlen_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
@@ -557,6 +584,7 @@ def launch_decode(
             None
             if not paged
             else (block_table.get_device(), block_table.dtype, _aligned(block_table), page_size),
+            None if lse is None else (lse.get_device(), lse.dtype, _aligned(lse)),
         )
         entry = _DECODE_LAUNCHES.get(key)
     if entry is None and not validated:
@@ -609,6 +637,8 @@ def launch_decode(
         stride_bz,
         paged,
         page_size,
+        lse,
+        lse is not None,
     ]
     combine_grid = (batch * num_q_heads * seqlen_new, 1, 1)
     combine_args = None
@@ -625,6 +655,8 @@ def launch_decode(
             head_dim,
             head_dim_padded,
             splits_padded,
+            lse,
+            lse is not None,
         ]
     if entry is not None:
         stream = launch.current_stream(q.device.index)
@@ -705,14 +737,20 @@ def attend_full_cache(
     key_padding_mask: torch.Tensor | None = None,
     num_splits: int | None = None,
     sinks: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+):
     """Decode over a cache that holds exactly its ``Sk`` keys for every sequence (what a
     transformers cache step and ``flashcore.ops`` pass): ``q`` ``(B, Hq, Sq, D)`` are the
     last Sq positions of ``k``/``v`` ``(B, Hkv, Sk, D)`` (bottom-right causal), with the
     same options as :func:`attention_with_kvcache` (``key_padding_mask`` ``(B, Sk)``).
     No lengths tensor is built or read (the kernel gets Sk as an unspecialized integer),
     so a call is one split launch (+ one combine launch when the cache is split) and a
-    cache growing by one token per step reuses one compiled kernel.
+    cache growing by one token per step reuses one compiled kernel. ``return_lse``: return
+    ``(out, lse)``, lse ``(B, Hq, Sq)`` the natural-log log-sum-exp of each row's scaled
+    scores, as :func:`flashcore.attention` returns it (float32; float64 for float32 inputs).
+    ``out``: a ``(B, Hq, Sq, D)`` tensor of q's dtype and device, any strides, to write the
+    result into (default: a new contiguous one).
 
     Raises as :func:`attention_with_kvcache` for bad inputs."""
     seqlen_k = k.shape[2] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
@@ -722,12 +760,58 @@ def attend_full_cache(
         and type(v) is torch.Tensor
         and (key_padding_mask is None or type(key_padding_mask) is torch.Tensor)
         and q.device.type == "cuda"
-        and consistent(q, k, v, None, None, key_padding_mask)
+        and consistent(q, k, v, None, out, key_padding_mask)
         and plain_options(window, softcap, num_splits, sinks, q.shape[1])
         and (sinks is None or sinks.device == q.device)
+        and (out is None or (type(out) is torch.Tensor and out.dtype == q.dtype))
+        and (out is None or out.device == q.device)
     ):
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        lse = _new_lse(q) if return_lse else None
         done = launch_decode(
+            q,
+            k,
+            v,
+            None,
+            seqlen_k,
+            dest,
+            key_padding_mask,
+            scale,
+            window,
+            softcap,
+            num_splits,
+            1,
+            seqlen_k,
+            False,
+            sinks=sinks,
+            lse=lse,
+        )
+        if done is not None:
+            return (done, lse) if return_lse else done
+    check_attention_inputs(q, k, v, max_head_dim=256)
+    sinks = check_sinks(sinks, q)
+    if q.dtype == torch.float32 and q.device.type == "cuda":
+        raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
+    check_window(window, True)
+    check_softcap(softcap)
+    check_key_mask(key_padding_mask, q, seqlen_k)
+    if q.shape[2] > seqlen_k:
+        raise ValueError(f"expected Sq <= Sk, got Sq={q.shape[2]}, Sk={seqlen_k}")
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    elif not (
+        isinstance(out, torch.Tensor)
+        and out.shape == q.shape
+        and out.dtype == q.dtype
+        and out.device == q.device
+    ):
+        got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else out
+        raise ValueError(
+            f"expected out to be a {tuple(q.shape)} {q.dtype} tensor on {q.device}, got {got}"
+        )
+    lse = _new_lse(q) if return_lse else None
+    if out.numel() > 0:
+        launch_decode(
             q,
             k,
             v,
@@ -741,40 +825,15 @@ def attend_full_cache(
             num_splits,
             1,
             seqlen_k,
-            False,
+            True,
             sinks=sinks,
+            lse=lse,
         )
-        if done is not None:
-            return done
-    check_attention_inputs(q, k, v, max_head_dim=256)
-    sinks = check_sinks(sinks, q)
-    if q.dtype == torch.float32 and q.device.type == "cuda":
-        raise TypeError("expected float16 or bfloat16 for KV-cache attention on CUDA, got float32")
-    check_window(window, True)
-    check_softcap(softcap)
-    check_key_mask(key_padding_mask, q, seqlen_k)
-    if q.shape[2] > seqlen_k:
-        raise ValueError(f"expected Sq <= Sk, got Sq={q.shape[2]}, Sk={seqlen_k}")
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if out.numel() == 0:
-        return out
-    return launch_decode(
-        q,
-        k,
-        v,
-        None,
-        seqlen_k,
-        out,
-        key_padding_mask,
-        scale,
-        window,
-        softcap,
-        num_splits,
-        1,
-        seqlen_k,
-        True,
-        sinks=sinks,
-    )
+    return (out, lse) if return_lse else out
+
+
+def _new_lse(q: torch.Tensor) -> torch.Tensor:
+    return torch.empty(q.shape[:3], dtype=lse_dtype(q.dtype), device=q.device)
 
 
 def check_key_mask(key_padding_mask, q, capacity, paged=False) -> None:
