@@ -1244,11 +1244,11 @@ print(
 )
 
 # %% [markdown]
-# ### Every door's host cost on the H200 (recorded at `081dfd2`, current)
+# ### Every door's host cost on the H200 (recorded at `bf63fc6`, current)
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` was recorded at `081dfd2` with every door the issue names: the
+# machines), `launch.json` was recorded at `bf63fc6` with every door the issue names: the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
 # decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
 # with flashcore activated (`flashcore sdpa door`; the record checks that flashcore's kernel
@@ -1295,21 +1295,46 @@ if H200 in results.recorded_devices("launch"):
           f"{overhead['shape_q_kv'][0]} {overhead['dtype']}, median of {overhead['rounds']} rounds):")  # fmt: skip
     print(table(overhead["rows"], ["variant", "us_per_call", "over_direct_us"],
                 {"us_per_call": "{:.2f}", "over_direct_us": "{:+.2f}"}))  # fmt: skip
+    # GPU time (graph replay) of the decode rows, this record beside 081dfd2's (before the
+    # SDPA door ran decode on the split-KV kernel)
+    before = json.loads((results.RESULTS_DIR / H200 / "logs" / "launch_081dfd2.json").read_text())
+    before_by = {(r["shape"], r["impl"]): r for r in before["rows"]}
+    gpu_rows = [
+        {"shape": shape, "impl": impl, "graph us, 081dfd2": before_by[(shape, impl)]["graph_us"],
+         f"graph us, {h200_launch['provenance']['commit']}": by_impl[(shape, impl)]["graph_us"]}
+        for shape in dict.fromkeys(r["shape"] for r in h200_launch["rows"]) if "decode" in shape
+        for impl in ("flashcore", "flashcore sdpa door", "sdpa flash", "sdpa default")
+    ]  # fmt: skip
+    print("\n" + table(gpu_rows, list(gpu_rows[0]), {k: "{:.1f}" for k in list(gpu_rows[0])[2:]}))
 
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# the op path is 0.95-2.19x SDPA's eager time where the function is 0.84-1.68x. The function
-# meets 1.10x at three shapes of six, the op at one (GQA prefill, where the GPU work hides the
-# host), the flash_attn door at that one too (1.04) and the SDPA door at none: it runs inside
-# SDPA's own C++ routing and then flashcore's Python (the forward with the lse, five
-# allocations: 1.41-3.72x); the flash_attn door adds four transposes, an allocation and its
-# option checks (2.21-2.43x where the host decides), and its decode rows wait for the length
-# check each call (3.29-4.49x; `check_lengths=False`, flashcore's keyword on the door, skips
-# it, as the door does by itself inside CUDA graph capture). The record's two runs on this host differ by
-# more than the changes measured: SDPA default's own time at B1 H8 S128 was 18.8 us in the
-# run of the tree at `cd532a1` (`logs/launch_cd532a1.json`, same device call as the host
-# profile) and 25.4 us in the record, so ratios are read within one run, never across runs.
+# the op path is 0.94-2.51x SDPA's eager time where the function is 0.94-1.67x. The function
+# meets 1.10x at three shapes of six, the op at two (B1 H32 S1024 and GQA prefill, where the
+# GPU work hides most of the host), the flash_attn door at one (GQA prefill) and the SDPA door
+# at none: it runs inside SDPA's own C++ routing and then flashcore's Python (the forward with
+# the lse, five allocations: 1.14-4.49x); the flash_attn door adds four transposes, an
+# allocation and its option checks (1.27-1.98x where the host decides), and its decode rows
+# wait for the length check each call (3.07-5.38x; `check_lengths=False`, flashcore's keyword
+# on the door, skips it, as the door does by itself inside CUDA graph capture). Two runs on
+# this host differ by more than some changes measured: SDPA default's own time at B1 H8 S128
+# was 18.8 us in the run of the tree at `cd532a1` (`logs/launch_cd532a1.json`), 25.4 in the
+# record at `081dfd2` (`logs/launch_081dfd2.json`) and 25.7 in this one, and at B8 H16 S512
+# 24.0, 35.6 and 23.9; so ratios are read within one run, never across runs.
+#
+# **The SDPA door's decode, a GPU-time bug the first record showed.** At `081dfd2` the door
+# served one query against the 8K cache with flashcore's forward kernel (one program per
+# query tile and head: 32 programs): 145.0 us of GPU time in graph replay, where PyTorch's
+# flash kernel, which the door replaces, took 22.0 and flashcore's split-KV kernel 13.5. The
+# split-KV kernel did not return the log-sum-exp the op must. Since `bf63fc6` it does (the
+# single split or the combine writes it, natural log as the forward's; CPU tests under the
+# rule, with sinks, and its GPU tests and memcheck, `logs/gpu_tests_decode_lse_bf63fc6.log`),
+# and the door runs one query against Sk >= 4 keys on it: 13.0 us of GPU time here (0.60 of
+# PyTorch flash's), 14.1 for the growing cache. A few non-causal queries (1 < Sq <= 16,
+# Sk >= 4 Sq) go to PyTorch's flash kernel: the split-KV kernel's queries are causal, and the
+# forward kernel has the same grid there as at Sq = 1.
+#
 # Where the microseconds go, door by door: `logs/host_profile_c56053a.json` (cProfile per
 # call; cProfile's per-call times are inflated by the profiler itself). The decode function
 # path's largest items are `launch_decode`'s own Python (its plan and cache key, 17.3 us under
