@@ -51,7 +51,7 @@ NotImplementedError naming the argument for what flashcore does not have: ``drop
 ``attention_chunk``, ``block_table``/``page_table`` (paged KV), ``seqused_q``/``seqused_k``,
 ``rotary_cos``/``rotary_sin``, ``cache_batch_idx``, ``cache_leftpad``, ``return_lse`` /
 ``return_attn_probs`` on the varlen path and ``return_softmax_lse`` on the KV-cache path
-(those kernels do not return the lse), ``causal=False`` with several queries per sequence
+(those paths do not return the lse yet), ``causal=False`` with several queries per sequence
 on the KV-cache path (flashcore's KV-cache attention is causal). ``flash_attn_varlen_func``
 takes gradients through ``attention_varlen``'s autograd. ValueError/TypeError for
 malformed values (negative softcap, a window_size that is not a pair, ...). flashcore's own
@@ -494,7 +494,7 @@ def flash_attn_with_kvcache(
             fn,
             "return_softmax_lse",
             return_softmax_lse,
-            "the KV-cache kernel does not return the log-sum-exp yet",
+            "attention_with_kvcache does not pass the decode kernel's log-sum-exp on yet",
         )
     if (k is None) != (v is None):
         raise ValueError(f"{fn}: expected k and v to be given together (or both None)")
