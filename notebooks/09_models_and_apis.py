@@ -1329,7 +1329,8 @@ if H200 in results.recorded_devices("launch"):
 # flash kernel, which the door replaces, took 22.0 and flashcore's split-KV kernel 13.5. The
 # split-KV kernel did not return the log-sum-exp the op must. Since `bf63fc6` it does (the
 # single split or the combine writes it, natural log as the forward's; CPU tests under the
-# rule, with sinks, and its GPU tests and memcheck, `logs/gpu_tests_decode_lse_bf63fc6.log`),
+# rule, with sinks, and its GPU tests, `logs/gpu_tests_decode_lse_bf63fc6.log`, with memcheck
+# over the door's single-split calls only: the combine's lse store has not run under it),
 # and the door runs one query against Sk >= 4 keys on it: 13.0 us of GPU time here (0.60 of
 # PyTorch flash's), 14.1 for the growing cache. A few non-causal queries (1 < Sq <= 16,
 # Sk >= 4 Sq) go to PyTorch's flash kernel: the split-KV kernel's queries are causal, and the
