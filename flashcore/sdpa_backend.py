@@ -49,12 +49,13 @@ import torch
 
 import flashcore
 
+from .ops import DECODE_MAX_QUERIES
+
 NAME = "flashcore"
 FORWARD_OP = "_scaled_dot_product_flash_attention"
 BACKWARD_OP = "_scaled_dot_product_flash_attention_backward"
 FIRST_TORCH = "2.10"  # register/activate_flash_attention_impl; restore_... from 2.11
 MAX_HEAD_DIM = 256
-DECODE_MAX_QUERIES = 16  # as flashcore.ops: a few queries against a long cache are decode
 
 _log = logging.getLogger(__name__)
 _OUR_NAMES: set[str] = set()

@@ -34,16 +34,21 @@ DTYPES = [torch.float16, torch.bfloat16] if HAS_CUDA else [torch.float16]
 
 
 @pytest.fixture
-def calls(monkeypatch):
+def decode_calls():
+    """The query shapes of the forward calls ``calls`` saw go to the split-KV kernel."""
+    return []
+
+
+@pytest.fixture
+def calls(monkeypatch, decode_calls):
     """Counts calls into flashcore's forward (flashcore.attention, or the split-KV decode
-    kernel's attend_full_cache; ``counts.decode`` lists those) and backward kernel."""
+    kernel's attend_full_cache, whose calls ``decode_calls`` lists) and backward kernel."""
     from flashcore.kernels import backward as backward_kernels
     from flashcore.kernels import decode
 
     counts = {"forward": 0, "backward": 0}
     real_forward, real_backward = flashcore.attention, backward_kernels.attention_backward
     real_decode = decode.attend_full_cache
-    decode_calls = []
 
     def forward(*args, **kwargs):
         counts["forward"] += 1
@@ -61,7 +66,6 @@ def calls(monkeypatch):
     monkeypatch.setattr(flashcore, "attention", forward)
     monkeypatch.setattr(decode, "attend_full_cache", decode_forward)
     monkeypatch.setattr(backward_kernels, "attention_backward", backward)
-    monkeypatch.setattr(sdpa_backend, "_decode_calls", decode_calls, raising=False)
     return counts
 
 
@@ -146,14 +150,14 @@ def test_flash_ops_run_flashcore_forward_and_backward(installed, calls, case, dt
 
 @needs_api
 @pytest.mark.parametrize("seqlen_k", [5, 300])
-def test_one_query_runs_the_split_kv_kernel(installed, calls, seqlen_k):
+def test_one_query_runs_the_split_kv_kernel(installed, calls, decode_calls, seqlen_k):
     """One query against Sk >= 4 keys: the decode kernel (a single split at 5 keys, several
     at 300 under the interpreter), into an output laid out like query, with the lse; the
     backward pairs with it from that lse."""
     q, k, v = _inputs(1, 4, 2, 1, seqlen_k, 32, torch.float16, seed=seqlen_k, layout="bshd")
     result = FORWARD(q, k, v, 0.0, False, False)
     out, lse = result[0], result[1]
-    assert calls == {"forward": 1, "backward": 0} and len(sdpa_backend._decode_calls) == 1
+    assert calls == {"forward": 1, "backward": 0} and len(decode_calls) == 1
     assert out.stride() == q.stride()
     _check_forward(out, lse, q, k, v, causal=False)
     gen = torch.Generator().manual_seed(5)
@@ -353,12 +357,12 @@ def test_sdpa_runs_flashcore_after_activation(
 
 @pytest.mark.gpu
 @needs_api
-def test_sdpa_decode_runs_flashcore_s_split_kv_kernel(activated, calls):
+def test_sdpa_decode_runs_flashcore_s_split_kv_kernel(activated, calls, decode_calls):
     """One query against a long cache through SDPA: flashcore's split-KV decode kernel, with
     the log-sum-exp the op returns; out, lse and the gradients pass the rule."""
     q, k, v = _inputs(1, 8, 2, 1, 700, 64, torch.bfloat16, seed=4, layout="bshd")
     out = _sdpa_flash(q, k, v, enable_gqa=True)
-    assert calls == {"forward": 1, "backward": 0} and len(sdpa_backend._decode_calls) == 1
+    assert calls == {"forward": 1, "backward": 0} and len(decode_calls) == 1
     assert out.stride() == q.stride()
     lse = FORWARD(*(t.detach() for t in (q, k, v)), 0.0, False, False)[1]
     _check_forward(out.detach(), lse, q, k, v, causal=False)
