@@ -192,6 +192,7 @@ def test_two_streams_launch_on_their_own_stream():
 @pytest.mark.gpu
 def test_decode_cached_path_matches_reference():
     decode._DECODE_LAUNCHES.clear()
+    decode._DECODE_PLANS.clear()
     q = torch.randn(2, 16, 1, 128, device="cuda", dtype=torch.bfloat16)
     kc = torch.randn(2, 4, 4096, 128, device="cuda", dtype=torch.bfloat16)
     vc = torch.randn(2, 4, 4096, 128, device="cuda", dtype=torch.bfloat16)
@@ -203,7 +204,7 @@ def test_decode_cached_path_matches_reference():
         ref = kvcache_reference(q, kc, vc, lens)
         same = kvcache_reference(q, kc, vc, lens, compute_dtype=torch.bfloat16)
         assert error_rule(out, ref, same).passed
-    assert len(decode._DECODE_LAUNCHES) == 1 and decode._DECODE_LAUNCHES.hits >= 2
+    assert len(decode._DECODE_LAUNCHES) == 1 and decode._DECODE_PLANS.hits >= 2
     # Other lengths (data), same signature: the cached launch reads them from memory.
     lens2 = torch.tensor([7, 4000], device="cuda", dtype=torch.int32)
     out = interface.attention_with_kvcache(q, kc, vc, lens2, check_lengths=False)
@@ -481,6 +482,7 @@ def test_decode_steps_of_a_growing_cache_reuse_one_entry(d):
     """A transformers-style cache (a new, one token longer tensor every step) hits the
     cache on every step after the first of its class, and every step is correct."""
     decode._DECODE_LAUNCHES.clear()
+    decode._DECODE_PLANS.clear()
     gen = torch.Generator(device="cuda").manual_seed(1)
     kc = torch.randn(2, 4, 1000, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     vc = torch.randn(2, 4, 1000, d, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -495,6 +497,7 @@ def test_decode_steps_of_a_growing_cache_reuse_one_entry(d):
     # the combine); every other step is a hit. Exact sizes would give 40 entries.
     entries = len(decode._DECODE_LAUNCHES)
     assert entries <= 3 and decode._DECODE_LAUNCHES.hits == 40 - entries, entries
+    assert len(decode._DECODE_PLANS) == 0  # no lengths tensor: planned per call
 
 
 @pytest.mark.gpu
@@ -662,3 +665,104 @@ def test_cached_nvmma_layout_is_the_default_layout():
         first = _launch.nvmma_layout(block, dtype)
         assert first == gl.NVMMASharedLayout.get_default_for(list(block), dtype)
         assert _launch.nvmma_layout(block, dtype) is first  # cached
+
+
+def test_decode_plans_launch_exactly_what_planning_each_call_launches(monkeypatch):
+    """The decode plan cache (exact signatures) against planning every call: over calls of
+    many sizes, strides, options and dtypes, visited twice in a shuffled order, every launch
+    through a cached plan passes the same grids and arguments as a launch planned afresh,
+    and the call's own tensors, never another call's. The compiled kernels are stand-ins
+    that record their launches (the CPU has no CUDA launch); planning is the code under
+    test."""
+    launches = []
+
+    def recorder(name):
+        def launch(grid, stream, args, descs=None):
+            launches.append((name, grid, args))
+
+        return launch
+
+    monkeypatch.setattr(decode, "on_interpreter", lambda t: False)
+    monkeypatch.setattr(decode, "_num_sms", lambda index: 132)
+    monkeypatch.setattr(_launch, "usable", lambda device: True)
+    monkeypatch.setattr(_launch, "current_stream", lambda index: 0)
+    decode._DECODE_LAUNCHES.clear()
+    decode._DECODE_PLANS.clear()
+    entry = (recorder("split"), recorder("combine"))
+    monkeypatch.setattr(decode._DECODE_LAUNCHES, "get", lambda key: entry)
+
+    gen = torch.Generator().manual_seed(0)
+    calls = []
+    for b, hq, hkv, sn, d, cap, dtype in [
+        (1, 32, 8, 1, 128, 8192, torch.bfloat16),
+        (1, 32, 8, 1, 128, 4096, torch.bfloat16),
+        (2, 32, 8, 1, 128, 8192, torch.bfloat16),
+        (1, 32, 8, 4, 128, 8192, torch.bfloat16),
+        (1, 16, 16, 1, 64, 640, torch.float16),
+        (3, 8, 2, 2, 256, 2000, torch.float16),
+    ]:
+        q = torch.randn(b, hq, sn, d, generator=gen).to(dtype)
+        k = torch.randn(b, hkv, cap, d, generator=gen).to(dtype)
+        v = torch.randn(b, hkv, cap, d, generator=gen).to(dtype)
+        lens = torch.full((b,), cap // 2, dtype=torch.int32)
+        for opts in ({}, {"window": 100}, {"softcap": 30.0, "scale": 0.1}, {"num_splits": 3}):
+            calls.append((q, k, v, lens, opts, False))
+            calls.append((q, k, v, lens, opts, True))  # with an lse
+        kt = k.transpose(1, 2).contiguous().transpose(1, 2)  # other strides, same sizes
+        calls.append((q, kt, v, lens, {}, False))
+    order = [*range(len(calls)), *range(len(calls))]
+    torch.manual_seed(1)
+    order = [order[i] for i in torch.randperm(len(order)).tolist()]
+
+    def run(index, out, lse):
+        q, k, v, lens, opts, _ = calls[index]
+        launches.clear()
+        done = decode.launch_decode(
+            q,
+            k,
+            v,
+            lens,
+            0,
+            out,
+            None,
+            opts.get("scale"),
+            opts.get("window"),
+            opts.get("softcap"),
+            opts.get("num_splits"),
+            1,
+            k.shape[2],
+            False,
+            lse=lse,
+        )
+        assert done is out
+        return [(name, grid, list(args)) for name, grid, args in launches]
+
+    def same(a, b):  # argument lists: tensors by identity, everything else by value
+        return len(a) == len(b) and all(
+            (x is y) if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) else x == y
+            for x, y in zip(a, b)
+        )
+
+    plan_hits = 0
+    for index in order:
+        q, k, v, lens, _, want_lse = calls[index]
+        out = torch.empty(q.shape, dtype=q.dtype)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32) if want_lse else None
+        before = decode._DECODE_PLANS.hits
+        got = run(index, out, lse)
+        plan_hits += decode._DECODE_PLANS.hits - before
+        saved = dict(decode._DECODE_PLANS._entries)
+        decode._DECODE_PLANS.clear()
+        fresh = run(index, out, lse)  # planned afresh
+        decode._DECODE_PLANS._entries.update(saved)
+        assert [(n, g) for n, g, _ in got] == [(n, g) for n, g, _ in fresh]
+        for (_, _, a), (_, _, b) in zip(got, fresh):
+            partial_slots = {4, 5} if len(a) > 20 else {0, 1}  # a new allocation each call
+            assert same(
+                [x for i, x in enumerate(a) if i not in partial_slots],
+                [x for i, x in enumerate(b) if i not in partial_slots],
+            )
+        split_args = got[0][2]
+        assert split_args[0] is q and split_args[1] is k and split_args[2] is v
+        assert split_args[3] is lens and split_args[6] is out and split_args[-2] is lse
+    assert plan_hits >= len(calls)  # every second visit at least was served by a plan

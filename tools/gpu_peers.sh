@@ -8,6 +8,10 @@
 #             calls through FA4, both under the rule); D 192 / D_v 128 forward and backward beside
 #             FA4, SDPA and the padded route (value_head_dim_speed.json); paged decode beside
 #             FA4's paged varlen (paged_decode.json)
+#   host_a    (carry .fa4a) unpack FA4's compiler library; the "ran" scope check; the GPU tests of
+#             the decode launcher (its plan cache), dense and paged; compute-sanitizer memcheck
+#             on the decode lse tests (split and single) and the cached decode launches;
+#             launch.json (every door's host cost)
 #   forward   (carry .fa4b, right after an .fa4a call) the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
 #             and decode (perf.json)
 #   stale     (carry .fa4a) unpack FA4's compiler library; the records no FA4 run needs that
@@ -403,6 +407,16 @@ PY
     bash tools/gpu_test_shards.sh "$out/tests" 150 "doors:4:-m gpu tests/test_flash_attn_interface.py"
     TAIL=40 stage dv_speed 330 python3 -m flashcore.studies.value_head_dim_speed --record
     TAIL=20 stage paged 200 python3 -m flashcore bench --suite paged --record
+    ;;
+  host_a)
+    bash .fa4a/install.sh
+    ran_scope_check
+    TAIL=4 stage gpu_tests_host 230 python3 -m pytest -q -p no:cacheprovider -m gpu -x \
+      tests/test_launch.py tests/test_decode.py tests/test_paged_kv.py
+    TAIL=4 stage memcheck_decode 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+      python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py tests/test_launch.py \
+      -k "returns_the_lse or decode_cached_path or growing_cache"
+    TAIL=12 stage launch 150 python3 -m flashcore launch --record
     ;;
   forward)
     TAIL=40 STAGE_HIDE="it/s\]" stage perf 560 python3 -m flashcore bench --suite all \

@@ -64,8 +64,9 @@ class LaunchCache:
     the same key both compile through the JIT (which has its own cache) and store equal
     entries."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, max_entries: int = _MAX_ENTRIES):
         self.name = name
+        self.max_entries = max_entries
         self._entries: dict = {}
         self._lock = threading.Lock()
         self.hits = 0
@@ -81,7 +82,7 @@ class LaunchCache:
 
     def put(self, key, entry) -> None:
         with self._lock:
-            if len(self._entries) >= _MAX_ENTRIES:
+            if len(self._entries) >= self.max_entries:
                 self._entries.clear()  # rare: start over rather than track recency per call
             self._entries[key] = entry
 
