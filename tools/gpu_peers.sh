@@ -10,7 +10,9 @@
 #             FA4's paged varlen (paged_decode.json)
 #   host_a    (carry .fa4a) unpack FA4's compiler library; the "ran" scope check; the GPU tests of
 #             the decode launcher (its plan cache), dense and paged; compute-sanitizer memcheck
-#             on the decode lse tests (split and single) and the cached decode launches;
+#             on the decode lse tests (split and single) and the cached decode launches; with
+#             .ab/before carried (`mkdir -p .ab/before && git archive <commit> flashcore | tar -x
+#             -C .ab/before`), the decode host-time A/B against it (tools/decode_host_ab.py);
 #             launch.json (every door's host cost)
 #   forward   (carry .fa4b, right after an .fa4a call) the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
 #             and decode (perf.json)
@@ -411,11 +413,15 @@ PY
   host_a)
     bash .fa4a/install.sh
     ran_scope_check
-    TAIL=4 stage gpu_tests_host 230 python3 -m pytest -q -p no:cacheprovider -m gpu -x \
+    TAIL=4 stage gpu_tests_host 240 python3 -m pytest -q -p no:cacheprovider -m gpu -x \
       tests/test_launch.py tests/test_decode.py tests/test_paged_kv.py
     TAIL=4 stage memcheck_decode 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
       python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py tests/test_launch.py \
       -k "returns_the_lse or decode_cached_path or growing_cache"
+    if [ -d .ab/before ]; then
+      TAIL=9 stage decode_host_ab 150 python3 tools/decode_host_ab.py "$out/decode_host_ab.json" \
+        --base .ab/before --rounds 5
+    fi
     TAIL=12 stage launch 150 python3 -m flashcore launch --record
     ;;
   forward)

@@ -47,8 +47,8 @@ which binds dense and paged caches, splits and the combine to one launch.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
-from typing import NamedTuple
 
 import torch
 import triton
@@ -466,13 +466,16 @@ def _num_sms(index) -> int:
 
 _DECODE_LAUNCHES = LaunchCache("decode")
 # Plans per exact call signature (every size, stride, dtype, device, pointer alignment and
-# option of the call): a decode step of a static cache (the same tensors every step, the
-# lengths in device memory) finds its whole launch here and only allocates the split
-# partials and calls the two launchers. A plan holds integers and compiled kernels, never a
-# tensor; its signature holds every input it was derived from, so it cannot serve a call of
-# other sizes. Calls without a lengths tensor take no plan (see launch_decode). The cache
-# stays small: a caller that walks through many signatures never makes it hold thousands
-# (the garbage collector's passes over them cost more than planning).
+# option of the call) for calls with a lengths tensor: a decode step of a static cache (the
+# same tensors every step, the lengths in device memory) finds its whole launch here and
+# only allocates the split partials, puts its tensors into the argument lists and calls the
+# launchers. A plan is the argument lists of a launch of that signature with the tensor
+# slots emptied (no tensor is kept alive by it) plus its grids, partials' size and compiled
+# kernels; its signature holds every input it was derived from, so it cannot serve a call
+# of other sizes. Calls without a lengths tensor (the cache is exactly their tensors, which
+# usually grow by a token per step: a new signature every step) plan per call. The cache
+# stays small: a caller walking through many signatures never makes it hold thousands (the
+# garbage collector's passes over them cost more than planning).
 _DECODE_PLANS = LaunchCache("decode plans", max_entries=64)
 
 
@@ -480,157 +483,64 @@ def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
+def _aligned(t) -> bool:
+    return t is not None and t.data_ptr() & 15 == 0
+
+
 def _signature(t):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
 
 
-class _Plan(NamedTuple):
-    """Everything ``launch_decode`` derives from a call's sizes and options: the grids, the
-    split partials' size and the kernels' non-tensor arguments, in parameter order between
-    the tensors (``_split_args``)."""
-
-    num_splits: int
-    split_grid: tuple
-    combine_grid: tuple
-    partial_numel: int  # 0: one split, no partials, no combine
-    after_out: tuple  # strides .. softcap scale
-    after_mask: tuple  # mask stride .. uniform
-    after_sinks: tuple
-    after_table: tuple  # table stride, paged, page size
-    after_lse: tuple
-    combine_scalars: tuple  # output strides .. SPLITS_PADDED
+def _tensor_slots(kernel, names) -> tuple:
+    params = list(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
+    return tuple(params.index(name) for name in names)
 
 
-def _split_args(plan, q, k_cache, v_cache, seqlens, partial, out, key_mask, sinks, table, lse):
-    return [
-        q,
-        k_cache,
-        v_cache,
-        seqlens,
-        partial,
-        partial,
-        out,
-        *plan.after_out,
-        key_mask,
-        *plan.after_mask,
-        sinks,
-        *plan.after_sinks,
-        table,
-        *plan.after_table,
-        lse,
-        *plan.after_lse,
-    ]
+# Where each call's tensors go in the kernels' argument lists (parameter order).
+_SPLIT_TENSORS = ("Q", "K", "V", "SeqLens", "OutPartial", "LsePartial", "Out")
+_SPLIT_SLOTS = _tensor_slots(
+    _decode_split_kernel, (*_SPLIT_TENSORS, "KeyMask", "Sinks", "BlockTable", "Lse")
+)
+_COMBINE_SLOTS = _tensor_slots(_decode_combine_kernel, ("OutPartial", "LsePartial", "Out", "Lse"))
 
 
-def _combine_args(plan, partial, out, lse):
-    return [partial, partial, out, *plan.combine_scalars, lse, lse is not None]
+def _emptied(args, slots) -> tuple:
+    template = list(args)
+    for slot in slots:
+        template[slot] = None
+    return tuple(template)
 
 
-def _make_plan(
-    q, k_cache, v_cache, out, key_mask, scale, window, softcap, num_splits,
-    lengths_include_new, uniform_len, max_keys, uniform, sinks, block_table, lse, interpreted,
-):  # fmt: skip
-    batch, num_q_heads, seqlen_new, head_dim = q.shape
-    num_kv_heads = k_cache.shape[1]
-    group = num_q_heads // num_kv_heads
-    head_dim_padded = max(16, _next_pow2(head_dim))
-    rows = group * seqlen_new
-    block_m = max(16, min(64, _next_pow2(rows)))
-    block_n = 32 if interpreted else (64 if head_dim_padded <= 128 else 32)
-    row_tiles = -(-rows // block_m)
-    keys = max(1, max_keys)
-    if num_splits is None:
-        sms = 4 if interpreted else _num_sms(q.device.index)
-        num_splits = choose_num_splits(batch, num_kv_heads, row_tiles, keys, block_n, sms, head_dim)
-    num_splits = max(1, int(num_splits))
-    per_split = -(-keys // num_splits)
-    split_len = -(-per_split // block_n) * block_n
-    num_splits = -(-keys // split_len)  # no split starts past the end
-    single = num_splits == 1
-    splits_padded = max(2, _next_pow2(num_splits))
-    paged = block_table is not None
-    strides = (*q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride())
-    # The split partials, one float32 allocation: un-normalised outputs, layout
-    # (B, Hq, Sn, splits, D_padded), then the log-sum-exps (B, Hq, Sn, splits) from
-    # element lse_offset on (a multiple of 16 floats: aligned).
-    lse_offset = 0 if single else batch * num_q_heads * seqlen_new * num_splits * head_dim_padded
-    qk_scale, softcap_scale = kernel_scales(
-        1.0 / math.sqrt(head_dim) if scale is None else scale, softcap
-    )
-    return _Plan(  # positional: a call pays for keywords
-        num_splits,
-        (num_splits, row_tiles, batch * num_kv_heads),
-        (batch * num_q_heads * seqlen_new, 1, 1),
-        0 if single else lse_offset + lse_offset // head_dim_padded,
-        (
-            *strides,
-            num_kv_heads,
-            group,
-            seqlen_new,
-            num_splits,
-            split_len,
-            qk_scale,
-            head_dim,
-            head_dim_padded,
-            block_m,
-            block_n,
-            single,
-            window or 0,
-            softcap_scale,
-        ),
-        (
-            0 if key_mask is None else key_mask.stride(0),
-            lengths_include_new,
-            uniform_len,
-            lse_offset,
-            window is not None,
-            softcap is not None,
-            key_mask is not None,
-            uniform,
-        ),
-        (sinks is not None,),
-        (
-            block_table.stride(0) if paged else 0,
-            paged,
-            k_cache.shape[2] if paged else 1,
-        ),
-        (lse is not None,),
-        (
-            *strides[12:16],
-            num_q_heads,
-            seqlen_new,
-            num_splits,
-            lse_offset,
-            head_dim,
-            head_dim_padded,
-            splits_padded,
-        ),
-    )
+def _launch_planned(plan, q, k_cache, v_cache, seqlens, out, key_mask, sinks, table, lse):
+    """Launch a call through its plan (see ``_DECODE_PLANS``) on the current stream."""
+    entry, split_grid, combine_grid, partial_numel, split_template, combine_template = plan
+    if key_mask is not None and key_mask.dtype == torch.bool:
+        key_mask = key_mask.view(torch.uint8)
+    if table is not None and table.stride(1) != 1 and table.shape[1] > 1:
+        table = table.contiguous()
+    partial = out
+    if partial_numel:
+        partial = torch.empty(partial_numel, dtype=torch.float32, device=q.device)
+    args = list(split_template)
+    tensors = (q, k_cache, v_cache, seqlens, partial, partial, out, key_mask, sinks, table, lse)
+    for slot, tensor in zip(_SPLIT_SLOTS, tensors):
+        args[slot] = tensor
+    stream = launch.current_stream(q.device.index)
+    entry[0](split_grid, stream, args)
+    if partial_numel:
+        args = list(combine_template)
+        for slot, tensor in zip(_COMBINE_SLOTS, (partial, partial, out, lse)):
+            args[slot] = tensor
+        entry[1](combine_grid, stream, args)
+    return out
 
 
-def _class_key(plan, tensors, num_q_heads):
-    """The Triton specialization class of a planned call (see ``launch_decode``) on these
-    tensor arguments."""
-    after_out, after_mask, table = plan.after_out, plan.after_mask, plan.after_table
-    # strides .. split length, the window, the mask's stride, lengths_include_new, Hq, the
-    # table's stride: the int arguments Triton specializes on.
-    ints = (*after_out[:21], after_out[27], after_mask[0], after_mask[1], num_q_heads, table[0])
-    return (
-        # what Triton specializes on in a tensor argument: dtype, device, 16-byte alignment
-        tuple(
-            [
-                None if t is None else (t.dtype, t.get_device(), t.data_ptr() & 15 == 0)
-                for t in tensors
-            ]
-        ),
-        launch.int_classes(ints),
-        launch.int_type(after_mask[2]),  # uniform_len: do_not_specialize, its type only
-        launch.int_class(after_mask[3]),
-        *after_out[22:27],  # head dim, padded, block_m, block_n, single
-        plan.combine_scalars[-1],  # SPLITS_PADDED
-        *after_mask[4:6],  # window, softcap
-        table[2],  # page size
-    )
+def _remember_plan(signature, entry, split_grid, combine_grid, partial, split_args, combine_args):
+    partial_numel = 0 if combine_args is None else partial.numel()
+    split_template = _emptied(split_args, _SPLIT_SLOTS)
+    combine_template = None if combine_args is None else _emptied(combine_args, _COMBINE_SLOTS)
+    plan = (entry, split_grid, combine_grid, partial_numel, split_template, combine_template)
+    _DECODE_PLANS.put(signature, plan)
 
 
 def launch_decode(
@@ -657,30 +567,26 @@ def launch_decode(
     The compiled kernels are cached per Triton specialization class of the call (dtypes,
     devices, 16-byte alignment, the class of every int argument: value 1, divisible by 16,
     i32/i64; constexprs), not per exact size, so decode steps whose cache grows by one
-    token reuse one entry. The plan (splits, grid, partial sizes, the kernels' integer
-    arguments) is cached per exact signature of the call (``_DECODE_PLANS``), so a repeated
-    call of the same sizes skips planning; no plan can serve a call of other sizes.
-    ``validated``: the inputs went through the full checks; if not, a call that misses both
-    caches returns None before doing anything (the caller validates and calls again).
-    ``block_table``: K/V are page pools ``(num_pages, Hkv, page_size, D)`` read through it
-    (``max_keys`` then counts logical positions). ``lse``: a ``(B, Hq, Sn)`` contiguous
-    tensor of ``lse_dtype(q.dtype)`` that receives each row's natural-log log-sum-exp, or
-    None."""
-    if key_mask is not None and key_mask.dtype == torch.bool:
-        key_mask = key_mask.view(torch.uint8)  # same bytes; Triton loads bool as i1
-    if block_table is not None and block_table.stride(1) != 1 and block_table.shape[1] > 1:
-        block_table = block_table.contiguous()  # the kernel steps through a row by 1
+    token reuse one entry; the plan (splits, grid, partial sizes) is recomputed per call
+    from the sizes, so no entry can hold another call's sizes; calls with a lengths tensor
+    keep their plan per exact signature too (``_DECODE_PLANS``): their repeats skip planning.
+    ``validated``: the inputs went through the full checks; if not, a call that misses the
+    caches returns None before doing anything (the caller validates and calls again). ``block_table``: K/V are
+    page pools ``(num_pages, Hkv, page_size, D)`` read through it (``max_keys`` then counts
+    logical positions). ``lse``: a ``(B, Hq, Sn)`` contiguous tensor of ``lse_dtype(q.dtype)``
+    that receives each row's natural-log log-sum-exp, or None."""
     interpreted = on_interpreter(q)
-    direct = not interpreted and launch.usable(q.device)
-    tensors = (q, k_cache, v_cache, out, seqlens, key_mask, sinks, block_table, lse)
     signature = None
-    # Plans serve calls with a lengths tensor: a cache of fixed capacity whose lengths live
-    # in device memory, the same tensors every step. A call without one (the cache is
-    # exactly its tensors, attend_full_cache) usually grows its tensors by a token per step,
-    # so its signature would be new every step: it plans per call, as before plans existed.
-    if direct and seqlens is not None and (scale is None or type(scale) in (float, int)):
+    if (
+        not interpreted
+        and seqlens is not None  # without one, the cache is its tensors: they usually grow
+        and (scale is None or type(scale) in (float, int))
+        and launch.usable(q.device)
+    ):
         signature = (
-            tuple(map(_signature, tensors)),
+            tuple(map(_signature, (q, k_cache, v_cache, out, seqlens, key_mask, sinks))),
+            _signature(block_table),
+            _signature(lse),
             uniform_len,
             max_keys,
             lengths_include_new,
@@ -689,75 +595,191 @@ def launch_decode(
             softcap,
             num_splits,
         )
-        planned = _DECODE_PLANS.get(signature)
-        if planned is not None:
-            _launch_planned(
-                *planned, q, k_cache, v_cache, seqlens, out, key_mask, sinks, block_table, lse
+        plan = _DECODE_PLANS.get(signature)
+        if plan is not None:
+            return _launch_planned(
+                plan, q, k_cache, v_cache, seqlens, out, key_mask, sinks, block_table, lse
             )
-            return out
+    batch, num_q_heads, seqlen_new, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    group = num_q_heads // num_kv_heads
+    head_dim_padded = max(16, _next_pow2(head_dim))
+    rows = group * seqlen_new
+    block_m = max(16, min(64, _next_pow2(rows)))
+    block_n = 32 if interpreted else (64 if head_dim_padded <= 128 else 32)
+    row_tiles = -(-rows // block_m)
+    keys = max(1, max_keys)
+    if num_splits is None:
+        sms = 4 if interpreted else _num_sms(q.device.index)
+        num_splits = choose_num_splits(batch, num_kv_heads, row_tiles, keys, block_n, sms, head_dim)
+    num_splits = max(1, int(num_splits))
+    per_split = -(-keys // num_splits)
+    split_len = -(-per_split // block_n) * block_n
+    num_splits = -(-keys // split_len)  # no split starts past the end
+    single = num_splits == 1
+    splits_padded = max(2, _next_pow2(num_splits))
+    if key_mask is not None and key_mask.dtype == torch.bool:
+        key_mask = key_mask.view(torch.uint8)  # same bytes; Triton loads bool as i1
+    window_arg = window or 0
+    stride_mz = 0 if key_mask is None else key_mask.stride(0)
+    strides = (*q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride())
+    uniform = seqlens is None
+    paged = block_table is not None
+    if paged and block_table.stride(1) != 1 and block_table.shape[1] > 1:
+        block_table = block_table.contiguous()  # the kernel steps through a row by 1
+    page_size = k_cache.shape[2] if paged else 1
+    stride_bz = block_table.stride(0) if paged else 0
+    # The split partials, one float32 allocation: un-normalised outputs, layout
+    # (B, Hq, Sn, splits, D_padded), then the log-sum-exps (B, Hq, Sn, splits) from
+    # element lse_offset on (a multiple of 16 floats: aligned).
+    lse_offset = 0 if single else batch * num_q_heads * seqlen_new * num_splits * head_dim_padded
 
-    plan = _make_plan(
-        q, k_cache, v_cache, out, key_mask, scale, window, softcap, num_splits,
-        lengths_include_new, uniform_len, max_keys, seqlens is None, sinks, block_table, lse,
-        interpreted,
-    )  # fmt: skip
-    key = entry = None
-    if direct:
-        key = _class_key(plan, tensors, q.shape[1])
+    entry = key = None
+    if not interpreted and launch.usable(q.device):
+        ints = (
+            *strides,
+            num_kv_heads,
+            group,
+            seqlen_new,
+            num_splits,
+            split_len,
+            window_arg,
+            stride_mz,
+            lengths_include_new,
+            num_q_heads,
+            stride_bz,
+        )
+        key = (
+            q.get_device(),
+            k_cache.get_device(),
+            v_cache.get_device(),
+            out.get_device(),
+            q.dtype,
+            k_cache.dtype,
+            v_cache.dtype,
+            out.dtype,
+            _aligned(q),
+            _aligned(k_cache),
+            _aligned(v_cache),
+            _aligned(out),
+            None if uniform else (seqlens.dtype, seqlens.get_device(), _aligned(seqlens)),
+            None if key_mask is None else (key_mask.get_device(), _aligned(key_mask)),
+            launch.int_classes(ints),
+            launch.int_type(uniform_len),
+            launch.int_class(lse_offset),
+            head_dim,
+            block_m,
+            block_n,
+            single,
+            0 if single else splits_padded,
+            window is not None,
+            softcap is not None,
+            None if sinks is None else (sinks.get_device(), _aligned(sinks)),
+            None
+            if not paged
+            else (block_table.get_device(), block_table.dtype, _aligned(block_table), page_size),
+            None if lse is None else (lse.get_device(), lse.dtype, _aligned(lse)),
+        )
         entry = _DECODE_LAUNCHES.get(key)
-        if entry is not None:
-            if signature is not None:
-                _DECODE_PLANS.put(signature, (plan, entry))
-            _launch_planned(
-                plan, entry, q, k_cache, v_cache, seqlens, out, key_mask, sinks, block_table, lse
-            )
-            return out
-    if not validated:
+    if entry is None and not validated:
         return None
 
-    # First call of its class (or no direct launch here): through the JIT.
-    partial = _new_partial(plan, q, out)
-    split = _decode_split_kernel[plan.split_grid](
-        *_split_args(
-            plan, q, k_cache, v_cache, seqlens, partial, out, key_mask, sinks, block_table, lse
-        ),
-        num_warps=4,
-        num_stages=1 if interpreted else 3,
+    qk_scale, softcap_scale = kernel_scales(
+        1.0 / math.sqrt(head_dim) if scale is None else scale, softcap
+    )
+    if single:
+        partial = out  # unused pointer
+    else:
+        partial = torch.empty(
+            lse_offset + lse_offset // head_dim_padded, dtype=torch.float32, device=q.device
+        )
+    split_grid = (num_splits, row_tiles, batch * num_kv_heads)
+    split_args = [
+        q,
+        k_cache,
+        v_cache,
+        seqlens,
+        partial,
+        partial,
+        out,
+        *strides,
+        num_kv_heads,
+        group,
+        seqlen_new,
+        num_splits,
+        split_len,
+        qk_scale,
+        head_dim,
+        head_dim_padded,
+        block_m,
+        block_n,
+        single,
+        window_arg,
+        softcap_scale,
+        key_mask,
+        stride_mz,
+        lengths_include_new,
+        uniform_len,
+        lse_offset,
+        window is not None,
+        softcap is not None,
+        key_mask is not None,
+        uniform,
+        sinks,
+        sinks is not None,
+        block_table,
+        stride_bz,
+        paged,
+        page_size,
+        lse,
+        lse is not None,
+    ]
+    combine_grid = (batch * num_q_heads * seqlen_new, 1, 1)
+    combine_args = None
+    if not single:
+        combine_args = [
+            partial,
+            partial,
+            out,
+            *strides[12:16],
+            num_q_heads,
+            seqlen_new,
+            num_splits,
+            lse_offset,
+            head_dim,
+            head_dim_padded,
+            splits_padded,
+            lse,
+            lse is not None,
+        ]
+    if entry is not None:
+        if signature is not None:
+            _remember_plan(
+                signature, entry, split_grid, combine_grid, partial, split_args, combine_args
+            )
+        stream = launch.current_stream(q.device.index)
+        entry[0](split_grid, stream, split_args)
+        if not single:
+            entry[1](combine_grid, stream, combine_args)
+        return out
+
+    split = _decode_split_kernel[split_grid](
+        *split_args, num_warps=4, num_stages=1 if interpreted else 3
     )
     combine = None
-    if plan.partial_numel:
-        combine = _decode_combine_kernel[plan.combine_grid](
-            *_combine_args(plan, partial, out, lse), num_warps=4
-        )
+    if not single:
+        combine = _decode_combine_kernel[combine_grid](*combine_args, num_warps=4)
     if key is not None:
         split_kernel = launch.direct_kernel(split)
         combine_kernel = launch.direct_kernel(combine) if combine is not None else None
-        if split_kernel is not None and (combine is None or combine_kernel is not None):
+        if split_kernel is not None and (single or combine_kernel is not None):
             entry = (split_kernel, combine_kernel)
             _DECODE_LAUNCHES.put(key, entry)
             if signature is not None:
-                _DECODE_PLANS.put(signature, (plan, entry))
+                _remember_plan(
+                    signature, entry, split_grid, combine_grid, partial, split_args, combine_args
+                )
     return out
-
-
-def _new_partial(plan, q, out):
-    if not plan.partial_numel:
-        return out  # unused pointer
-    return torch.empty(plan.partial_numel, dtype=torch.float32, device=q.device)
-
-
-def _launch_planned(plan, entry, q, k_cache, v_cache, seqlens, out, key_mask, sinks, table, lse):
-    """Launch a planned call on its compiled kernels (``entry``: split, combine or None),
-    on the current stream."""
-    partial = _new_partial(plan, q, out)
-    stream = launch.current_stream(q.device.index)
-    entry[0](
-        plan.split_grid,
-        stream,
-        _split_args(plan, q, k_cache, v_cache, seqlens, partial, out, key_mask, sinks, table, lse),
-    )
-    if plan.partial_numel:
-        entry[1](plan.combine_grid, stream, _combine_args(plan, partial, out, lse))
 
 
 def consistent(q, k_cache, v_cache, seqlens, out, key_mask, block_table=None) -> bool:
