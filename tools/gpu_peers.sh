@@ -10,12 +10,12 @@
 #             FA4's paged varlen (paged_decode.json)
 #   host_a    (carry .fa4a) unpack FA4's compiler library; the "ran" scope check; the GPU tests of
 #             the decode launcher (its plan cache), dense and paged; compute-sanitizer memcheck
-#             on the decode lse tests (split and single) and the cached decode launches; with
-#             .ab/before carried (`mkdir -p .ab/before && git archive <commit> flashcore | tar -x
-#             -C .ab/before`), the decode host-time A/B against it (tools/decode_host_ab.py);
+#             on the decode lse tests (split and single) and the cached decode launches;
 #             launch.json (every door's host cost)
 #   forward   (carry .fa4b, right after an .fa4a call) the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
-#             and decode (perf.json)
+#             and decode (perf.json); with .ab/before carried too (`mkdir -p .ab/before && git
+#             archive <commit> flashcore | tar -x -C .ab/before`), the decode host-time A/B
+#             against that tree (tools/decode_host_ab.py)
 #   stale     (carry .fa4a) unpack FA4's compiler library; the records no FA4 run needs that
 #             went stale with the D_v change: varlen.json, decode.json, decode_splits.json
 #   ncu       (carry .fa4b) Nsight Compute on flashcore, cuDNN and FA4, forward and backward
@@ -418,10 +418,6 @@ PY
     TAIL=4 stage memcheck_decode 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
       python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py tests/test_launch.py \
       -k "returns_the_lse or decode_cached_path or growing_cache"
-    if [ -d .ab/before ]; then
-      TAIL=9 stage decode_host_ab 150 python3 tools/decode_host_ab.py "$out/decode_host_ab.json" \
-        --base .ab/before --rounds 5
-    fi
     TAIL=12 stage launch 150 python3 -m flashcore launch --record
     ;;
   forward)
@@ -429,6 +425,10 @@ PY
       --dtype bfloat16 --s 1024 2048 4096 8192 16384 \
       --impls flashcore flashcore_triton sdpa_flash sdpa_cudnn flex fa4 \
       --decode-impls flashcore_decode sdpa_flash sdpa_cudnn --reps 32 --record
+    if [ -d .ab/before ]; then
+      TAIL=9 stage decode_host_ab 150 python3 tools/decode_host_ab.py "$out/decode_host_ab.json" \
+        --base .ab/before --rounds 5
+    fi
     ;;
   backward)
     backward_speed 560
