@@ -64,9 +64,8 @@ class LaunchCache:
     the same key both compile through the JIT (which has its own cache) and store equal
     entries."""
 
-    def __init__(self, name: str, max_entries: int = _MAX_ENTRIES):
+    def __init__(self, name: str):
         self.name = name
-        self.max_entries = max_entries
         self._entries: dict = {}
         self._lock = threading.Lock()
         self.hits = 0
@@ -82,7 +81,7 @@ class LaunchCache:
 
     def put(self, key, entry) -> None:
         with self._lock:
-            if len(self._entries) >= self.max_entries:
+            if len(self._entries) >= _MAX_ENTRIES:
                 self._entries.clear()  # rare: start over rather than track recency per call
             self._entries[key] = entry
 

@@ -465,6 +465,8 @@ def _num_sms(index) -> int:
 
 
 _DECODE_LAUNCHES = LaunchCache("decode")
+
+
 # Plans per exact call signature (every size, stride, dtype, device, pointer alignment and
 # option of the call) for calls with a lengths tensor: a decode step of a static cache (the
 # same tensors every step, the lengths in device memory) finds its whole launch here and
@@ -476,7 +478,19 @@ _DECODE_LAUNCHES = LaunchCache("decode")
 # usually grow by a token per step: a new signature every step) plan per call. The cache
 # stays small: a caller walking through many signatures never makes it hold thousands (the
 # garbage collector's passes over them cost more than planning).
-_DECODE_PLANS = LaunchCache("decode plans", max_entries=64)
+class _PlanCache(LaunchCache):
+    """A LaunchCache that starts over at MAX_PLANS entries."""
+
+    MAX_PLANS = 64
+
+    def put(self, key, entry) -> None:
+        with self._lock:
+            if len(self._entries) >= self.MAX_PLANS:
+                self._entries.clear()
+            self._entries[key] = entry
+
+
+_DECODE_PLANS = _PlanCache("decode plans")
 
 
 def _next_pow2(n: int) -> int:
