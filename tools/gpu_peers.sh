@@ -9,7 +9,7 @@
 #             FA4, SDPA and the padded route (value_head_dim_speed.json); paged decode beside
 #             FA4's paged varlen (paged_decode.json)
 #   host_a    (carry .fa4a) unpack FA4's compiler library; the "ran" scope check; the GPU tests of
-#             the decode launcher (its plan cache), dense and paged; compute-sanitizer memcheck
+#             the decode launcher (its plan cache), dense and paged (HOST_TESTS_K: a -k filter); compute-sanitizer memcheck
 #             on the decode lse tests (split and single) and the cached decode launches;
 #             launch.json (every door's host cost)
 #   forward   (carry .fa4b, right after an .fa4a call) the forward sweep beside FA4, SDPA flash, cuDNN and Flex, with the prior regime
@@ -414,7 +414,7 @@ PY
     bash .fa4a/install.sh
     ran_scope_check
     TAIL=4 stage gpu_tests_host 240 python3 -m pytest -q -p no:cacheprovider -m gpu -x \
-      tests/test_launch.py tests/test_decode.py tests/test_paged_kv.py
+      tests/test_launch.py tests/test_decode.py tests/test_paged_kv.py ${HOST_TESTS_K:+-k "$HOST_TESTS_K"}
     TAIL=4 stage memcheck_decode 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
       python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py tests/test_launch.py \
       -k "returns_the_lse or decode_cached_path or growing_cache"
