@@ -1244,11 +1244,12 @@ print(
 )
 
 # %% [markdown]
-# ### Every door's host cost on the H200 (recorded at `bf63fc6`, current)
+# ### Every door's host cost on the H200
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` was recorded at `bf63fc6` with every door the issue names: the
+# machines), `launch.json` is recorded with every door the issue names (at `183806d`; the
+# runs at `bf63fc6`, `081dfd2`, `ed2da23` and `4f965a7` are kept under `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
 # decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
 # with flashcore activated (`flashcore sdpa door`; the record checks that flashcore's kernel
@@ -1306,22 +1307,37 @@ if H200 in results.recorded_devices("launch"):
         for impl in ("flashcore", "flashcore sdpa door", "sdpa flash", "sdpa default")
     ]  # fmt: skip
     print("\n" + table(gpu_rows, list(gpu_rows[0]), {k: "{:.1f}" for k in list(gpu_rows[0])[2:]}))
+    # The decode launcher's plans (4f965a7) against the tree before them (9ede840), in
+    # alternating processes of one session (tools/decode_host_ab.py)
+    ab = json.loads(
+        (results.RESULTS_DIR / H200 / "logs" / "decode_host_ab_4f965a7.json").read_text()
+    )
+    ab_rows = [
+        {"call": case, "plans (A) us": v["A"], "before (B) us": v["B"], "B / A": v["B/A"],
+         "A, each round": " ".join(f"{x['A'][case.rsplit(' ', 1)[0]][case.rsplit(' ', 1)[1]]:.0f}"
+                                   for x in ab["rounds"]),
+         "B, each round": " ".join(f"{x['B'][case.rsplit(' ', 1)[0]][case.rsplit(' ', 1)[1]]:.0f}"
+                                   for x in ab["rounds"])}
+        for case, v in ab["summary"].items()
+    ]  # fmt: skip
+    print(f"\ndecode host time, {ab['provenance']['device']}, medians of {len(ab['rounds'])} rounds:")
+    print(table(ab_rows, list(ab_rows[0]), {"B / A": "{:.3f}"}))
 
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# the op path is 0.94-2.51x SDPA's eager time where the function is 0.94-1.67x. The function
-# meets 1.10x at three shapes of six, the op at two (B1 H32 S1024 and GQA prefill, where the
-# GPU work hides most of the host), the flash_attn door at one (GQA prefill) and the SDPA door
-# at none: it runs inside SDPA's own C++ routing and then flashcore's Python (the forward with
-# the lse, five allocations: 1.14-4.49x); the flash_attn door adds four transposes, an
-# allocation and its option checks (1.27-1.98x where the host decides), and its decode rows
-# wait for the length check each call (3.07-5.38x; `check_lengths=False`, flashcore's keyword
-# on the door, skips it, as the door does by itself inside CUDA graph capture). Two runs on
-# this host differ by more than some changes measured: SDPA default's own time at B1 H8 S128
-# was 18.8 us in the run of the tree at `cd532a1` (`logs/launch_cd532a1.json`), 25.4 in the
-# record at `081dfd2` (`logs/launch_081dfd2.json`) and 25.7 in this one, and at B8 H16 S512
-# 24.0, 35.6 and 23.9; so ratios are read within one run, never across runs.
+# (`183806d`) the op path is 0.92-2.29x SDPA's eager time where the function is 0.94-1.72x. The
+# function meets 1.10x at two shapes of six and so does the op (B1 H32 S1024 and GQA prefill,
+# where the GPU work hides most of the host), the flash_attn door at one (GQA prefill) and the
+# SDPA door at none: it runs inside SDPA's own C++ routing and then flashcore's Python (the
+# forward with the lse, five allocations: 1.14-3.85x); the flash_attn door adds four
+# transposes, an allocation and its option checks (1.23-2.04x where the host decides), and its
+# decode rows wait for the length check each call (3.21-4.83x; `check_lengths=False`,
+# flashcore's keyword on the door, skips it, as the door does by itself inside CUDA graph
+# capture). Two runs on this host differ by more than some changes measured: SDPA default's own
+# time at B1 H8 S128 was 18.8 us in the run of the tree at `cd532a1` (`logs/launch_cd532a1.json`),
+# 25.4 at `081dfd2`, 25.7 at `bf63fc6` and 29.1 in this record; so ratios are read within one
+# run, never across runs.
 #
 # **The SDPA door's decode, a GPU-time bug the first record showed.** At `081dfd2` the door
 # served one query against the 8K cache with flashcore's forward kernel (one program per
@@ -1329,19 +1345,31 @@ if H200 in results.recorded_devices("launch"):
 # flash kernel, which the door replaces, took 22.0 and flashcore's split-KV kernel 13.5. The
 # split-KV kernel did not return the log-sum-exp the op must. Since `bf63fc6` it does (the
 # single split or the combine writes it, natural log as the forward's; CPU tests under the
-# rule, with sinks, and its GPU tests, `logs/gpu_tests_decode_lse_bf63fc6.log`, with memcheck
-# over the door's single-split calls only: the combine's lse store has not run under it),
-# and the door runs one query against Sk >= 4 keys on it: 13.0 us of GPU time here (0.60 of
-# PyTorch flash's), 14.1 for the growing cache. A few non-causal queries (1 < Sq <= 16,
+# rule, with sinks, and its GPU tests, `logs/gpu_tests_decode_lse_bf63fc6.log`; compute-sanitizer
+# memcheck over the lse tests with one and three splits, so over the combine's lse store too,
+# 0 errors, `logs/gpu_tests_host_183806d.log`), and the door runs one query against Sk >= 4 keys
+# on it: 13.1 us of GPU time in this record (0.60 of PyTorch flash's), 14.1 for the growing
+# cache. A few non-causal queries (1 < Sq <= 16,
 # Sk >= 4 Sq) go to PyTorch's flash kernel: the split-KV kernel's queries are causal, and the
 # forward kernel has the same grid there as at Sq = 1.
 #
 # Where the microseconds go, door by door: `logs/host_profile_c56053a.json` (cProfile per
 # call; cProfile's per-call times are inflated by the profiler itself). The decode function
-# path's largest items are `launch_decode`'s own Python (its plan and cache key, 17.3 us under
+# path's largest items were `launch_decode`'s own Python (its plan and cache key, 17.3 us under
 # the profiler), two allocations (the split partials and the output, 9.1), the two launches
 # (7.2) and `attention_with_kvcache`'s guards (6.6); its GPU time (graph replay) is SDPA's
-# within 10%. Not built: a plan cached per exact signature, which would skip the first.
+# within 10%. Since `4f965a7` a call with a lengths tensor finds its plan per exact signature
+# (`kernels/decode.py`, `_DECODE_PLANS`: the argument lists of a launch of that signature with
+# the tensor slots emptied), so a static cache's repeats skip planning and the cache key; calls
+# without one (a cache growing by a token per step) plan per call as before. On a CPU harness
+# (launch_decode with stand-in launchers) that took a static call from 12.2-12.8 to 9.2-9.8 us
+# and left a growing one where it was. On the H200 the last table above is the A/B in one
+# session, five alternating rounds of one process per tree: the static call's host time fell
+# from a median of 37.1 to 32.3 us (1.15x; in every round A was faster, by 3-22 us). The growing
+# cache runs the same code in both trees: its medians differ by 4.3 us (1.10x), and the
+# flash_attn door's eager medians went the other way (53.4 before, 63.9 after) while its host
+# medians went this way (54.1, 45.1): the rounds of one tree span up to 2x on this host (the
+# columns of each round), so a change under about 10% is not resolved by five rounds here.
 
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27; its kernels

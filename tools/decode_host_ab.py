@@ -37,6 +37,7 @@ CASES = ("static", "growing", "flash_attn door")
 
 def _worker(calls: int) -> dict:
     import torch
+    from host_timing import host_us  # tools/, on the path the parent gave this process
 
     import flashcore
     from flashcore.flash_attn_interface import flash_attn_with_kvcache
@@ -72,24 +73,14 @@ def _worker(calls: int) -> dict:
         for _ in range(50):
             fn()
         torch.cuda.synchronize()
-        blocks = []
-        for _ in range(5):
-            spent = 0.0
-            for i in range(calls):
-                if i % 32 == 0:
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                fn()
-                spent += time.perf_counter() - t0
-            torch.cuda.synchronize()
-            blocks.append(spent / calls * 1e6)
+        host = host_us(fn, calls)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
         eager = (time.perf_counter() - t0) / calls * 1e6
-        rows[name] = {"host_us": statistics.median(blocks), "eager_us": eager}
+        rows[name] = {"host_us": host, "eager_us": eager}
     return rows
 
 

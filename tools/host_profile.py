@@ -20,35 +20,18 @@ import contextlib
 import cProfile
 import json
 import pstats
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's flashcore
 
 import torch  # noqa: E402
+from host_timing import host_us  # noqa: E402  (this script's folder)
 
 from flashcore.results import provenance  # noqa: E402
 from flashcore.studies import launch  # noqa: E402
 
 DOORS = (*launch.DOORS, "sdpa default")
-
-
-def host_us(fn, calls: int) -> float:
-    """Median over 5 rounds of the mean host time of one call (no sync inside a call)."""
-    rounds = []
-    for _ in range(5):
-        spent = 0.0
-        for i in range(calls):
-            if i % 32 == 0:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            spent += time.perf_counter() - t0
-        torch.cuda.synchronize()
-        rounds.append(spent / calls * 1e6)
-    return statistics.median(rounds)
 
 
 def top_functions(fn, calls: int, limit: int = 20) -> list[dict]:
