@@ -789,6 +789,42 @@ print("(flashcore / FA4, geomean over S 2K-16K x causal, bf16, each run of the s
 # on the H100: the gap is in the kernel (the Nsight Compute section above, on the H100).
 
 # %% [markdown]
+# Would the H200 dispatch D=64 differently? The table (`dispatch.FORWARD_GLUON_FROM`) was measured
+# on the H100. The same sweep on the H200 (`tools/gpu_forward_hopper.py --head-dims 64`, commit
+# `2e66d0f`, 3 rotated rounds of 7 samples, `logs/d64_gluon_sweep_2e66d0f.json`) times the
+# Triton kernel alone, the call as dispatched and the Gluon kernel forced at each of its D=64
+# configs:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d64_sweep = _json.loads(
+    (_results.RESULTS_DIR / H200 / "logs" / "d64_gluon_sweep_2e66d0f.json").read_text()
+)
+d64_by = {}
+for r in d64_sweep["rows"]:
+    d64_by.setdefault((r["S"], "causal" if r["causal"] else "full"), {})[r["impl"]] = r["tflops"]
+d64_rows = []
+for (s_len, mode), t in sorted(d64_by.items()):
+    gluon = {k: v for k, v in t.items() if k not in ("triton", "flashcore", "cudnn")}
+    best = max(gluon, key=gluon.get)
+    d64_rows.append({"S": s_len, "mode": mode, "triton": t["triton"], "dispatched": t["flashcore"],
+                     "best Gluon config": best, "its TFLOP/s": gluon[best],
+                     "Gluon / Triton": gluon[best] / t["triton"]})  # fmt: skip
+print(table(d64_rows, list(d64_rows[0]), {"triton": "{:.0f}", "dispatched": "{:.0f}",
+      "its TFLOP/s": "{:.0f}", "Gluon / Triton": "{:.3f}"}))  # fmt: skip
+
+# %% [markdown]
+# The H100's choice holds on the H200: non-causal from 4K the Gluon kernel is 15-17% faster than
+# the Triton kernel, at 2K level (0.99); causal it is slower at 2K and 4K, level at 8K (1.02, within
+# this sweep's spread) and faster at 16K, where the table sends it. So the D=64 causal shapes that
+# are furthest behind FA4 (0.75 at 8K) are not a dispatch mistake: neither kernel comes near
+# FA4's 535 TFLOP/s there. One thing this sweep shows that is not explained yet: at non-causal 8K
+# and 16K the dispatched call (the shipped three-warpgroup config) ran at 489 and 495 TFLOP/s, the
+# same config forced through the tool at 471 (the full sweep above has the dispatched call at 467
+# and 466): with 21 samples per implementation, a difference of this size between two timings of
+# one kernel is within what this sweep can tell apart.
+
+# %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
 #
 # The reports claimed sub-5 µs "per sequence" at S ≤ 512, "0.49 µs per head" at H=96, and

@@ -1312,15 +1312,18 @@ if H200 in results.recorded_devices("launch"):
     ab = json.loads(
         (results.RESULTS_DIR / H200 / "logs" / "decode_host_ab_4f965a7.json").read_text()
     )
+
+    def ab_each_round(tree, case):
+        call, metric = case.rsplit(" ", 1)
+        return " ".join(f"{x[tree][call][metric]:.0f}" for x in ab["rounds"])
+
     ab_rows = [
         {"call": case, "plans (A) us": v["A"], "before (B) us": v["B"], "B / A": v["B/A"],
-         "A, each round": " ".join(f"{x['A'][case.rsplit(' ', 1)[0]][case.rsplit(' ', 1)[1]]:.0f}"
-                                   for x in ab["rounds"]),
-         "B, each round": " ".join(f"{x['B'][case.rsplit(' ', 1)[0]][case.rsplit(' ', 1)[1]]:.0f}"
-                                   for x in ab["rounds"])}
+         "A, each round": ab_each_round("A", case), "B, each round": ab_each_round("B", case)}
         for case, v in ab["summary"].items()
     ]  # fmt: skip
-    print(f"\ndecode host time, {ab['provenance']['device']}, medians of {len(ab['rounds'])} rounds:")
+    rounds = len(ab["rounds"])
+    print(f"\ndecode host time, {ab['provenance']['device']}, medians of {rounds} rounds:")
     print(table(ab_rows, list(ab_rows[0]), {"B / A": "{:.3f}"}))
 
 # %% [markdown]
