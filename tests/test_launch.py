@@ -766,3 +766,8 @@ def test_decode_plans_launch_exactly_what_planning_each_call_launches(monkeypatc
         assert split_args[0] is q and split_args[1] is k and split_args[2] is v
         assert split_args[3] is lens and split_args[6] is out and split_args[-2] is lse
     assert plan_hits >= len(calls)  # every second visit at least was served by a plan
+    # A plan keeps no tensor alive (its argument lists hold None in every tensor slot).
+    for plan in decode._DECODE_PLANS._entries.values():
+        assert not any(
+            isinstance(x, torch.Tensor) for part in plan if isinstance(part, tuple) for x in part
+        )
