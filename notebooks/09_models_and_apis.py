@@ -1364,9 +1364,12 @@ if H200 in results.recorded_devices("launch"):
 # within 10%. Since `4f965a7` a call with a lengths tensor finds its plan per exact signature
 # (`kernels/decode.py`, `_DECODE_PLANS`: the argument lists of a launch of that signature with
 # the tensor slots emptied), so a static cache's repeats skip planning and the cache key; calls
-# without one (a cache growing by a token per step) plan per call as before. On a CPU harness
-# (launch_decode with stand-in launchers) that took a static call from 12.2-12.8 to 9.2-9.8 us
-# and left a growing one where it was. On the H200 the last table above is the A/B in one
+# without one (a cache growing by a token per step) plan per call as before. On the CPU, the
+# launcher's Python alone (`tools/decode_host_ab.py --cpu`, stand-in launchers, five
+# alternating rounds per tree; `results/cpu-interpreter/logs/decode_host_cpu_7e57861_vs_*.json`)
+# took a static call from 12.43 to 9.50 us and left a growing one level (15.03 before, 15.25);
+# the first version (`ed2da23`, a plan for every call) had slowed that one to 17.37 (15.13). On
+# the H200 the last table above is the A/B in one
 # session, five alternating rounds of one process per tree: the static call's host time fell
 # from a median of 37.1 to 32.3 us (1.15x; in every round A was faster, by 3-22 us). The growing
 # cache runs the same code in both trees: its medians differ by 4.3 us (1.10x), and the
