@@ -1,7 +1,8 @@
 """The Gluon Hopper forward kernel (flashcore/kernels/forward_hopper.py) against the float64
 reference under the error rule: fresh random inputs, NaN-poisoned outputs, ragged tails,
-Sq != Sk, both causal alignments, GQA, (B, S, H, D) strides, lse, both schedules
-(ping-pong on and off). Needs a Hopper GPU; the CPU suite only checks the import guard."""
+Sq != Sk, both causal alignments, GQA, (B, S, H, D) strides, lse, every schedule
+(ping-pong off, and on with its turn passed by an mbarrier or a named barrier). Needs a
+Hopper GPU; the CPU suite only checks the import guard."""
 
 import math
 
@@ -76,6 +77,9 @@ CASES = [
 ]
 
 
+# Schedules: ping-pong off; on, its turn an mbarrier (1) or a hardware named barrier (2).
+TURNS = [False, 1, 2]
+
 # Grids: one program per work tile; persistent (one per SM); persistent with 3 programs, so
 # each walks many work tiles of different lengths (ring positions and barrier phases carried
 # across tiles, the next Q loaded while the last tile finishes).
@@ -87,13 +91,13 @@ GRIDS = {
 
 
 def _every_case_dtype_schedule_and_grid(test):
-    """Parametrize a GPU test over CASES x bf16/fp16 x ping-pong on/off x GRIDS (Hopper only)."""
+    """Parametrize a GPU test over CASES x bf16/fp16 x schedules x GRIDS (Hopper only)."""
     marks = (
         pytest.mark.parametrize(
             "case", CASES, ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c)
         ),
         pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16]),
-        pytest.mark.parametrize("pingpong", [True, False]),
+        pytest.mark.parametrize("pingpong", TURNS),
         pytest.mark.parametrize("grid", list(GRIDS)),
         pytest.mark.gpu,
         needs_hopper,
@@ -125,14 +129,16 @@ def _check_out_and_lse(out, lse, q, k, v, **kw):
 
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("turns", [1, 2])
 @pytest.mark.parametrize("grid", ["per-tile", "3-programs"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [64, 128, 256])
-def test_many_work_tiles_per_program(d, causal, grid):
+def test_many_work_tiles_per_program(d, causal, grid, turns):
     """More work tiles than SMs (B=3, H=50, 3 query tiles each: 450), causal lengths that
-    differ per tile, GQA 5:1, lse: every program's later tiles must be as exact as its first."""
+    differ per tile, GQA 5:1, lse: every program's later tiles must be as exact as its first
+    (and the ping-pong turn passed right through all of them)."""
     q, k, v = _inputs(3, 50, 10, 300, 300, d, torch.bfloat16, "bhsd", seed=d + causal)
-    out, lse = _run(q, k, v, causal=causal, alignment="top_left", pingpong=True, **GRIDS[grid])
+    out, lse = _run(q, k, v, causal=causal, alignment="top_left", pingpong=turns, **GRIDS[grid])
     kw = dict(causal=causal, causal_alignment="top_left")
     ref64, lse64 = attention_reference(q, k, v, compute_dtype=torch.float64, return_lse=True, **kw)
     same = attention_reference(q, k, v, compute_dtype=torch.bfloat16, **kw)
@@ -143,17 +149,19 @@ def test_many_work_tiles_per_program(d, causal, grid):
 
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("turns", [1, 2])
 @pytest.mark.parametrize("num_wg", [2, 3])
 @pytest.mark.parametrize(
     "case",
     [c for c in CASES if c[5] in (64, 128)][:6],
     ids=lambda c: "B{}H{}/{}Sq{}Sk{}D{}{}-{}-{}".format(*c),
 )
-def test_error_rule_consumer_count(case, num_wg):
-    """Two or three consumer warpgroups (128- or 192-row query tiles), bf16, ping-pong."""
+def test_error_rule_consumer_count(case, num_wg, turns):
+    """Two or three consumer warpgroups (128- or 192-row query tiles), bf16, ping-pong with
+    either turn (three warpgroups pass it around a ring of three)."""
     b, hq, hkv, sq, sk, d, causal, alignment, layout = case
     q, k, v = _inputs(b, hq, hkv, sq, sk, d, torch.bfloat16, layout, seed=100 + CASES.index(case))
-    out, _ = _run(q, k, v, causal=causal, alignment=alignment, pingpong=True, num_wg=num_wg)
+    out, _ = _run(q, k, v, causal=causal, alignment=alignment, pingpong=turns, num_wg=num_wg)
     kw = dict(causal=causal, causal_alignment=alignment)
     ref64 = attention_reference(q, k, v, compute_dtype=torch.float64, **kw)
     same = attention_reference(q, k, v, compute_dtype=torch.bfloat16, **kw)

@@ -2,7 +2,7 @@
 kernel and SDPA cuDNN (one process, rotated inputs, CUDA events; the perf.json harness).
 
     python tools/gpu_forward_hopper.py OUT.json [--dtypes bfloat16,float16]
-        [--head-dims 64,128,256,192/128]
+        [--head-dims 64,128,256,192/128] [--variants mbar_turns,named_turns]
 
 Writes per shape and implementation the median time and TFLOP/s, and prints a table. A head
 dim "D/Dv" gives v a head dim of its own (MLA: 192/128); H = 2048 / Dv, FLOPs over (D + Dv)/2."""
@@ -46,6 +46,12 @@ VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three co
         "pers_bn128_s2": dict(block_n=128, stages=2, persistent=True),
     },
 }
+
+
+# The shipped tile config of every head dim with the ping-pong turn passed by an mbarrier (1)
+# or a hardware named barrier (2) (forward_hopper.PINGPONG_TURNS).
+for _d in VARIANTS:
+    VARIANTS[_d].update(mbar_turns=dict(pingpong=1), named_turns=dict(pingpong=2))
 
 
 def hopper_fn(causal, kw):
@@ -109,6 +115,7 @@ def main():
     ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
     ap.add_argument("--dtypes", default="bfloat16")
     ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--variants", default=None, help="only these Gluon variants (comma list)")
     ap.add_argument("--reps", type=int, default=7, help="samples per round")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, implementation order rotated")
     ap.add_argument(
@@ -149,8 +156,9 @@ def main():
                         "flashcore": lambda q, k, v, c=causal: triton_attention(q, k, v, causal=c),
                         "cudnn": bench.make_sdpa("cudnn", causal, False),
                     }
-                    for name, kw in VARIANTS[d].items():
-                        impls[name] = hopper_fn(causal, kw)
+                    chosen = args.variants.split(",") if args.variants else list(VARIANTS[d])
+                    for name in chosen:
+                        impls[name] = hopper_fn(causal, VARIANTS[d][name])
                     # Every implementation is timed in each of ROUNDS rounds, the order rotated
                     # by one per round, and its time is the median over its round medians: a
                     # fixed order measured later implementations on a hotter, more

@@ -106,6 +106,12 @@
 #             (its preprocess and dQ conversion against ours)
 #   ws_record (FA4 not needed; after the GPU tests ran) the "ran" scope check, compute-sanitizer on
 #             both modes, backward_ws_modes.json (ws_modes without its tests and race probe)
+#   turns     (FA4 not needed) the Gluon forward's ping-pong turn, an mbarrier (1) against a
+#             named barrier (2): its GPU tests (every schedule), both beside the Triton kernel
+#             and cuDNN (tools/gpu_forward_hopper.py --variants mbar_turns,named_turns:
+#             <outdir>/logs/forward_turns_<commit>.json), and Nsight Compute's source page of
+#             both at TURNS_NCU_CASES (default D128 S 8K full; D64 S 8K causal), parsed by
+#             tools/ncu_sass_stalls.py into logs/ncu_sass_fwd_turns<T>_d<D>[_causal]_<commit>.json
 #   ncu_sass_ws (FA4 not needed) Nsight Compute's source page of the warp-specialized backward
 #             per NCU_SASS_CASES (default D256 S 8K full, both modes; ~2 x 60 s), parsed into
 #             logs/ncu_sass_ws_*_<commit>.json (tools/ncu_sass_stalls.py)
@@ -304,6 +310,33 @@ tests/test_backward_varlen_softcap.py"
     for v in plain no_warp_bar expect_tx unsync; do
       TAIL=8 stage "race_probe_$v" 90 compute-sanitizer --tool racecheck \
         python3 tools/mbarrier_race_probe.py --variant "$v"
+    done
+    ;;
+  turns)
+    mkdir -p "$out/logs" /tmp/ncu_sass
+    bash tools/gpu_test_shards.sh "$out/tests" 300 "fwd:12:-m gpu tests/test_forward_hopper.py"
+    TAIL=40 STAGE_HIDE="it/s\]" stage turns_speed 330 python3 tools/gpu_forward_hopper.py \
+      "$out/logs/forward_turns_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 128,64,256 \
+      --variants mbar_turns,named_turns --rounds 3
+    IFS=';' read -ra cases <<<"${TURNS_NCU_CASES:-128 8192 0;64 8192 1}"
+    for case in "${cases[@]}"; do
+      read -r d s causal <<<"$case"
+      for turns in 1 2; do
+        name="fwd_turns${turns}_d${d}$([ "$causal" = 1 ] && echo _causal)"
+        rep=/tmp/ncu_sass/$name
+        workload=(python3 tools/gluon_forward_workload.py "$d" "$s" "$causal" "$turns")
+        profiler=(ncu --clock-control none --kernel-name regex:_fa3_fwd_kernel --launch-skip 1
+          --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight)
+        when=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+        timeout 150 "${profiler[@]}" -f -o "$rep" "${workload[@]}" >"$rep.log" 2>&1
+        echo "ncu $name: exit $? $(grep 'max |gluon' "$rep.log")"
+        ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.sass.csv" &&
+          ncu --import "$rep.ncu-rep" --page raw --csv >"$rep.raw.csv" &&
+          python3 tools/ncu_sass_stalls.py "$rep.sass.csv" \
+            "$out/logs/ncu_sass_${name}_${FLASHCORE_COMMIT:-unknown}.json" --raw "$rep.raw.csv" \
+            --commit "${FLASHCORE_COMMIT:-unknown}" --date "$when" --label "$name" \
+            --command "${profiler[*]} ${workload[*]}"
+      done
     done
     ;;
   ncu_sass_ws)  # (FA4 not needed) Nsight Compute's source page of the warp-specialized

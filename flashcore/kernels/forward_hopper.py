@@ -201,6 +201,17 @@ if GLUON_AVAILABLE:
     _EXP2_ASM_2 = gl.constexpr(_exp2_pack_asm(2))
     _EXP2_ASM_3 = gl.constexpr(_exp2_pack_asm(3))
     _EXP2_ASM_4 = gl.constexpr(_exp2_pack_asm(4))
+    # Ping-pong turns on hardware named barriers (PINGPONG=2, FA3's scheduler barriers):
+    # warpgroup wg takes its turn with bar.sync on TURN_BARRIER_0 + wg, and the warpgroup
+    # before it in the ring passes it with bar.arrive there; a phase completes when both
+    # warpgroups' 128 threads are in (256). Why not an mbarrier turn (PINGPONG=1): triton puts
+    # a bar.sync of the warpgroup before every mbarrier wait and every (thread-0) arrive of a
+    # 4-warp partition, so passing the turn waited on the warpgroup's slowest warp and the
+    # next warpgroup polled a try_wait loop. Triton's own named barriers in this kernel are
+    # 0-3 (one per partition and the warp-specialize handshake).
+    TURN_BARRIER_0 = gl.constexpr(8)
+    _TURN_SYNC_ASM = gl.constexpr("bar.sync $1, 256;\n\tmov.u32 $0, 0;")
+    _TURN_ARRIVE_ASM = gl.constexpr("bar.arrive $1, 256;\n\tmov.u32 $0, 0;")
 
     @gluon.jit
     def _exp2_pack(x, asm: gl.constexpr):
@@ -439,15 +450,30 @@ if GLUON_AVAILABLE:
         return p_buf
 
     @gluon.jit
+    def _named_barrier(asm: gl.constexpr, barrier_id: gl.constexpr):
+        """bar.sync / bar.arrive on hardware named barrier `barrier_id` (inline PTX: Gluon has
+        no named barriers; the result is a dummy)."""
+        gl.inline_asm_elementwise(
+            asm, "=r,r", [gl.to_tensor(barrier_id)], dtype=gl.int32, is_pure=False, pack=1
+        )
+
+    @gluon.jit
     def _take_turn(turn, wg: gl.constexpr, turn_phase, PINGPONG: gl.constexpr):
-        if PINGPONG:
+        """Wait until warpgroup `wg` may issue its GEMMs (PINGPONG 1: the mbarrier turn[wg];
+        2: named barrier TURN_BARRIER_0 + wg)."""
+        if PINGPONG == 2:
+            _named_barrier(_TURN_SYNC_ASM, TURN_BARRIER_0 + wg)
+        elif PINGPONG:
             mbarrier.wait(turn.index(wg), turn_phase)
         return turn_phase ^ 1
 
     @gluon.jit
     def _pass_turn(turn, wg: gl.constexpr, PINGPONG: gl.constexpr):
+        """Hand the turn to the next warpgroup of the ring."""
         NUM_WG: gl.constexpr = turn.shape[0]
-        if PINGPONG:
+        if PINGPONG == 2:
+            _named_barrier(_TURN_ARRIVE_ASM, TURN_BARRIER_0 + (wg + 1) % NUM_WG)
+        elif PINGPONG:
             mbarrier.arrive(turn.index((wg + 1) % NUM_WG), count=1)
 
     @gluon.jit
@@ -540,6 +566,8 @@ if GLUON_AVAILABLE:
         q_tiles = (q_tile, q_tail.index(wg))
 
         turn_phase = 0
+        if PINGPONG == 2 and wg == NUM_WG - 1:
+            _named_barrier(_TURN_ARRIVE_ASM, TURN_BARRIER_0)  # warpgroup 0 issues first
         it = 0  # ring position of this work tile's key tile 0
         local = 0  # work tiles done by this program
         for u in range(
@@ -736,7 +764,7 @@ if GLUON_AVAILABLE:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_empty.index(i), count=NUM_WG)  # every consumer warpgroup releases
             mbarrier.init(v_empty.index(i), count=NUM_WG)
-        if PINGPONG:
+        if PINGPONG == 1:
             mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 issues first
 
         sched = (
@@ -830,6 +858,21 @@ _GLUON_DTYPES = (
 )
 
 
+# How the consumer warpgroups pass the ping-pong turn (the kernel's PINGPONG): 1 an mbarrier,
+# 2 a hardware named barrier (see TURN_BARRIER_0).
+PINGPONG_TURNS = 1
+
+
+def _turns(pingpong) -> int:
+    """A launch's ``pingpong`` option as the kernel's PINGPONG: False 0, True the shipped
+    PINGPONG_TURNS, or 1 / 2 explicitly (tools/gpu_forward_hopper.py times both)."""
+    if pingpong is True:
+        return PINGPONG_TURNS
+    if pingpong not in (False, 0, 1, 2):
+        raise ValueError(f"pingpong must be a bool, 1 or 2, got {pingpong!r}")
+    return int(pingpong)
+
+
 def _launch_args(
     q, k, v, out, lse, *, causal_offset, is_causal, qk_scale, store_lse, sinks=None,
     block_n=None, stages=None, pingpong=True, num_wg=None, consumer_regs=None, persistent=None,
@@ -866,7 +909,7 @@ def _launch_args(
         STAGES=stages,
         IS_CAUSAL=bool(is_causal),
         STORE_LSE=bool(store_lse),
-        PINGPONG=bool(pingpong),
+        PINGPONG=_turns(pingpong),
         CONSUMER_REGS=consumer_regs,
         NUM_WG=num_wg,
         HAS_SINKS=sinks is not None,
@@ -1011,7 +1054,7 @@ def attention_hopper_fp8(
         STAGES=stages,
         IS_CAUSAL=bool(causal),
         STORE_LSE=False,
-        PINGPONG=True,
+        PINGPONG=_turns(True),
         CONSUMER_REGS=CONSUMER_REGS[num_wg],
         NUM_WG=num_wg,
         QScale=x.q_scale,
