@@ -209,6 +209,11 @@ if GLUON_AVAILABLE:
     # 4-warp partition, so passing the turn waited on the warpgroup's slowest warp and the
     # next warpgroup polled a try_wait loop. Triton's own named barriers in this kernel are
     # 0-3 (one per partition and the warp-specialize handshake).
+    # The ring's slot releases stay on mbarriers: moved to named barriers (a consumer warp's
+    # bar.arrive once its wgmma wait returned, the producer's bar.sync before the refill; two
+    # fewer bar.syncs per key tile), ptxas scheduled the bar.arrive above the wgmma wait
+    # (WARPGROUP.DEPBAR) that it follows in the PTX: bar.arrive orders the thread's own memory
+    # accesses, not the wgmma's asynchronous reads, so the slot was freed while being read.
     TURN_BARRIER_0 = gl.constexpr(8)
     _TURN_SYNC_ASM = gl.constexpr("bar.sync $1, 256;\n\tmov.u32 $0, 0;")
     _TURN_ARRIVE_ASM = gl.constexpr("bar.arrive $1, 256;\n\tmov.u32 $0, 0;")
@@ -858,16 +863,27 @@ _GLUON_DTYPES = (
 )
 
 
-# How the consumer warpgroups pass the ping-pong turn (the kernel's PINGPONG): 1 an mbarrier,
-# 2 a hardware named barrier (see TURN_BARRIER_0).
-PINGPONG_TURNS = 1
+# How the consumer warpgroups pass the ping-pong turn (the kernel's PINGPONG), per q/k head
+# dim: 1 an mbarrier, 2 a hardware named barrier (see TURN_BARRIER_0). Measured on the H200
+# beside each other, shipped configs forced (tools/gpu_forward_hopper.py --variants
+# mbar_turns,named_turns at e068d29, 3 rotated rounds, logs/forward_turns_e068d29.json),
+# TFLOP/s mbarrier / named at S 2K, 4K, 8K, 16K:
+#   D128 full 596/606 640/645 631/658 624/641, causal 480/488 572/579 602/632 616/632 (S 1K:
+#        515/510, 344/351); Nsight Compute at S 8K full: 1.647 -> 1.606 ms, tensor pipe 72.0 ->
+#        74.3% of peak (logs/ncu_sass_fwd_turns*_d128_e068d29.json)
+#   D256 within 1% but at 16K full (706/721) and 8K full (717/706): level, left on mbarriers
+#   D64 (three warpgroups) full 400/402 472/471 486/480 478/482, causal 210/210 364/360
+#        416/398 478/438: slower where the Gluon kernel runs causal; left on mbarriers
+# FP8 and MLA's 192 were not measured: mbarriers.
+PINGPONG_TURNS = {128: 2}
 
 
-def _turns(pingpong) -> int:
+def _turns(pingpong, head_dim: int) -> int:
     """A launch's ``pingpong`` option as the kernel's PINGPONG: False 0, True the shipped
-    PINGPONG_TURNS, or 1 / 2 explicitly (tools/gpu_forward_hopper.py times both)."""
+    PINGPONG_TURNS of q's head dim, or 1 / 2 explicitly (tools/gpu_forward_hopper.py times
+    both)."""
     if pingpong is True:
-        return PINGPONG_TURNS
+        return PINGPONG_TURNS.get(head_dim, 1)
     if pingpong not in (False, 0, 1, 2):
         raise ValueError(f"pingpong must be a bool, 1 or 2, got {pingpong!r}")
     return int(pingpong)
@@ -909,7 +925,7 @@ def _launch_args(
         STAGES=stages,
         IS_CAUSAL=bool(is_causal),
         STORE_LSE=bool(store_lse),
-        PINGPONG=_turns(pingpong),
+        PINGPONG=_turns(pingpong, head_dim),
         CONSUMER_REGS=consumer_regs,
         NUM_WG=num_wg,
         HAS_SINKS=sinks is not None,
@@ -1054,7 +1070,7 @@ def attention_hopper_fp8(
         STAGES=stages,
         IS_CAUSAL=bool(causal),
         STORE_LSE=False,
-        PINGPONG=_turns(True),
+        PINGPONG=1,
         CONSUMER_REGS=CONSUMER_REGS[num_wg],
         NUM_WG=num_wg,
         QScale=x.q_scale,

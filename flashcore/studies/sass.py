@@ -77,7 +77,8 @@ def _gluon_consts(fh, d, causal, cfg, **extra):
         STAGES=cfg["STAGES"],
         IS_CAUSAL=causal,
         STORE_LSE=False,
-        PINGPONG=True,
+        # The shipped ping-pong turn (fp16/bf16: per head dim; the FP8 mode: an mbarrier).
+        PINGPONG=1 if extra.get("FP8") else fh._turns(True, d),
         NUM_WG=num_wg,
         CONSUMER_REGS=fh.CONSUMER_REGS[num_wg],
         **extra,
