@@ -112,6 +112,9 @@
 #             <outdir>/logs/forward_turns_<commit>.json), and Nsight Compute's source page of
 #             both at TURNS_NCU_CASES (default D128 S 8K full; D64 S 8K causal), parsed by
 #             tools/ncu_sass_stalls.py into logs/ncu_sass_fwd_turns<T>_d<D>[_causal]_<commit>.json
+#   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
+#             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
+#             workloads (log only); launch.json
 #   ncu_sass_ws (FA4 not needed) Nsight Compute's source page of the warp-specialized backward
 #             per NCU_SASS_CASES (default D256 S 8K full, both modes; ~2 x 60 s), parsed into
 #             logs/ncu_sass_ws_*_<commit>.json (tools/ncu_sass_stalls.py)
@@ -338,6 +341,13 @@ tests/test_backward_varlen_softcap.py"
             --command "${profiler[*]} ${workload[*]}"
       done
     done
+    ;;
+  turns_a)
+    bash .fa4a/install.sh
+    ran_scope_check
+    FLASHCORE_FORWARD_HOPPER=always TAIL=12 stage sanitize_forward_hopper 300 python3 -m flashcore \
+      sanitize --workloads forward_hopper forward_hopper_walk --jobs 6
+    TAIL=12 stage launch 150 python3 -m flashcore launch --record
     ;;
   ncu_sass_ws)  # (FA4 not needed) Nsight Compute's source page of the warp-specialized
     # backward (tools/ws_backward_workload.py), one case per "D S CAUSAL DET" in NCU_SASS_CASES
