@@ -52,6 +52,10 @@ VARIANTS = {  # name -> (head dim -> kwargs for attention_hopper); wg3: three co
 # or a hardware named barrier (2) (forward_hopper.PINGPONG_TURNS).
 for _d in VARIANTS:
     VARIANTS[_d].update(mbar_turns=dict(pingpong=1), named_turns=dict(pingpong=2))
+    # The shipped config (its turn) with k of every 8 exps on the FMA pipe, causal calls too
+    # (forward_hopper.EXP2_EMULATED_FULL ships 1 for D64 non-causal only), and with 3 stages.
+    VARIANTS[_d].update(shipped=dict(), e1=dict(exp2_emulated=1), e2=dict(exp2_emulated=2))
+    VARIANTS[_d].update(e0=dict(exp2_emulated=0), s3=dict(stages=3))
 
 
 def hopper_fn(causal, kw):
