@@ -56,6 +56,9 @@ for _d in VARIANTS:
     # (forward_hopper.EXP2_EMULATED_FULL ships 1 for D64 non-causal only), and with 3 stages.
     VARIANTS[_d].update(shipped=dict(), e1=dict(exp2_emulated=1), e2=dict(exp2_emulated=2))
     VARIANTS[_d].update(e0=dict(exp2_emulated=0), s3=dict(stages=3))
+    # No ping-pong: the consumer warpgroups issue their GEMMs without taking turns (FA4's sm90
+    # forward takes turns only at head dims up to 128).
+    VARIANTS[_d].update(no_pingpong=dict(pingpong=False))
 
 
 def hopper_fn(causal, kw):
