@@ -906,7 +906,10 @@ print(" one of 8 non-causal and none causal, the others none)")
 # gain D=64 nothing over what it ships, the third stage is level, and dropping the ping-pong is
 # level at D=256 and slower at D=128 and D=64. The kernel stays as shipped after the turn
 # change. (By the same yardstick the named turn's +2.5% geomean at D=128 is a small effect
-# measured twice: the forced sweep and Nsight Compute's single launch, 2.5%.)
+# measured twice: the forced sweep and Nsight Compute's single launch, 2.5%. That a forced
+# config sometimes timed below the same kernel dispatched is spread too: one kernel through
+# both paths, eager and from a CUDA graph, agrees within 1-3% in no fixed direction,
+# `logs/launch_paths_02cf945.json`.)
 
 # %% [markdown]
 # Would the H200 dispatch D=64 differently? The table (`dispatch.FORWARD_GLUON_FROM`) was measured
