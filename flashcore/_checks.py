@@ -271,6 +271,22 @@ def check_cache_lengths(cache_seqlens, appended: int, k_cache, block_table) -> i
     return hi + appended
 
 
+def check_scale(scale) -> None:
+    """A softmax scale, when given, is a finite number >= 0. Every kernel folds the scale into
+    the row max as max(s) * scale, the max of the scaled scores only when scale >= 0: with a
+    negative one, exp2 of the scores less that max overflows (fp16's P from a range of 16 in
+    log2 units) and the output is NaN."""
+    if scale is None:
+        return
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"expected scale to be a float or None, got {type(scale).__name__}")
+    if not 0 <= scale < math.inf:
+        raise ValueError(
+            f"expected scale to be finite and >= 0 (the kernels fold it into the row max), "
+            f"got {scale}"
+        )
+
+
 def check_softcap(softcap) -> None:
     if softcap is None:
         return

@@ -231,7 +231,7 @@ def flash_attn_func(
             Any strides. Dtypes as ``flashcore.attention`` (float16/bfloat16/float32 on
             CUDA; float16/float32 on CPU under the Triton interpreter).
         dropout_p: must be 0.0 (raises otherwise).
-        softmax_scale: default ``1 / sqrt(D)``.
+        softmax_scale: default ``1 / sqrt(D)``; finite and >= 0, as flashcore.attention.
         causal: bottom-right aligned causal mask (FA's convention).
         window_size: ``(left, right)``; see the module docstring for what is computed.
         softcap: ``> 0`` caps the scaled scores at ``softcap * tanh(s / softcap)``; 0.0 off.

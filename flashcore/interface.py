@@ -30,6 +30,7 @@ from ._checks import (
     check_attention_inputs,
     check_cache_lengths,
     check_kvcache_inputs,
+    check_scale,
     check_sinks,
     check_softcap,
     check_window,
@@ -99,7 +100,7 @@ def attention(
             row's softmax denominator and has no value row:
             ``p_ij = exp(s_ij) / (exp(sink_h) + sum_j exp(s_ij))``. The lse includes it.
             Runs on the Triton kernel. ``None`` (default): off.
-        scale: softmax scale; default ``1 / sqrt(D)``.
+        scale: softmax scale, finite and >= 0 (ValueError otherwise); default ``1 / sqrt(D)``.
         return_lse: also return the natural-log log-sum-exp of each row's scaled scores,
             ``(B, Hq, Sq)``, -inf for rows that see no key: float32 for float16/bfloat16
             inputs, float64 for float32 inputs (``lse_dtype``; the backward needs it).
@@ -183,6 +184,8 @@ def _attention_forward(
     sinks=None,
 ):
     """``attention`` without autograd: the launch cache, the checks, the dispatch table."""
+    if scale is not None:  # before the launch cache: a cached signature skips the checks
+        check_scale(scale)
     key = None
     if sinks is not None and not (
         type(sinks) is torch.Tensor and sinks.dtype == torch.float32 and sinks.is_contiguous()
@@ -460,6 +463,7 @@ def attention_varlen(
     ``out=`` on inputs that require grad. Returns ``(total_q, Hq, D_v)`` in q's dtype (dv of
     v's shape under autograd).
     """
+    check_scale(scale)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             got = f"{t.dim()}-D" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -563,7 +567,7 @@ def attention_with_kvcache(
             page size >= 1, pages in any order, pages shared between sequences (appending
             into a shared page changes what the others read: copy-on-write is the caller's
             business); appends land in their pages in place. Not with key_padding_mask.
-        scale: softmax scale; default ``1 / sqrt(D)``.
+        scale: softmax scale, finite and >= 0 (ValueError otherwise); default ``1 / sqrt(D)``.
         window: causal sliding window: query at cache position p sees keys
             ``p - window < j <= p`` (transformers' ``sliding_window``); None: all.
         softcap: logit soft-capping ``softcap * tanh(s / softcap)`` (Gemma 2); None: off.
@@ -595,6 +599,8 @@ def attention_with_kvcache(
 
     Returns: ``(B, Hq, Sn, D)`` in q's dtype.
     """
+    if scale is not None:  # before the cached path, which skips the other checks
+        check_scale(scale)
     if (
         not check_lengths
         and k_new is None
@@ -733,6 +739,7 @@ def fp8_attention(
         raise ValueError(
             f"BLOCK_M and BLOCK_N must divide the quantization block {_fp8.QUANT_BLOCK}"
         )
+    check_scale(scale)
     scale = 1.0 / math.sqrt(q8.shape[3]) if scale is None else scale
     if config is None and fp8_kernel(x, causal=causal) == "gluon":
         _hopper.attention_hopper_fp8(x, out, causal=causal, scale=scale)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import interpreter_enabled
+from ._checks import check_scale, interpreter_enabled
 
 # A few queries against a long cache: the split-KV kernel fills the GPU, the forward
 # kernel's one query tile per head would not.
@@ -40,6 +40,8 @@ def _kernels():
 
 def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None, sinks=None):
     attend_full_cache, attention = _KERNELS or _kernels()
+    if scale is not None:  # the decode route below checks nothing of the scale's
+        check_scale(scale)
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     if (
         seqlen_q <= DECODE_MAX_QUERIES
@@ -88,6 +90,7 @@ def _attention_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softca
 
 
 def _attention_cpu(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None, sinks=None):
+    check_scale(scale)  # one contract on every device, the reference route included
     align = "bottom_right" if bottom_right else "top_left"
     with torch.no_grad():
         if interpreter_enabled() and q.dtype in (torch.float16, torch.float32):

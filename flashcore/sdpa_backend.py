@@ -43,6 +43,7 @@ flashcore's deterministic backward kernel (``kernels/backward.py``).
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 
 import torch
@@ -153,12 +154,14 @@ def install(dispatch_key: str = "CUDA") -> Handle:
     return Handle(library)
 
 
-def unsupported_reason(query, key, value, dropout_p, is_causal) -> str | None:
+def unsupported_reason(query, key, value, dropout_p, is_causal, scale=None) -> str | None:
     """Why flashcore does not serve this SDPA flash call (None: it does). The forward and
     the backward decide alike from what both see, so a backward always pairs with its own
     forward's kernel."""
     if dropout_p != 0.0:
         return f"dropout_p={dropout_p} (flashcore has no dropout)"
+    if scale is not None and not 0 <= scale < math.inf:
+        return f"scale={scale} (flashcore's kernels take a finite scale >= 0)"
     if not (query.dim() == key.dim() == value.dim() == 4):
         return f"inputs of {query.dim()}, {key.dim()}, {value.dim()} dims (nested or packed)"
     if query.is_nested or key.is_nested or value.is_nested:
@@ -227,7 +230,7 @@ def _forward_kernel(previous, dispatch_key):
         *,
         scale=None,
     ):
-        reason = unsupported_reason(query, key, value, dropout_p, is_causal)
+        reason = unsupported_reason(query, key, value, dropout_p, is_causal, scale)
         if reason is None and return_debug_mask:
             reason = "return_debug_mask=True"
         if reason is not None:
@@ -270,7 +273,7 @@ def _backward_kernel(previous, dispatch_key):
         *,
         scale=None,
     ):
-        reason = unsupported_reason(query, key, value, dropout_p, is_causal)
+        reason = unsupported_reason(query, key, value, dropout_p, is_causal, scale)
         if reason is None and (cum_seq_q is not None or cum_seq_k is not None):
             reason = "packed sequences (cum_seq_q/cum_seq_k)"
         if reason is not None:

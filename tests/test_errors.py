@@ -107,3 +107,71 @@ def test_bad_window_raises(kwargs, exc, msg):
     q = t(1, 1, 8, 16)
     with pytest.raises(exc, match=msg):
         attention(q, q, q, **kwargs)
+
+
+# A negative scale is the case the kernels cannot take: they fold the scale into the row max
+# as max(s) * scale, which is the max of the scaled scores only for scale >= 0. Before the
+# check, attention(q, k, v, scale=-0.5) returned NaN on the interpreter in fp16 (unit-normal
+# inputs, B1 H2 Sq200 Sk300 D64) where float64 gives a finite answer.
+BAD_SCALES = [
+    (-0.5, ValueError),
+    (float("nan"), ValueError),
+    (float("inf"), ValueError),
+    ("0.1", TypeError),
+    (True, TypeError),
+]
+
+
+@pytest.mark.parametrize("scale,exc", BAD_SCALES, ids=lambda x: repr(x))
+def test_bad_scale_raises_on_every_entry_point(scale, exc):
+    from flashcore import attention_varlen, attention_with_kvcache, quantize_fp8
+    from flashcore.interface import fp8_attention
+
+    q = t(1, 2, 16, 8, dtype=torch.float16)
+    with pytest.raises(exc, match="scale"):
+        attention(q, q, q, scale=scale)
+    # A signature the launch cache holds (the same call with a good scale first) still checks
+    # (on CUDA, where the cache serves repeats; the CPU run cannot fail on this line).
+    attention(q, q, q, scale=0.3)
+    with pytest.raises(exc, match="scale"):
+        attention(q, q, q, scale=scale)
+    packed = t(16, 2, 8, dtype=torch.float16)
+    cu = torch.tensor([0, 7, 16], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(exc, match="scale"):
+        attention_varlen(packed, packed, packed, cu, cu, 9, 9, scale=scale)
+    # The KV cache: the error comes before the append, checked lengths or not (unchecked
+    # ones take a cached route on CUDA).
+    k_cache, v_cache = t(1, 2, 32, 8, dtype=torch.float16), t(1, 2, 32, 8, dtype=torch.float16)
+    before = (k_cache.clone(), v_cache.clone())
+    lens = torch.tensor([5], dtype=torch.int32, device=DEVICE)
+    one, new = t(1, 2, 1, 8, dtype=torch.float16), t(1, 2, 1, 8, dtype=torch.float16)
+    for check_lengths in (True, False):
+        with pytest.raises(exc, match="scale"):
+            attention_with_kvcache(
+                one, k_cache, v_cache, lens, new, new, scale=scale, check_lengths=check_lengths
+            )
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+    q32 = t(1, 2, 16, 32, dtype=torch.float16)  # (fp8's head dims start at 32)
+    x = quantize_fp8(q32, q32, q32, "naive")
+    with pytest.raises(exc, match="scale"):
+        fp8_attention(x, scale=scale)
+    if exc is ValueError:  # (the op's schema refuses a string or a bool before flashcore runs)
+        from flashcore.ops import attention_op
+
+        with pytest.raises(exc, match="scale"):
+            attention_op(q, q, q, False, False, scale)
+
+
+def test_scale_zero_is_uniform_attention():
+    """scale = 0, the boundary the check keeps: every key weighs the same."""
+    q, k, v = (t(1, 2, 16, 8) for _ in range(3))
+    out = attention(q, k, v, scale=0.0)
+    assert torch.allclose(out, v.mean(dim=2, keepdim=True).expand_as(out), atol=1e-5)
+
+
+def test_sdpa_door_leaves_a_bad_scale_to_pytorch():
+    from flashcore.sdpa_backend import unsupported_reason
+
+    q = t(1, 2, 16, 8, dtype=torch.float16)
+    assert unsupported_reason(q, q, q, 0.0, False, scale=0.5) is None
+    assert "scale" in unsupported_reason(q, q, q, 0.0, False, scale=-0.5)

@@ -115,6 +115,10 @@
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
 #             workloads (log only); launch.json
+#   scale_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
+#             scope check; the error tests (a bad softmax scale on every entry point, CUDA's
+#             cached routes included), the SDPA door's and the launch tests on the GPU;
+#             launch.json
 #   ncu_sass_ws (FA4 not needed) Nsight Compute's source page of the warp-specialized backward
 #             per NCU_SASS_CASES (default D256 S 8K full, both modes; ~2 x 60 s), parsed into
 #             logs/ncu_sass_ws_*_<commit>.json (tools/ncu_sass_stalls.py)
@@ -347,6 +351,13 @@ tests/test_backward_varlen_softcap.py"
     ran_scope_check
     FLASHCORE_FORWARD_HOPPER=always TAIL=12 stage sanitize_forward_hopper 300 python3 -m flashcore \
       sanitize --workloads forward_hopper forward_hopper_walk --jobs 6
+    TAIL=12 stage launch 150 python3 -m flashcore launch --record
+    ;;
+  scale_a)
+    bash .fa4a/install.sh
+    ran_scope_check
+    TAIL=6 stage gpu_tests_scale 240 python3 -m pytest -q -p no:cacheprovider tests/test_errors.py \
+      tests/test_sdpa_backend.py tests/test_launch.py
     TAIL=12 stage launch 150 python3 -m flashcore launch --record
     ;;
   ncu_sass_ws)  # (FA4 not needed) Nsight Compute's source page of the warp-specialized
