@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 
 import torch
@@ -278,7 +279,7 @@ def check_scale(scale) -> None:
     log2 units) and the output is NaN."""
     if scale is None:
         return
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):  # numpy scalars pass
         raise TypeError(f"expected scale to be a float or None, got {type(scale).__name__}")
     if not 0 <= scale < math.inf:
         raise ValueError(

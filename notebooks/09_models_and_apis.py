@@ -1248,8 +1248,9 @@ print(
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` is recorded with every door the issue names (at `8f70855`; the
-# runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7` and `183806d` are kept under `logs/`): the
+# machines), `launch.json` is recorded with every door the issue names (at `a2d716f`; the
+# runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d` and `8f70855` are kept under
+# `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
 # decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
 # with flashcore activated (`flashcore sdpa door`; the record checks that flashcore's kernel
@@ -1329,17 +1330,19 @@ if H200 in results.recorded_devices("launch"):
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# (`8f70855`) the op path is 0.92-2.28x SDPA's eager time where the function is 0.86-1.47x. The
-# function meets 1.10x at five shapes of six (all but the static decode), the op, the SDPA door
-# and the flash_attn door at one each (GQA prefill, where the GPU work hides most of the host).
-# The SDPA door runs inside SDPA's own C++ routing and then flashcore's Python (the forward
-# with the lse, five allocations: 2.01-3.98x where the host decides); the flash_attn door adds
-# four transposes, an allocation and its option checks (1.42-2.06x there), and its decode rows
-# wait for the length check each call (2.75-4.96x; `check_lengths=False`,
+# (`a2d716f`) the op path is 0.92-2.51x SDPA's eager time where the function is 0.92-1.48x.
+# The function, the op, the SDPA door and the flash_attn door each meet 1.10x at one shape of
+# six (GQA prefill, where the GPU work hides most of the host); in the run before
+# (`8f70855`, `logs/launch_8f70855.json`, the same kernels and doors) the function met it at
+# five. The SDPA door runs inside SDPA's own C++ routing and then flashcore's Python (the
+# forward with the lse, five allocations: 2.36-3.73x where the host decides); the flash_attn
+# door adds four transposes, an allocation and its option checks (1.53-2.10x there), and its
+# decode rows wait for the length check each call (3.51-4.90x; `check_lengths=False`,
 # flashcore's keyword on the door, skips it, as the door does by itself inside CUDA graph
 # capture). Two runs on this host differ by more than some changes measured: SDPA default's own
 # time at B1 H8 S128 was 18.8 us in the run of the tree at `cd532a1` (`logs/launch_cd532a1.json`),
-# 25.4 at `081dfd2`, 25.7 at `bf63fc6`, 29.1 at `183806d` and 18.7 in this record; so ratios are read within one
+# 25.4 at `081dfd2`, 25.7 at `bf63fc6`, 29.1 at `183806d`, 18.7 at `8f70855` and 26.9 in this
+# record; so ratios are read within one
 # run, never across runs.
 #
 # **The SDPA door's decode, a GPU-time bug the first record showed.** At `081dfd2` the door

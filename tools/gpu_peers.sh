@@ -202,6 +202,26 @@ mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around t
       $([ $mode = atomic ] && echo --atomic)
   done
 }
+ncu_source_page() {  # ncu_source_page NAME KERNEL_REGEX SECONDS LOG_PREFIX WORKLOAD...:
+  # Nsight Compute's source page of the second launch of KERNEL_REGEX in WORKLOAD (the first
+  # compiles), parsed by tools/ncu_sass_stalls.py into
+  # $out/logs/ncu_sass_<LOG_PREFIX><NAME>_<commit>.json (reports and CSVs stay on the machine)
+  local name=$1 kernel=$2 secs=$3 prefix=$4 when
+  shift 4
+  local rep=/tmp/ncu_sass/$name
+  local profiler=(ncu --clock-control none --kernel-name "regex:$kernel" --launch-skip 1
+    --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight)
+  mkdir -p "$out/logs" /tmp/ncu_sass
+  when=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  timeout "$secs" "${profiler[@]}" -f -o "$rep" "$@" >"$rep.log" 2>&1
+  echo "ncu $name: exit $? $(grep 'max |gluon' "$rep.log")"
+  ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.sass.csv" &&
+    ncu --import "$rep.ncu-rep" --page raw --csv >"$rep.raw.csv" &&
+    python3 tools/ncu_sass_stalls.py "$rep.sass.csv" \
+      "$out/logs/ncu_sass_${prefix}${name}_${FLASHCORE_COMMIT:-unknown}.json" --raw "$rep.raw.csv" \
+      --commit "${FLASHCORE_COMMIT:-unknown}" --date "$when" --label "$name" \
+      --command "${profiler[*]} $*"
+}
 case "$part" in
   tests)
     bash .fa4a/install.sh
@@ -320,7 +340,6 @@ tests/test_backward_varlen_softcap.py"
     done
     ;;
   turns)
-    mkdir -p "$out/logs" /tmp/ncu_sass
     bash tools/gpu_test_shards.sh "$out/tests" 300 "fwd:12:-m gpu tests/test_forward_hopper.py"
     TAIL=40 STAGE_HIDE="it/s\]" stage turns_speed 330 python3 tools/gpu_forward_hopper.py \
       "$out/logs/forward_turns_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 128,64,256 \
@@ -329,20 +348,8 @@ tests/test_backward_varlen_softcap.py"
     for case in "${cases[@]}"; do
       read -r d s causal <<<"$case"
       for turns in 1 2; do
-        name="fwd_turns${turns}_d${d}$([ "$causal" = 1 ] && echo _causal)"
-        rep=/tmp/ncu_sass/$name
-        workload=(python3 tools/gluon_forward_workload.py "$d" "$s" "$causal" "$turns")
-        profiler=(ncu --clock-control none --kernel-name regex:_fa3_fwd_kernel --launch-skip 1
-          --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight)
-        when=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-        timeout 150 "${profiler[@]}" -f -o "$rep" "${workload[@]}" >"$rep.log" 2>&1
-        echo "ncu $name: exit $? $(grep 'max |gluon' "$rep.log")"
-        ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.sass.csv" &&
-          ncu --import "$rep.ncu-rep" --page raw --csv >"$rep.raw.csv" &&
-          python3 tools/ncu_sass_stalls.py "$rep.sass.csv" \
-            "$out/logs/ncu_sass_${name}_${FLASHCORE_COMMIT:-unknown}.json" --raw "$rep.raw.csv" \
-            --commit "${FLASHCORE_COMMIT:-unknown}" --date "$when" --label "$name" \
-            --command "${profiler[*]} ${workload[*]}"
+        ncu_source_page "fwd_turns${turns}_d${d}$([ "$causal" = 1 ] && echo _causal)" \
+          _fa3_fwd_kernel 150 "" python3 tools/gluon_forward_workload.py "$d" "$s" "$causal" "$turns"
       done
     done
     ;;
@@ -363,26 +370,13 @@ tests/test_backward_varlen_softcap.py"
   ncu_sass_ws)  # (FA4 not needed) Nsight Compute's source page of the warp-specialized
     # backward (tools/ws_backward_workload.py), one case per "D S CAUSAL DET" in NCU_SASS_CASES
     # (;-separated; default D256 S 8K full in both modes: where the deterministic mode pays
-    # most), parsed by tools/ncu_sass_stalls.py into logs/ncu_sass_ws_<mode>_d<D>_<commit>.json
-    # (the reports and CSVs stay on the machine)
-    mkdir -p "$out/logs" /tmp/ncu_sass
+    # most), parsed into logs/ncu_sass_ws_<mode>_d<D>_<commit>.json (ncu_source_page)
     IFS=';' read -ra cases <<<"${NCU_SASS_CASES:-256 8192 0 1;256 8192 0 0}"
     for case in "${cases[@]}"; do
       read -r d s causal det <<<"$case"
-      name="$([ "$det" = 1 ] && echo det || echo atomic)_d${d}$([ "$causal" = 1 ] && echo _causal)"
-      rep=/tmp/ncu_sass/$name
-      workload=(python3 tools/ws_backward_workload.py "$d" "$s" "$causal" "$det")
-      profiler=(ncu --clock-control none --kernel-name regex:_bwd_hopper_ws --launch-skip 1
-        --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight)
-      when=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-      timeout 240 "${profiler[@]}" -f -o "$rep" "${workload[@]}" >"$rep.log" 2>&1
-      echo "ncu $name: exit $?"
-      ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.sass.csv" &&
-        ncu --import "$rep.ncu-rep" --page raw --csv >"$rep.raw.csv" &&
-        python3 tools/ncu_sass_stalls.py "$rep.sass.csv" \
-          "$out/logs/ncu_sass_ws_${name}_${FLASHCORE_COMMIT:-unknown}.json" --raw "$rep.raw.csv" \
-          --commit "${FLASHCORE_COMMIT:-unknown}" --date "$when" --label "$name" \
-          --command "${profiler[*]} ${workload[*]}"
+      ncu_source_page \
+        "$([ "$det" = 1 ] && echo det || echo atomic)_d${d}$([ "$causal" = 1 ] && echo _causal)" \
+        _bwd_hopper_ws 240 ws_ python3 tools/ws_backward_workload.py "$d" "$s" "$causal" "$det"
     done
     ;;
   ncu_ws)  # (FA4 not needed) Nsight Compute on the default backward where it runs the
