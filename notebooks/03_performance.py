@@ -802,7 +802,7 @@ print("(flashcore / FA4, geomean over S 2K-16K x causal, bf16, each run of the s
 # key tile paid four of them, and the ping-pong turn (an mbarrier passed between the two
 # consumer warpgroups) made the next warpgroup wait on the slowest warp of this one and then
 # poll a try_wait loop. FA3 passes the turn on hardware named barriers (`bar.sync` /
-# `bar.arrive`); Gluon has none, so `forward_hopper.py` issues them as inline PTX (IDs 4-6, above
+# `bar.arrive`); Gluon has none, so `forward_hopper.py` issues them as inline PTX (IDs 8-10, above
 # triton's own 0-3): one `bar.arrive` right after the GEMMs are issued, one `bar.sync` before
 # the next. The two turns beside each other on the H200 (shipped tile configs forced, 3 rotated
 # rounds; `tools/gpu_forward_hopper.py --variants mbar_turns,named_turns` at `e068d29`, where

@@ -231,3 +231,21 @@ def test_budget_counts_every_warpgroup_and_the_matmul_flops_the_loop_issues():
     b = sass_budget.budget(loop, warpgroups=3, dtype="bf16")
     assert b["tensor_cycles"] == 3 * 5 * 2 * 32 * 128 * 128 / 4096
     assert b["issue_cycles"] == 1800 and b["mufu_cycles"] == 3 * 32 * 8
+
+
+@pytest.mark.slow
+def test_gluon_forward_turn_barriers_clear_of_tritons_own():
+    """The ping-pong turn's inline named barriers (forward_hopper.TURN_BARRIER_0 and up) sit
+    above every named barrier triton numbers itself in each shipped Gluon forward build, and
+    appear in exactly the builds that pass the turn on them (PINGPONG 2)."""
+    pytest.importorskip("triton.backends.compiler")
+    from flashcore.kernels import forward_hopper as fh
+    from flashcore.studies import sass_budget
+
+    if not fh.GLUON_AVAILABLE:
+        pytest.skip("triton without Gluon's Hopper API")
+    rows = sass_budget.barrier_report()
+    for row in rows:
+        assert row["triton_ids"] and max(row["triton_ids"]) < fh.TURN_BARRIER_0.value, row
+        assert (row["register_id_barriers"] > 0) == (row["pingpong"] == 2), row
+    assert any(row["pingpong"] == 2 for row in rows)

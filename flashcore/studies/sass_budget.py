@@ -26,6 +26,10 @@ retry blocks of mbarrier waits, placed after the last ``EXIT``, branch back too 
 loops); a softmax loop is an innermost such loop that holds ``MUFU.EX2``. A kernel with a
 masked and an unmasked variant of the loop has two; the unmasked one (fewest instructions)
 is the steady state.
+
+``barrier_report`` reads the named barriers of the same builds' PTX: the IDs triton numbers
+itself, against the Gluon forward's inline ping-pong turn (tests/test_sass.py holds them
+apart).
 """
 
 from __future__ import annotations
@@ -207,9 +211,50 @@ def budget_report() -> list[dict]:
     return rows
 
 
+# Named barriers in the PTX: an immediate ID is triton's own (one per partition, and the
+# warp-specialize handshake); a register ID is the Gluon forward's inline ping-pong turn.
+_BARRIER = re.compile(r"\b(?:bar|barrier)\.(?:cta\.)?(?:sync|arrive|red)(?:\.\w+)*\s+(%?\w+)")
+
+
+def barrier_report() -> list[dict]:
+    """Every shipped Gluon forward build (fp16/bf16 at each head dim, causal and not, and the
+    FP8 mode at D128), compiled offline for sm_90: the named-barrier IDs triton's own
+    barriers use, how many barrier instructions take a register ID (the inline turn,
+    forward_hopper.TURN_BARRIER_0 and up), and the kernel's PINGPONG. A triton release that
+    numbered its barriers up to TURN_BARRIER_0 would make the turn wait on them."""
+    from . import sass
+
+    done = sass.in_compiler_process("flashcore.studies.sass_budget", "--barriers")
+    if done is not None:
+        return done
+
+    rows = []
+    builds = [(d, causal, False) for d in (64, 128, 256) for causal in (False, True)]
+    for head_dim, causal, fp8 in builds + [(128, False, True)]:
+        spec = (
+            sass.gluon_fp8_forward_spec(head_dim, causal)
+            if fp8
+            else sass.gluon_forward_spec(head_dim, causal)
+        )
+        ids = _BARRIER.findall(sass.compile_kernel(spec).asm["ptx"])
+        mode = "causal" if causal else "full"
+        rows.append(
+            {
+                "kernel": f"{'fp8' if fp8 else 'bf16'} D{head_dim} {mode}",
+                "pingpong": int(spec["consts"]["PINGPONG"]),
+                "triton_ids": sorted({int(i) for i in ids if i.isdigit()}),
+                "register_id_barriers": sum(not i.isdigit() for i in ids),
+            }
+        )
+    return rows
+
+
 if __name__ == "__main__":
     import json
     import sys
 
-    report = gluon_backward_report if "--gluon-backward" in sys.argv[1:] else budget_report
+    if "--barriers" in sys.argv[1:]:
+        report = barrier_report
+    else:
+        report = gluon_backward_report if "--gluon-backward" in sys.argv[1:] else budget_report
     print(json.dumps(report()))
