@@ -806,7 +806,7 @@ print("(flashcore / FA4, geomean over S 2K-16K x causal, bf16, each run of the s
 # triton's own 0-3): one `bar.arrive` right after the GEMMs are issued, one `bar.sync` before
 # the next. The two turns beside each other on the H200 (shipped tile configs forced, 3 rotated
 # rounds; `tools/gpu_forward_hopper.py --variants mbar_turns,named_turns` at `e068d29`, where
-# all 454 GPU tests of the kernel passed with both turns; `logs/forward_turns_e068d29.json`):
+# all 452 GPU tests of the kernel passed with both turns; `logs/forward_turns_e068d29.json`):
 
 # %%
 # NBVAL_CHECK_OUTPUT
