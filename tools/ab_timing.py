@@ -26,6 +26,8 @@ A is the checkout this script lives in. Suites:
   caches of 32K and 128K tokens, each row also as ``of_copy``: K + V bytes read per second
   over the device-copy ceiling (``bench.copy_ceiling``) its process measured first, the
   target of the small-page work (>= 0.95 from 32K tokens).
+* ``gluon_forward``: the Gluon forward alone at its shipped config (``attention_hopper``'s
+  defaults: D64 causal too), bf16 D 64/128/256, S 1K-8K, causal and not.
 * ``fp8``: the FP8 forward as shipped (``fp8_attention`` on per-block + Hadamard inputs,
   quantized outside the timed call), D128 and D256, S 4K/8K/16K, causal and not: two trees
   whose FP8 kernels differ in their machine code alone (tools/ptx_compare.py --fp8 --sass).
@@ -198,12 +200,38 @@ for d, s, causal, det in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
+GLUON_FORWARD_SHAPES = [
+    (d, s, c) for d in (64, 128, 256) for s in (1024, 2048, 4096, 8192) for c in (0, 1)
+]
+
+# The Gluon forward alone at its shipped config (attention_hopper's defaults), causal D64
+# included (which the dispatch sends to the Triton kernel below S 16K): two trees whose Gluon
+# kernels differ.
+GLUON_FORWARD_WORKER = r"""
+import json, math, sys, torch, triton
+from flashcore.kernels import forward_hopper as fh
+out = {}
+for d, s, causal in json.loads(sys.argv[1]):
+    h, b = 2048 // d, max(1, 16384 // s)
+    gen = torch.Generator(device="cuda").manual_seed(s + d)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+    o = torch.empty_like(q)
+    fwd = lambda: fh.attention_hopper(q, k, v, o, o, causal_offset=0, is_causal=bool(causal),
+                                      qk_scale=1.4426950408889634 / math.sqrt(d), store_lse=False)
+    fwd(); torch.cuda.synchronize()
+    key = f"gluon D{d} S{s} {'causal' if causal else 'full'}"
+    out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=200))
+print("RESULT " + json.dumps(out))
+"""
+
 SUITES = {  # worker, its shapes, the metrics it reports
     "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),
     "paged": (PAGED_WORKER, PAGED_SHAPES, ("graph_ms",)),
     "paged_ceiling": (PAGED_CEILING_WORKER, PAGED_CEILING_SHAPES, ("graph_ms", "of_copy")),
     "mla_backward": (MLA_BACKWARD_WORKER, MLA_BACKWARD_SHAPES, ("backward_ms",)),
     "fp8": (FP8_WORKER, FP8_SHAPES, ("forward_ms",)),
+    "gluon_forward": (GLUON_FORWARD_WORKER, GLUON_FORWARD_SHAPES, ("forward_ms",)),
     "ws_backward": (WS_BACKWARD_WORKER, WS_BACKWARD_SHAPES, ("backward_ms",)),
     "ws_backward_d256": (WS_BACKWARD_WORKER, WS_BACKWARD_D256_SHAPES, ("backward_ms",)),
 }
