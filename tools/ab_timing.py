@@ -208,7 +208,7 @@ GLUON_FORWARD_SHAPES = [
 # included (which the dispatch sends to the Triton kernel below S 16K): two trees whose Gluon
 # kernels differ.
 GLUON_FORWARD_WORKER = r"""
-import json, math, sys, torch, triton
+import hashlib, json, math, sys, torch, triton
 from flashcore.kernels import forward_hopper as fh
 out = {}
 for d, s, causal in json.loads(sys.argv[1]):
@@ -221,7 +221,9 @@ for d, s, causal in json.loads(sys.argv[1]):
                                       qk_scale=1.4426950408889634 / math.sqrt(d), store_lse=False)
     fwd(); torch.cuda.synchronize()
     key = f"gluon D{d} S{s} {'causal' if causal else 'full'}"
-    out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=200))
+    # the output's bytes, so the two trees' outputs can be compared for bitwise equality
+    digest = hashlib.sha256(o.view(torch.int16).cpu().numpy().tobytes()).hexdigest()
+    out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=200), out_sha=digest)
 print("RESULT " + json.dumps(out))
 """
 
@@ -276,6 +278,9 @@ def main() -> int:
     summary = {}
     for key in rounds["A"][0]:
         row = {f"kernel_{n}": rounds[n][0][key].get("kernel") for n in ("A", "B")}
+        if "out_sha" in rounds["A"][0][key]:  # every round of both trees, the same bytes?
+            digests = {x[key]["out_sha"] for n in ("A", "B") for x in rounds[n]}
+            row["bitwise_equal"] = len(digests) == 1
         for metric in metrics:
             ratios = [b[key][metric] / a[key][metric] for a, b in zip(rounds["A"], rounds["B"])]
             row[f"{metric}_A"] = statistics.median(x[key][metric] for x in rounds["A"])
@@ -285,7 +290,8 @@ def main() -> int:
         summary[key] = row
         ratios = ", ".join(f"{m} B/A {row[f'{m}_B_over_A']:.3f}" for m in metrics)
         kernels = f" (A {row['kernel_A']}, B {row['kernel_B']})" if row["kernel_A"] else ""
-        print(f"{key:>22}: {ratios}{kernels}")
+        same = "" if "bitwise_equal" not in row else f" bitwise_equal={row['bitwise_equal']}"
+        print(f"{key:>22}: {ratios}{kernels}{same}")
     other = str(args.other)
     payload = dict(
         other_tree=other,

@@ -112,6 +112,9 @@
 #             <outdir>/logs/forward_turns_<commit>.json), and Nsight Compute's source page of
 #             both at TURNS_NCU_CASES (default D128 S 8K full; D64 S 8K causal), parsed by
 #             tools/ncu_sass_stalls.py into logs/ncu_sass_fwd_turns<T>_d<D>[_causal]_<commit>.json
+#   qbufs     (FA4 not needed; carry .ab/masklimit) the Gluon forward's GPU tests here and in the
+#             masked-step trial's tree; one against two Q buffers (logs/forward_qbufs_<commit>.json);
+#             the trial against this tree (ab_timing --suite gluon_forward: masklimit_ab_timing.json)
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
 #             workloads (log only); launch.json
@@ -352,6 +355,27 @@ tests/test_backward_varlen_softcap.py"
           _fa3_fwd_kernel 150 "" python3 tools/gluon_forward_workload.py "$d" "$s" "$causal" "$turns"
       done
     done
+    ;;
+  qbufs)  # (FA4 not needed; carry .ab/masklimit, made here by `mkdir -p .ab/masklimit && git
+    # archive <commit> flashcore tests pyproject.toml | tar -x -C .ab/masklimit`, MASKLIMIT_COMMIT
+    # its commit) the Gluon forward's GPU tests in this tree (two Q buffers included) and in the
+    # mask trial's, side by side; one and two Q buffers beside the Triton kernel and cuDNN
+    # (logs/forward_qbufs_<commit>.json); the Gluon forward at its shipped config against the
+    # trial's (tools/ab_timing.py --suite gluon_forward: speed and bitwise equality)
+    bash tools/gpu_test_shards.sh "$out/tests" 280 "fwd:10:-m gpu tests/test_forward_hopper.py" &
+    (
+      root=$PWD
+      cd .ab/masklimit && export PYTHONPATH=$PWD FLASHCORE_COMMIT=${MASKLIMIT_COMMIT:?}
+      bash "$root/tools/gpu_test_shards.sh" "$out/tests_masklimit" 280 \
+        "fwd:6:-m gpu tests/test_forward_hopper.py"
+    )
+    wait
+    mkdir -p "$out/logs"
+    TAIL=40 STAGE_HIDE="it/s\]" stage qbufs_speed 150 python3 tools/gpu_forward_hopper.py \
+      "$out/logs/forward_qbufs_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 64,128 \
+      --variants q1,q2 --rounds 3
+    TAIL=30 stage ab_masklimit 200 python3 tools/ab_timing.py masklimit_ab_timing \
+      --other .ab/masklimit --other-commit "$MASKLIMIT_COMMIT" --rounds 3 --suite gluon_forward
     ;;
   turns_a)
     bash .fa4a/install.sh
