@@ -59,9 +59,6 @@ for _d in VARIANTS:
     # No ping-pong: the consumer warpgroups issue their GEMMs without taking turns (FA4's sm90
     # forward takes turns only at head dims up to 128).
     VARIANTS[_d].update(no_pingpong=dict(pingpong=False))
-    # One Q buffer per consumer warpgroup (the next tile's Q loads after this tile's last
-    # Q K^T) or two (it loads while this tile runs); D256 and MLA's 192 have no room for two.
-    VARIANTS[_d].update(q1=dict(q_bufs=1), q2=dict(q_bufs=2))
 
 
 def hopper_fn(causal, kw):

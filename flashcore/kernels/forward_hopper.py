@@ -18,9 +18,10 @@ P_{j-1} @ V_{j-1} (issued asynchronously just before, with S_j = Q @ K_j^T):
     wait S_j; release K_j; softmax(S_j) -> P_j, alpha_j     # runs while P V runs
     wait O; release V_{j-1}; O *= alpha_j
 
-Ping-pong (PINGPONG=True): the consumer warpgroups take turns issuing their GEMMs (one
-mbarrier per warpgroup passes the turn around the ring), so one warpgroup's softmax runs
-while another's GEMMs occupy the tensor cores. Causal launches take each head's longest
+Ping-pong (PINGPONG=True): the consumer warpgroups take turns issuing their GEMMs (the turn
+passes around the ring on a hardware named barrier at D128, an mbarrier per warpgroup
+elsewhere: PINGPONG_TURNS), so one warpgroup's softmax runs while another's GEMMs occupy the
+tensor cores. Causal launches take each head's longest
 (last) query tiles first. On a persistent grid the producer loads the next work tile's Q and
 K/V while the consumers finish the last P V and store the current one.
 
@@ -121,6 +122,11 @@ CONSUMER_REGS = {2: 240, 3: 160}
 # 0.85-0.99 and 0.69-1.00 of 128 at S 2K-16K, D256 80 keys 0.88-0.93 of 64, D64 192 keys
 # 0.63-1.02 of 128; correct, 72 of 72 GPU cases (H100, 2026-11-27,
 # logs/split_ab_0430849.json). The trial's code is commit 0430849.)
+# (Two Q buffers per consumer warpgroup, so that the next work tile's Q loads while the current
+# tile runs rather than after its last Q K^T, changed nothing beyond the harness's spread: H200,
+# D64 and D128, S 1K-16K, causal and not, one / two buffers 0.98-1.02, D64 causal S 1K 130 / 129
+# and 2K 210 / 209 TFLOP/s (logs/forward_qbufs_a0ed685.json; 488 GPU tests passed with it). The
+# trial's code is commit a0ed685.)
 VARIANTS = {
     64: dict(BLOCK_N=128, STAGES=2, NUM_WG=3),
     128: dict(BLOCK_N=128, STAGES=2),
@@ -299,12 +305,10 @@ if GLUON_AVAILABLE:
     @gluon.jit
     def _producer(
         loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-        QK_TAIL: gl.constexpr, V_T: gl.constexpr = False, Q_BUFS: gl.constexpr = 1,
+        QK_TAIL: gl.constexpr, V_T: gl.constexpr = False,
     ):  # fmt: skip
-        """One warp: TMA loads only, for every work tile of this program in turn. Each
-        warpgroup has Q_BUFS Q buffers, used by work tiles in turn: a buffer is refilled once
-        its warpgroup's Q K^T of the tile Q_BUFS before have completed (with two, the next
-        tile's Q loads while the current tile runs, not after its last Q K^T); a K/V
+        """One warp: TMA loads only, for every work tile of this program in turn. A Q buffer
+        is refilled once its warpgroup has issued its last Q K^T of the previous tile; a K/V
         stage once every consumer warpgroup released it. `it` counts K/V tiles over the whole
         program, so ring positions and barrier phases carry across work tiles. QK_TAIL > 0:
         Q's and K's last QK_TAIL columns come through descriptors of their own into buffers
@@ -315,7 +319,7 @@ if GLUON_AVAILABLE:
         q_smem, q_tail, q_ready, q_empty = qbuf
         k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         MAIN: gl.constexpr = q_smem.shape[2]
-        NUM_WG: gl.constexpr = q_smem.shape[0] // Q_BUFS
+        NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
         num_units = sched[1] * ((sched[0] + 1) // 2)
         it = 0
@@ -330,26 +334,25 @@ if GLUON_AVAILABLE:
                 # The first wait on a fresh barrier uses parity 1, which it reports as complete:
                 # every buffer starts empty.
                 for wg in gl.static_range(NUM_WG):
-                    qs = (local % Q_BUFS) * NUM_WG + wg
-                    mbarrier.wait(q_empty.index(qs), ((local // Q_BUFS) & 1) ^ 1)
+                    mbarrier.wait(q_empty.index(wg), (local & 1) ^ 1)
                     if QK_TAIL > 0:
                         mbarrier.expect(
-                            q_ready.index(qs),
+                            q_ready.index(wg),
                             q_desc.block_type.nbytes + q_tail_desc.block_type.nbytes,
                         )
                         tma.async_copy_global_to_shared(
                             q_tail_desc,
                             [batch, q_head, q_row0 + wg * ROWS, MAIN],
-                            q_ready.index(qs),
-                            q_tail.index(qs),
+                            q_ready.index(wg),
+                            q_tail.index(wg),
                         )
                     else:
-                        mbarrier.expect(q_ready.index(qs), q_desc.block_type.nbytes)
+                        mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(
                         q_desc,
                         [batch, q_head, q_row0 + wg * ROWS, 0],
-                        q_ready.index(qs),
-                        q_smem.index(qs),
+                        q_ready.index(wg),
+                        q_smem.index(wg),
                     )
                 for j in range(n_tiles):
                     stage = (it + j) % STAGES
@@ -536,7 +539,7 @@ if GLUON_AVAILABLE:
         wg: gl.constexpr, args, HEAD_DIM_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
         HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr, FP8: gl.constexpr = False,
-        P_SCALE: gl.constexpr = 1.0, EXP2_EMULATED: gl.constexpr = 0, Q_BUFS: gl.constexpr = 1,
+        P_SCALE: gl.constexpr = 1.0, EXP2_EMULATED: gl.constexpr = 0,
     ):  # fmt: skip
         """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program.
         Q K^T reduces over q's head dim (the shared tiles' width); the output is HEAD_DIM_V wide.
@@ -557,7 +560,7 @@ if GLUON_AVAILABLE:
             seqlen_k,
             causal_offset,
         ) = sched
-        NUM_WG: gl.constexpr = q_smem.shape[0] // Q_BUFS
+        NUM_WG: gl.constexpr = q_smem.shape[0]
         ROWS: gl.constexpr = q_smem.shape[1]
         dtype: gl.constexpr = q_smem.dtype
         # wgmma's K per instruction is 32 bytes of operand.
@@ -570,6 +573,8 @@ if GLUON_AVAILABLE:
         )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        q_tile = q_smem.index(wg)
+        q_tiles = (q_tile, q_tail.index(wg))
 
         turn_phase = 0
         if PINGPONG == 2 and wg == NUM_WG - 1:
@@ -586,8 +591,6 @@ if GLUON_AVAILABLE:
                     batch_head, tile_m, sched, NUM_WG * ROWS, BLOCK_N, IS_CAUSAL
                 )
                 rows = q_row0 + wg * ROWS + gl.arange(0, ROWS, layout=row_layout)
-                qs = (local % Q_BUFS) * NUM_WG + wg  # this tile's Q buffer
-                q_tiles = (q_smem.index(qs), q_tail.index(qs))
                 tile_qk_scale = qk_scale
                 k_scales = None
                 if FP8:
@@ -611,7 +614,7 @@ if GLUON_AVAILABLE:
                     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
                     l_i = gl.zeros([ROWS], gl.float32, row_layout)
                 acc = gl.zeros([ROWS, HEAD_DIM_V], gl.float32, o_layout)
-                mbarrier.wait(q_ready.index(qs), (local // Q_BUFS) & 1)
+                mbarrier.wait(q_ready.index(wg), local & 1)
 
                 # Key tile 0 (always masked: it may be the only tile, or cross the diagonal).
                 stage = it % STAGES
@@ -650,7 +653,7 @@ if GLUON_AVAILABLE:
             )  # fmt: skip
                 # Every Q K^T of this work tile has completed: the producer may load the next Q
                 # while the last P V and the store below run.
-                mbarrier.arrive(q_empty.index(qs), count=1)
+                mbarrier.arrive(q_empty.index(wg), count=1)
 
                 # The last P V.
                 g = it + n_tiles - 1
@@ -707,7 +710,7 @@ if GLUON_AVAILABLE:
         HEAD_DIM_V: gl.constexpr = 0, QK_TAIL: gl.constexpr = 0, q_tail_desc=None,
         k_tail_desc=None, QScale=None, KScale=None, VScale=None, n_q_blocks=None,
         n_k_blocks=None, inv_p_scale=None, FP8: gl.constexpr = False, P_SCALE: gl.constexpr = 1.0,
-        EXP2_EMULATED: gl.constexpr = 0, Q_BUFS: gl.constexpr = 1,
+        EXP2_EMULATED: gl.constexpr = 0,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
@@ -729,7 +732,7 @@ if GLUON_AVAILABLE:
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(
             dtype,
-            [Q_BUFS * NUM_WG, ROWS, MAIN],
+            [NUM_WG, ROWS, MAIN],
             gl.NVMMASharedLayout.get_default_for([ROWS, MAIN], dtype),
         )
         kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, MAIN], dtype)
@@ -737,7 +740,7 @@ if GLUON_AVAILABLE:
         if QK_TAIL > 0:
             q_tail = gl.allocate_shared_memory(
                 dtype,
-                [Q_BUFS * NUM_WG, ROWS, QK_TAIL],
+                [NUM_WG, ROWS, QK_TAIL],
                 gl.NVMMASharedLayout.get_default_for([ROWS, QK_TAIL], dtype),
             )
             k_tail = gl.allocate_shared_memory(
@@ -756,21 +759,16 @@ if GLUON_AVAILABLE:
         else:
             v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype)
             v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DV], v_layout)
-        q_ready = gl.allocate_shared_memory(
-            gl.int64, [Q_BUFS * NUM_WG, 1], mbarrier.MBarrierLayout()
-        )
-        q_empty = gl.allocate_shared_memory(
-            gl.int64, [Q_BUFS * NUM_WG, 1], mbarrier.MBarrierLayout()
-        )
+        q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(Q_BUFS * NUM_WG):
+        for i in gl.static_range(NUM_WG):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(q_empty.index(i), count=1)
-        for i in gl.static_range(NUM_WG):
             mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
@@ -805,14 +803,14 @@ if GLUON_AVAILABLE:
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED, Q_BUFS)),
+                                 EXP2_EMULATED)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED, Q_BUFS)),
+                                 EXP2_EMULATED)),
                     (_consumer, (2, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED, Q_BUFS)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8, Q_BUFS)),
+                                 EXP2_EMULATED)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, 24],
@@ -822,11 +820,11 @@ if GLUON_AVAILABLE:
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED, Q_BUFS)),
+                                 EXP2_EMULATED)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED, Q_BUFS)),
-                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8, Q_BUFS)),
+                                 EXP2_EMULATED)),
+                    (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, 24],
@@ -900,7 +898,7 @@ def _turns(pingpong, head_dim: int) -> int:
 def _launch_args(
     q, k, v, out, lse, *, causal_offset, is_causal, qk_scale, store_lse, sinks=None,
     block_n=None, stages=None, pingpong=True, num_wg=None, consumer_regs=None, persistent=None,
-    max_programs=None, exp2_emulated=None, q_bufs=None,
+    max_programs=None, exp2_emulated=None,
 ):  # fmt: skip
     """The grid, positional and keyword arguments of one launch (see ``attention_hopper``)."""
     batch, num_q_heads, seqlen_q, head_dim = q.shape
@@ -941,11 +939,6 @@ def _launch_args(
         HEAD_DIM_V=head_dim_v if head_dim_v != head_dim else 0,
         num_warps=4,
     )
-    q_bufs = q_bufs or cfg.get("Q_BUFS", 1)
-    if q_bufs not in (1, 2):
-        raise ValueError(f"q_bufs must be 1 or 2, got {q_bufs!r}")
-    if q_bufs != 1:  # (1 adds nothing, so those kernels compile exactly as before)
-        kwargs.update(Q_BUFS=q_bufs)
     if exp2_emulated is None:
         exp2_emulated = 0 if is_causal else EXP2_EMULATED_FULL.get(head_dim, 0)
     if exp2_emulated:  # (0 adds nothing, so those kernels compile exactly as before)
@@ -964,8 +957,7 @@ def attention_hopper(q, k, v, out, lse, **options):
     any strides; ``lse`` (B, Hq, Sq) float32 contiguous when store_lse, else any tensor.
     Options (keywords): ``causal_offset``, ``is_causal``, ``qk_scale`` = softmax scale *
     log2(e), ``store_lse``, ``sinks`` ((Hq,) float32 contiguous, or None); for tuning and tests ``block_n``, ``stages``, ``pingpong``,
-    ``num_wg``, ``consumer_regs``, ``q_bufs`` (Q buffers per consumer warpgroup, 1 or 2),
-    ``persistent`` (default: the ``PERSISTENT`` table) and
+    ``num_wg``, ``consumer_regs``, ``persistent`` (default: the ``PERSISTENT`` table) and
     ``max_programs``, which caps the persistent grid below the SM count so tests can make
     every program walk many work tiles."""
     grid, args, kwargs = _launch_args(q, k, v, out, lse, **options)
