@@ -28,6 +28,8 @@ A is the checkout this script lives in. Suites:
   target of the small-page work (>= 0.95 from 32K tokens).
 * ``gluon_forward``: the Gluon forward alone at its shipped config (``attention_hopper``'s
   defaults: D64 causal too), bf16 D 64/128/256, S 1K-8K, causal and not.
+* ``triton_forward``: the Triton forward alone (an explicit config) where the dispatch runs it
+  on a Hopper GPU: D64 causal S 1K-16K, D64 non-causal 1K/2K, D128/D256 causal 1K.
 * ``fp8``: the FP8 forward as shipped (``fp8_attention`` on per-block + Hadamard inputs,
   quantized outside the timed call), D128 and D256, S 4K/8K/16K, causal and not: two trees
   whose FP8 kernels differ in their machine code alone (tools/ptx_compare.py --fp8 --sass).
@@ -227,6 +229,33 @@ for d, s, causal in json.loads(sys.argv[1]):
 print("RESULT " + json.dumps(out))
 """
 
+# Where the dispatch runs the Triton forward on a Hopper GPU (dispatch.FORWARD_GLUON_FROM): D64
+# causal below S 16K, D64 non-causal below 4K, D128/D256 causal at 1K; D64 causal 16K beside.
+TRITON_FORWARD_SHAPES = [(64, s, 1) for s in (1024, 2048, 4096, 8192, 16384)] + [
+    (64, 1024, 0), (64, 2048, 0), (128, 1024, 1), (256, 1024, 1),
+]  # fmt: skip
+
+# The Triton forward alone (an explicit config bypasses the dispatch): two trees whose Triton
+# forward kernels differ; the output's bytes compared as in GLUON_FORWARD_WORKER.
+TRITON_FORWARD_WORKER = r"""
+import hashlib, json, sys, torch, triton
+from flashcore.interface import attention
+from flashcore.kernels.forward import default_config
+out = {}
+for d, s, causal in json.loads(sys.argv[1]):
+    h, b = 2048 // d, max(1, 16384 // s)
+    gen = torch.Generator(device="cuda").manual_seed(s + d)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+    cfg = default_config(q, k, bool(causal))
+    fwd = lambda: attention(q, k, v, causal=bool(causal), config=cfg)
+    o = fwd(); torch.cuda.synchronize()
+    digest = hashlib.sha256(o.view(torch.int16).cpu().numpy().tobytes()).hexdigest()
+    key = f"triton D{d} S{s} {'causal' if causal else 'full'}"
+    out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=200), out_sha=digest)
+print("RESULT " + json.dumps(out))
+"""
+
 SUITES = {  # worker, its shapes, the metrics it reports
     "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),
     "paged": (PAGED_WORKER, PAGED_SHAPES, ("graph_ms",)),
@@ -234,6 +263,7 @@ SUITES = {  # worker, its shapes, the metrics it reports
     "mla_backward": (MLA_BACKWARD_WORKER, MLA_BACKWARD_SHAPES, ("backward_ms",)),
     "fp8": (FP8_WORKER, FP8_SHAPES, ("forward_ms",)),
     "gluon_forward": (GLUON_FORWARD_WORKER, GLUON_FORWARD_SHAPES, ("forward_ms",)),
+    "triton_forward": (TRITON_FORWARD_WORKER, TRITON_FORWARD_SHAPES, ("forward_ms",)),
     "ws_backward": (WS_BACKWARD_WORKER, WS_BACKWARD_SHAPES, ("backward_ms",)),
     "ws_backward_d256": (WS_BACKWARD_WORKER, WS_BACKWARD_D256_SHAPES, ("backward_ms",)),
 }

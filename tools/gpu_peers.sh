@@ -115,6 +115,9 @@
 #   qbufs     (FA4 not needed; carry .ab/masklimit) the Gluon forward's GPU tests here and in the
 #             masked-step trial's tree; one against two Q buffers (logs/forward_qbufs_<commit>.json);
 #             the trial against this tree (ab_timing --suite gluon_forward: masklimit_ab_timing.json)
+#   tmask     (FA4 not needed; carry .ab/tmask) the Gluon forward's GPU tests here, the Triton
+#             forward's in the masked-step trial's tree; the trial against this tree (ab_timing
+#             --suite triton_forward: tmask_ab_timing.json); Nsight Compute at D64 S 2K
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
 #             workloads (log only); launch.json
@@ -376,6 +379,27 @@ tests/test_backward_varlen_softcap.py"
       --variants q1,q2 --rounds 3
     TAIL=30 stage ab_masklimit 200 python3 tools/ab_timing.py masklimit_ab_timing \
       --other .ab/masklimit --other-commit "$MASKLIMIT_COMMIT" --rounds 3 --suite gluon_forward
+    ;;
+  tmask)  # (FA4 not needed; carry .ab/tmask, made here by `mkdir -p .ab/tmask && git archive
+    # <commit> flashcore tests pyproject.toml | tar -x -C .ab/tmask`, TMASK_COMMIT its commit)
+    # the Gluon forward's GPU tests here and the Triton forward's in the trial's tree, side by
+    # side; the Triton forward against the trial's (ab_timing --suite triton_forward); Nsight
+    # Compute's source page of the Gluon forward at D64 S 2K causal and full (shipped turn)
+    bash tools/gpu_test_shards.sh "$out/tests" 330 "fwd:10:-m gpu tests/test_forward_hopper.py" &
+    (
+      root=$PWD
+      cd .ab/tmask && export PYTHONPATH=$PWD FLASHCORE_COMMIT=${TMASK_COMMIT:?}
+      bash "$root/tools/gpu_test_shards.sh" "$out/tests_tmask" 330 \
+        "tfwd:6:-m gpu tests/test_forward.py"
+    )
+    wait
+    mkdir -p "$out/logs"
+    TAIL=16 stage ab_tmask 150 python3 tools/ab_timing.py tmask_ab_timing \
+      --other .ab/tmask --other-commit "$TMASK_COMMIT" --rounds 3 --suite triton_forward
+    for causal in 1 0; do
+      ncu_source_page "fwd_d64_s2k$([ "$causal" = 1 ] && echo _causal)" _fa3_fwd_kernel 90 "" \
+        python3 tools/gluon_forward_workload.py 64 2048 "$causal" 1
+    done
     ;;
   turns_a)
     bash .fa4a/install.sh
