@@ -59,6 +59,13 @@ for _d in VARIANTS:
     # No ping-pong: the consumer warpgroups issue their GEMMs without taking turns (FA4's sm90
     # forward takes turns only at head dims up to 128).
     VARIANTS[_d].update(no_pingpong=dict(pingpong=False))
+    # 64-key tiles in the shipped consumer count: half the scores per step, and about two
+    # thirds of the machine code (D64 causal three warpgroups 7664 -> 5120 SASS instructions,
+    # offline), for short causal tiles, whose prologue, masked steps and epilogue come round
+    # every few steps.
+    VARIANTS[_d].update(bn64=dict(block_n=64))
+# D64 with two consumer warpgroups (128-row tiles) and 64-key tiles, three stages.
+VARIANTS[64].update(bn64_wg2=dict(block_n=64, num_wg=2, stages=3))
 
 
 def hopper_fn(causal, kw):

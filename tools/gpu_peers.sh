@@ -118,6 +118,8 @@
 #   tmask     (FA4 not needed; carry .ab/tmask) the Gluon forward's GPU tests here, the Triton
 #             forward's in the masked-step trial's tree; the trial against this tree (ab_timing
 #             --suite triton_forward: tmask_ab_timing.json); Nsight Compute at D64 S 2K
+#   bn64      (FA4 not needed) the Gluon forward with 64-key tiles beside its shipped config at
+#             short S: D64 (three and two warpgroups) and D128 (logs/forward_bn64_*_<commit>.json)
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
 #             workloads (log only); launch.json
@@ -400,6 +402,16 @@ tests/test_backward_varlen_softcap.py"
       ncu_source_page "fwd_d64_s2k$([ "$causal" = 1 ] && echo _causal)" _fa3_fwd_kernel 90 "" \
         python3 tools/gluon_forward_workload.py 64 2048 "$causal" 1
     done
+    ;;
+  bn64)  # (FA4 not needed) the Gluon forward with 64-key tiles beside its shipped config at
+    # short S (logs/forward_bn64_<commit>.json), D64 three and two warpgroups, D128
+    mkdir -p "$out/logs"
+    TAIL=30 STAGE_HIDE="it/s\]" stage bn64_d64 120 python3 tools/gpu_forward_hopper.py \
+      "$out/logs/forward_bn64_d64_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 64 \
+      --seqlens 1024,2048,4096,8192 --variants shipped,bn64,bn64_wg2 --rounds 3
+    TAIL=30 STAGE_HIDE="it/s\]" stage bn64_d128 100 python3 tools/gpu_forward_hopper.py \
+      "$out/logs/forward_bn64_d128_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 128 \
+      --seqlens 1024,2048,4096 --variants shipped,bn64 --rounds 3
     ;;
   turns_a)
     bash .fa4a/install.sh
