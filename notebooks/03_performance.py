@@ -740,12 +740,13 @@ targets26 = report_issue26(peers)
 # the H100 record's 3.02), so its ratios are evidence about the kernels, not a verdict on the
 # H100 targets. `perf.json` under
 # `results/nvidia-h200/` is the same command as the H100 record (bf16, FA4 4.0.0b36 beside
-# cuDNN, SDPA flash and Flex in one process), recorded at commit `a2d716f` (2026-11-29). Both
+# cuDNN, SDPA flash and Flex in one process), recorded at commit `dc4c7c1` (2026-11-29). Both
 # profiles render it; the issue's verdicts below are computed from it by the same functions as
-# the H100's above. Four earlier runs of the same command that day are kept under
-# `results/nvidia-h200/logs/`: `perf_8f70855.json` ran today's kernels too (`a2d716f` changed
-# the checks in front of them, not the kernels); `perf_183806d.json`, `perf_ed2da23.json` and
-# `perf_4f965a7.json` ran today's D=64 and D=256 kernels and a D=128 Gluon kernel that passed
+# the H100's above. Five earlier runs of the same command that day are kept under
+# `results/nvidia-h200/logs/`: `perf_a2d716f.json` and `perf_8f70855.json` ran today's kernels
+# but for the Gluon kernel's masked softmax step (one compare per score since `d2a5f9d`, the
+# same output bytes; the section "Short causal tiles" below); `perf_183806d.json`,
+# `perf_ed2da23.json` and `perf_4f965a7.json` ran, besides, a D=128 Gluon kernel that passed
 # the ping-pong turn on an mbarrier (the section after next). The run-to-run spread of each
 # ratio is printed beside it.
 
@@ -761,8 +762,8 @@ print("recorded on", describe(h200_record))
 print(status_line_for("perf", H200))
 h200_peers = peer_rows(h200_record)
 h200_targets = report_issue26(h200_peers)
-h200_runs = {"a2d716f (perf.json)": h200_peers}
-for commit in ("8f70855", "183806d", "ed2da23", "4f965a7"):
+h200_runs = {"dc4c7c1 (perf.json)": h200_peers}
+for commit in ("a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7"):
     path = _results.RESULTS_DIR / H200 / "logs" / f"perf_{commit}.json"
     h200_runs[f"{commit} (logs)"] = peer_rows(_json.loads(path.read_text()))
 print(
@@ -777,20 +778,19 @@ print(
 print("(flashcore / FA4, geomean over S 2K-16K x causal, bf16, each run of the same command)")
 
 # %% [markdown]
-# On the H200 every issue 26 target is missed as well: flashcore / FA4 geomean 0.839, 0.933 and
-# 0.875 at D = 64, 128 and 256 in the record (0.835, 0.881 and 0.869 on the stale H100 record).
-# D=128's 0.933 is one disturbed FA4 measurement: at causal S = 2K FA4 took 0.373 ms (median;
-# p95 0.54) against 0.25 in the run before, which puts flashcore at 1.32x FA4 there; without
-# that shape the D=128 geomean is 0.888 and its worst shape 0.842, as in `8f70855`'s run of the
-# same kernels (0.885). The worst shapes are causal: D=64 at S = 8K (0.728, the Triton kernel,
-# as the dispatch table says), D=128 at 16K (0.842), D=256 at 2K (0.839). FA4 is the best peer
-# at every shape from S = 2K but two, where cuDNN is (D=64 and D=128 causal at 2K). Against
-# cuDNN flashcore is at 0.950, 0.980 and 0.993 (geomeans over the same shapes) and faster at
-# D=128 causal from 4K and non-causal 16K, D=256 causal from 4K and D=64 non-causal 16K. At
-# S = 1K the better peer is cuDNN, and flashcore reaches 0.79-0.92 of it. D=128 non-causal runs
-# at 618 and 603 TFLOP/s at S = 8K and 16K against the 700 target (FA4: 725 and 683). More
-# memory bandwidth leaves these compute-bound ratios where they were on the H100: the gap is
-# in the kernel.
+# On the H200 every issue 26 target is missed as well: flashcore / FA4 geomean 0.836, 0.899 and
+# 0.860 at D = 64, 128 and 256 in the record (0.835, 0.881 and 0.869 on the stale H100 record).
+# The five runs before it put each head dim's geomean within a few hundredths of these (the
+# table above; `a2d716f`'s D=128 0.933 holds one disturbed FA4 timing, causal S = 2K at 0.373 ms
+# against 0.25 in the run before, and is 0.888 without that shape). The worst shapes are causal:
+# D=64 at S = 8K (0.748, the Triton kernel, as the dispatch table says), D=128 at 16K (0.853),
+# D=256 at 2K (0.834). FA4 is the best peer at every shape from S = 2K but one, where cuDNN is
+# (D=64 causal at 2K). Against cuDNN flashcore is at 0.943, 0.984 and 0.982 (geomeans over the
+# same shapes) and faster at D=128 causal 4K and 8K and non-causal 16K, and D=256 causal from
+# 4K. At S = 1K the better peer is cuDNN, and flashcore reaches 0.78-0.92 of it. D=128
+# non-causal runs at 644 and 624 TFLOP/s at S = 8K and 16K against the 700 target (FA4: 711 and
+# 693). More memory bandwidth leaves these compute-bound ratios where they were on the H100: the
+# gap is in the kernel.
 
 # %% [markdown]
 # ### The ping-pong turn on a named barrier (D=128)
@@ -852,11 +852,10 @@ for name in ("fwd_turns1_d128", "fwd_turns2_d128"):
 # ring's K/V slots to the producer on named barriers too (two fewer `bar.sync` per key tile).
 # Compiled, ptxas scheduled each `bar.arrive` above the wgmma wait it follows in the PTX
 # (`bar.arrive` orders the thread's own memory accesses, not the wgmma's asynchronous reads of
-# the slot), which frees a slot while it is read; it was never run. The record above
-# (`a2d716f`) and the run before it (`8f70855`) are the first with the named turn: D=128's
-# flashcore / FA4 geomean 0.885 and 0.888 (without the disturbed shape above), against
-# 0.866-0.877 in the three runs before them, inside the run-to-run spread of the other head
-# dims. The gap to FA4 is not the turn.
+# the slot), which frees a slot while it is read; it was never run. The runs at `a2d716f` and
+# `8f70855` were the first with the named turn: D=128's flashcore / FA4 geomean 0.885 and 0.888
+# (without the disturbed shape above), against 0.866-0.877 in the three runs before them,
+# inside the run-to-run spread of the other head dims. The gap to FA4 is not the turn.
 
 # %% [markdown]
 # Three more candidates of the issue's list, measured the same way on the H200 after the turn
@@ -949,6 +948,113 @@ print(table(d64_rows, list(d64_rows[0]), {"triton": "{:.0f}", "dispatched": "{:.
 # same config forced through the tool at 471 (the full sweep above has the dispatched call at 467
 # and 466): with 21 samples per implementation, a difference of this size between two timings of
 # one kernel is within what this sweep can tell apart.
+
+# %% [markdown]
+# ### Short causal tiles
+#
+# The D=64 sweep above has the Gluon kernel at 0.56-0.59 of the Triton kernel causal at S = 2K,
+# where a work tile averages a few key tiles. Nsight Compute's source page of the shipped D=64
+# config at S = 2K (H200, commit `dc4c7c1`, `tools/gluon_forward_workload.py 64 2048 CAUSAL 1`,
+# `logs/ncu_sass_fwd_d64_s2k[_causal]_dc4c7c1.json`), causal beside non-causal, with every warp
+# of the kernel sampled (the three consumer warpgroups, the producer warp and its warpgroup's
+# three idle warps):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d64_profiles = {}
+for mode, suffix in (("full", ""), ("causal", "_causal")):
+    prof = _json.loads(
+        (_results.RESULTS_DIR / H200 / "logs" / f"ncu_sass_fwd_d64_s2k{suffix}_dc4c7c1.json")
+        .read_text()
+    )  # fmt: skip
+    share = {k: v / prof["samples"] for k, v in prof["by_reason"].items()}
+    d64_profiles[mode] = {
+        "mode": mode,
+        "ms": prof["duration_ms"],
+        "tensor pipe %": prof["tensor_pipe_pct_of_peak_elapsed"],
+        **{f"{k} %": 100 * share[k] for k in ("no_inst", "barrier", "long_sb", "wait", "selected")},
+    }
+print(table(list(d64_profiles.values()), list(d64_profiles["full"]),
+            {k: "{:.1f}" for k in list(d64_profiles["full"])[2:]} | {"ms": "{:.3f}"}))  # fmt: skip
+print("(share of all warp samples by stall reason; 'selected': issuing)")
+
+# %% [markdown]
+# The causal launch does half the non-causal one's work in 0.88 of its time, with the tensor
+# pipe busy 27.5% of the time against 42.7%. The largest difference is "no instruction": 22% of
+# the causal kernel's warp samples wait for an instruction to be fetched, against 3%. The
+# kernel is 7664 SASS instructions (about 120 KB, compiled offline for sm_90a) because
+# `warp_specialize` compiles each partition on its own: three consumer copies, each with a
+# prologue (key tile 0's masked softmax), the unmasked loop, the masked loop and the epilogue. A
+# long tile stays in its unmasked loop; a short causal tile runs through all four every few
+# steps, in three copies, so the working set of code is the kernel. Three candidates were
+# measured against it, and one from the Triton kernel:
+#
+# - **The masked step with one compare per score** (FA4's column limit: the tile-local column
+#   against the row's first unseen key), shipped in the Gluon kernel since `d2a5f9d`: 742-758
+#   instructions in the D=64 masked loop against 810, the same output bytes, and causal calls
+#   1-5% faster (A/B beside the kernel before it, two trees alternating, 3 rounds,
+#   `logs/masklimit_ab_timing_a0ed685.json`).
+# - **Two Q buffers per consumer warpgroup**, so that the next tile's Q loads while the current
+#   tile runs: level at every shape (`logs/forward_qbufs_a0ed685.json`; the trial is commit
+#   `a0ed685`). The wait is not the load of Q.
+# - **64-key tiles** (about two thirds of the machine code, half the scores per step): D=64
+#   causal S = 1K 137 -> 202 TFLOP/s with three warpgroups and 245 with two, S = 2K 223 -> 288
+#   and 301, but still below the Triton kernel (316 and 377) and slower than the shipped config
+#   from 4K and at D=128 (`logs/forward_bn64_*_18529b5.json`). Less code and shorter steps help
+#   the short tiles; not enough to take the shapes from the Triton kernel.
+# - **The Triton kernel's masked step as one compare** (trial `8b6c9a3`): the same output bytes,
+#   but D=64 causal S = 1K and 2K 8% and 6% slower (`logs/tmask_ab_timing_dc4c7c1.json`): ptxas
+#   scheduled its unmasked loop 52 instructions longer. Not taken.
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def ab_rows(name):
+    ab = _json.loads((_results.RESULTS_DIR / H200 / "logs" / name).read_text())
+    return [
+        {"shape": key, "time B / A": row["forward_ms_B_over_A"],
+         "range": "{:.3f}-{:.3f}".format(*row["forward_ms_B_over_A_range"]),
+         "same bytes": row.get("bitwise_equal")}
+        for key, row in ab["summary"].items()
+    ]  # fmt: skip
+
+
+ab_formats = {"time B / A": "{:.3f}"}
+print("Gluon forward, B = one compare per score (shipped) over A = the step before it:")
+print(table(ab_rows("masklimit_ab_timing_a0ed685.json"), ["shape", "time B / A", "range",
+                                                          "same bytes"], ab_formats))  # fmt: skip
+print("Triton forward, B = the trial over A = the shipped kernel:")
+print(table(ab_rows("tmask_ab_timing_dc4c7c1.json"), ["shape", "time B / A", "range",
+                                                      "same bytes"], ab_formats))  # fmt: skip
+short_tiles = {}  # (D, S, mode) -> {implementation: TFLOP/s}, both logs' runs side by side
+impls = {"forward_qbufs_a0ed685.json": {"triton": "triton", "q1": "1 Q buffer", "q2": "2 Q buffers"},
+         "forward_bn64_d64_18529b5.json": {"shipped": "shipped", "bn64": "64 keys",
+                                           "bn64_wg2": "64 keys, 2 wg"},
+         "forward_bn64_d128_18529b5.json": {"shipped": "shipped", "bn64": "64 keys"}}  # fmt: skip
+for name, shown_as in impls.items():
+    for r in _json.loads((_results.RESULTS_DIR / H200 / "logs" / name).read_text())["rows"]:
+        if r["impl"] in shown_as and r["S"] <= 4096 and r["D"] in (64, 128):
+            mode = "causal" if r["causal"] else "full"
+            short_tiles.setdefault((r["D"], r["S"], mode), {})[shown_as[r["impl"]]] = r["tflops"]
+columns = ["triton", "1 Q buffer", "2 Q buffers", "shipped", "64 keys", "64 keys, 2 wg"]
+print(
+    table(
+        [
+            {
+                "D": d,
+                "S": s_len,
+                "mode": mode,
+                **{c: f"{t[c]:.0f}" if c in t else "-" for c in columns},
+            }
+            for (d, s_len, mode), t in sorted(short_tiles.items())
+        ],
+        ["D", "S", "mode", *columns],
+    )
+)
+print("(TFLOP/s; triton: the Triton kernel alone; the rest the Gluon kernel forced: 1 and 2 Q")
+print(" buffers at a0ed685, before the masked-step change; the shipped config and 64-key tiles at")
+print(" 18529b5, after it)")
+
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch

@@ -1248,9 +1248,9 @@ print(
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` is recorded with every door the issue names (at `a2d716f`; the
-# runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d` and `8f70855` are kept under
-# `logs/`): the
+# machines), `launch.json` is recorded with every door the issue names (at `dc4c7c1`; the
+# runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855` and `a2d716f` are
+# kept under `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
 # decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
 # with flashcore activated (`flashcore sdpa door`; the record checks that flashcore's kernel
@@ -1330,18 +1330,20 @@ if H200 in results.recorded_devices("launch"):
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# (`a2d716f`) the op path is 0.92-2.51x SDPA's eager time where the function is 0.92-1.48x.
-# The function, the op, the SDPA door and the flash_attn door each meet 1.10x at one shape of
-# six (GQA prefill, where the GPU work hides most of the host); in the run before
-# (`8f70855`, `logs/launch_8f70855.json`, the same kernels and doors) the function met it at
-# five. The SDPA door runs inside SDPA's own C++ routing and then flashcore's Python (the
-# forward with the lse, five allocations: 2.36-3.73x where the host decides); the flash_attn
-# door adds four transposes, an allocation and its option checks (1.53-2.10x there), and its
-# decode rows wait for the length check each call (3.51-4.90x; `check_lengths=False`,
-# flashcore's keyword on the door, skips it, as the door does by itself inside CUDA graph
-# capture). Two runs on this host differ by more than some changes measured: SDPA default's own
-# time at B1 H8 S128 was 18.8 us in the run of the tree at `cd532a1` (`logs/launch_cd532a1.json`),
-# 25.4 at `081dfd2`, 25.7 at `bf63fc6`, 29.1 at `183806d`, 18.7 at `8f70855` and 26.9 in this
+# (`dc4c7c1`) the op path is 0.90-2.22x SDPA's eager time where the function is 0.90-1.42x.
+# The function meets 1.10x at three shapes of six, the op at two; the SDPA door and the
+# flash_attn door at one (GQA prefill, where the GPU work hides most of the host), so every door
+# at one. In the run before (`a2d716f`, `logs/launch_a2d716f.json`, the same doors and the
+# kernels before the masked-step change; no host path changed between the two) the function
+# met it at one: the host's own spread between runs, below. The SDPA door runs inside
+# SDPA's own C++ routing and then flashcore's Python (the forward with the lse, five
+# allocations: 1.69-3.47x where the host decides); the flash_attn door adds four transposes, an
+# allocation and its option checks (1.16-2.02x there), and its decode rows wait for the length
+# check each call (3.18-4.55x; `check_lengths=False`, flashcore's keyword on the door, skips it,
+# as the door does by itself inside CUDA graph capture). Two runs on this host differ by more
+# than some changes measured: SDPA default's own time at B1 H8 S128 was 18.8 us in the run of
+# the tree at `cd532a1` (`logs/launch_cd532a1.json`), 25.4 at `081dfd2`, 25.7 at `bf63fc6`, 29.1
+# at `183806d`, 18.7 at `8f70855`, 26.9 at `a2d716f` and 24.8 in this
 # record; so ratios are read within one
 # run, never across runs.
 #
@@ -1354,7 +1356,7 @@ if H200 in results.recorded_devices("launch"):
 # rule, with sinks, and its GPU tests, `logs/gpu_tests_decode_lse_bf63fc6.log`; compute-sanitizer
 # memcheck over the lse tests with one and three splits, so over the combine's lse store too,
 # 0 errors, `logs/gpu_tests_host_183806d.log`), and the door runs one query against Sk >= 4 keys
-# on it: 13.1 us of GPU time in this record (0.60 of PyTorch flash's), 14.1 for the growing
+# on it: 13.2 us of GPU time in this record (0.61 of PyTorch flash's), 14.2 for the growing
 # cache. A few non-causal queries (1 < Sq <= 16,
 # Sk >= 4 Sq) go to PyTorch's flash kernel: the split-KV kernel's queries are causal, and the
 # forward kernel has the same grid there as at Sq = 1.

@@ -77,10 +77,15 @@ def summarize(path: Path, top: int) -> dict:
     }
 
 
-def raw_metrics(path: Path) -> dict:
-    """The first kernel's row of an ncu raw page (header, units, values), by metric name."""
-    header, _units, values = list(csv.reader(path.open()))[:3]
-    return dict(zip(header, values))
+def raw_metrics(path: Path) -> tuple[dict, dict]:
+    """The first kernel's row of an ncu raw page (header, units, values), by metric name, and
+    each metric's unit."""
+    header, units, values = list(csv.reader(path.open()))[:3]
+    return dict(zip(header, values)), dict(zip(header, units))
+
+
+# ncu prints a duration in the unit that suits its size (a 0.6 ms kernel as 608 usecond).
+MILLISECONDS_PER = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
 
 
 def main() -> int:
@@ -94,7 +99,7 @@ def main() -> int:
     parser.add_argument("--date", required=True, help="when the profile ran (ISO 8601)")
     parser.add_argument("--command", required=True, help="the profiled command")
     args = parser.parse_args()
-    raw = raw_metrics(args.raw)
+    raw, units = raw_metrics(args.raw)
     provenance = {
         "device": raw["device__attribute_display_name"],
         "commit": args.commit,
@@ -105,7 +110,8 @@ def main() -> int:
         "provenance": provenance,
         "label": args.label,
         "kernel": raw["Kernel Name"],
-        "duration_ms": float(raw["gpu__time_duration.sum"]),
+        "duration_ms": float(raw["gpu__time_duration.sum"])
+        * MILLISECONDS_PER[units["gpu__time_duration.sum"]],
         "tensor_pipe_pct_of_peak_elapsed": float(
             raw["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"]
         ),
