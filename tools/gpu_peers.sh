@@ -120,6 +120,8 @@
 #             --suite triton_forward: tmask_ab_timing.json); Nsight Compute at D64 S 2K
 #   bn64      (FA4 not needed) the Gluon forward with 64-key tiles beside its shipped config at
 #             short S: D64 (three and two warpgroups) and D128 (logs/forward_bn64_*_<commit>.json)
+#   trial_fwd (FA4 not needed; carry .ab/<name>, TRIAL=name:commit) the Gluon forward's GPU tests
+#             in a trial's tree, then the trial against this tree (ab_timing --suite gluon_forward)
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
 #             workloads (log only); launch.json
@@ -412,6 +414,21 @@ tests/test_backward_varlen_softcap.py"
     TAIL=30 STAGE_HIDE="it/s\]" stage bn64_d128 100 python3 tools/gpu_forward_hopper.py \
       "$out/logs/forward_bn64_d128_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 128 \
       --seqlens 1024,2048,4096 --variants shipped,bn64 --rounds 3
+    ;;
+  trial_fwd)  # (FA4 not needed; carry .ab/<name>, made here by `mkdir -p .ab/<name> && git
+    # archive <commit> flashcore tests pyproject.toml | tar -x -C .ab/<name>`; TRIAL=name:commit)
+    # the Gluon forward's GPU tests in the trial's tree, then the trial (B) against this tree (A)
+    # at the Gluon forward's shipped configs (ab_timing --suite gluon_forward: speed and output
+    # bytes; <name>_ab_timing.json)
+    name=${TRIAL%%:*}; commit=${TRIAL##*:}
+    (
+      root=$PWD
+      cd ".ab/$name" && export PYTHONPATH=$PWD FLASHCORE_COMMIT=$commit
+      bash "$root/tools/gpu_test_shards.sh" "$out/tests_$name" 240 \
+        "fwd:12:-m gpu tests/test_forward_hopper.py"
+    )
+    TAIL=30 stage "ab_$name" 200 python3 tools/ab_timing.py "${name}_ab_timing" \
+      --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite gluon_forward
     ;;
   turns_a)
     bash .fa4a/install.sh
