@@ -740,7 +740,10 @@ targets26 = report_issue26(peers)
 # the H100 record's 3.02), so its ratios are evidence about the kernels, not a verdict on the
 # H100 targets. `perf.json` under
 # `results/nvidia-h200/` is the same command as the H100 record (bf16, FA4 4.0.0b36 beside
-# cuDNN, SDPA flash and Flex in one process), recorded at commit `dc4c7c1` (2026-11-29). Both
+# cuDNN, SDPA flash and Flex in one process), recorded at commit `dc4c7c1` (2026-11-29). It is
+# stale since `1e7d429`, which converts P to the P V operand two values at a time (the section
+# "Short causal tiles": the same output bytes, D=64 2-8% less time, D=128 and D=256 within
+# 2.5%, measured beside the recorded kernel); no device time was left to re-record it. Both
 # profiles render it; the issue's verdicts below are computed from it by the same functions as
 # the H100's above. Five earlier runs of the same command that day are kept under
 # `results/nvidia-h200/logs/`: `perf_a2d716f.json` and `perf_8f70855.json` ran today's kernels
@@ -986,7 +989,7 @@ print("(share of all warp samples by stall reason; 'selected': issuing)")
 # `warp_specialize` compiles each partition on its own: three consumer copies, each with a
 # prologue (key tile 0's masked softmax), the unmasked loop, the masked loop and the epilogue. A
 # long tile stays in its unmasked loop; a short causal tile runs through all four every few
-# steps, in three copies, so the working set of code is the kernel. Three candidates were
+# steps, in three copies, so the working set of code is the kernel. Four candidates were
 # measured against it, and one from the Triton kernel:
 #
 # - **The masked step with one compare per score** (FA4's column limit: the tile-local column
@@ -1002,6 +1005,14 @@ print("(share of all warp samples by stall reason; 'selected': issuing)")
 #   and 301, but still below the Triton kernel (316 and 377) and slower than the shipped config
 #   from 4K and at D=128 (`logs/forward_bn64_*_18529b5.json`). Less code and shorter steps help
 #   the short tiles; not enough to take the shapes from the Triton kernel.
+# - **P converted two values at a time** (shipped since `1e7d429`): P goes to the P V operand
+#   through one `cvt.rn.bf16x2.f32` (or `f16x2`) per pair of a thread's consecutive values, by
+#   inline PTX. Converted one by one and packed, ptxas had paired each two in the wrong halves
+#   and swapped every register back with a `PRMT`: 32 per key tile, 7% of D=64's steady-state
+#   loop (455 -> 423 instructions causal, 514 -> 482 non-causal; D=128 492 -> 473). The same
+#   rounding, so the same output bytes; D=64 causal 0.918-0.959 of the time, non-causal
+#   0.975-0.989, D=128 0.987-1.004, D=256 0.976-1.005 (`logs/ppack_ab_timing_99cda77.json`; its
+#   452 GPU tests passed, `logs/ppack_99cda77.log`).
 # - **The Triton kernel's masked step as one compare** (trial `8b6c9a3`): the same output bytes,
 #   but D=64 causal S = 1K and 2K 8% and 6% slower (`logs/tmask_ab_timing_dc4c7c1.json`): ptxas
 #   scheduled its unmasked loop 52 instructions longer. Not taken.
@@ -1023,6 +1034,9 @@ ab_formats = {"time B / A": "{:.3f}"}
 print("Gluon forward, B = one compare per score (shipped) over A = the step before it:")
 print(table(ab_rows("masklimit_ab_timing_a0ed685.json"), ["shape", "time B / A", "range",
                                                           "same bytes"], ab_formats))  # fmt: skip
+print("Gluon forward, B = P converted two values at a time (shipped) over A = one by one:")
+print(table(ab_rows("ppack_ab_timing_99cda77.json"), ["shape", "time B / A", "range",
+                                                      "same bytes"], ab_formats))  # fmt: skip
 print("Triton forward, B = the trial over A = the shipped kernel:")
 print(table(ab_rows("tmask_ab_timing_dc4c7c1.json"), ["shape", "time B / A", "range",
                                                       "same bytes"], ab_formats))  # fmt: skip

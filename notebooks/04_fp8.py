@@ -804,18 +804,20 @@ print(
 # %% [markdown]
 # Read with the measurements: two loops need about as many cycles as their tensor cores, on
 # the special-function pipe or on the issue slots: FP8 at D128 (MUFU/tensor 1.03, issue/tensor
-# 1.10) and bf16 at D64 (issue/tensor 1.00, MUFU/tensor 0.91), the two with the least matmul
+# 1.10) and bf16 at D64 (issue/tensor 0.94, MUFU/tensor 0.91), the two with the least matmul
 # work per score (an e4m3 D128 tile takes the cycles of a bf16 D64 one). The D64 row is the
 # kernel that ships: since `840fd14` D64 non-causal calls run one exponential in 8 on the FMA
 # pipe (`EXP2_EMULATED_FULL`, the end of this section), and since `ae4c7ad` the budget compiles
 # what the launcher picks. Before the exp2 default (compiled without it) the row was 457
-# instructions and 66 `MUFU`, issue/tensor 0.89 and MUFU/tensor 1.03; now it is 514 and 58,
-# 1.00 and 0.91. The emulation took 8 `MUFU` out of the loop and put 57 instructions in
+# instructions and 66 `MUFU`, issue/tensor 0.89 and MUFU/tensor 1.03; with it, 514 and 58,
+# 1.00 and 0.91; since `1e7d429` (P converted to the P V operand two values at a time, which
+# drops the 32 `PRMT` half-swaps ptxas put after the conversions) 482 and 58, 0.94 and 0.91,
+# and the bf16 D128 and D256 loops 19 and 14 instructions shorter. The emulation took 8 `MUFU` out of the loop and put 57 instructions in
 # (about 7 per emulated exponential): the loop still has no slack, now on the issue side rather
 # than the special-function pipe. So the verdict cell above changed: its list of loops whose
 # exponentials take at least their matmuls' cycles is now FP8 D128 alone (bf16 D64 was on it
 # too before the exp2 default), and "every other loop needs at most 0.7" now prints False,
-# because D64's loop, off that list, needs 1.00 of its matmuls' cycles in issue slots. The two
+# because D64's loop, off that list, needs 0.94 of its matmuls' cycles in issue slots. The two
 # are the furthest from their peaks, 42% and 46%, against 57% for FP8 at D256 and 62-70% for
 # bf16 at D128 and D256 (lines above: fp8.json of `1c870f9`'s kernels, stale since the backward
 # dispatch changed `interface.py` and `dispatch.py` again, not the FP8 kernels; perf.json of

@@ -108,8 +108,9 @@ for name, r in sass_report["kernels"].items():
 # pipe (`EXP2_EMULATED_FULL = {64: 1}` in `kernels/forward_hopper.py`), and since `ae4c7ad`
 # `sass.gluon_forward_spec` compiles what the launcher picks (`EXP2_EMULATED_FULL` for
 # non-causal calls, 0 for causal), so the `forward D64 non-causal (Gluon, three warpgroups)`
-# row is that shipped default: 7920 instructions, against 7744 before the exp2 default
-# (compiled without it), in the same 205 basic blocks, with the same branch counts by class and
+# row is that shipped default: 7088 instructions (7920 before the masked step's single compare,
+# `d2a5f9d`, and P's paired conversion, `1e7d429`; 7744 before the exp2 default, compiled
+# without it), in the same 205 basic blocks, with the same branch counts by class and
 # the same two flagged branches (`BRA` and `BRX` at instructions 34 and 38), no data-guarded memory access and
 # no address carrying the data bit. The emulation (a clamp, a rounding, three FMAs, an integer
 # add into the exponent) adds straight-line instructions only; no verdict line changed. The
