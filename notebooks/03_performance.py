@@ -985,7 +985,8 @@ print("(share of all warp samples by stall reason; 'selected': issuing)")
 # The causal launch does half the non-causal one's work in 0.88 of its time, with the tensor
 # pipe busy 27.5% of the time against 42.7%. The largest difference is "no instruction": 22% of
 # the causal kernel's warp samples wait for an instruction to be fetched, against 3%. The
-# kernel is 7664 SASS instructions (about 120 KB, compiled offline for sm_90a) because
+# kernel profiled is 7664 SASS instructions (about 120 KB, compiled offline for sm_90a; 7368
+# since the P conversion below) because
 # `warp_specialize` compiles each partition on its own: three consumer copies, each with a
 # prologue (key tile 0's masked softmax), the unmasked loop, the masked loop and the epilogue. A
 # long tile stays in its unmasked loop; a short causal tile runs through all four every few

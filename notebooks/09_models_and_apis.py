@@ -1248,7 +1248,8 @@ print(
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` is recorded with every door the issue names (at `dc4c7c1`; the
+# machines), `launch.json` is recorded with every door the issue names (at `dc4c7c1`, stale since
+# `1e7d429`, which changed the Gluon forward's machine code and no host path; the
 # runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855` and `a2d716f` are
 # kept under `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
