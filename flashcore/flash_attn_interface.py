@@ -48,10 +48,10 @@ window, ``right > 0`` that binds, a left bound without a right one) raises.
 Raises (before anything is computed or written; the KV cache is left untouched):
 NotImplementedError naming the argument for what flashcore does not have: ``dropout_p != 0``,
 ``alibi_slopes``, non-causal windows, ``learnable_sink``, ``qv``, FP8 descales,
-``attention_chunk``, ``block_table``/``page_table`` (paged KV), ``seqused_q``/``seqused_k``,
-``rotary_cos``/``rotary_sin``, ``cache_batch_idx``, ``cache_leftpad``, ``return_lse`` /
-``return_attn_probs`` on the varlen path and ``return_softmax_lse`` on the KV-cache path
-(those paths do not return the lse yet), ``causal=False`` with several queries per sequence
+``attention_chunk``, ``block_table``/``page_table`` on the varlen path (paged KV is
+``flash_attn_with_kvcache``'s), ``seqused_q``/``seqused_k``, ``rotary_cos``/``rotary_sin``,
+``cache_batch_idx``, ``cache_leftpad``, ``return_lse`` / ``return_attn_probs`` on the varlen
+path (it does not return the lse yet), ``causal=False`` with several queries per sequence
 on the KV-cache path (flashcore's KV-cache attention is causal). ``flash_attn_varlen_func``
 takes gradients through ``attention_varlen``'s autograd. ValueError/TypeError for
 malformed values (negative softcap, a window_size that is not a pair, ...). flashcore's own
@@ -452,7 +452,8 @@ def flash_attn_with_kvcache(
         rotary_interleaved, scheduler_metadata, pack_gqa, sm_margin: ignored.
         rotary_cos/rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes, qv,
         cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
-        descales, attention_chunk, learnable_sink, return_softmax_lse: must be unset.
+        descales, attention_chunk, learnable_sink: must be unset.
+        return_softmax_lse: also return each row's log-sum-exp, as FA does.
 
         check_lengths: flashcore's, keyword-only (FA has none): check cache_seqlens (and
             the pages they use) against the cache before anything is written, which costs a
@@ -460,7 +461,10 @@ def flash_attn_with_kvcache(
             capture, where that copy cannot run (the caller then guarantees the lengths, as
             FA's callers always do); pass False for FA's eager cost under that guarantee.
 
-    Returns ``out`` ``(B, Sq, Hq, D)`` in q's dtype. Everything is checked before the cache
+    Returns ``out`` ``(B, Sq, Hq, D)`` in q's dtype; with ``return_softmax_lse``, ``(out,
+    softmax_lse)``, softmax_lse ``(B, Hq, Sq)`` float32 (FA's layout): the natural-log
+    log-sum-exp of each row's scaled scores, -inf for a row that sees no key. Everything is
+    checked before the cache
     is written: a call that raises leaves it untouched. No backward (as FA).
     """
     fn = "flash_attn_with_kvcache"
@@ -489,13 +493,6 @@ def flash_attn_with_kvcache(
             f"{fn}: expected one of block_table (FA2/FA3's name) and page_table (FA4's), got both"
         )
     pages = block_table if block_table is not None else page_table
-    if return_softmax_lse:
-        _refuse(
-            fn,
-            "return_softmax_lse",
-            return_softmax_lse,
-            "attention_with_kvcache does not pass the decode kernel's log-sum-exp on yet",
-        )
     if (k is None) != (v is None):
         raise ValueError(f"{fn}: expected k and v to be given together (or both None)")
     news = {} if k is None else {"k": k, "v": v}
@@ -530,7 +527,7 @@ def flash_attn_with_kvcache(
     elif isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
     out = _new_output(q)
-    flashcore.attention_with_kvcache(
+    done = flashcore.attention_with_kvcache(
         q.transpose(1, 2),
         k_cache.transpose(1, 2),
         v_cache.transpose(1, 2),
@@ -545,5 +542,6 @@ def flash_attn_with_kvcache(
         check_lengths=bool(check_lengths)
         and not (q.is_cuda and torch.cuda.is_current_stream_capturing()),
         out=out.transpose(1, 2),
+        return_lse=bool(return_softmax_lse),
     )
-    return out
+    return (out, done[1]) if return_softmax_lse else out

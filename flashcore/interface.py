@@ -546,7 +546,8 @@ def attention_with_kvcache(
     check_lengths: bool = True,
     out: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Append new keys/values to a KV cache in place, then attend (bottom-right causal).
 
     Args:
@@ -597,7 +598,10 @@ def attention_with_kvcache(
     that is not ``(B, >= 1)`` int32 on q's device, k/v pools of different shapes (pages of
     different sizes), a page id outside the pool, or a ``key_padding_mask`` with it.
 
-    Returns: ``(B, Hq, Sn, D)`` in q's dtype.
+    Returns: ``(B, Hq, Sn, D)`` in q's dtype; with ``return_lse``, ``(out, lse)``, lse
+    ``(B, Hq, Sn)`` the natural-log log-sum-exp of each row's scaled scores (sinks included),
+    as :func:`attention` returns it (float32; float64 for float32 inputs), -inf for a row
+    that sees no key.
     """
     if scale is not None:  # before the cached path, which skips the other checks
         check_scale(scale)
@@ -623,6 +627,7 @@ def attention_with_kvcache(
         # Trusted lengths, nothing appended: a call of a signature launched before (same
         # dtypes, devices, alignment, int classes, options) skips the checks.
         dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        lse = _decode._new_lse(q) if return_lse else None
         capacity = kvcache_capacity(k_cache, block_table)
         done = _decode.launch_decode(
             q,
@@ -641,9 +646,10 @@ def attention_with_kvcache(
             False,
             sinks=sinks,
             block_table=block_table,
+            lse=lse,
         )
         if done is not None:
-            return done
+            return (done, lse) if return_lse else done
 
     new_tokens = check_kvcache_inputs(
         q, k_cache, v_cache, cache_seqlens, k_new, v_new, out, block_table
@@ -664,9 +670,10 @@ def attention_with_kvcache(
 
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if out.numel() == 0:
-        return out
-    return _decode.launch_decode(
+    lse = _decode._new_lse(q) if return_lse else None
+    if out.numel() == 0:  # no rows: lse is empty too
+        return (out, lse) if return_lse else out
+    out = _decode.launch_decode(
         q,
         k_cache,
         v_cache,
@@ -684,7 +691,9 @@ def attention_with_kvcache(
         True,
         sinks=sinks,
         block_table=block_table,
+        lse=lse,
     )
+    return (out, lse) if return_lse else out
 
 
 # ---------------------------------------------------------------------------- fp8

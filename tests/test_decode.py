@@ -104,6 +104,48 @@ def test_gpu_long_cache_many_splits():
 
 
 @pytest.mark.parametrize("new_tokens", [True, False])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_kvcache_returns_the_lse(new_tokens, splits, with_sinks):
+    """attention_with_kvcache(return_lse=True): (out, lse), lse (B, Hq, Sn) the natural-log
+    log-sum-exp of each row's scaled scores over its ragged cache (sinks in the denominator),
+    under the rule against float64 per sequence; out as without the lse."""
+    from flashcore.kernels._softmax import lse_dtype
+    from flashcore.reference import attention_reference
+    from flashcore.validate import error_rule
+
+    gen = torch.Generator().manual_seed(11 * splits + 2 * with_sinks + new_tokens)
+    b, hq, hkv, cap, d, sn = 3, 4, 2, 120, 32, 2
+    q = _randn(b, hq, sn, d, gen=gen)
+    kc, vc = _randn(b, hkv, cap, d, gen=gen), _randn(b, hkv, cap, d, gen=gen)
+    lens = torch.tensor([3, 57, 110], device=DEVICE)
+    kn = _randn(b, hkv, sn, d, gen=gen) if new_tokens else None
+    vn = _randn(b, hkv, sn, d, gen=gen) if new_tokens else None
+    sinks = (torch.randn(hq, generator=gen) * 2).to(DEVICE) if with_sinks else None
+    out, lse = attention_with_kvcache(
+        q, kc, vc, lens, kn, vn, num_splits=splits, sinks=sinks, return_lse=True
+    )
+    assert lse.shape == (b, hq, sn) and lse.dtype == lse_dtype(q.dtype)
+    total = (lens + sn if new_tokens else lens).tolist()
+    refs = {dtype: [] for dtype in (torch.float64, torch.float32, HALF)}
+    for i, length in enumerate(total):
+        for dtype, rows in refs.items():
+            rows.append(
+                attention_reference(
+                    q[i : i + 1], kc[i : i + 1, :, :length], vc[i : i + 1, :, :length],
+                    causal=True, causal_alignment="bottom_right", sinks=sinks,
+                    compute_dtype=dtype, return_lse=True,
+                )
+            )  # fmt: skip
+    ref, ref_lse = (torch.cat(t) for t in zip(*refs[torch.float64]))
+    same = torch.cat([o for o, _ in refs[HALF]])
+    same_lse = torch.cat([x for _, x in refs[torch.float32]])
+    assert error_rule(out, ref, same).passed
+    magnitude = 4 * float(ref_lse.abs().max())  # as the full-cache test above
+    assert error_rule(lse, ref_lse, same_lse, floor_magnitude=magnitude).passed
+
+
+@pytest.mark.parametrize("new_tokens", [True, False])
 @pytest.mark.parametrize("seqlen_new", [1, 3])
 @pytest.mark.parametrize(
     "window,softcap,masked",

@@ -463,6 +463,23 @@ def test_flash_attn_with_kvcache_without_new_tokens(form):
     assert error_rule(out.transpose(1, 2), ref, same).passed
 
 
+def test_flash_attn_with_kvcache_returns_the_softmax_lse():
+    """return_softmax_lse=True: (out, softmax_lse), softmax_lse (B, Hq, Sq) float32 (FA's
+    layout), the same values as attention_with_kvcache(return_lse=True) on the same caches."""
+    q, k_cache, v_cache, k_new, v_new, seqlens = _cache_inputs(2, seed=5)
+    caches = [(k_cache.clone(), v_cache.clone()) for _ in range(2)]
+    out, lse = flashcore.flash_attn_with_kvcache(
+        q, *caches[0], k_new, v_new, cache_seqlens=seqlens, causal=True, return_softmax_lse=True
+    )
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    qb, kb, vb = _bhsd(q, *caches[1])
+    kn, vn = (t.transpose(1, 2) for t in (k_new, v_new))
+    ref, ref_lse = flashcore.attention_with_kvcache(qb, kb, vb, seqlens, kn, vn, return_lse=True)
+    assert torch.equal(out.transpose(1, 2), ref) and torch.equal(lse, ref_lse)
+    plain = flashcore.flash_attn_with_kvcache(q, *caches[1], cache_seqlens=seqlens + 2, causal=True)
+    assert isinstance(plain, torch.Tensor)  # without it, out alone (as FA)
+
+
 UNSUPPORTED_KVCACHE = [
     (dict(rotary_cos=torch.ones(80, 8), rotary_sin=torch.ones(80, 8)), "rotary_cos"),
     (dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)), "cache_batch_idx"),
@@ -476,7 +493,6 @@ UNSUPPORTED_KVCACHE = [
         "got both",
     ),
     (dict(alibi_slopes=torch.ones(4)), "alibi_slopes"),
-    (dict(return_softmax_lse=True), "return_softmax_lse"),
     (dict(causal=False), "causal"),  # 3 queries per sequence, non-causal
     (dict(causal=False, window_size=(4, 1)), "window_size"),
     (dict(learnable_sink=torch.zeros(4)), "learnable_sink"),
