@@ -249,3 +249,19 @@ def test_gluon_forward_turn_barriers_clear_of_tritons_own():
         assert row["triton_ids"] and max(row["triton_ids"]) < fh.TURN_BARRIER_0.value, row
         assert (row["register_id_barriers"] > 0) == (row["pingpong"] == 2), row
     assert any(row["pingpong"] == 2 for row in rows)
+
+
+@pytest.mark.slow
+def test_gluon_forward_softmax_loops_convert_p_without_half_swaps():
+    """The shipped bf16 Gluon forward builds, compiled offline: no PRMT in their softmax loops.
+    P converted one value at a time and packed (before 1e7d429) left one PRMT per two scores,
+    32 per key tile, 7% of D64's steady-state loop."""
+    pytest.importorskip("triton.backends.compiler")
+    from flashcore.kernels import forward_hopper as fh
+    from flashcore.studies import sass_budget
+
+    if not fh.GLUON_AVAILABLE:
+        pytest.skip("triton without Gluon's Hopper API")
+    rows = sass_budget.p_conversion_report()
+    assert len(rows) == 6 and all(row["loops"] >= 2 for row in rows), rows
+    assert all(row["prmt"] == 0 for row in rows), rows

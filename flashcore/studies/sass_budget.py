@@ -249,12 +249,42 @@ def barrier_report() -> list[dict]:
     return rows
 
 
+def p_conversion_report() -> list[dict]:
+    """The shipped bf16 Gluon forward builds at D 64, 128 and 256, causal and not, compiled
+    offline for sm_90: per build, its softmax loops and the PRMT (byte permute) instructions in
+    them. P reaches the P V wgmma through paired conversions (forward_hopper._p_operand);
+    converted one value at a time and packed, ptxas swapped the halves of every packed register
+    back with a PRMT, one per two scores."""
+    from . import sass
+
+    done = sass.in_compiler_process("flashcore.studies.sass_budget", "--p-conversion")
+    if done is not None:
+        return done
+
+    rows = []
+    for head_dim in (64, 128, 256):
+        for causal in (False, True):
+            text = sass.compile_sass(sass.gluon_forward_spec(head_dim, causal))
+            body = [item for item in listing(text) if not item.endswith(":")]
+            loops = softmax_loops(text)
+            prmt = sum(
+                _opcode(ins).startswith("PRMT")
+                for loop in loops
+                for ins in body[loop["start"] : loop["end"] + 1]
+            )
+            mode = "causal" if causal else "full"
+            rows.append({"kernel": f"bf16 D{head_dim} {mode}", "loops": len(loops), "prmt": prmt})
+    return rows
+
+
 if __name__ == "__main__":
     import json
     import sys
 
     if "--barriers" in sys.argv[1:]:
         report = barrier_report
+    elif "--p-conversion" in sys.argv[1:]:
+        report = p_conversion_report
     else:
         report = gluon_backward_report if "--gluon-backward" in sys.argv[1:] else budget_report
     print(json.dumps(report()))
