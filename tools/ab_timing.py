@@ -50,6 +50,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 SHAPES = [  # (D, S, causal)
@@ -151,25 +152,40 @@ print("RESULT " + json.dumps(out))
 
 FP8_SHAPES = [(d, s, causal) for d in (128, 256) for s in (4096, 8192, 16384) for causal in (0, 1)]
 
-# The FP8 forward as shipped (fp8_attention on per-block + Hadamard inputs, the dispatch's
-# kernel), quantization outside the timed call: the two trees' machine code for the same calls.
-FP8_WORKER = r"""
-import json, sys, torch, triton
-from flashcore.interface import fp8_attention
-from flashcore.kernels.fp8 import quantize
-out = {}
+
+def forward_worker(imports: str, body: str) -> str:
+    """A forward worker's source: IMPORTS (json, sys, torch and triton among them), then per
+    (D, S, causal) bf16 q, k, v of B*S = 16K tokens and H*D = 2048 from a generator seeded by
+    the shape (the same inputs in both trees), and BODY, which times the call into out[key];
+    ``digest`` in BODY: the bytes of its output ``o`` (so the trees' outputs can be compared)."""
+    digest = "digest = hashlib.sha256(o.view(torch.int16).cpu().numpy().tobytes()).hexdigest()"
+    head = """out = {}
 for d, s, causal in json.loads(sys.argv[1]):
     h, b = 2048 // d, max(1, 16384 // s)
     gen = torch.Generator(device="cuda").manual_seed(s + d)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
                for _ in range(3))
+"""
+    body = textwrap.indent(textwrap.dedent(body).replace("DIGEST", digest), "    ")
+    return textwrap.dedent(imports) + head + body + 'print("RESULT " + json.dumps(out))\n'
+
+
+# The FP8 forward as shipped (fp8_attention on per-block + Hadamard inputs, the dispatch's
+# kernel), quantization outside the timed call: the two trees' machine code for the same calls.
+FP8_WORKER = forward_worker(
+    """
+    import json, sys, torch, triton
+    from flashcore.interface import fp8_attention
+    from flashcore.kernels.fp8 import quantize
+    """,
+    """
     x = quantize(q, k, v, "per_block_hadamard")
     fwd = lambda: fp8_attention(x, causal=bool(causal))
     fwd(); torch.cuda.synchronize()
     key = f"fp8 D{d} S{s} {'causal' if causal else 'full'}"
     out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=300))
-print("RESULT " + json.dumps(out))
-"""
+    """,
+)
 
 WS_BACKWARD_SHAPES = [
     (d, s, c, det) for d in (64, 128) for s in (4096, 16384) for c in (0, 1) for det in (1, 0)
@@ -209,25 +225,21 @@ GLUON_FORWARD_SHAPES = [
 # The Gluon forward alone at its shipped config (attention_hopper's defaults), causal D64
 # included (which the dispatch sends to the Triton kernel below S 16K): two trees whose Gluon
 # kernels differ.
-GLUON_FORWARD_WORKER = r"""
-import hashlib, json, math, sys, torch, triton
-from flashcore.kernels import forward_hopper as fh
-out = {}
-for d, s, causal in json.loads(sys.argv[1]):
-    h, b = 2048 // d, max(1, 16384 // s)
-    gen = torch.Generator(device="cuda").manual_seed(s + d)
-    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-               for _ in range(3))
+GLUON_FORWARD_WORKER = forward_worker(
+    """
+    import hashlib, json, math, sys, torch, triton
+    from flashcore.kernels import forward_hopper as fh
+    """,
+    """
     o = torch.empty_like(q)
     fwd = lambda: fh.attention_hopper(q, k, v, o, o, causal_offset=0, is_causal=bool(causal),
                                       qk_scale=1.4426950408889634 / math.sqrt(d), store_lse=False)
     fwd(); torch.cuda.synchronize()
     key = f"gluon D{d} S{s} {'causal' if causal else 'full'}"
-    # the output's bytes, so the two trees' outputs can be compared for bitwise equality
-    digest = hashlib.sha256(o.view(torch.int16).cpu().numpy().tobytes()).hexdigest()
+    DIGEST
     out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=200), out_sha=digest)
-print("RESULT " + json.dumps(out))
-"""
+    """,
+)
 
 # Where the dispatch runs the Triton forward on a Hopper GPU (dispatch.FORWARD_GLUON_FROM): D64
 # causal below S 16K, D64 non-causal below 4K, D128/D256 causal at 1K; D64 causal 16K beside.
@@ -237,24 +249,21 @@ TRITON_FORWARD_SHAPES = [(64, s, 1) for s in (1024, 2048, 4096, 8192, 16384)] + 
 
 # The Triton forward alone (an explicit config bypasses the dispatch): two trees whose Triton
 # forward kernels differ; the output's bytes compared as in GLUON_FORWARD_WORKER.
-TRITON_FORWARD_WORKER = r"""
-import hashlib, json, sys, torch, triton
-from flashcore.interface import attention
-from flashcore.kernels.forward import default_config
-out = {}
-for d, s, causal in json.loads(sys.argv[1]):
-    h, b = 2048 // d, max(1, 16384 // s)
-    gen = torch.Generator(device="cuda").manual_seed(s + d)
-    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-               for _ in range(3))
+TRITON_FORWARD_WORKER = forward_worker(
+    """
+    import hashlib, json, sys, torch, triton
+    from flashcore.interface import attention
+    from flashcore.kernels.forward import default_config
+    """,
+    """
     cfg = default_config(q, k, bool(causal))
     fwd = lambda: attention(q, k, v, causal=bool(causal), config=cfg)
     o = fwd(); torch.cuda.synchronize()
-    digest = hashlib.sha256(o.view(torch.int16).cpu().numpy().tobytes()).hexdigest()
+    DIGEST
     key = f"triton D{d} S{s} {'causal' if causal else 'full'}"
     out[key] = dict(forward_ms=triton.testing.do_bench(fwd, warmup=50, rep=200), out_sha=digest)
-print("RESULT " + json.dumps(out))
-"""
+    """,
+)
 
 SUITES = {  # worker, its shapes, the metrics it reports
     "attention": (WORKER, SHAPES, ("forward_ms", "forward_backward_ms")),

@@ -112,7 +112,7 @@
 #             <outdir>/logs/forward_turns_<commit>.json), and Nsight Compute's source page of
 #             both at TURNS_NCU_CASES (default D128 S 8K full; D64 S 8K causal), parsed by
 #             tools/ncu_sass_stalls.py into logs/ncu_sass_fwd_turns<T>_d<D>[_causal]_<commit>.json
-#   qbufs     (FA4 not needed; carry .ab/masklimit) the Gluon forward's GPU tests here and in the
+#   qbufs     (at a0ed685 only; FA4 not needed; carry .ab/masklimit) the Gluon forward's GPU tests here and in the
 #             masked-step trial's tree; one against two Q buffers (logs/forward_qbufs_<commit>.json);
 #             the trial against this tree (ab_timing --suite gluon_forward: masklimit_ab_timing.json)
 #   tmask     (FA4 not needed; carry .ab/tmask) the Gluon forward's GPU tests here, the Triton
@@ -203,6 +203,15 @@ ws_tests_and_sanitize() {  # the "ran" scope check, the warp-specialized backwar
   bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
     "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
   ws_sanitize 200
+}
+trial_tree_tests() {  # trial_tree_tests NAME COMMIT SECONDS "NAME:SHARDS:PYTEST ARGS": GPU tests
+  # in a trial's tree .ab/NAME (its package on the path, its commit the label), logs under
+  # $out/tests_NAME
+  local name=$1 commit=$2 secs=$3 spec=$4 root=$PWD
+  (
+    cd ".ab/$name" && export PYTHONPATH=$PWD FLASHCORE_COMMIT=$commit &&
+      bash "$root/tools/gpu_test_shards.sh" "$out/tests_$name" "$secs" "$spec"
+  )
 }
 mla_probes() {  # mla_probes SECONDS: the MLA backward's launch configs around the shipped ones
   mkdir -p "$out/probe"
@@ -332,13 +341,7 @@ tests/test_backward_varlen_softcap.py"
     mkdir -p "$out/logs"
     for trial in ${WS_TRIALS:?}; do
       name=${trial%%:*}; commit=${trial##*:}
-      (
-        # the trial's own commit labels what runs in its tree
-        root=$PWD
-        cd ".ab/$name" && export PYTHONPATH=$PWD FLASHCORE_COMMIT=$commit
-        bash "$root/tools/gpu_test_shards.sh" "$out/tests_$name" 150 \
-          "ws:8:-m gpu tests/test_backward_hopper_ws.py"
-      )
+      trial_tree_tests "$name" "$commit" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py"
       TAIL=20 stage "ab_$name" 240 python3 tools/ab_timing.py "ws_trial_${name}_ab_timing" \
         --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite "${WS_TRIAL_SUITE:-ws_backward}"
     done
@@ -363,19 +366,15 @@ tests/test_backward_varlen_softcap.py"
       done
     done
     ;;
-  qbufs)  # (FA4 not needed; carry .ab/masklimit, made here by `mkdir -p .ab/masklimit && git
+  qbufs)  # (run at a0ed685, the one tree with the kernel's Q_BUFS and the q1/q2 variants; FA4
+    # not needed; carry .ab/masklimit, made here by `mkdir -p .ab/masklimit && git
     # archive <commit> flashcore tests pyproject.toml | tar -x -C .ab/masklimit`, MASKLIMIT_COMMIT
     # its commit) the Gluon forward's GPU tests in this tree (two Q buffers included) and in the
     # mask trial's, side by side; one and two Q buffers beside the Triton kernel and cuDNN
     # (logs/forward_qbufs_<commit>.json); the Gluon forward at its shipped config against the
     # trial's (tools/ab_timing.py --suite gluon_forward: speed and bitwise equality)
     bash tools/gpu_test_shards.sh "$out/tests" 280 "fwd:10:-m gpu tests/test_forward_hopper.py" &
-    (
-      root=$PWD
-      cd .ab/masklimit && export PYTHONPATH=$PWD FLASHCORE_COMMIT=${MASKLIMIT_COMMIT:?}
-      bash "$root/tools/gpu_test_shards.sh" "$out/tests_masklimit" 280 \
-        "fwd:6:-m gpu tests/test_forward_hopper.py"
-    )
+    trial_tree_tests masklimit "${MASKLIMIT_COMMIT:?}" 280 "fwd:6:-m gpu tests/test_forward_hopper.py"
     wait
     mkdir -p "$out/logs"
     TAIL=40 STAGE_HIDE="it/s\]" stage qbufs_speed 150 python3 tools/gpu_forward_hopper.py \
@@ -390,12 +389,7 @@ tests/test_backward_varlen_softcap.py"
     # side; the Triton forward against the trial's (ab_timing --suite triton_forward); Nsight
     # Compute's source page of the Gluon forward at D64 S 2K causal and full (shipped turn)
     bash tools/gpu_test_shards.sh "$out/tests" 330 "fwd:10:-m gpu tests/test_forward_hopper.py" &
-    (
-      root=$PWD
-      cd .ab/tmask && export PYTHONPATH=$PWD FLASHCORE_COMMIT=${TMASK_COMMIT:?}
-      bash "$root/tools/gpu_test_shards.sh" "$out/tests_tmask" 330 \
-        "tfwd:6:-m gpu tests/test_forward.py"
-    )
+    trial_tree_tests tmask "${TMASK_COMMIT:?}" 330 "tfwd:6:-m gpu tests/test_forward.py"
     wait
     mkdir -p "$out/logs"
     TAIL=16 stage ab_tmask 150 python3 tools/ab_timing.py tmask_ab_timing \
@@ -421,12 +415,7 @@ tests/test_backward_varlen_softcap.py"
     # at the Gluon forward's shipped configs (ab_timing --suite gluon_forward: speed and output
     # bytes; <name>_ab_timing.json)
     name=${TRIAL%%:*}; commit=${TRIAL##*:}
-    (
-      root=$PWD
-      cd ".ab/$name" && export PYTHONPATH=$PWD FLASHCORE_COMMIT=$commit
-      bash "$root/tools/gpu_test_shards.sh" "$out/tests_$name" 240 \
-        "fwd:12:-m gpu tests/test_forward_hopper.py"
-    )
+    trial_tree_tests "$name" "$commit" 240 "fwd:12:-m gpu tests/test_forward_hopper.py"
     TAIL=30 stage "ab_$name" 200 python3 tools/ab_timing.py "${name}_ab_timing" \
       --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite gluon_forward
     ;;
