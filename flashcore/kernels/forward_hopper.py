@@ -21,9 +21,9 @@ P_{j-1} @ V_{j-1} (issued asynchronously just before, with S_j = Q @ K_j^T):
 Ping-pong (PINGPONG=True): the consumer warpgroups take turns issuing their GEMMs (the turn
 passes around the ring on a hardware named barrier at D128, an mbarrier per warpgroup
 elsewhere: PINGPONG_TURNS), so one warpgroup's softmax runs while another's GEMMs occupy the
-tensor cores. Causal launches take each head's longest
-(last) query tiles first. On a persistent grid the producer loads the next work tile's Q and
-K/V while the consumers finish the last P V and store the current one.
+tensor cores. Causal launches take each head's longest (last) query tiles first. On a
+persistent grid the producer loads the next work tile's Q and K/V while the consumers finish
+the last P V and store the current one.
 
 Which calls take this path (``supports``; everything else runs the Triton kernel in
 forward.py, with the same numerics contract):
@@ -457,7 +457,8 @@ if GLUON_AVAILABLE:
         with one cvt.rn.{bf16,f16}x2.f32 per pair of a thread's consecutive values (the same
         rounding as two single cvt.rn): converted one by one and packed, ptxas paired them in
         the wrong halves and swapped every register back with a PRMT, one per two scores
-        (D64 steady-state loop 455 -> 423 instructions, D128 492 -> 473, offline sm_90a)."""
+        (D64 steady-state loop 455 -> 423 instructions, D128 492 -> 473, offline sm_90a; the
+        same output bytes, D64 2-8% less time on the H200, logs/ppack_ab_timing_99cda77.json)."""
         if dtype == gl.bfloat16:
             p16 = gl.inline_asm_elementwise(
                 "cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [p], dtype=gl.bfloat16,
