@@ -149,16 +149,11 @@ def main():
                     b = max(1, bench.TOKENS_PER_BATCH // s)
                     shape = dict(B=b, Hq=h, S=s, D=d, Dv=dv, causal=causal, dtype=dtype)
                     dt = getattr(torch, dtype)
-                    gen = torch.Generator(device="cuda").manual_seed(0)
                     per_set = b * h * s * (2 * d + dv) * 2
                     n_sets = bench.rotation_count(per_set)
-                    sets = [
-                        tuple(
-                            torch.randn(b, h, s, width, device="cuda", dtype=dt, generator=gen)
-                            for width in (d, d, dv)
-                        )
-                        for _ in range(n_sets)
-                    ]
+                    sets = bench.rotated_inputs(
+                        n_sets, *[(b, h, s, width) for width in (d, d, dv)], dtype=dt
+                    )
                     flops = bench.attention_flops(b, h, s, s, (d + dv) / 2, causal)
                     # "triton": today's kernel (an explicit config bypasses the dispatch);
                     # "flashcore": what flashcore.attention runs now (the dispatch table).

@@ -53,14 +53,7 @@ def main() -> int:
     for d, s in SHAPES:
         h, b = 2048 // d, max(1, bench.TOKENS_PER_BATCH // s)
         n_sets = bench.rotation_count(b * h * s * d * 3 * 2)
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        sets = [
-            tuple(
-                torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-                for _ in range(3)
-            )
-            for _ in range(n_sets)
-        ]
+        sets = bench.rotated_inputs(n_sets, *[(b, h, s, d)] * 3)
         flops = bench.attention_flops(b, h, s, s, d, False)
         fns = paths(d)
         times = {(n, m): [] for n in fns for m in ("eager", "graph")}

@@ -83,6 +83,17 @@ def rotation_count(
     return int(max(1, min(max_sets, want)))
 
 
+def rotated_inputs(n_sets: int, *shapes, dtype=torch.bfloat16, seed: int = 0) -> list[tuple]:
+    """``n_sets`` input sets for ``time_launches`` to rotate through: each a tuple of
+    standard-normal CUDA tensors of ``shapes`` (q's, k's, v's, ...) in ``dtype``, all drawn
+    in order from one generator seeded with ``seed``, so a run's inputs are reproducible."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return [
+        tuple(torch.randn(*shape, device="cuda", dtype=dtype, generator=gen) for shape in shapes)
+        for _ in range(n_sets)
+    ]
+
+
 def time_launches(
     fn,
     n_sets: int,
@@ -319,15 +330,7 @@ def bench_attention_shape(
     per_set = (B * Hq * S * D + B * Hkv * Sk * (D + Dv)) * torch.finfo(dtype).bits // 8
     free, _ = torch.cuda.mem_get_info()
     n_sets = rotation_count(per_set, budget_bytes=int(0.25 * free))
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    sets = [
-        (
-            torch.randn(B, Hq, S, D, device="cuda", dtype=dtype, generator=gen),
-            torch.randn(B, Hkv, Sk, D, device="cuda", dtype=dtype, generator=gen),
-            torch.randn(B, Hkv, Sk, Dv, device="cuda", dtype=dtype, generator=gen),
-        )
-        for _ in range(n_sets)
-    ]
+    sets = rotated_inputs(n_sets, (B, Hq, S, D), (B, Hkv, Sk, D), (B, Hkv, Sk, Dv), dtype=dtype)
     # q.k^T over D and P.V over Dv: the FLOPs of one head dim of (D + Dv) / 2.
     flops = attention_flops(B, Hq, S, Sk, (D + Dv) / 2, causal)
     rows, fns = [], {}

@@ -253,7 +253,14 @@ def bench_fp8(
     the producer does not emit fp8). The variants differ only in their scales, not in code."""
     from ..dispatch import fp8_kernel
     from ..kernels.fp8 import pick_config
-    from .bench import attention_flops, make_flashcore, make_sdpa, rotation_count, time_launches
+    from .bench import (
+        attention_flops,
+        make_flashcore,
+        make_sdpa,
+        rotated_inputs,
+        rotation_count,
+        time_launches,
+    )
 
     rows = []
     for shape in shapes:
@@ -261,14 +268,7 @@ def bench_fp8(
         per_set = 3 * B * H * S * D * 2
         free, _ = torch.cuda.mem_get_info()
         n_sets = rotation_count(per_set, budget_bytes=int(0.15 * free))
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        sets = [
-            tuple(
-                torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-                for _ in range(3)
-            )
-            for _ in range(n_sets)
-        ]
+        sets = rotated_inputs(n_sets, *[(B, H, S, D)] * 3)
         flops = attention_flops(B, H, S, S, D, causal)
         base = {**shape, "flops": flops, "rotated_sets": n_sets}
 
