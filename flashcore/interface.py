@@ -627,7 +627,7 @@ def attention_with_kvcache(
         # Trusted lengths, nothing appended: a call of a signature launched before (same
         # dtypes, devices, alignment, int classes, options) skips the checks.
         dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
-        lse = _decode._new_lse(q) if return_lse else None
+        lse = _decode.new_lse(q) if return_lse else None
         capacity = kvcache_capacity(k_cache, block_table)
         done = _decode.launch_decode(
             q,
@@ -670,7 +670,7 @@ def attention_with_kvcache(
 
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = _decode._new_lse(q) if return_lse else None
+    lse = _decode.new_lse(q) if return_lse else None
     if out.numel() == 0:  # no rows: lse is empty too
         return (out, lse) if return_lse else out
     out = _decode.launch_decode(

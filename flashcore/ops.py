@@ -40,8 +40,6 @@ def _kernels():
 
 def _launch_cuda(q, k, v, is_causal, bottom_right, scale, window=None, softcap=None, sinks=None):
     attend_full_cache, attention = _KERNELS or _kernels()
-    if scale is not None:  # the decode route below checks nothing of the scale's
-        check_scale(scale)
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     if (
         seqlen_q <= DECODE_MAX_QUERIES

@@ -151,6 +151,11 @@ def test_bad_scale_raises_on_every_entry_point(scale, exc):
                 one, k_cache, v_cache, lens, new, new, scale=scale, check_lengths=check_lengths
             )
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+    # The full-cache decode entry (the torch op's and the SDPA door's decode route)
+    from flashcore.kernels.decode import attend_full_cache
+
+    with pytest.raises(exc, match="scale"):
+        attend_full_cache(one, k_cache, v_cache, scale=scale)
     q32 = t(1, 2, 16, 32, dtype=torch.float16)  # (fp8's head dims start at 32)
     x = quantize_fp8(q32, q32, q32, "naive")
     with pytest.raises(exc, match="scale"):

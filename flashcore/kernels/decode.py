@@ -56,6 +56,7 @@ import triton.language as tl
 
 from .._checks import (
     check_attention_inputs,
+    check_scale,
     check_sinks,
     check_softcap,
     check_window,
@@ -870,6 +871,8 @@ def attend_full_cache(
     result into (default: a new contiguous one).
 
     Raises as :func:`attention_with_kvcache` for bad inputs."""
+    if scale is not None:  # before the cached path, which skips the other checks
+        check_scale(scale)
     seqlen_k = k.shape[2] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
     if (
         type(q) is torch.Tensor
@@ -884,7 +887,7 @@ def attend_full_cache(
         and (out is None or out.device == q.device)
     ):
         dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
-        lse = _new_lse(q) if return_lse else None
+        lse = new_lse(q) if return_lse else None
         done = launch_decode(
             q,
             k,
@@ -926,7 +929,7 @@ def attend_full_cache(
         raise ValueError(
             f"expected out to be a {tuple(q.shape)} {q.dtype} tensor on {q.device}, got {got}"
         )
-    lse = _new_lse(q) if return_lse else None
+    lse = new_lse(q) if return_lse else None
     if out.numel() > 0:
         launch_decode(
             q,
@@ -949,7 +952,9 @@ def attend_full_cache(
     return (out, lse) if return_lse else out
 
 
-def _new_lse(q: torch.Tensor) -> torch.Tensor:
+def new_lse(q: torch.Tensor) -> torch.Tensor:
+    """An uninitialized ``(B, Hq, Sq)`` tensor of ``lse_dtype(q.dtype)`` for the decode kernels'
+    log-sum-exp (``launch_decode``'s ``lse``)."""
     return torch.empty(q.shape[:3], dtype=lse_dtype(q.dtype), device=q.device)
 
 
