@@ -120,6 +120,10 @@
 #             --suite triton_forward: tmask_ab_timing.json); Nsight Compute at D64 S 2K
 #   bn64      (FA4 not needed) the Gluon forward with 64-key tiles beside its shipped config at
 #             short S: D64 (three and two warpgroups) and D128 (logs/forward_bn64_*_<commit>.json)
+#   d64_dispatch (FA4 not needed) the GPU tests of the KV-cache lse (the interface's and the
+#             flash_attn door's); the D=64 forward dispatch measured again: the Triton kernel,
+#             the call as dispatched and the Gluon kernel forced at its shipped config, S 1K-16K
+#             (tools/gpu_forward_hopper.py: logs/d64_gluon_sweep_<commit>.json)
 #   trial_fwd (FA4 not needed; carry .ab/<name>, TRIAL=name:commit) the Gluon forward's GPU tests
 #             in a trial's tree, then the trial against this tree (ab_timing --suite gluon_forward)
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
@@ -418,6 +422,13 @@ tests/test_backward_varlen_softcap.py"
     trial_tree_tests "$name" "$commit" 240 "fwd:12:-m gpu tests/test_forward_hopper.py"
     TAIL=30 stage "ab_$name" 200 python3 tools/ab_timing.py "${name}_ab_timing" \
       --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite gluon_forward
+    ;;
+  d64_dispatch)
+    TAIL=4 stage gpu_tests_lse 240 python3 -m pytest -q -p no:cacheprovider -m gpu \
+      tests/test_decode.py tests/test_flash_attn_interface.py -k lse
+    mkdir -p "$out/logs"
+    TAIL=30 stage d64_sweep 330 python3 tools/gpu_forward_hopper.py \
+      "$out/logs/d64_gluon_sweep_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 64 --variants shipped
     ;;
   turns_a)
     bash .fa4a/install.sh
