@@ -36,6 +36,12 @@ from .kernels import forward_hopper as _hopper
 # b391df4, 3 rotated rounds (logs/d64_gluon_sweep_b391df4.json), Gluon vs Triton:
 #   D=64  full   S=2K 400 vs 428, S=4K 458 vs 420, S=8K 454 vs 411, S=16K 451 vs 427
 #   D=64  causal S=4K 368 vs 389, S=8K 411 vs 412, S=16K 455 vs 423
+# D=64 causal moved from 16K to 4K on an H200 (no H100 lent since 2026-11-28): after the
+# softmax step's one compare per masked score (d2a5f9d) and P converted in pairs (1e7d429),
+# commit dd61c18, 3 rotated rounds (logs/d64_gluon_sweep_dd61c18.json, H200), Gluon vs Triton:
+#   D=64  full   S=1K 342 vs 393, S=2K 408 vs 427, S=4K 481 vs 425 (unchanged: from 4K)
+#   D=64  causal S=1K 152 vs 316, S=2K 246 vs 380, S=4K 400 vs 386, S=8K 445 vs 407,
+#                S=16K 490 vs 422
 # D=192 is MLA's pair (v 128; the only D_v != D the Gluon kernel computes), measured at
 # commit 98e26a3 (tools/gpu_forward_hopper.py --head-dims 192/128, H = 16, bf16, 3 rounds;
 # logs/mla_forward_probe_98e26a3.json), TFLOP/s Gluon vs Triton:
@@ -50,7 +56,7 @@ from .kernels import forward_hopper as _hopper
 # ``config`` always run the Triton kernel.
 FORWARD_GLUON_FROM = {
     (64, False): 4096,
-    (64, True): 16384,
+    (64, True): 4096,
     (128, False): 1024,
     (128, True): 2048,
     (256, False): 1024,

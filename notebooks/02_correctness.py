@@ -360,7 +360,8 @@ print(
 # %% [markdown]
 # Under today's dispatch 2 of these 450 cases reach the Gluon kernel: D64 non-causal at
 # $S_q = S_k = 4096$, fp16 and bf16 (`dispatch.FORWARD_GLUON_FROM` sends D64 there from 4096
-# non-causal, 16384 causal; ratios 0.099 and 0.086 in the record). It serves D128/D256 once the
+# causal or not (causal from 16384 until an H200 sweep at `dd61c18`; the grid has no D64 causal
+# case that long); ratios 0.099 and 0.086 in the record). It serves D128/D256 once the
 # shorter of $S_q$ and $S_k$ reaches 1K-2K, and in the grid's D128 and D256 cases the shorter
 # one is at most 1023 (`kernel` in each row says which ran).
 # The same grid was therefore also run with every case the Gluon kernel supports forced onto

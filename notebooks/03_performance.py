@@ -466,8 +466,9 @@ print(
 # (`flashcore_triton`), cuDNN and FlashAttention-4 in one process, interleaved over rounds. Per
 # shape: flashcore's TFLOP/s over cuDNN's (in brackets, over the Triton kernel's); then the
 # targets: geomean over S 2K-16K × {causal, full} ≥ 1.00 at each head dim, no shape of those
-# below 0.95, S=1K ≥ 0.90. At D=64 the dispatch picks the Gluon kernel from S = 4K non-causal
-# and 16K causal (`python -m flashcore info`); below those the brackets compare two configs
+# below 0.95, S=1K ≥ 0.90. At D=64 the dispatch picks the Gluon kernel from S = 4K, causal or
+# not (causal from 16K until the H200 sweep at `dd61c18` below; `python -m flashcore info`, and a
+# record's rows say which ran at its commit); below those the brackets compare two configs
 # of the Triton kernel. The variant
 # sweep's last run (`fa3_attempt.json`, commit `2c03bb9`, a record of an earlier kernel) gave a
 # similar picture: geomean 0.953 at D=128, 1.017 at D=256 and 0.905 at D=64 (the Triton kernel).
@@ -942,7 +943,7 @@ print(table(d64_rows, list(d64_rows[0]), {"triton": "{:.0f}", "dispatched": "{:.
       "its TFLOP/s": "{:.0f}", "Gluon / Triton": "{:.3f}"}))  # fmt: skip
 
 # %% [markdown]
-# The H100's choice holds on the H200: non-causal from 4K the Gluon kernel is 15-17% faster than
+# At `2e66d0f` the H100's choice held on the H200: non-causal from 4K the Gluon kernel is 15-17% faster than
 # the Triton kernel, at 2K level (0.99); causal it is slower at 2K and 4K, level at 8K (1.02, within
 # this sweep's spread) and faster at 16K, where the table sends it. So the D=64 causal shapes that
 # are furthest behind FA4 (0.75 at 8K) are not a dispatch mistake: neither kernel comes near
@@ -951,6 +952,42 @@ print(table(d64_rows, list(d64_rows[0]), {"triton": "{:.0f}", "dispatched": "{:.
 # same config forced through the tool at 471 (the full sweep above has the dispatched call at 467
 # and 466): with 21 samples per implementation, a difference of this size between two timings of
 # one kernel is within what this sweep can tell apart.
+
+# %% [markdown]
+# Two changes to the softmax step later (one compare per masked score, `d2a5f9d`; P converted in
+# pairs, `1e7d429`: the same output bytes, D=64 causal 5-8% less time each), the same sweep at
+# `dd61c18` with the shipped config forced (`logs/d64_gluon_sweep_dd61c18.json`; "dispatched" is
+# the call under the table of that commit, causal from 16K):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from flashcore.dispatch import FORWARD_GLUON_FROM
+
+d64_after = _json.loads(
+    (_results.RESULTS_DIR / H200 / "logs" / "d64_gluon_sweep_dd61c18.json").read_text()
+)
+d64_after_by = {}
+for r in d64_after["rows"]:
+    d64_after_by.setdefault((r["S"], "causal" if r["causal"] else "full"), {})[r["impl"]] = r[
+        "tflops"
+    ]
+d64_after_rows = [
+    {"S": s_len, "mode": mode, "triton": t["triton"], "dispatched": t["flashcore"],
+     "Gluon (shipped config)": t["shipped"], "Gluon / Triton": t["shipped"] / t["triton"],
+     "table now": "gluon" if s_len >= FORWARD_GLUON_FROM[(64, mode == "causal")] else "triton"}
+    for (s_len, mode), t in sorted(d64_after_by.items())
+]  # fmt: skip
+print(table(d64_after_rows, list(d64_after_rows[0]), {"triton": "{:.0f}", "dispatched": "{:.0f}",
+      "Gluon (shipped config)": "{:.0f}", "Gluon / Triton": "{:.3f}"}))  # fmt: skip
+
+# %% [markdown]
+# Causal, the Gluon kernel now leads from 4K (1.04, 1.09 and 1.16 at 4K, 8K and 16K), so the table
+# sends D=64 causal calls to it from 4K (it was 16K); non-causal is unchanged (from 4K). The 4K
+# margin is small for one sweep of 21 samples a side: `perf.json`, recorded after this change,
+# times the dispatched call and the Triton kernel in one process again (the `flashcore` and
+# `flashcore_triton` rows of the forward table above). Below 4K the Triton kernel stays: 0.65 at
+# 2K, 0.48 at 1K, the short-tile cost the next section explains. This move was measured on the
+# H200 only (no H100 was lent since); the table's comment says so.
 
 # %% [markdown]
 # ### Short causal tiles

@@ -131,8 +131,8 @@
 #             workloads (log only); launch.json
 #   scale_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; the error tests (a bad softmax scale on every entry point, CUDA's
-#             cached routes included), the SDPA door's and the launch tests on the GPU;
-#             launch.json
+#             cached routes included), the SDPA door's and the launch tests on the GPU; the
+#             KV-cache lse's tests; launch.json
 #   ncu_sass_ws (FA4 not needed) Nsight Compute's source page of the warp-specialized backward
 #             per NCU_SASS_CASES (default D256 S 8K full, both modes; ~2 x 60 s), parsed into
 #             logs/ncu_sass_ws_*_<commit>.json (tools/ncu_sass_stalls.py)
@@ -207,6 +207,11 @@ ws_tests_and_sanitize() {  # the "ran" scope check, the warp-specialized backwar
   bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
     "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
   ws_sanitize 200
+}
+kvcache_lse_tests() {  # the KV-cache lse's tests on the GPU (device tests: no -m gpu), the
+  # interface's and the flash_attn door's
+  TAIL=4 stage gpu_tests_lse 240 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_decode.py tests/test_flash_attn_interface.py -k lse
 }
 trial_tree_tests() {  # trial_tree_tests NAME COMMIT SECONDS "NAME:SHARDS:PYTEST ARGS": GPU tests
   # in a trial's tree .ab/NAME (its package on the path, its commit the label), logs under
@@ -424,8 +429,7 @@ tests/test_backward_varlen_softcap.py"
       --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite gluon_forward
     ;;
   d64_dispatch)
-    TAIL=4 stage gpu_tests_lse 240 python3 -m pytest -q -p no:cacheprovider -m gpu \
-      tests/test_decode.py tests/test_flash_attn_interface.py -k lse
+    kvcache_lse_tests
     mkdir -p "$out/logs"
     TAIL=30 stage d64_sweep 330 python3 tools/gpu_forward_hopper.py \
       "$out/logs/d64_gluon_sweep_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 64 --variants shipped
@@ -442,6 +446,7 @@ tests/test_backward_varlen_softcap.py"
     ran_scope_check
     TAIL=6 stage gpu_tests_scale 240 python3 -m pytest -q -p no:cacheprovider tests/test_errors.py \
       tests/test_sdpa_backend.py tests/test_launch.py
+    kvcache_lse_tests
     TAIL=12 stage launch 150 python3 -m flashcore launch --record
     ;;
   ncu_sass_ws)  # (FA4 not needed) Nsight Compute's source page of the warp-specialized
