@@ -193,6 +193,8 @@ def test_launcher_binds_every_kernel_argument(monkeypatch, d, deterministic):
     assert bound["SPLIT_COLUMNS"] is bhw.SPLIT_COLUMNS_FOR[d]
     assert bound["HEAD_DIM"] == d and bound["IS_CAUSAL"] is True and bound["num_warps"] == 8
     assert bound["DK_FROM_SMEM"] is bhw.DK_FROM_SMEM_FOR[d]
+    # (the call is causal: rows at D64 in the deterministic mode, columns in the atomic one)
+    assert bound["DQ_SPLIT_ROWS"] is (d == 64 and deterministic)
     descs = [bound[n] for n in ("q_desc", "k_desc", "do_desc", "dq_desc")]
     assert [x.block_shape for x in descs] == [
         [1, 1, block_m, d],
@@ -276,7 +278,8 @@ def report(d, causal, dtype, det, split):
         floats={"qk_scale", "sm_scale"},
         consts=dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=bhw.STAGES_FOR[d],
                     IS_CAUSAL=causal, DETERMINISTIC=det, DK_FROM_SMEM=bhw.DK_FROM_SMEM_FOR[d],
-                    DQ_BUFFERS=bhw.DQ_BUFFERS_FOR[d], SPLIT_COLUMNS=split),
+                    DQ_BUFFERS=bhw.DQ_BUFFERS_FOR[d], SPLIT_COLUMNS=split,
+                    DQ_SPLIT_ROWS=bhw.DQ_SPLIT_ROWS_FOR.get((d, det, causal), False)),
         num_warps=bhw.NUM_WARPS, num_stages=1,
         descs={"q_desc": desc(bm), "do_desc": desc(bm), "k_desc": desc(bn),
                "v_desc": desc(bn), "dq_desc": desc(bm, "fp32", gl.float32)},
@@ -352,6 +355,13 @@ def test_offline_compile_for_sm90(record_property):
             assert r["step_spills"] == 0 and r["n_spills"] <= 8 and r["stack"] <= 32, (name, r)
         else:
             assert r["n_spills"] <= 16 and r["stack"] <= 64, (name, r)
+    # D64's dQ split by rows (DQ_SPLIT_ROWS_FOR): 8 wgmmas of 64 columns a step where the
+    # column split issues 16 of 32 (the atomic causal builds keep the columns)
+    columns = report["D64 causal bf16"]["hgmma"]
+    assert report["D64 causal fp16"]["hgmma"] == columns
+    for name in ("D64 full bf16", "D64 full fp16", "D64 full bf16 deterministic",
+                 "D64 causal bf16 deterministic"):  # fmt: skip
+        assert report[name]["hgmma"] == columns - 8, (name, report[name]["hgmma"], columns)
 
 
 def test_dq_postprocess_scales_and_casts():

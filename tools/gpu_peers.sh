@@ -124,6 +124,10 @@
 #             flash_attn door's); the D=64 forward dispatch measured again: the Triton kernel,
 #             the call as dispatched and the Gluon kernel forced at its shipped config, S 1K-16K
 #             (tools/gpu_forward_hopper.py: logs/d64_gluon_sweep_<commit>.json)
+#   dq_rows   (FA4 not needed) the "ran" scope check, the warp-specialized backward's GPU tests
+#             (both modes, the dispatch, the shared Gluon ones), both modes beside the Triton
+#             backward (backward_ws_modes.json: the dispatch tables' record); ws_modes without
+#             compute-sanitizer and the race probe
 #   trial_fwd (FA4 not needed; carry .ab/<name>, TRIAL=name:commit) the Gluon forward's GPU tests
 #             in a trial's tree, then the trial against this tree (ab_timing --suite gluon_forward)
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
@@ -321,6 +325,12 @@ tests/test_backward_varlen_softcap.py"
   ws_record)
     ran_scope_check
     ws_sanitize 170
+    ws_check backward_ws_modes ws_modes 420 "${WS_MODES_ARGS[@]}"
+    ;;
+  dq_rows)
+    ran_scope_check
+    bash tools/gpu_test_shards.sh "$out/tests" 150 "ws:8:-m gpu tests/test_backward_hopper_ws.py" \
+      "shared:4:-m gpu tests/test_backward_hopper.py -k gluon_ws"
     ws_check backward_ws_modes ws_modes 420 "${WS_MODES_ARGS[@]}"
     ;;
   grid_a)

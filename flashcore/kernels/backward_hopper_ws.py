@@ -168,6 +168,21 @@ BLOCK_M_FOR = {64: 128, 128: 64, 256: 64}
 # step's wgmmas asynchronously (C7512); from registers at D128, where it fits and was faster
 # (H200 A/B: logs/ws_trial_fold_ab_timing.json, logs/ws_trial_dk_ab_timing.json).
 DK_FROM_SMEM_FOR = {64: True, 128: False, 256: True}
+# How the warpgroups split dQ = dS K (``_consumers``), per head dim and (deterministic,
+# causal): by rows (queries: per warpgroup its 64 rows of dS and all of K, 64-column wgmmas;
+# FlashAttention-4's sm90 D64 layout, AtomLayoutMdQ 2) or by columns (per warpgroup all of dS
+# in 32-column wgmmas at D64: 1.5x the shared-memory reads for the same FLOPs, 16 wgmmas a
+# step against 8). Rows need BLOCK_M 128 (D64; D128's 64-row tile is one warpgroup's m64).
+# H200 A/B at D64, rows / columns time (trial ec8d9c7, 3 alternating rounds,
+# logs/ws_trial_dqrows_ab_timing_ec8d9c7.json; D128, unchanged, read 0.989-1.011):
+# deterministic 0.965/0.959 (S 4K full/causal), 0.971/0.966 (16K); atomic full 0.960, 0.958;
+# atomic causal 1.037, 1.048, so that one keeps the columns.
+DQ_SPLIT_ROWS_FOR = {
+    (64, True, False): True,
+    (64, True, True): True,
+    (64, False, False): True,
+    (64, False, True): False,
+}
 # The deterministic mode's independent fp32 dQ accumulators (non-causal calls; causal ones
 # use one): key block k adds into accumulator k % P, in a fixed order within it, and the
 # conversion pass sums the P accumulators in order. A chain of ordered adds is then P times
@@ -339,11 +354,12 @@ if GLUON_AVAILABLE:
         k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem, dq_smem, dq_empty,
         dK, dV, dkv_strides, lengths, work, qk_scale, sm_scale,
         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-        IS_CAUSAL: gl.constexpr, DK_FROM_SMEM: gl.constexpr,
+        IS_CAUSAL: gl.constexpr, DK_FROM_SMEM: gl.constexpr, DQ_SPLIT_ROWS: gl.constexpr,
     ):  # fmt: skip
         """Two warpgroups, each owning 64 keys of the block: S^T and dP^T (keys x queries),
         P^T in registers as the A operand of dV, dS^T as dK's from registers or from shared
-        memory (``DK_FROM_SMEM``; module docstring)."""
+        memory (``DK_FROM_SMEM``; module docstring); dQ split between them by rows or by
+        columns (``DQ_SPLIT_ROWS``, ``DQ_SPLIT_ROWS_FOR``)."""
         q_ring, do_ring, ready = ring
         lse_ring, delta_ring = rows_ring
         STAGES: gl.constexpr = step_done.shape[0]
@@ -354,7 +370,10 @@ if GLUON_AVAILABLE:
         NW: gl.constexpr = gl.num_warps()
         st_layout: gl.constexpr = _split_rows_layout(NW, BLOCK_M)  # S^T, dP^T
         kv_layout: gl.constexpr = _split_rows_layout(NW, HEAD_DIM)  # dK, dV
-        dq_layout: gl.constexpr = _split_columns_layout(NW, HEAD_DIM)
+        if DQ_SPLIT_ROWS:
+            dq_layout: gl.constexpr = _split_rows_layout(NW, HEAD_DIM)
+        else:
+            dq_layout: gl.constexpr = _split_columns_layout(NW, HEAD_DIM)
         op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
         query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
         key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
@@ -600,6 +619,7 @@ if GLUON_AVAILABLE:
         dq_partials, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, DETERMINISTIC: gl.constexpr,
         DK_FROM_SMEM: gl.constexpr, DQ_BUFFERS: gl.constexpr, SPLIT_COLUMNS: gl.constexpr,
+        DQ_SPLIT_ROWS: gl.constexpr = False,
     ):  # fmt: skip
         """Grid (key blocks, batch * KV heads), as the other Gluon backwards. dq_desc: the
         (dq_partials * B, Hq, Sq, D) fp32 dQ buffer (unscaled dQ is added), BLOCK_M x D
@@ -701,7 +721,7 @@ if GLUON_AVAILABLE:
                     (_consumers, (k_buf, v_buf, kv_bar, ring, rows_ring, step_done, ds_smem,
                                   dq_smem, dq_empty, dK, dV, dkv_strides, lengths, work,
                                   qk_scale, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL,
-                                  DK_FROM_SMEM)),
+                                  DK_FROM_SMEM, DQ_SPLIT_ROWS)),
                     (_loader, (q_desc, k_desc, v_desc, do_desc, k_buf.index(0), v_buf.index(0),
                                kv_bar, ring, rows_ring, step_done, work, Lse, Delta,
                                num_q_heads, seqlen_q, 1.0 / sm_scale, BLOCK_M)),
@@ -830,6 +850,9 @@ def attention_backward_hopper_ws(
         DK_FROM_SMEM=DK_FROM_SMEM_FOR[head_dim],
         DQ_BUFFERS=DQ_BUFFERS_FOR[head_dim],
         SPLIT_COLUMNS=SPLIT_COLUMNS_FOR[head_dim],
+        DQ_SPLIT_ROWS=DQ_SPLIT_ROWS_FOR.get(
+            (head_dim, bool(deterministic), bool(is_causal)), False
+        ),
         num_warps=NUM_WARPS,
     )
     _backward.dq_postprocess(dq_acc, dq, scale)  # summed, scaled and converted in one pass
