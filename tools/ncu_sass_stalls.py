@@ -85,7 +85,11 @@ def raw_metrics(path: Path) -> tuple[dict, dict]:
 
 
 # ncu prints a duration in the unit that suits its size (a 0.6 ms kernel as 608 usecond).
-MILLISECONDS_PER = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+# ncu's unit row names a duration in either spelling ("usecond" or "us", by version/locale)
+MILLISECONDS_PER = {
+    "nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3,
+    "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3,
+}  # fmt: skip
 
 
 def main() -> int:
