@@ -1801,11 +1801,12 @@ if H200 in recorded_devices("backward"):
     print_target_verdicts(read_result("backward", H200)["speed"])
 
 # %% [markdown] tags=[]
-# **Reading it.** `backward.json` was re-recorded at `081dfd2` (2026-11-29) on today's kernels
-# and dispatch and is current: its 438-case gradient grid passed (worst ratio 0.865), and its
-# D256 default rows are section 9g's kernel (four dQ accumulators up to S=4K). The tables'
-# record (`backward_ws_modes.json`) is `e0ca4cc`'s and shows as stale (by `dispatch.py` and
-# `ops.py`, which changed after it; the kernels it times did not). It was repeated at
+# **Reading it.** `backward.json` was re-recorded at `081dfd2` (2026-11-29): its 438-case
+# gradient grid passed (worst ratio 0.865), and its D256 default rows are section 9g's kernel
+# (four dQ accumulators up to S=4K). It is stale since section 9h's D64 change (its speed part
+# ran again at `a221cd9`, a log printed there). The tables' record (`backward_ws_modes.json`)
+# printed above is `ba42563`'s (section 9h); the paragraphs below read `e0ca4cc`'s, kept as
+# `logs/backward_ws_modes_e0ca4cc.{json,log}`, on the same D128/D256 kernels. It was repeated at
 # `b7475c1` on the same kernels (`logs/backward_ws_modes_b7475c1.{json,log}`: 366 cases, 0
 # failed, worst 0.950, bitwise 24 of 24): the deterministic default's table comes out the same
 # from all three H200 records (`4633056`, `e0ca4cc`, `b7475c1`); two `deterministic=False`
@@ -1872,6 +1873,60 @@ print_ab([("four dQ accumulators", "ws_trial_partials_ab_timing_7b5f2cd.json")],
 # 537 MB instead of 134 MB) and their sum in the conversion pass. Sanitizer on `4633056`
 # (`logs/sanitize_backward_ws_4633056.log`): memcheck and synccheck 0, racecheck 61 reports
 # at the same places as before (the lse/delta ring, the start-up).
+
+# %% [markdown] tags=[]
+# ## 9h. D64: dQ split between the warpgroups by rows (H200)
+#
+# The step's shared-memory reads, counted per wgmma: at D64 (BLOCK_M 128) dQ = dS K was split by
+# head-dim columns, so each warpgroup read all of dS (128 x 128) in 32-column wgmmas: 16 a step,
+# each with a 2 KB A tile and a 1 KB B tile for 64 x 32 x 16 multiply-adds, 1.5x the bytes per
+# FLOP of a 64-column wgmma. Split by rows (queries), each warpgroup reads its 64 rows of dS and
+# all of K in 8 wgmmas of 64 columns: the layout FlashAttention-4's sm90 backward uses at D64
+# (its tile table's `AtomLayoutMdQ` 2; 1 at D128, where BLOCK_M 64 is one warpgroup's m64 and
+# no row split exists). Offline for sm_90 the D64 builds go from 40 to 32 HGMMA with the same
+# registers, spills and 5 wgmma waits; the compile test now requires the 8 fewer.
+#
+# Trial `ec8d9c7` (every D64 mode split by rows; its 68 warp-specialized GPU tests passed in its
+# own tree, `logs/gpu_tests_ws_trial_dqrows_ec8d9c7.log`), A/B against main as 9d's (old /
+# new, above 1 = the trial faster; D128, whose code did not change, is the control):
+
+# %% tags=[]
+print_ab([("dQ split by rows at D64", "ws_trial_dqrows_ab_timing_ec8d9c7.json")], old_is_b=False)
+
+# %% [markdown] tags=[]
+# The deterministic mode gains 3–4% at every D64 shape (old / new 1.030–1.043) and the atomic
+# mode non-causal 4%, with round-to-round ranges under 1%; the atomic mode causal loses 4–5%
+# (0.954–0.965), for a reason not found (its dQ adds go to the copy engine as they come, in
+# the same bytes either way). D128 reads 0.989–1.011. So the kernel takes the row split where
+# it won (`DQ_SPLIT_ROWS_FOR`: D64 deterministic, and atomic non-causal) and keeps the columns
+# for the atomic mode causal. The tables' record at `ba42563` (printed in 9f): 366 grid cases
+# through the deterministic mode, 0 failed (worst 0.950, a D256 case), bitwise repeats equal
+# at all 24 shapes; deterministic / Triton at D64 0.950 and 1.003 at S 2K and 4K full, 1.10 and
+# 1.21 from 8K, 1.14–1.29 causal. The rule applied to it moves `deterministic=False` at D64
+# causal onto the ordered mode (now 1.010–1.021x the atomic one there) and D64 full's atomic
+# mode from 4K to 2K; the default table is unchanged. (D128 full's ordered mode moved from 4K
+# to 2K on an unchanged kernel: 2K ordered / atomic 1.010, was 0.994, noise at a threshold, as
+# 9f describes.)
+#
+# Nsight Compute on the deterministic mode at D64 S=8K full (`ncu_sass_ws_det_d64_edebee3.json`,
+# in section 9c's list): 6.53 ms and the tensor pipe busy 43.3% of the elapsed cycles, against
+# 6.78 ms and 41.8% in `eaeece4`'s profile of the column split (a kernel two changes older,
+# so a reading, not an A/B). The consumers' `mio` share did not fall (21% of their samples in
+# both): the saving is real but the shared-memory queue is still their first stall, so the
+# dQ split was not what filled it. dS^T's store and its two reads back (dQ's A operand, and
+# dK's at D64, `DK_FROM_SMEM_FOR`) remain.
+#
+# The autograd sweep beside FA4 at `a221cd9` (`logs/backward_speed_a221cd9.json`; a log, not
+# the record: `backward.json` needs its grid part at the same commit, not run this session):
+# the default / FA4 geomean at D64 0.754 (0.744 at `081dfd2`), D128 0.850 (0.856, unchanged
+# kernel), D256 0.966 (0.974); forward + backward / FA4 at D128 0.930. D64 moved by less than
+# the A/B because below S=8K non-causal the default still runs the Triton backward, and FA4's
+# own D64 numbers moved by up to 8% between the two runs (causal 8K 499 -> 541 TFLOP/s).
+
+# %% tags=[]
+speed_log = h200_logs / "backward_speed_a221cd9.json"
+if speed_log.exists():
+    print_beside_fa4(_json.loads(speed_log.read_text()))
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
