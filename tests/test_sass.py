@@ -265,3 +265,20 @@ def test_gluon_forward_softmax_loops_convert_p_without_half_swaps():
     rows = sass_budget.p_conversion_report()
     assert len(rows) == 6 and all(row["loops"] >= 2 for row in rows), rows
     assert all(row["prmt"] == 0 for row in rows), rows
+
+
+def test_dependency_depth_tells_a_chain_from_a_tree():
+    """Eight values folded one after another are a chain of 7; folded in halves, 3; the
+    tensor-core and barrier instructions and the uniform scalars are not followed, and a
+    store ends a chain of its own (depth counted, nothing written)."""
+    from flashcore.studies.sass_budget import dependency_depth
+
+    chain = [f"FMNMX R20, R{i}, R20, !PT" for i in range(1, 8)]
+    chain[0] = "FMNMX R20, R0, R1, !PT"
+    tree = [f"FMNMX R{10 + i}, R{2 * i}, R{2 * i + 1}, !PT" for i in range(4)]
+    tree += ["FMNMX R14, R10, R11, !PT", "FMNMX R15, R12, R13, !PT", "FMNMX R16, R14, R15, !PT"]
+    noise = ["HGMMA.64x128x16.F32.BF16 R20, gdesc[UR4], R20", "BAR.SYNC.DEFER_BLOCKING 0x1",
+             "UIADD3 UR4, UR4, 0x1, URZ"]  # fmt: skip
+    assert dependency_depth(chain) == 7 and dependency_depth(tree) == 3
+    assert dependency_depth(noise + chain) == 7
+    assert dependency_depth(tree + ["STS [R1], R16"]) == 4

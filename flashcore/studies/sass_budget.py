@@ -27,6 +27,11 @@ loops); a softmax loop is an innermost such loop that holds ``MUFU.EX2``. A kern
 masked and an unmasked variant of the loop has two; the unmasked one (fewest instructions)
 is the steady state.
 
+``chain_report`` measures each build's steady loop by the longest chain of register-dependent
+instructions in it (``dependency_depth``): a row max or row sum folded one value after
+another is a chain of BLOCK_N / 4 - 1 instructions per row that the warp issues at one per
+ALU latency, however many other instructions wait.
+
 ``barrier_report`` reads the named barriers of the same builds' PTX: the IDs triton numbers
 itself, against the Gluon forward's inline ping-pong turn (tests/test_sass.py holds them
 apart).
@@ -112,6 +117,36 @@ def softmax_loops(sass: str) -> list[dict]:
             }
         )
     return sorted(out, key=lambda r: r["instructions"])
+
+
+# Instructions that do not take part in a register dependency chain of the softmax: the
+# tensor-core and barrier instructions, branches, and the uniform datapath's (U*) scalars.
+_CHAIN_SKIP = ("HGMMA", "QGMMA", "WARPGROUP", "BAR", "SYNCS", "BRA", "NOP", "DEPBAR")
+_REGISTER = re.compile(r"\bR(\d+)\b")
+
+
+def dependency_depth(instructions: list[str]) -> int:
+    """The longest chain of instructions in ``instructions`` (one straight pass, in order) in
+    which each reads a register the one before it wrote: every instruction counts 1, so the
+    result is a length, not a latency. The first register of an instruction is its
+    destination (stores and reductions have none); predicates and uniform registers are not
+    followed."""
+    written: dict[str, int] = {}
+    deepest = 0
+    for ins in instructions:
+        op = _opcode(ins)
+        if op.startswith(_CHAIN_SKIP) or op.startswith("U"):
+            continue
+        regs = _REGISTER.findall(ins)
+        if not regs:
+            continue
+        stores = op.startswith(("ST", "RED", "ATOM"))
+        dst, srcs = (None, regs) if stores else (regs[0], regs[1:])
+        depth = 1 + max((written.get(r, 0) for r in srcs), default=0)
+        if dst is not None:
+            written[dst] = depth
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def tile_flops(*, head_dim: int, block_n: int, head_dim_v: int | None = None, rows: int = 64):
@@ -211,6 +246,34 @@ def budget_report() -> list[dict]:
     return rows
 
 
+def chain_report() -> list[dict]:
+    """The shipped bf16 Gluon forward builds at D 64, 128 and 256, causal and not, compiled
+    offline for sm_90: per build, its steady-state softmax loop's instruction count and the
+    longest register-dependent chain in it (``dependency_depth``)."""
+    from . import sass
+
+    done = sass.in_compiler_process("flashcore.studies.sass_budget", "--chains")
+    if done is not None:
+        return done
+
+    rows = []
+    for head_dim in (64, 128, 256):
+        for causal in (False, True):
+            text = sass.compile_sass(sass.gluon_forward_spec(head_dim, causal))
+            body = [item for item in listing(text) if not item.endswith(":")]
+            loop = softmax_loops(text)[0]
+            steady = body[loop["start"] : loop["end"] + 1]
+            mode = "causal" if causal else "full"
+            rows.append(
+                {
+                    "kernel": f"bf16 D{head_dim} {mode}",
+                    "instructions": len(steady),
+                    "chain": dependency_depth(steady),
+                }
+            )
+    return rows
+
+
 # Named barriers in the PTX: an immediate ID is triton's own (one per partition, and the
 # warp-specialize handshake); a register ID is the Gluon forward's inline ping-pong turn.
 _BARRIER = re.compile(r"\b(?:bar|barrier)\.(?:cta\.)?(?:sync|arrive|red)(?:\.\w+)*\s+(%?\w+)")
@@ -285,6 +348,8 @@ if __name__ == "__main__":
         report = barrier_report
     elif "--p-conversion" in sys.argv[1:]:
         report = p_conversion_report
+    elif "--chains" in sys.argv[1:]:
+        report = chain_report
     else:
         report = gluon_backward_report if "--gluon-backward" in sys.argv[1:] else budget_report
     print(json.dumps(report()))
