@@ -741,15 +741,16 @@ targets26 = report_issue26(peers)
 # the H100 record's 3.02), so its ratios are evidence about the kernels, not a verdict on the
 # H100 targets. `perf.json` under
 # `results/nvidia-h200/` is the same command as the H100 record (bf16, FA4 4.0.0b36 beside
-# cuDNN, SDPA flash and Flex in one process), recorded at commit `dc4c7c1` (2026-11-29). It is
-# stale since `1e7d429`, which converts P to the P V operand two values at a time (the section
-# "Short causal tiles": the same output bytes, D=64 2-8% less time, D=128 and D=256 within
-# 2.5%, measured beside the recorded kernel); no device time was left to re-record it. Both
-# profiles render it; the issue's verdicts below are computed from it by the same functions as
-# the H100's above. Five earlier runs of the same command that day are kept under
-# `results/nvidia-h200/logs/`: `perf_a2d716f.json` and `perf_8f70855.json` ran today's kernels
-# but for the Gluon kernel's masked softmax step (one compare per score since `d2a5f9d`, the
-# same output bytes; the section "Short causal tiles" below); `perf_183806d.json`,
+# cuDNN, SDPA flash and Flex in one process), recorded at commit `e1a4d8c` (2026-11-29), after
+# P's paired conversion (`1e7d429`) and with D=64 causal on the Gluon kernel from S = 4K (the
+# D=64 sweep below). It shows as stale by `dispatch.py` and `backward_hopper_ws.py`, changed
+# after it for the backward only (its tables and D64's dQ split; no forward call runs either
+# differently). Both profiles render it; the issue's verdicts below are computed from it by the
+# same functions as the H100's above. Six earlier runs of the same command that day are kept
+# under `results/nvidia-h200/logs/`: `perf_dc4c7c1.json` ran the forward before P's paired
+# conversion and with D=64 causal on the Triton kernel below 16K; `perf_a2d716f.json` and
+# `perf_8f70855.json` ran it, besides, before the masked softmax step's one compare per score
+# (`d2a5f9d`, the same output bytes; the section "Short causal tiles" below); `perf_183806d.json`,
 # `perf_ed2da23.json` and `perf_4f965a7.json` ran, besides, a D=128 Gluon kernel that passed
 # the ping-pong turn on an mbarrier (the section after next). The run-to-run spread of each
 # ratio is printed beside it.
@@ -766,8 +767,8 @@ print("recorded on", describe(h200_record))
 print(status_line_for("perf", H200))
 h200_peers = peer_rows(h200_record)
 h200_targets = report_issue26(h200_peers)
-h200_runs = {"dc4c7c1 (perf.json)": h200_peers}
-for commit in ("a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7"):
+h200_runs = {"e1a4d8c (perf.json)": h200_peers}
+for commit in ("dc4c7c1", "a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7"):
     path = _results.RESULTS_DIR / H200 / "logs" / f"perf_{commit}.json"
     h200_runs[f"{commit} (logs)"] = peer_rows(_json.loads(path.read_text()))
 print(
@@ -782,19 +783,19 @@ print(
 print("(flashcore / FA4, geomean over S 2K-16K x causal, bf16, each run of the same command)")
 
 # %% [markdown]
-# On the H200 every issue 26 target is missed as well: flashcore / FA4 geomean 0.836, 0.899 and
-# 0.860 at D = 64, 128 and 256 in the record (0.835, 0.881 and 0.869 on the stale H100 record).
-# The five runs before it put each head dim's geomean within a few hundredths of these (the
-# table above; `a2d716f`'s D=128 0.933 holds one disturbed FA4 timing, causal S = 2K at 0.373 ms
-# against 0.25 in the run before, and is 0.888 without that shape). The worst shapes are causal:
-# D=64 at S = 8K (0.748, the Triton kernel, as the dispatch table says), D=128 at 16K (0.853),
-# D=256 at 2K (0.834). FA4 is the best peer at every shape from S = 2K but one, where cuDNN is
-# (D=64 causal at 2K). Against cuDNN flashcore is at 0.943, 0.984 and 0.982 (geomeans over the
-# same shapes) and faster at D=128 causal 4K and 8K and non-causal 16K, and D=256 causal from
-# 4K. At S = 1K the better peer is cuDNN, and flashcore reaches 0.78-0.92 of it. D=128
-# non-causal runs at 644 and 624 TFLOP/s at S = 8K and 16K against the 700 target (FA4: 711 and
-# 693). More memory bandwidth leaves these compute-bound ratios where they were on the H100: the
-# gap is in the kernel.
+# On the H200 every issue 26 target is missed as well: flashcore / FA4 geomean 0.854, 0.902 and
+# 0.879 at D = 64, 128 and 256 in the record (0.835, 0.881 and 0.869 on the stale H100 record).
+# The runs before it put each head dim's geomean within a few hundredths of these (the table
+# above; D=64 rose from 0.836 at `dc4c7c1` with its causal calls on the Gluon kernel from 4K;
+# `a2d716f`'s D=128 0.933 holds one disturbed FA4 timing, causal S = 2K at 0.373 ms against 0.25
+# in the run before, and is 0.888 without that shape). The worst shapes: D=64 causal at S = 8K
+# (0.805, was 0.748 on the Triton kernel), D=128 non-causal at 8K (0.852), D=256 causal at 16K
+# (0.830). Against cuDNN flashcore is at 0.972, 1.000 and 1.003 (geomeans over the same shapes).
+# At S = 1K flashcore reaches 0.80-0.92 of the better peer (cuDNN at every shape but D=256
+# non-causal, where FA4 is). D=128 non-causal
+# runs at 628 and 637 TFLOP/s at S = 8K and 16K against the 700 target (FA4: 737 and 701). More
+# memory bandwidth leaves these compute-bound ratios where they were on the H100: the gap is in
+# the kernel.
 
 # %% [markdown]
 # ### The ping-pong turn on a named barrier (D=128)

@@ -1248,10 +1248,10 @@ print(
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` is recorded with every door the issue names (at `dc4c7c1`, stale since
-# `1e7d429`, which changed the Gluon forward's machine code and no host path; the
-# runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855` and `a2d716f` are
-# kept under `logs/`): the
+# machines), `launch.json` is recorded with every door the issue names (at `e1a4d8c`; it shows
+# as stale by `dispatch.py` and `backward_hopper_ws.py`, changed after it for the backward only;
+# the runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855`, `a2d716f` and
+# `dc4c7c1` are kept under `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
 # decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
 # with flashcore activated (`flashcore sdpa door`; the record checks that flashcore's kernel
@@ -1331,20 +1331,20 @@ if H200 in results.recorded_devices("launch"):
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# (`dc4c7c1`) the op path is 0.90-2.22x SDPA's eager time where the function is 0.90-1.42x.
+# (`e1a4d8c`) the op path is 0.89-2.15x SDPA's eager time where the function is 0.89-1.42x.
 # The function meets 1.10x at three shapes of six, the op at two; the SDPA door and the
 # flash_attn door at one (GQA prefill, where the GPU work hides most of the host), so every door
-# at one. In the run before (`a2d716f`, `logs/launch_a2d716f.json`, the same doors and the
-# kernels before the masked-step change; no host path changed between the two) the function
-# met it at one: the host's own spread between runs, below. The SDPA door runs inside
+# at one; the same counts as at `dc4c7c1` (`logs/launch_dc4c7c1.json`). In the run at `a2d716f`
+# (`logs/launch_a2d716f.json`, the same doors; no host path changed between the three) the
+# function met it at one: the host's own spread between runs, below. The SDPA door runs inside
 # SDPA's own C++ routing and then flashcore's Python (the forward with the lse, five
-# allocations: 1.69-3.47x where the host decides); the flash_attn door adds four transposes, an
-# allocation and its option checks (1.16-2.02x there), and its decode rows wait for the length
-# check each call (3.18-4.55x; `check_lengths=False`, flashcore's keyword on the door, skips it,
+# allocations: 1.81-3.44x where the host decides); the flash_attn door adds four transposes, an
+# allocation and its option checks (1.21-2.03x there), and its decode rows wait for the length
+# check each call (3.22-4.30x; `check_lengths=False`, flashcore's keyword on the door, skips it,
 # as the door does by itself inside CUDA graph capture). Two runs on this host differ by more
 # than some changes measured: SDPA default's own time at B1 H8 S128 was 18.8 us in the run of
 # the tree at `cd532a1` (`logs/launch_cd532a1.json`), 25.4 at `081dfd2`, 25.7 at `bf63fc6`, 29.1
-# at `183806d`, 18.7 at `8f70855`, 26.9 at `a2d716f` and 24.8 in this
+# at `183806d`, 18.7 at `8f70855`, 26.9 at `a2d716f`, 24.8 at `dc4c7c1` and 19.0 in this
 # record; so ratios are read within one
 # run, never across runs.
 #
