@@ -242,7 +242,7 @@ GLUON_FORWARD_WORKER = forward_worker(
 )
 
 # Where the dispatch runs the Triton forward on a Hopper GPU (dispatch.FORWARD_GLUON_FROM): D64
-# causal below S 16K, D64 non-causal below 4K, D128/D256 causal at 1K; D64 causal 16K beside.
+# below S 4K, D128/D256 causal at 1K; D64 causal 4K-16K beside (below 16K until e1a4d8c).
 TRITON_FORWARD_SHAPES = [(64, s, 1) for s in (1024, 2048, 4096, 8192, 16384)] + [
     (64, 1024, 0), (64, 2048, 0), (128, 1024, 1), (256, 1024, 1),
 ]  # fmt: skip

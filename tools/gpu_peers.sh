@@ -130,6 +130,9 @@
 #             compute-sanitizer and the race probe
 #   trial_fwd (FA4 not needed; carry .ab/<name>, TRIAL=name:commit) the Gluon forward's GPU tests
 #             in a trial's tree, then the trial against this tree (ab_timing --suite gluon_forward)
+#   trial_tfwd (FA4 not needed; carry .ab/<name> as trial_fwd; TRIAL=name:commit) the Triton
+#             forward's GPU tests (dense and varlen) in a trial's tree, then the trial (B) against
+#             this tree (A) (ab_timing --suite triton_forward: <name>_ab_timing.json)
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
 #             workloads (log only); launch.json
@@ -443,6 +446,12 @@ tests/test_backward_varlen_softcap.py"
     mkdir -p "$out/logs"
     TAIL=30 stage d64_sweep 330 python3 tools/gpu_forward_hopper.py \
       "$out/logs/d64_gluon_sweep_${FLASHCORE_COMMIT:-unknown}.json" --head-dims 64 --variants shipped
+    ;;
+  trial_tfwd)
+    name=${TRIAL%%:*}; commit=${TRIAL##*:}
+    trial_tree_tests "$name" "$commit" 330 "tfwd:8:-m gpu tests/test_forward.py tests/test_varlen.py"
+    TAIL=30 stage "ab_$name" 200 python3 tools/ab_timing.py "${name}_ab_timing" \
+      --other ".ab/$name" --other-commit "$commit" --rounds 3 --suite triton_forward
     ;;
   turns_a)
     bash .fa4a/install.sh
