@@ -247,30 +247,40 @@ def budget_report() -> list[dict]:
 
 
 def chain_report() -> list[dict]:
-    """The shipped bf16 Gluon forward builds at D 64, 128 and 256, causal and not, compiled
-    offline for sm_90: per build, its steady-state softmax loop's instruction count and the
-    longest register-dependent chain in it (``dependency_depth``)."""
+    """The shipped bf16 Gluon forward builds at D 64, 128 and 256, causal and not, and MLA's
+    192/128, then the Triton forward's Hopper builds (``sass``'s variants), compiled offline
+    for sm_90: per build, its steady-state softmax loop's instruction count and the longest
+    register-dependent chain in it (``dependency_depth``)."""
     from . import sass
 
     done = sass.in_compiler_process("flashcore.studies.sass_budget", "--chains")
     if done is not None:
         return done
 
+    builds = [
+        (f"gluon bf16 D{d} {'causal' if causal else 'full'}", sass.gluon_forward_spec(d, causal))
+        for d in (64, 128, 256)
+        for causal in (False, True)
+    ]
+    builds += [
+        (f"gluon bf16 D192/128 {'causal' if causal else 'full'}",
+         sass.gluon_forward_spec(192, causal, dv=128))
+        for causal in (False, True)
+    ]  # fmt: skip
+    builds += [
+        (f"triton bf16 {name.removeprefix('forward ')}", spec)
+        for name, (spec, _) in sass._variants().items()
+        if name.startswith("forward D") and "Gluon" not in name
+    ]
     rows = []
-    for head_dim in (64, 128, 256):
-        for causal in (False, True):
-            text = sass.compile_sass(sass.gluon_forward_spec(head_dim, causal))
-            body = [item for item in listing(text) if not item.endswith(":")]
-            loop = softmax_loops(text)[0]
-            steady = body[loop["start"] : loop["end"] + 1]
-            mode = "causal" if causal else "full"
-            rows.append(
-                {
-                    "kernel": f"bf16 D{head_dim} {mode}",
-                    "instructions": len(steady),
-                    "chain": dependency_depth(steady),
-                }
-            )
+    for label, spec in builds:
+        text = sass.compile_sass(spec)
+        body = [item for item in listing(text) if not item.endswith(":")]
+        loop = softmax_loops(text)[0]
+        steady = body[loop["start"] : loop["end"] + 1]
+        rows.append(
+            {"kernel": label, "instructions": len(steady), "chain": dependency_depth(steady)}
+        )
     return rows
 
 
