@@ -11,7 +11,6 @@ in the loop the exponentials and the fp8 conversions and stores of P sit.
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 sys.path.insert(0, os.getcwd())
@@ -22,9 +21,9 @@ PLACES = ("MUFU.EX2", "F2FP", "STS", "FMNMX", "WARPGROUP.DEPBAR", "SYNCS", "BAR"
 
 
 def opcodes(text: str, loop: dict) -> list[str]:
-    lines = text.splitlines()[loop["start"] : loop["end"] + 1]
-    found = (re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line) for line in lines)
-    return [m.group(1) for m in found if m]
+    """The loop's opcodes in order (``sass_budget.loop_instructions``: its start and end
+    index instructions, not lines of the disassembly)."""
+    return [sass_budget._opcode(ins) for ins in sass_budget.loop_instructions(text, loop)]
 
 
 def main() -> int:

@@ -89,10 +89,7 @@ def key_loop(sass_text: str) -> list[str]:
     loops = sb.softmax_loops(sass_text)
     if len(loops) != 1:
         raise SystemExit(f"expected one key loop, found {len(loops)}")
-    body = [
-        m.group(1).strip() for line in sass_text.splitlines() if (m := sb._INSTRUCTION.match(line))
-    ]
-    return [sb._opcode(ins) for ins in body[loops[0]["start"] : loops[0]["end"] + 1]]
+    return [sb._opcode(ins) for ins in sb.loop_instructions(sass_text, loops[0])]
 
 
 def compile_cases() -> list[dict]:

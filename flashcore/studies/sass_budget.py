@@ -119,6 +119,14 @@ def softmax_loops(sass: str) -> list[dict]:
     return sorted(out, key=lambda r: r["instructions"])
 
 
+def loop_instructions(sass: str, loop: dict) -> list[str]:
+    """The instructions of one of ``softmax_loops(sass)``'s loops, in order: its ``start``
+    and ``end`` index the kernel's instructions alone, labels left out (not the lines of the
+    disassembly, which hold headers, labels and comments too)."""
+    body = [item for item in listing(sass) if not item.endswith(":")]
+    return body[loop["start"] : loop["end"] + 1]
+
+
 # Instructions that do not take part in a register dependency chain of the softmax: the
 # tensor-core and barrier instructions, branches, and the uniform datapath's (U*) scalars.
 _CHAIN_SKIP = ("HGMMA", "QGMMA", "WARPGROUP", "BAR", "SYNCS", "BRA", "NOP", "DEPBAR")
@@ -275,9 +283,7 @@ def chain_report() -> list[dict]:
     rows = []
     for label, spec in builds:
         text = sass.compile_sass(spec)
-        body = [item for item in listing(text) if not item.endswith(":")]
-        loop = softmax_loops(text)[0]
-        steady = body[loop["start"] : loop["end"] + 1]
+        steady = loop_instructions(text, softmax_loops(text)[0])
         rows.append(
             {"kernel": label, "instructions": len(steady), "chain": dependency_depth(steady)}
         )
@@ -338,12 +344,11 @@ def p_conversion_report() -> list[dict]:
     for head_dim in (64, 128, 256):
         for causal in (False, True):
             text = sass.compile_sass(sass.gluon_forward_spec(head_dim, causal))
-            body = [item for item in listing(text) if not item.endswith(":")]
             loops = softmax_loops(text)
             prmt = sum(
                 _opcode(ins).startswith("PRMT")
                 for loop in loops
-                for ins in body[loop["start"] : loop["end"] + 1]
+                for ins in loop_instructions(text, loop)
             )
             mode = "causal" if causal else "full"
             rows.append({"kernel": f"bf16 D{head_dim} {mode}", "loops": len(loops), "prmt": prmt})
