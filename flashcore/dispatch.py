@@ -3,9 +3,10 @@
 ``flashcore/interface.py`` asks ``forward_kernel`` before each forward launch (and
 ``parallel.py`` before each ring block) and ``fp8_kernel`` before each fp8 launch;
 ``python -m flashcore info`` prints the tables (``describe_dispatch``,
-``describe_fp8_dispatch``, ``describe_backward_dispatch``). The table is data measured on the
-H100, with the measurement beside it; the environment overrides exist for tests and
-sanitizer runs.
+``describe_fp8_dispatch``, ``describe_backward_dispatch``). The tables are data measured on
+the H100, with the measurement beside each, except where a comment says an entry was measured
+on an H200 (D=64 causal's forward threshold; the backward tables, from an H200 record); the
+environment overrides exist for tests and sanitizer runs.
 """
 
 from __future__ import annotations

@@ -881,7 +881,10 @@ print(
 # A second build already in every run says the same. `fp8_naive` runs this kernel with
 # P_SCALE = 1, so its 64 multiplies fold away at compile time: offline its D128 loop has 501
 # instructions against per_block's 565, the difference exactly those `FMUL`s, every other
-# class the same count (`tools/fp8_pscale_sass.py`, `logs/fp8_pscale_sass_ebac0bd.log`). In
+# class the same count (`tools/fp8_pscale_sass.py`, `logs/fp8_pscale_sass_ebac0bd.log`; that
+# run placed each class's first and last instruction 22 slots too late, its tool slicing the
+# disassembly's lines by instruction indices: the same kernels through the fixed tool,
+# `logs/fp8_pscale_sass_ebac0bd_fixed.log`, give the same counts and spans). In
 # `fp8.json` at c530054 it ran 0.92-0.94 of per_block at D128 non-causal, as the fold did
 # (0.92 and 0.94 in the quick run at d807aaa). In the record at 5403789, both builds on the
 # same PTX but another schedule (above), it ran 1.02-1.06 of per_block there (779, 799, 805
