@@ -1,0 +1,125 @@
+"""Where a launch-bound call's host time goes, door by door (launch.json's doors at its
+smallest shape, B1 H8 S128 D64 causal bf16): cProfile over back-to-back calls of each door,
+then the SDPA door's own pieces timed alone (the aten override's checks, its three extra
+outputs, flashcore.attention with ``out=`` and the lse), each beside the whole call.
+
+    python tools/door_host_profile.py OUT.json [--calls 2000]
+
+cProfile's own cost inflates every Python frame alike; the pieces' timings run without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from flashcore import results, sdpa_backend  # noqa: E402
+from flashcore.studies import launch  # noqa: E402
+
+
+def _per_call_us(fn, calls, repeats=5):
+    """Median over repeats of back-to-back calls' wall time per call (synchronized ends)."""
+    samples = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def _profile(fn, calls, top=25):
+    """The ``top`` functions by own time under cProfile: (name, calls per door call, own us
+    per door call, cumulative us per door call)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    prof.disable()
+    stats = pstats.Stats(prof).stats
+    rows = []
+    for (file, line, name), (_, ncalls, tottime, cumtime, _) in stats.items():
+        where = f"{Path(file).name}:{line}({name})" if line else name
+        rows.append(
+            {
+                "function": where,
+                "calls_per_call": ncalls / calls,
+                "own_us_per_call": tottime / calls * 1e6,
+                "cum_us_per_call": cumtime / calls * 1e6,
+            }
+        )
+    rows.sort(key=lambda r: -r["own_us_per_call"])
+    return rows[:top]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out")
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    shape = launch.SHAPES[0]
+    fns = launch._calls(shape)
+    doors = {}
+    for impl in (*launch.DOORS, "sdpa flash"):
+        fn, ctx = fns[impl]
+        with ctx() if ctx else launch._null():
+            whole = _per_call_us(fn, args.calls)
+            doors[impl] = {"eager_us_per_call": whole, "profile": _profile(fn, args.calls)}
+        print(f"{impl:28s} {whole:7.1f} us/call")
+        for row in doors[impl]["profile"][:12]:
+            print(
+                f"    {row['own_us_per_call']:6.2f} own {row['cum_us_per_call']:7.2f} cum "
+                f"x{row['calls_per_call']:.0f}  {row['function']}"
+            )
+
+    # The SDPA door's pieces, each alone, on the tensors the door sees.
+    _, b, h, _, s, _, d, causal = shape
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    pieces = {
+        "unsupported_reason": lambda: sdpa_backend.unsupported_reason(q, k, v, 0.0, causal),
+        "three extra outputs (torch.empty)": lambda: (
+            torch.empty((2,), dtype=torch.uint64, device="cuda"),
+            torch.empty((), dtype=torch.uint64, device="cuda"),
+            torch.empty((0,), dtype=q.dtype, device="cuda"),
+        ),
+        "empty_like(q)": lambda: torch.empty_like(q),
+        "flashcore.attention(out=, return_lse=True)": lambda: sdpa_backend.flashcore.attention(
+            q, k, v, causal=causal, return_lse=True, out=out
+        ),
+        "flashcore.attention()": lambda: sdpa_backend.flashcore.attention(q, k, v, causal=causal),
+        "flash_forward": lambda: sdpa_backend.flash_forward(q, k, v, is_causal=causal),
+    }
+    timed = {name: _per_call_us(fn, args.calls) for name, fn in pieces.items()}
+    for name, us in timed.items():
+        print(f"  piece {name:45s} {us:7.2f} us/call")
+    payload = {
+        "shape": shape[0],
+        "method": (
+            f"eager wall time of {args.calls} back-to-back calls, median of 5; cProfile over "
+            f"{args.calls} more calls per door (own and cumulative time per door call, "
+            "cProfile's overhead included); the SDPA door's pieces timed alone the same way"
+        ),
+        "doors": doors,
+        "sdpa_door_pieces_us": timed,
+    }
+    results.write_log(args.out, {"topic": "door_host_profile", **payload})
+
+
+if __name__ == "__main__":
+    main()
