@@ -1,5 +1,5 @@
 """Where a launch-bound call's host time goes, door by door (launch.json's doors at its
-smallest shape, B1 H8 S128 D64 causal bf16): cProfile over back-to-back calls of each door,
+shapes (--shapes: indices into its SHAPES; default the smallest, B1 H8 S128 D64 causal): cProfile over back-to-back calls of each door,
 then the SDPA door's own pieces timed alone (the aten override's checks, its three extra
 outputs, flashcore.attention with ``out=`` and the lse), each beside the whole call.
 
@@ -71,24 +71,29 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out")
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument(
+        "--shapes", type=int, nargs="+", default=[0], help="indices into launch.SHAPES"
+    )
     args = parser.parse_args()
-    shape = launch.SHAPES[0]
-    fns = launch._calls(shape)
-    doors = {}
-    for impl in (*launch.DOORS, "sdpa flash"):
-        fn, ctx = fns[impl]
-        with ctx() if ctx else launch._null():
-            whole = _per_call_us(fn, args.calls)
-            doors[impl] = {"eager_us_per_call": whole, "profile": _profile(fn, args.calls)}
-        print(f"{impl:28s} {whole:7.1f} us/call")
-        for row in doors[impl]["profile"][:12]:
-            print(
-                f"    {row['own_us_per_call']:6.2f} own {row['cum_us_per_call']:7.2f} cum "
-                f"x{row['calls_per_call']:.0f}  {row['function']}"
-            )
+    profiles = {}
+    for index in args.shapes:
+        shape = launch.SHAPES[index]
+        fns = launch._calls(shape)
+        doors = profiles[shape[0]] = {}
+        for impl in (*launch.DOORS, "sdpa default"):
+            fn, ctx = fns[impl]
+            with ctx() if ctx else launch._null():
+                whole = _per_call_us(fn, args.calls)
+                doors[impl] = {"eager_us_per_call": whole, "profile": _profile(fn, args.calls)}
+            print(f"{shape[0]}: {impl:28s} {whole:7.1f} us/call")
+            for row in doors[impl]["profile"][:14]:
+                print(
+                    f"    {row['own_us_per_call']:6.2f} own {row['cum_us_per_call']:7.2f} cum "
+                    f"x{row['calls_per_call']:.0f}  {row['function']}"
+                )
 
     # The SDPA door's pieces, each alone, on the tensors the door sees.
-    _, b, h, _, s, _, d, causal = shape
+    _, b, h, _, s, _, d, causal = launch.SHAPES[0]
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = torch.empty_like(q)
     pieces = {
@@ -109,13 +114,13 @@ def main():
     for name, us in timed.items():
         print(f"  piece {name:45s} {us:7.2f} us/call")
     payload = {
-        "shape": shape[0],
+        "sdpa_door_pieces_shape": launch.SHAPES[0][0],
         "method": (
             f"eager wall time of {args.calls} back-to-back calls, median of 5; cProfile over "
             f"{args.calls} more calls per door (own and cumulative time per door call, "
             "cProfile's overhead included); the SDPA door's pieces timed alone the same way"
         ),
-        "doors": doors,
+        "doors": profiles,
         "sdpa_door_pieces_us": timed,
     }
     results.write_log(args.out, {"topic": "door_host_profile", **payload})
