@@ -311,6 +311,38 @@ def _empty_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(t)
 
 
+# Shape, dtype and device of the forward's three unused outputs, one template each per
+# (device, dtype): every call returns fresh tensors made by ``torch.empty_like`` from them
+# (as PyTorch's flash kernel allocates its own), which parses one argument where
+# ``torch.empty(shape, dtype=, device=)`` parses three: 8.6 us for the three on the H200
+# (logs/door_host_profile_7783dda.json). The templates are never returned, read or written.
+_UNUSED_TEMPLATES: dict = {}
+
+
+def _unused_outputs(query):
+    """Fresh ``(rng_state (2,) uint64, unused () uint64, debug_mask (0,) q's dtype)``."""
+    templates = _UNUSED_TEMPLATES.get((query.device, query.dtype))
+    if templates is None:
+        device = query.device
+        templates = _UNUSED_TEMPLATES[(device, query.dtype)] = (
+            torch.empty((2,), dtype=torch.uint64, device=device),
+            torch.empty((), dtype=torch.uint64, device=device),
+            torch.empty((0,), dtype=query.dtype, device=device),
+        )
+    return tuple(map(torch.empty_like, templates))
+
+
+def _attend(query, key, value, out, is_causal, scale):
+    """flashcore's kernel for the call into ``out``; returns the log-sum-exp."""
+    if _decode(query, key):  # (SDPA's causal needs Sq == Sk: never a decode call)
+        from .kernels.decode import attend_full_cache
+
+        return attend_full_cache(query, key, value, scale=scale, return_lse=True, out=out)[1]
+    return flashcore.attention(
+        query, key, value, causal=bool(is_causal), scale=scale, return_lse=True, out=out
+    )[1]
+
+
 def flash_forward(query, key, value, *, is_causal: bool, scale=None):
     """The override's forward on a call flashcore serves: ``flashcore.attention`` into an
     output laid out like ``query`` (as PyTorch's flash kernel returns it), with the
@@ -320,26 +352,8 @@ def flash_forward(query, key, value, *, is_causal: bool, scale=None):
     out = _empty_like(query)
     # Below autograd the inputs may still require grad: flashcore must not build a graph.
     with torch.no_grad():
-        if _decode(query, key):  # (SDPA's causal needs Sq == Sk: never a decode call)
-            from .kernels.decode import attend_full_cache
-
-            _, lse = attend_full_cache(query, key, value, scale=scale, return_lse=True, out=out)
-        else:
-            _, lse = flashcore.attention(
-                query, key, value, causal=bool(is_causal), scale=scale, return_lse=True, out=out
-            )
-    device = query.device
-    return (
-        out,
-        lse,
-        None,
-        None,
-        query.shape[2],
-        key.shape[2],
-        torch.empty((2,), dtype=torch.uint64, device=device),
-        torch.empty((), dtype=torch.uint64, device=device),
-        torch.empty((0,), dtype=query.dtype, device=device),
-    )
+        lse = _attend(query, key, value, out, is_causal, scale)
+    return (out, lse, None, None, query.shape[2], key.shape[2], *_unused_outputs(query))
 
 
 def flash_backward(grad_out, query, key, value, out, logsumexp, *, is_causal: bool, scale=None):

@@ -149,6 +149,26 @@ def test_flash_ops_run_flashcore_forward_and_backward(installed, calls, case, dt
 
 
 @needs_api
+def test_unused_outputs_are_fresh_tensors_of_pytorch_s_kind(installed, calls):
+    """The forward's rng_state, unused and debug_mask: the shapes and dtypes PyTorch's flash
+    kernel returns, on q's device, and new storage on every call (the templates they are
+    made from are never handed out)."""
+    q, k, v = (t.detach() for t in _inputs(1, 2, 2, 16, 16, 32, torch.float16, seed=5))
+    first, second = FORWARD(q, k, v, 0.0, True, False), FORWARD(q, k, v, 0.0, True, False)
+    assert calls == {"forward": 2, "backward": 0}
+    kinds = [((2,), torch.uint64), ((), torch.uint64), ((0,), q.dtype)]
+    for a, b, (shape, dtype) in zip(first[6:], second[6:], kinds):
+        assert (tuple(a.shape), a.dtype, a.device) == (shape, dtype, q.device)
+        assert (tuple(b.shape), b.dtype, b.device) == (shape, dtype, q.device)
+        assert a is not b
+    templates = [t for group in sdpa_backend._UNUSED_TEMPLATES.values() for t in group]
+    assert not any(out is t for out in (*first[6:], *second[6:]) for t in templates)
+    # Storage that holds elements is never shared (the empty debug mask has none to share).
+    assert first[6].data_ptr() != second[6].data_ptr()
+    assert first[7].data_ptr() != second[7].data_ptr()
+
+
+@needs_api
 @pytest.mark.parametrize("seqlen_k", [5, 300])
 def test_one_query_runs_the_split_kv_kernel(installed, calls, decode_calls, seqlen_k):
     """One query against Sk >= 4 keys: the decode kernel (a single split at 5 keys, several
