@@ -2,6 +2,7 @@
 (GPU: tensors freed and reallocated at the same address with another shape or strides,
 several threads, two streams)."""
 
+import os
 import threading
 
 import pytest
@@ -55,6 +56,39 @@ def test_key_separates_shape_stride_dtype_alignment_and_flags():
     assert key != _key(base, out=torch.empty(2, 4, 64, 32))
     needs_grad = base.clone().requires_grad_()
     assert key != _key(needs_grad)
+
+
+@pytest.mark.parametrize("name", ["FLASHCORE_FORWARD_HOPPER", "FLASHCORE_HOPPER_MAX_PROGRAMS"])
+def test_key_follows_the_gluon_switches_as_they_change(monkeypatch, name):
+    """The key holds both switches' values as os.environ has them at the call: set, changed,
+    deleted, set back, each key compares as the switch does."""
+    base = torch.randn(2, 4, 64, 32)
+    monkeypatch.delenv(name, raising=False)
+    unset = _key(base)
+    monkeypatch.setenv(name, "always")
+    first = _key(base)
+    monkeypatch.setenv(name, "never")
+    second = _key(base)
+    monkeypatch.setenv(name, "always")
+    assert len({unset, first, second}) == 3 and _key(base) == first
+    monkeypatch.delenv(name)
+    assert _key(base) == unset
+
+
+def test_environ_value_is_os_environ_get(monkeypatch):
+    name = "FLASHCORE_TEST_SWITCH"
+    value = _launch.environ_value(name)
+    monkeypatch.delenv(name, raising=False)
+    assert value() is None
+    for text in ("1", "always", "", "é"):
+        monkeypatch.setenv(name, text)
+        assert value() is not None and value() == _launch.environ_value(name)()
+        assert os.environ.decodevalue(value()) == os.environ.get(name) == text
+    os.environ.update({name: "other"})  # any way os.environ changes
+    assert os.environ.decodevalue(value()) == "other"
+    # An os.environ of another kind (no _data dict): os.environ.get itself.
+    monkeypatch.setattr(os, "environ", {name: "plain"})
+    assert value() == "plain"
 
 
 def test_key_refuses_unusual_argument_types():

@@ -37,7 +37,6 @@ raises a ValueError / TypeError for each.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -668,8 +667,12 @@ def _forward_key(
         None if sinks is None else _signature(sinks),
         # The Gluon kernel's switches (dispatch._forward_mode, forward_hopper's grid cap): an
         # entry is the launch they picked, so a change of either must miss.
-        os.environ.get("FLASHCORE_FORWARD_HOPPER"), os.environ.get("FLASHCORE_HOPPER_MAX_PROGRAMS"),
+        _FORWARD_HOPPER_SWITCH(), _HOPPER_MAX_PROGRAMS_SWITCH(),
     )  # fmt: skip
+
+
+_FORWARD_HOPPER_SWITCH = launch.environ_value("FLASHCORE_FORWARD_HOPPER")
+_HOPPER_MAX_PROGRAMS_SWITCH = launch.environ_value("FLASHCORE_HOPPER_MAX_PROGRAMS")
 
 
 _Q, _K, _V, _OUT, _LSE = (_SLOTS[n] for n in ("Q", "K", "V", "Out", "Lse"))
