@@ -53,6 +53,7 @@ from .kernels import forward as _forward
 from .kernels import forward_hopper as _hopper
 from .kernels import fp8 as _fp8
 from .kernels import varlen as _varlen
+from .kernels._launch import new_output
 from .kernels._softmax import LOG2E, lse_dtype
 
 MAX_HEAD_DIM = 256
@@ -626,7 +627,7 @@ def attention_with_kvcache(
     ):
         # Trusted lengths, nothing appended: a call of a signature launched before (same
         # dtypes, devices, alignment, int classes, options) skips the checks.
-        dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        dest = new_output(q, q) if out is None else out
         lse = _decode.new_lse(q) if return_lse else None
         capacity = kvcache_capacity(k_cache, block_table)
         done = _decode.launch_decode(

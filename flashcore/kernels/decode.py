@@ -886,7 +886,7 @@ def attend_full_cache(
         and (out is None or (type(out) is torch.Tensor and out.dtype == q.dtype))
         and (out is None or out.device == q.device)
     ):
-        dest = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        dest = launch.new_output(q, q) if out is None else out
         lse = new_lse(q) if return_lse else None
         done = launch_decode(
             q,

@@ -685,7 +685,7 @@ _SINKS = _SLOTS["Sinks"]
 def _launch_cached(entry, q, k, v, out, seqs, scale, softcap, sinks=None):
     """The lean path: fill the call's tensors and scales into the cached argument list."""
     if out is None:
-        out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
+        out = launch.new_output(q, v)
     lse = (
         torch.empty(entry.lse_shape, dtype=lse_dtype(q.dtype), device=q.device)
         if entry.return_lse

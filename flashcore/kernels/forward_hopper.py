@@ -75,7 +75,7 @@ import os
 
 import torch
 
-from ._launch import CachedKernel, nvmma_layout, tma_strides_ok
+from ._launch import CachedKernel, new_output, nvmma_layout, tma_strides_ok
 from ._softmax import LOG2E
 from .fp8 import QUANT_BLOCK as FP8_QUANT_ROWS
 
@@ -1013,7 +1013,7 @@ class LeanHopperLaunch:
     def launch(self, q, k, v, out, seqs, scale, softcap, sinks):
         """Same contract as the forward's cached Triton entries: returns (out, lse)."""
         if out is None:
-            out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
+            out = new_output(q, v)
         lse = (
             out
             if self.lse_shape is None
