@@ -140,30 +140,29 @@ def _cpu_worker(calls: int) -> dict:
     return rows
 
 
-def _run_tree(tree: Path, calls: int, cpu: bool) -> dict:
+def run_in_tree(tree: Path, worker: str, *args) -> dict:
+    """``worker(*args)`` (``"module:function"``, a module of tools/) in a fresh process that
+    imports flashcore from ``tree``; its return value, through JSON."""
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); "
-        "sys.path.insert(1, sys.argv[2]); import decode_host_ab as ab; "
-        "worker = ab._cpu_worker if sys.argv[4] == 'cpu' else ab._worker; "
-        "print(json.dumps(worker(int(sys.argv[3]))))"
+        "import importlib, json, sys; sys.path.insert(0, sys.argv[1]); "
+        "sys.path.insert(1, sys.argv[2]); module, name = sys.argv[3].split(':'); "
+        "worker = getattr(importlib.import_module(module), name); "
+        "print(json.dumps(worker(*json.loads(sys.argv[4]))))"
     )
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            code,
-            str(tree),
-            str(HERE / "tools"),
-            str(calls),
-            "cpu" if cpu else "gpu",
-        ],
+        [sys.executable, "-c", code, str(tree), str(HERE / "tools"), worker, json.dumps(args)],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _run_tree(tree: Path, calls: int, cpu: bool) -> dict:
+    worker = "decode_host_ab:_cpu_worker" if cpu else "decode_host_ab:_worker"
+    return run_in_tree(tree, worker, calls)
 
 
 def _method(cpu: bool) -> str:

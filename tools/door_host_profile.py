@@ -1,11 +1,20 @@
 """Where a launch-bound call's host time goes, door by door (launch.json's doors at its
-shapes (--shapes: indices into its SHAPES; default the smallest, B1 H8 S128 D64 causal): cProfile over back-to-back calls of each door,
-then the SDPA door's own pieces timed alone (the aten override's checks, its three extra
-outputs, flashcore.attention with ``out=`` and the lse), each beside the whole call.
+shapes; --shapes: indices into its SHAPES, default the smallest, B1 H8 S128 D64 causal):
+cProfile over back-to-back calls of each door, then the SDPA door's own pieces timed alone
+(the aten override's checks, its three extra outputs, flashcore.attention with ``out=`` and
+the lse), each beside the whole call.
 
     python tools/door_host_profile.py OUT.json [--calls 2000]
 
 cProfile's own cost inflates every Python frame alike; the pieces' timings run without it.
+
+    python tools/door_host_profile.py OUT.json --base DIR [--rounds 6] [--shapes 0 3 5]
+
+A/B instead: host costs a few microseconds apart drown in the noise between two runs of
+launch.json, so this checkout (A) and the tree DIR (B) take turns in one session, a fresh
+process per tree per round in alternating order; each times every door and SDPA default at
+the shapes (eager wall time of back-to-back calls, median of 3 blocks, after a warm-up);
+the summary is each row's median over rounds and A / B.
 """
 
 from __future__ import annotations
@@ -67,6 +76,57 @@ def _profile(fn, calls, top=25):
     return rows[:top]
 
 
+def eager_worker(shapes, calls):
+    """{shape: {impl: eager us per call}} for the doors and SDPA default (``--base``'s
+    per-tree process; flashcore from the tree on its path)."""
+    from flashcore.studies import launch as tree_launch
+
+    rows = {}
+    for index in shapes:
+        shape = tree_launch.SHAPES[index]
+        fns = tree_launch._calls(shape)
+        rows[shape[0]] = {}
+        for impl in (*tree_launch.DOORS, "sdpa default"):
+            fn, ctx = fns[impl]
+            with ctx() if ctx else tree_launch._null():
+                for _ in range(50):
+                    fn()
+                rows[shape[0]][impl] = statistics.median(
+                    tree_launch._eager_us(fn, calls) for _ in range(3)
+                )
+    return rows
+
+
+def ab(args):
+    from decode_host_ab import HERE, run_in_tree
+
+    trees = {"A": HERE, "B": Path(args.base).resolve()}
+    rounds = []
+    for r in range(args.rounds):
+        order = ("A", "B") if r % 2 == 0 else ("B", "A")
+        got = {t: run_in_tree(trees[t], "door_host_profile:eager_worker", args.shapes, args.calls)
+               for t in order}  # fmt: skip
+        rounds.append({"order": order, **got})
+        print(f"round {r} done ({'/'.join(order)})", flush=True)
+    summary = {}
+    for shape, impls in rounds[0]["A"].items():
+        for impl in impls:
+            a = statistics.median(x["A"][shape][impl] for x in rounds)
+            b = statistics.median(x["B"][shape][impl] for x in rounds)
+            summary[f"{shape} | {impl}"] = {"A_us": a, "B_us": b, "A/B": a / b}
+            print(f"{shape:38s} {impl:26s} A {a:7.2f} B {b:7.2f} A/B {a / b:.3f}")
+    results.write_log(
+        args.out,
+        {
+            "topic": "door_host_ab",
+            "method": __doc__.split("\n\n")[4],
+            "trees": {"A": "this checkout", "B": args.base},
+            "summary": summary,
+            "rounds": rounds,
+        },
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out")
@@ -74,7 +134,11 @@ def main():
     parser.add_argument(
         "--shapes", type=int, nargs="+", default=[0], help="indices into launch.SHAPES"
     )
+    parser.add_argument("--base", help="A/B against this tree (a directory holding flashcore/)")
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
+    if args.base:
+        return ab(args)
     profiles = {}
     for index in args.shapes:
         shape = launch.SHAPES[index]

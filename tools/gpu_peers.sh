@@ -133,6 +133,8 @@
 #   trial_tfwd (FA4 not needed; carry .ab/<name> as trial_fwd; TRIAL=name:commit) the Triton
 #             forward's GPU tests (dense and varlen) in a trial's tree, then the trial (B) against
 #             this tree (A) (ab_timing --suite triton_forward: <name>_ab_timing.json)
+#   host_b    (FA4 not needed) the "ran" scope check; the GPU tests of the files the lean launch
+#             paths touch, 16 shards; launch.json; with .ab/before, each door's host time A/B
 #   turns_a   (carry .fa4a; then `forward` with .fa4b) unpack FA4's compiler library; the "ran"
 #             scope check; compute-sanitizer's three tools on the Gluon forward's two sanitizer
 #             workloads (log only); launch.json
@@ -568,6 +570,23 @@ PY
       python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py tests/test_launch.py \
       -k "returns_the_lse or decode_cached_path or growing_cache"
     TAIL=12 stage launch 150 python3 -m flashcore launch --record
+    ;;
+  host_b)  # (FA4 not needed) the "ran" scope check; the GPU tests of every file the lean
+    # launch paths touch (launcher, decode and paged, SDPA door, op, flash_attn door, v's own
+    # head dim, both forwards), 16 shards; launch.json; with .ab/before carried, every door's
+    # host time against that tree (tools/door_host_profile.py --base: logs/door_host_ab_*)
+    ran_scope_check
+    bash tools/gpu_test_shards.sh "$out/tests_host" 240 "host:16:-m gpu tests/test_launch.py \
+tests/test_decode.py tests/test_paged_kv.py tests/test_sdpa_backend.py tests/test_ops.py \
+tests/test_flash_attn_interface.py tests/test_value_head_dim.py tests/test_forward.py \
+tests/test_forward_hopper.py"
+    TAIL=12 stage launch 150 python3 -m flashcore launch --record
+    if [ -d .ab/before ]; then  # made as forward's .ab/before (see above)
+      mkdir -p "$out/logs"
+      TAIL=20 stage door_ab 170 python3 tools/door_host_profile.py \
+        "$out/logs/door_host_ab_${FLASHCORE_COMMIT:-unknown}.json" --base .ab/before \
+        --shapes 0 3 5 --rounds 4 --calls 1000
+    fi
     ;;
   forward)
     TAIL=40 STAGE_HIDE="it/s\]" stage perf 560 python3 -m flashcore bench --suite all \
