@@ -108,19 +108,25 @@ def ab(args):
                for t in order}  # fmt: skip
         rounds.append({"order": order, **got})
         print(f"round {r} done ({'/'.join(order)})", flush=True)
+        _write_ab(args, rounds)  # after every round: a run cut short keeps what it measured
+
+
+def _write_ab(args, rounds):
     summary = {}
     for shape, impls in rounds[0]["A"].items():
         for impl in impls:
             a = statistics.median(x["A"][shape][impl] for x in rounds)
             b = statistics.median(x["B"][shape][impl] for x in rounds)
             summary[f"{shape} | {impl}"] = {"A_us": a, "B_us": b, "A/B": a / b}
-            print(f"{shape:38s} {impl:26s} A {a:7.2f} B {b:7.2f} A/B {a / b:.3f}")
+            if len(rounds) == args.rounds:
+                print(f"{shape:38s} {impl:26s} A {a:7.2f} B {b:7.2f} A/B {a / b:.3f}")
     results.write_log(
         args.out,
         {
             "topic": "door_host_ab",
             "method": __doc__.split("\n\n")[4],
             "trees": {"A": "this checkout", "B": args.base},
+            "rounds_done": f"{len(rounds)} of {args.rounds}",
             "summary": summary,
             "rounds": rounds,
         },
