@@ -1248,10 +1248,9 @@ print(
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` is recorded with every door the issue names (at `e1a4d8c`; it shows
-# as stale by `dispatch.py` and `backward_hopper_ws.py`, changed after it for the backward only;
-# the runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855`, `a2d716f` and
-# `dc4c7c1` are kept under `logs/`): the
+# machines), `launch.json` is recorded with every door the issue names (at `5cd556f`; the runs
+# at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855`, `a2d716f`, `dc4c7c1` and
+# `e1a4d8c` are kept under `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
 # decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
 # with flashcore activated (`flashcore sdpa door`; the record checks that flashcore's kernel
@@ -1327,26 +1326,40 @@ if H200 in results.recorded_devices("launch"):
     rounds = len(ab["rounds"])
     print(f"\ndecode host time, {ab['provenance']['device']}, medians of {rounds} rounds:")
     print(table(ab_rows, list(ab_rows[0]), {"B / A": "{:.3f}"}))
+    # Every door at 5cd556f's lean paths (A) against 947187a (B), alternating processes; SDPA
+    # default is the control (the same code in both trees)
+    door_ab = json.loads(
+        (results.RESULTS_DIR / H200 / "logs" / "door_host_ab_8f789b9.json").read_text()
+    )
+    door_ab_rows = [
+        {"shape": key.split(" | ")[0], "call": key.split(" | ")[1], "A us": v["A_us"],
+         "B us": v["B_us"], "A / B": v["A/B"]}
+        for key, v in door_ab["summary"].items()
+    ]  # fmt: skip
+    print(f"\nevery door, A {door_ab['provenance']['commit']} against B 947187a, "
+          f"{door_ab['rounds_done']} rounds:")  # fmt: skip
+    print(table(door_ab_rows, list(door_ab_rows[0]),
+                {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
 
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# (`e1a4d8c`) the op path is 0.89-2.15x SDPA's eager time where the function is 0.89-1.42x.
-# The function meets 1.10x at three shapes of six, the op at two; the SDPA door and the
-# flash_attn door at one (GQA prefill, where the GPU work hides most of the host), so every door
-# at one; the same counts as at `dc4c7c1` (`logs/launch_dc4c7c1.json`). In the run at `a2d716f`
-# (`logs/launch_a2d716f.json`, the same doors; no host path changed between the three) the
-# function met it at one: the host's own spread between runs, below. The SDPA door runs inside
-# SDPA's own C++ routing and then flashcore's Python (the forward with the lse, five
-# allocations: 1.81-3.44x where the host decides); the flash_attn door adds four transposes, an
-# allocation and its option checks (1.21-2.03x there), and its decode rows wait for the length
-# check each call (3.22-4.30x; `check_lengths=False`, flashcore's keyword on the door, skips it,
-# as the door does by itself inside CUDA graph capture). Two runs on this host differ by more
+# (`5cd556f`) the op path is 0.89-2.25x SDPA's eager time where the function is 0.86-1.39x.
+# The function meets 1.10x at four shapes of six (B1 H8 S128, B8 H16 S512, B1 H32 S1024 and the
+# GQA prefill; it misses at both decode rows, 1.39x and 1.15x), the op, the SDPA door and the
+# flash_attn door at one each (GQA prefill, where the GPU work hides most of the host). At
+# `e1a4d8c` (`logs/launch_e1a4d8c.json`) the function met it at three, the op at two; in the
+# run at `a2d716f` the function met it at one, with no host path changed: the host's own spread
+# between runs, below, is larger than this session's changes. The SDPA door runs inside SDPA's
+# own C++ routing and then flashcore's Python (the forward with the lse, five allocations:
+# 2.30-3.66x where the host decides); the flash_attn door adds four transposes, an allocation
+# and its option checks (1.80-2.01x there), and its decode rows wait for the length check each
+# call (3.17-4.60x; `check_lengths=False`, flashcore's keyword on the door, skips it, as the
+# door does by itself inside CUDA graph capture). Two runs on this host differ by more
 # than some changes measured: SDPA default's own time at B1 H8 S128 was 18.8 us in the run of
 # the tree at `cd532a1` (`logs/launch_cd532a1.json`), 25.4 at `081dfd2`, 25.7 at `bf63fc6`, 29.1
-# at `183806d`, 18.7 at `8f70855`, 26.9 at `a2d716f`, 24.8 at `dc4c7c1` and 19.0 in this
-# record; so ratios are read within one
-# run, never across runs.
+# at `183806d`, 18.7 at `8f70855`, 26.9 at `a2d716f`, 24.8 at `dc4c7c1`, 19.0 at `e1a4d8c` and
+# 22.8 in this record; so ratios are read within one run, never across runs.
 #
 # **The SDPA door's decode, a GPU-time bug the first record showed.** At `081dfd2` the door
 # served one query against the 8K cache with flashcore's forward kernel (one program per
@@ -1382,6 +1395,29 @@ if H200 in results.recorded_devices("launch"):
 # flash_attn door's eager medians went the other way (53.4 before, 63.9 after) while its host
 # medians went this way (54.1, 45.1): the rounds of one tree span up to 2x on this host (the
 # columns of each round), so a change under about 10% is not resolved by five rounds here.
+#
+# **A host profile per door, and what it led to** (2026-11-29, `logs/door_host_profile_7783dda.json`,
+# `tools/door_host_profile.py`: cProfile over 1500 calls of every door at the first, decode and
+# growing-decode shapes, and the SDPA door's pieces timed alone). The SDPA door's
+# `flash_forward` took 35.4 us against 19.1 for the `flashcore.attention` call inside it: its
+# three unused outputs (rng_state, unused, debug_mask) cost 8.6 us, mostly `torch.empty`'s
+# parsing of shape, dtype and device. Every forward call read two Gluon switches with
+# `os.environ.get`, which for an unset name raises and catches a KeyError inside (1.4 us for the
+# two on this machine's CPU); the lean paths allocated their output with `torch.empty(shape,
+# dtype=, device=)` (2.4 us on a CPU tensor against 1.0 for `torch.empty_like`). Since `5cd556f`
+# the door makes its three outputs with `empty_like` from per-(device, dtype) templates (fresh
+# tensors every call, as PyTorch's kernel returns; a CPU test checks they are), the switches are
+# read from `os.environ`'s own dict (`launch.environ_value`; tests follow every change of
+# either), and the lean paths allocate with `empty_like` (`launch.new_output`). The GPU tests of
+# every file they touch passed (`logs/gpu_tests_host_5cd556f.log`, 1067 tests). Whether the
+# H200 sees the saving is not resolved: the table below is the A/B of every door against the
+# tree before (`947187a`), four alternating rounds of one process per tree
+# (`logs/door_host_ab_8f789b9.json`), and its control, SDPA default, which runs the same code in
+# both trees, moved by 0.89-1.36x between them; the doors' A/B ratios, 0.83-1.25, are no
+# further from 1 than that, so this run resolves no change either way. What the profile leaves: the op's dispatch into Python (about 10 us), the SDPA
+# door's C++ routing and boxing into Python (about 20), and the decode launcher's per-call plan
+# for a cache without a lengths tensor (`launch_decode`'s own time 16 us under the profiler,
+# against 6 through the planned path), which a growing cache cannot key by exact size.
 
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27; its kernels
