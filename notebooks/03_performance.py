@@ -745,7 +745,10 @@ targets26 = report_issue26(peers)
 # P's paired conversion (`1e7d429`) and with D=64 causal on the Gluon kernel from S = 4K (the
 # D=64 sweep below). It shows as stale by `dispatch.py` and `backward_hopper_ws.py`, changed
 # after it for the backward only (its tables and D64's dQ split; no forward call runs either
-# differently). Both profiles render it; the issue's verdicts below are computed from it by the
+# differently), and by the launchers' host paths of `5cd556f` (`_launch.py`, `forward.py`,
+# `forward_hopper.py`, `decode.py`, `interface.py`: how the output is allocated and the
+# switches read; no GPU kernel changed, notebook 09 has the profile behind them). Both
+# profiles render it; the issue's verdicts below are computed from it by the
 # same functions as the H100's above. Six earlier runs of the same command that day are kept
 # under `results/nvidia-h200/logs/`: `perf_dc4c7c1.json` ran the forward before P's paired
 # conversion and with D=64 causal on the Triton kernel below 16K; `perf_a2d716f.json` and
