@@ -50,8 +50,8 @@ def environ_value(name: str):
     compare equal exactly when ``os.environ.get(name)``'s do. It reads the dict that
     ``os.environ`` itself keeps (CPython's ``_Environ._data``, under the encoded name), which
     every ``os.environ`` change updates; ``os.environ.get`` of an unset name raises and
-    catches a KeyError inside (the forward's two switches: 1.94 us a call against 0.48 on a
-    CPU, results/cpu-interpreter/logs/host_micro_c043eb6.json). Where ``os.environ`` is not laid
+    catches a KeyError inside (the forward's two switches: 1.87 us a call against 0.49 on a
+    CPU, results/cpu-interpreter/logs/host_micro_4ccd1fb.json). Where ``os.environ`` is not laid
     out so, it is ``os.environ.get``."""
     encode = getattr(os.environ, "encodekey", None)
     encoded = encode(name) if encode is not None else None
@@ -301,8 +301,8 @@ def usable(device: torch.device) -> bool:
 def new_output(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A new contiguous ``(B, Hq, Sq, D_v)`` tensor of q's dtype on q's device (D_v: v's
     head dim). ``torch.empty_like`` parses one tensor where ``torch.empty(shape, dtype=,
-    device=)`` parses three arguments: 1.41 against 2.44 us a call on a CPU tensor
-    (results/cpu-interpreter/logs/host_micro_c043eb6.json)."""
+    device=)`` parses three arguments: 1.41 against 2.39 us a call on a CPU tensor
+    (results/cpu-interpreter/logs/host_micro_4ccd1fb.json)."""
     if v.shape[3] == q.shape[3]:
         return torch.empty_like(q, memory_format=torch.contiguous_format)
     return torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
