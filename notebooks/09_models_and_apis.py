@@ -1402,9 +1402,11 @@ if H200 in results.recorded_devices("launch"):
 # `flash_forward` took 35.4 us against 19.1 for the `flashcore.attention` call inside it: its
 # three unused outputs (rng_state, unused, debug_mask) cost 8.6 us, mostly `torch.empty`'s
 # parsing of shape, dtype and device. Every forward call read two Gluon switches with
-# `os.environ.get`, which for an unset name raises and catches a KeyError inside (1.4 us for the
-# two on this machine's CPU); the lean paths allocated their output with `torch.empty(shape,
-# dtype=, device=)` (2.4 us on a CPU tensor against 1.0 for `torch.empty_like`). Since `5cd556f`
+# `os.environ.get`, which for an unset name raises and catches a KeyError inside; the lean paths
+# allocated their output with `torch.empty(shape, dtype=, device=)`. On CPU tensors
+# (`tools/host_micro.py`, `results/cpu-interpreter/logs/host_micro_4ccd1fb.json`) the two
+# switches cost 1.87 us a call, the output 2.39 and the door's three outputs 4.50, and 0.49,
+# 1.41 and 2.59 after the changes that follow. Since `5cd556f`
 # the door makes its three outputs with `empty_like` from per-(device, dtype) templates (fresh
 # tensors every call, as PyTorch's kernel returns; a CPU test checks they are), the switches are
 # read from `os.environ`'s own dict (`launch.environ_value`; tests follow every change of
@@ -1417,7 +1419,11 @@ if H200 in results.recorded_devices("launch"):
 # further from 1 than that, so this run resolves no change either way. What the profile leaves: the op's dispatch into Python (about 10 us), the SDPA
 # door's C++ routing and boxing into Python (about 20), and the decode launcher's per-call plan
 # for a cache without a lengths tensor (`launch_decode`'s own time 16 us under the profiler,
-# against 6 through the planned path), which a growing cache cannot key by exact size.
+# against 6 through the planned path), which a growing cache cannot key by exact size. A plan
+# keyed without what the length moves was tried (branch `decode-lean`) and made the launcher's
+# Python slower, 17.28 us a growing call against 15.10
+# (`results/cpu-interpreter/logs/decode_host_cpu_growth_plans_e9ced45_vs_0418168.json`): its
+# key check and slot filling cost more than the planning it saves.
 
 # %% [markdown]
 # This notebook's GPU profile last ran on the H100 at commit `d807aaa` (2026-11-27; its kernels
