@@ -105,8 +105,16 @@ KERNELS_PACKAGE = "flashcore.kernels"
 KERNELS_DIR = "flashcore/kernels"
 # Beside the kernels: the files that decide which kernel a call reaches (the dispatch table;
 # ops.py routes the torch op's few-query calls to the decode kernel, and its registration is
-# the op path's host cost that launch.json measures).
-DISPATCH_FILES = ("flashcore/interface.py", "flashcore/dispatch.py", "flashcore/ops.py")
+# the op path's host cost that launch.json measures; the two other doors' modules likewise:
+# the SDPA door's override picks flashcore's kernel or PyTorch's, and both doors' host paths
+# are launch.json's rows).
+DISPATCH_FILES = (
+    "flashcore/interface.py",
+    "flashcore/dispatch.py",
+    "flashcore/ops.py",
+    "flashcore/sdpa_backend.py",
+    "flashcore/flash_attn_interface.py",
+)
 # The kernel modules whose functions the dispatch consults to route a call (``supports``,
 # the Gluon kernels' tile tables): a change there can send a call to another kernel, so every
 # record of a run that ran kernels counts them, whether or not their own kernels ran.

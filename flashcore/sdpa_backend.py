@@ -324,11 +324,15 @@ def _unused_outputs(query):
     templates = _UNUSED_TEMPLATES.get((query.device, query.dtype))
     if templates is None:
         device = query.device
-        templates = _UNUSED_TEMPLATES[(device, query.dtype)] = (
+        fresh = (
             torch.empty((2,), dtype=torch.uint64, device=device),
             torch.empty((), dtype=torch.uint64, device=device),
             torch.empty((0,), dtype=query.dtype, device=device),
         )
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return fresh  # in a CUDA graph's private pool: never kept past the call
+        _UNUSED_TEMPLATES[(device, query.dtype)] = fresh
+        return tuple(map(torch.empty_like, fresh))
     return tuple(map(torch.empty_like, templates))
 
 
