@@ -243,3 +243,17 @@ def test_sass_compare_drops_addresses_and_encodings_but_keeps_registers_and_labe
     )
     assert strip_sass(shifted) == lines
     assert strip_sass(SASS.replace("R4, R5", "R6, R5")) != lines  # another register is other code
+
+
+def test_door_ab_workers_import_flashcore_from_their_own_tree(tmp_path):
+    """tools/door_host_profile.py --base: the process that times tree B imports the tool
+    first; flashcore must still come from B, not from the checkout the tool lives in (a
+    module-level import did that once, and tree B's run measured this checkout's code)."""
+    import shutil
+
+    from decode_host_ab import run_in_tree
+
+    shutil.copytree(ROOT / "flashcore", tmp_path / "flashcore")
+    got = run_in_tree(tmp_path, "door_host_profile:flashcore_tree")
+    assert Path(got).resolve() == tmp_path.resolve()
+    assert Path(run_in_tree(ROOT, "door_host_profile:flashcore_tree")).resolve() == ROOT.resolve()

@@ -24,28 +24,21 @@ import cProfile
 import pstats
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from flashcore import results, sdpa_backend  # noqa: E402
-from flashcore.studies import launch  # noqa: E402
+# flashcore is imported inside the functions, never at module level: --base's per-tree
+# processes import this module first, and each must take flashcore from its own tree.
+HERE = Path(__file__).resolve().parents[1]
 
 
 def _per_call_us(fn, calls, repeats=5):
-    """Median over repeats of back-to-back calls' wall time per call (synchronized ends)."""
-    samples = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(samples)
+    """Median over repeats of back-to-back calls' wall time per call (launch.json's own
+    timer, synchronized ends)."""
+    from flashcore.studies import launch
+
+    return statistics.median(launch._eager_us(fn, calls) for _ in range(repeats))
 
 
 def _profile(fn, calls, top=25):
@@ -76,12 +69,20 @@ def _profile(fn, calls, top=25):
     return rows[:top]
 
 
+def flashcore_tree() -> str:
+    """The directory this process imported flashcore from."""
+    import flashcore
+
+    return str(Path(flashcore.__file__).resolve().parents[1])
+
+
 def eager_worker(shapes, calls):
-    """{shape: {impl: eager us per call}} for the doors and SDPA default (``--base``'s
-    per-tree process; flashcore from the tree on its path)."""
+    """{shape: {impl: eager us per call}} for the doors and SDPA default, and the tree
+    flashcore came from (``--base``'s per-tree process; flashcore from the tree on its
+    path)."""
     from flashcore.studies import launch as tree_launch
 
-    rows = {}
+    rows = {"flashcore_tree": flashcore_tree()}
     for index in shapes:
         shape = tree_launch.SHAPES[index]
         fns = tree_launch._calls(shape)
@@ -98,7 +99,7 @@ def eager_worker(shapes, calls):
 
 
 def ab(args):
-    from decode_host_ab import HERE, run_in_tree
+    from decode_host_ab import run_in_tree
 
     trees = {"A": HERE, "B": Path(args.base).resolve()}
     rounds = []
@@ -106,12 +107,18 @@ def ab(args):
         order = ("A", "B") if r % 2 == 0 else ("B", "A")
         got = {t: run_in_tree(trees[t], "door_host_profile:eager_worker", args.shapes, args.calls)
                for t in order}  # fmt: skip
+        for t in order:  # each process must have measured its own tree's code
+            imported = Path(got[t].pop("flashcore_tree")).resolve()
+            if imported != trees[t]:
+                raise RuntimeError(f"tree {t} ({trees[t]}) ran flashcore from {imported}")
         rounds.append({"order": order, **got})
         print(f"round {r} done ({'/'.join(order)})", flush=True)
         _write_ab(args, rounds)  # after every round: a run cut short keeps what it measured
 
 
 def _write_ab(args, rounds):
+    from flashcore import results
+
     summary = {}
     for shape, impls in rounds[0]["A"].items():
         for impl in impls:
@@ -143,8 +150,12 @@ def main():
     parser.add_argument("--base", help="A/B against this tree (a directory holding flashcore/)")
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
+    sys.path.insert(0, str(HERE))  # this process only: --base's workers have their own path
     if args.base:
         return ab(args)
+    from flashcore import results, sdpa_backend
+    from flashcore.studies import launch
+
     profiles = {}
     for index in args.shapes:
         shape = launch.SHAPES[index]
