@@ -1326,8 +1326,9 @@ if H200 in results.recorded_devices("launch"):
     rounds = len(ab["rounds"])
     print(f"\ndecode host time, {ab['provenance']['device']}, medians of {rounds} rounds:")
     print(table(ab_rows, list(ab_rows[0]), {"B / A": "{:.3f}"}))
-    # Every door at 5cd556f's lean paths (A) against 947187a (B), alternating processes; SDPA
-    # default is the control (the same code in both trees)
+    # Meant as every door at 8f789b9 (A) against 947187a (B); an A/A run in fact: both
+    # processes imported 8f789b9's flashcore (the tool's module-level import, since fixed),
+    # so every ratio here is the host's noise between fresh processes
     door_ab = json.loads(
         (results.RESULTS_DIR / H200 / "logs" / "door_host_ab_8f789b9.json").read_text()
     )
@@ -1336,8 +1337,8 @@ if H200 in results.recorded_devices("launch"):
          "B us": v["B_us"], "A / B": v["A/B"]}
         for key, v in door_ab["summary"].items()
     ]  # fmt: skip
-    print(f"\nevery door, A {door_ab['provenance']['commit']} against B 947187a, "
-          f"{door_ab['rounds_done']} rounds:")  # fmt: skip
+    print(f"\nevery door, {door_ab['provenance']['commit']}'s code in both columns (an A/A "
+          f"run; see below), {door_ab['rounds_done']} rounds:")  # fmt: skip
     print(table(door_ab_rows, list(door_ab_rows[0]),
                 {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
 
@@ -1412,11 +1413,14 @@ if H200 in results.recorded_devices("launch"):
 # read from `os.environ`'s own dict (`launch.environ_value`; tests follow every change of
 # either), and the lean paths allocate with `empty_like` (`launch.new_output`). The GPU tests of
 # every file they touch passed (`logs/gpu_tests_host_5cd556f.log`, 1067 tests). Whether the
-# H200 sees the saving is not resolved: the table below is the A/B of every door against the
-# tree before (`947187a`), four alternating rounds of one process per tree
-# (`logs/door_host_ab_8f789b9.json`), and its control, SDPA default, which runs the same code in
-# both trees, moved by 0.89-1.36x between them; the doors' A/B ratios, 0.83-1.25, are no
-# further from 1 than that, so this run resolves no change either way. What the profile leaves: the op's dispatch into Python (about 10 us), the SDPA
+# H200 sees the saving is not measured. The table below was meant as the A/B of every door
+# against the tree before (`947187a`), four alternating rounds of one process per tree
+# (`logs/door_host_ab_8f789b9.json`), but it is an A/A run: the tool imported flashcore at
+# module level, which put this checkout first on the path of the process meant for `947187a`,
+# so both columns timed the same code (fixed since; each process now reports the tree it
+# imported, and a test checks it). Read as that, it measures this host's noise between fresh
+# processes for identical code: every row's ratio lies in 0.83-1.36. What the profile
+# leaves: the op's dispatch into Python (about 10 us), the SDPA
 # door's C++ routing and boxing into Python (about 20), and the decode launcher's per-call plan
 # for a cache without a lengths tensor (`launch_decode`'s own time 16 us under the profiler,
 # against 6 through the planned path), which a growing cache cannot key by exact size. A plan
