@@ -8,9 +8,10 @@
 
 ``bench`` times, per global S and mask, in one process group: flashcore's ring, the same
 compute with every transfer skipped, the transfers alone, one GPU on the whole sequence,
-PyTorch's ``context_parallel`` around SDPA (cuDNN and flash; ``cp_torch``) and the ring's
-forward + backward. Each implementation is a step of its own below (``_time_ring``,
-``_time_ring_training``, ``_time_one_gpu``, ``_time_torch_cp``); ``_derive_columns`` adds
+PyTorch's ``context_parallel`` around SDPA (cuDNN and flash; ``cp_torch``), and the
+forward + backward of the ring and of PyTorch's CP. Each implementation is a step of its
+own below (``_time_ring``, ``_time_ring_training``, ``_time_one_gpu``, ``_time_torch_cp``,
+``_time_torch_cp_training``); ``_derive_columns`` adds
 the scaling efficiency and what the transfers cost; ``overlap_probe`` measures the overlap
 where the transfers are not negligible.
 """
@@ -45,6 +46,8 @@ IMPLS = (
     "torch_cp_cudnn",
     "torch_cp_flash",
     "flashcore_cp_fwd_bwd",
+    "torch_cp_cudnn_fwd_bwd",
+    "torch_cp_flash_fwd_bwd",
     "flashcore_ulysses",
 )
 TIMING = "wall clock per call, barrier before, slowest rank, median of 3 calls (1 call from S = 1M)"
@@ -82,6 +85,12 @@ def run_study(args, *, device, world_size: int, log=print, on_stage=None) -> dic
     ``dtype`` (a name). ``bench`` checks the forward cases first and the gradient cases after
     the timings; ``on_stage(payload)`` is called after each stage and each S, so a run cut
     short keeps what it measured. ``study_passed(payload["summary"])`` is the verdict."""
+    if args.action == "train":
+        from .cp_train import run_training_study
+
+        return run_training_study(
+            args, device=device, world_size=world_size, log=log, on_stage=on_stage
+        )
     grid = args.grid or ("gpu" if device.type == "cuda" else "cpu")
     cases = []
     if args.action == "check" or not args.no_check:
@@ -120,6 +129,8 @@ def run_study(args, *, device, world_size: int, log=print, on_stage=None) -> dic
         "seqlens": seqlens,
         "cp_only_from": cp_only_from,
         "budget_s": args.budget_s,
+        "impls": list(getattr(args, "impls", None) or IMPLS),
+        "train_max_s": getattr(args, "train_max_s", 1 << 18),
         "timing": TIMING,
     }
     stage({})
@@ -132,6 +143,8 @@ def run_study(args, *, device, world_size: int, log=print, on_stage=None) -> dic
         dtype=getattr(torch, args.dtype),
         cp_only_from=cp_only_from,
         budget_s=args.budget_s,
+        impls=tuple(getattr(args, "impls", None) or IMPLS),
+        train_max_s=getattr(args, "train_max_s", 1 << 18),
         on_row=stage,
         log=log,
     )
@@ -399,6 +412,30 @@ def _time_torch_cp(point: _Point, mesh, backend: str, checks: list) -> None:
     )
 
 
+def _time_torch_cp_training(point: _Point, mesh, backend: str) -> None:
+    """torch_cp_<backend>_fwd_bwd: a training step's attention through PyTorch's
+    context_parallel + SDPA, forward and backward, on the same global inputs as
+    ``_time_torch_cp`` (K/V expanded to Hq heads)."""
+    from .cp_torch import torch_cp_sdpa
+
+    gen = torch.Generator(device=point.device).manual_seed(11)
+    q = point.randn(gen, point.num_q_heads, point.seqlen)
+    k, v = (point.randn(gen, point.num_kv_heads, point.seqlen) for _ in range(2))
+    group_size = point.num_q_heads // point.num_kv_heads
+    k_x, v_x = (t.repeat_interleave(group_size, dim=1) for t in (k, v))
+    del k, v
+    ms, peak, _, _ = torch_cp_sdpa(
+        mesh, q, k_x, v_x, point.causal, backend, point.reps, 1, point.group, backward=True
+    )
+    row = point.add(
+        f"torch_cp_{backend}_fwd_bwd",
+        ms,
+        peak,
+        note="forward + backward, K/V expanded to Hq heads; tflops counts 3.5x the forward's FLOPs",
+    )
+    row["tflops"] = 3.5 * point.flops / (ms * 1e-3) / 1e12
+
+
 def _derive_columns(rows: dict, world_size: int) -> None:
     """flashcore_cp's scaling efficiency against one GPU, and what the transfers add."""
     one = rows.get("flashcore_1gpu")
@@ -558,6 +595,15 @@ def bench(
                     _time_torch_cp(point, mesh, backend, result["torch_cp_checks"])
                 except Exception as exc:  # record why PyTorch's CP could not run
                     point.failed(f"torch_cp_{backend}", exc, result["skipped"])
+                _free_device_memory(device)
+            for backend in ("cudnn", "flash"):
+                impl = f"torch_cp_{backend}_fwd_bwd"
+                if cp_only or impl not in impls or seqlen > train_max_s:
+                    continue
+                try:
+                    _time_torch_cp_training(point, mesh, backend)
+                except Exception as exc:
+                    point.failed(impl, exc, result["skipped"])
                 _free_device_memory(device)
             _derive_columns(point.rows, world_size)
             result["rows"] += list(point.rows.values())

@@ -13,7 +13,13 @@ from .. import parallel as P
 # What the speed table and figures show, in this order (colors C0, C1, ...).
 SPEED_IMPLS = ("flashcore_cp", "flashcore_1gpu", "torch_cp_cudnn", "torch_cp_flash")
 MEMORY_IMPLS = SPEED_IMPLS + ("flashcore_cp_fwd_bwd",)
-TABLE_IMPLS = MEMORY_IMPLS + ("flashcore_cp_nocomm", "comm_only")
+TABLE_IMPLS = MEMORY_IMPLS + (
+    "flashcore_ulysses",
+    "torch_cp_cudnn_fwd_bwd",
+    "torch_cp_flash_fwd_bwd",
+    "flashcore_cp_nocomm",
+    "comm_only",
+)
 OVERLAP_COLUMNS = (
     "S",
     "ring_ms",
@@ -196,19 +202,25 @@ def plot_peak_memory(record: dict):
 
 def target_rows(record: dict) -> list[dict]:
     """Per (S >= 256K, causal): the ring's scaling efficiency (from S = 512K, the target's
-    range) and PyTorch CP + cuDNN's time over the ring's (>= 1.0: the ring is as fast)."""
+    range) and PyTorch CP + cuDNN's time over the ring's (>= 1.0: the ring is as fast), for
+    the forward and, where the record timed both, the forward + backward."""
     by = {(r["impl"], r["S"], r["causal"]): r for r in record["rows"]}
     out = []
     for (impl, seqlen, causal), r in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][1])):
         if impl != "flashcore_cp" or seqlen < 1 << 18:
             continue
         tc = by.get(("torch_cp_cudnn", seqlen, causal))
+        train = by.get(("flashcore_cp_fwd_bwd", seqlen, causal))
+        tc_train = by.get(("torch_cp_cudnn_fwd_bwd", seqlen, causal))
         out.append(
             {
                 "S": seqlen,
                 "causal": causal,
                 "eff": r.get("scaling_efficiency") if seqlen >= 1 << 19 else None,
                 "x_torch_cudnn": tc["time_ms"] / r["time_ms"] if tc else None,
+                "x_torch_cudnn_fwd_bwd": (
+                    tc_train["time_ms"] / train["time_ms"] if train and tc_train else None
+                ),
             }
         )
     return out
@@ -234,6 +246,12 @@ def target_table(now: list[dict], before: dict) -> list[dict]:
                 "x torch_cp_cudnn": _fmt(r["x_torch_cudnn"]),
                 ">= 1.0": "-" if r["x_torch_cudnn"] is None else r["x_torch_cudnn"] >= 1.0,
                 "x torch (first run)": _fmt(b.get("x_torch_cudnn")),
+                "x torch_cp_cudnn fwd+bwd": _fmt(r.get("x_torch_cudnn_fwd_bwd")),
+                "fwd+bwd >= 1.0": (
+                    "-"
+                    if r.get("x_torch_cudnn_fwd_bwd") is None
+                    else r["x_torch_cudnn_fwd_bwd"] >= 1.0
+                ),
             }
         )
     return out

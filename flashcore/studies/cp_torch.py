@@ -30,11 +30,15 @@ def _torch_cp_options():
     return _cp_options
 
 
-def torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
+def torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group, *, backward=False):
     """PyTorch's context_parallel around SDPA on global buffers q, k, v (sharded in place by
     the context). Returns (time_ms, peak_gib, the global output in sequence order for the rows
     check, or the error that prevented gathering it, and whether PyTorch's own
     ``context_parallel_unshard`` gives the same order).
+
+    ``backward``: time a training step's attention instead, SDPA's forward and backward on
+    the shards (leaves made from them inside the context, a seeded upstream gradient); the
+    output is then not gathered (None, None in its place).
 
     Its head-tail load balancing reorders the sequence before sharding and only applies to
     causal attention (non-causal calls raise with it on), so it is switched off for
@@ -67,6 +71,8 @@ def torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
             def call():
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+            if backward:
+                return (*_time_sdpa_backward(q, k, v, causal, reps, warmup, group), None, None)
             reset_peak()
             ms = timed(call, reps=reps, warmup=warmup, group=group)
             peak = peak_gib(group)
@@ -88,6 +94,25 @@ def torch_cp_sdpa(mesh, q, k, v, causal, backend_name, reps, warmup, group):
     finally:
         options.enable_load_balance = saved_balance
     return ms, peak, out_global, unshard_agrees
+
+
+def _time_sdpa_backward(q, k, v, causal, reps, warmup, group):
+    """Inside ``context_parallel``: SDPA forward + backward on the local shards q, k, v,
+    timed as ``timed`` does. Returns (time_ms, peak_gib)."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    gen = torch.Generator(device=q.device).manual_seed(q.shape[2] + 1)
+    grad_out = torch.randn(q.shape, generator=gen, device=q.device, dtype=q.dtype)
+
+    def step():
+        with torch.enable_grad():
+            out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+            out.backward(grad_out)
+        for leaf in leaves:
+            leaf.grad = None
+
+    reset_peak()
+    ms = timed(step, reps=reps, warmup=warmup, group=group)
+    return ms, peak_gib(group)
 
 
 def inputs_identical_across_ranks(tensors, group=None) -> bool:

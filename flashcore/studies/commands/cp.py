@@ -8,7 +8,12 @@ import sys
 
 
 def add_cp_arguments(p) -> None:
-    p.add_argument("action", choices=["check", "bench"])
+    p.add_argument(
+        "action",
+        choices=["check", "bench", "train"],
+        help="check: the correctness grid; bench: the grid and the timings; train: a "
+        "transformer block's training step, checked and timed (cp_train)",
+    )
     p.add_argument("--grid", choices=["cpu", "gpu"], help="correctness grid (default: by device)")
     p.add_argument(
         "--strategy",
@@ -24,6 +29,17 @@ def add_cp_arguments(p) -> None:
     )
     p.add_argument("--wide", action="store_true", help="S to 4M, every impl to 2M (about 20 min)")
     p.add_argument("--cp-only-from", type=int, help="from this S only flashcore's ring is timed")
+    p.add_argument(
+        "--impls",
+        nargs="+",
+        help="which implementations the bench times (default: all; cp_bench.IMPLS)",
+    )
+    p.add_argument(
+        "--train-max-s",
+        type=int,
+        default=1 << 18,
+        help="forward + backward (flashcore's ring, PyTorch CP) timed up to this S",
+    )
     p.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     p.add_argument("--heads", type=int, nargs=2, default=[8, 2], metavar=("HQ", "HKV"))
     p.add_argument("--head-dim", type=int, default=128)
@@ -56,13 +72,21 @@ def run_cp(args) -> int:
             )
             return 2
         print("cp bench on CPU: a smoke run of the code, the timings mean nothing", file=sys.stderr)
+    unknown = sorted(set(getattr(args, "impls", None) or ()) - set(CP.IMPLS))
+    if unknown:
+        print(f"unknown --impls {unknown}; known: {list(CP.IMPLS)}", file=sys.stderr)
+        return 2
     rank, world_size, device = CP.init_from_env()
     log = print if rank == 0 else (lambda *a, **k: None)
     slug = f"{device_slug()}-x{world_size}"
 
+    topic = args.topic
+    if args.action == "train" and topic == "context_parallel":
+        topic = "context_parallel_training"
+
     def record(payload):  # after every stage: a run cut short keeps what it measured
         if args.record and rank == 0:
-            print("recorded:", write_result(args.topic, payload, slug=slug), flush=True)
+            print("recorded:", write_result(topic, payload, slug=slug), flush=True)
 
     try:
         payload = CP.run_study(args, device=device, world_size=world_size, log=log, on_stage=record)
