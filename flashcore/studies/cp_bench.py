@@ -226,7 +226,9 @@ class _Point:
         shape = (self.batch, heads, length, self.head_dim)
         return torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
 
-    def add(self, impl: str, ms: float, peak: float, **extra) -> dict:
+    def add(self, impl: str, ms: float, peak: float, *, flops_factor: float = 1.0, **extra) -> dict:
+        """One timed row; ``flops_factor`` scales the forward's FLOPs (3.5 for forward +
+        backward: the backward counted as 2.5 forwards)."""
         row = {
             "world_size": self.world_size,
             "S": self.seqlen,
@@ -240,7 +242,11 @@ class _Point:
             "dtype": str(self.dtype).replace("torch.", ""),
             "time_ms": ms,
             # comm_only moves bytes and does no attention: no TFLOP/s.
-            "tflops": self.flops / (ms * 1e-3) / 1e12 if ms and impl != "comm_only" else None,
+            "tflops": (
+                flops_factor * self.flops / (ms * 1e-3) / 1e12
+                if ms and impl != "comm_only"
+                else None
+            ),
             "peak_mem_gib": peak,
             **extra,
         }
@@ -333,13 +339,13 @@ def _time_ring_training(point: _Point, shards, *, warmup: int) -> None:
 
     reset_peak()
     ms = timed(train_step, reps=point.reps, warmup=warmup, group=point.group)
-    row = point.add(
+    point.add(
         "flashcore_cp_fwd_bwd",
         ms,
         peak_gib(point.group),
         note="forward + backward; tflops counts 3.5x the forward's FLOPs",
+        flops_factor=3.5,
     )
-    row["tflops"] = 3.5 * point.flops / (ms * 1e-3) / 1e12
 
 
 def _time_one_gpu(point: _Point, warmup: int) -> None:
@@ -427,13 +433,13 @@ def _time_torch_cp_training(point: _Point, mesh, backend: str) -> None:
     ms, peak, _, _ = torch_cp_sdpa(
         mesh, q, k_x, v_x, point.causal, backend, point.reps, 1, point.group, backward=True
     )
-    row = point.add(
+    point.add(
         f"torch_cp_{backend}_fwd_bwd",
         ms,
         peak,
         note="forward + backward, K/V expanded to Hq heads; tflops counts 3.5x the forward's FLOPs",
+        flops_factor=3.5,
     )
-    row["tflops"] = 3.5 * point.flops / (ms * 1e-3) / 1e12
 
 
 def _derive_columns(rows: dict, world_size: int) -> None:
