@@ -255,3 +255,51 @@ def target_table(now: list[dict], before: dict) -> list[dict]:
             }
         )
     return out
+
+
+def fwd_bwd_rows(record: dict) -> list[dict]:
+    """Attention forward + backward per (S, mask): flashcore's ring and PyTorch CP + SDPA
+    (cuDNN, flash), and PyTorch's time over the ring's (>= 1.0: the ring is as fast)."""
+    by = {(r["impl"], r["S"], r["causal"]): r["time_ms"] for r in record["rows"]}
+    out = []
+    for (impl, seqlen, causal), ring in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][1])):
+        if impl != "flashcore_cp_fwd_bwd":
+            continue
+        row = {"S": seqlen, "causal": causal, "ring_ms": f"{ring:.1f}"}
+        for backend in ("cudnn", "flash"):
+            theirs = by.get((f"torch_cp_{backend}_fwd_bwd", seqlen, causal))
+            row[f"torch_{backend}_ms"] = "-" if theirs is None else f"{theirs:.1f}"
+            row[f"x torch_{backend}"] = "-" if theirs is None else f"{theirs / ring:.3f}"
+        out.append(row)
+    return out
+
+
+def training_rows(record: dict) -> list[dict]:
+    """The block's training step per S: each implementation's time, tokens/s and scaling
+    efficiency against one GPU, and flashcore's ring over PyTorch CP + cuDNN in tokens/s
+    (>= 1.0: the ring trains as fast)."""
+    out = []
+    by_s = {}
+    for r in record["rows"]:
+        by_s.setdefault(r["S"], {})[r["impl"]] = r
+    for seqlen, rows in sorted(by_s.items()):
+        ring, cudnn = rows.get("flashcore_ring"), rows.get("torch_cp_cudnn")
+        for impl, r in rows.items():
+            # Efficiency is against flashcore's one-GPU step: flashcore's strategies only.
+            eff = r.get("scaling_efficiency") if impl.startswith("flashcore") else None
+            out.append(
+                {
+                    "S": seqlen,
+                    "impl": impl,
+                    "time_ms": f"{r['time_ms']:.1f}",
+                    "tokens/s": f"{r['tokens_per_s']:,.0f}",
+                    "eff": "" if eff is None else f"{eff:.3f}",
+                    "peak_gib": r["peak_gib"],
+                    "ring / torch_cp_cudnn": (
+                        f"{ring['tokens_per_s'] / cudnn['tokens_per_s']:.3f}"
+                        if impl == "flashcore_ring" and cudnn
+                        else ""
+                    ),
+                }
+            )
+    return out

@@ -414,7 +414,7 @@ def time_training_steps(
             log(f"S={seqlen} {impl}: {ms:.1f} ms, {tokens / (ms * 1e-3):,.0f} tokens/s")
         one = rows.get("flashcore_1gpu")
         for impl, row in rows.items():
-            if one and impl != "flashcore_1gpu":
+            if one and impl in ("flashcore_ring", "flashcore_ulysses"):
                 row["scaling_efficiency"] = one["time_ms"] / (world * row["time_ms"])
         result["rows"] += list(rows.values())
         last = (seqlen, time.perf_counter() - s_start)
@@ -514,3 +514,42 @@ def summarize_checks(rows) -> dict:
         "planted_bugs": len(plants),
         "planted_bugs_caught": sum(not r["passed"] for r in plants),
     }
+
+
+# ---------------------------------------------------------------------------------------
+# The check on local CPU processes (tests, notebook 08's live section).
+
+
+def _spawned_training_check(rank, world_size, store_path, out_path, seqlen, planted_bug):
+    import json
+
+    from .cp_check import end_spawned_rank
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size
+    )
+    strategies = ("ring",) if planted_bug else ("ring", "ulysses")
+    rows = check_training_step(
+        seqlen,
+        CPU_SHAPE,
+        torch.float32,
+        torch.device("cpu"),
+        strategies=strategies,
+        planted_bug=planted_bug,
+    )
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+    end_spawned_rank()
+
+
+def spawn_training_check(
+    seqlen: int = CPU_CHECK["seqlen"], world_size: int = 2, planted_bug: str | None = None
+) -> list[dict]:
+    """``check_training_step`` on ``world_size`` local gloo processes (float32, the
+    kernels under the Triton interpreter, ``CPU_SHAPE``). Returns rank 0's rows."""
+    from .cp_check import _spawn_gloo_ranks
+
+    child_env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return _spawn_gloo_ranks(_spawned_training_check, (seqlen, planted_bug), world_size, child_env)

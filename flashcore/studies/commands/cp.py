@@ -61,6 +61,10 @@ def run_cp(args) -> int:
     from ...results import device_slug, write_result
     from .. import context_parallel as CP
 
+    unknown = sorted(set(getattr(args, "impls", None) or ()) - set(CP.IMPLS))
+    if unknown:
+        print(f"unknown --impls {unknown}; known: {list(CP.IMPLS)}", file=sys.stderr)
+        return 2
     for key, value in CP.NO_MULTICAST.items():  # NVLink multicast stays off
         os.environ.setdefault(key, value)
     if args.action == "bench" and not torch.cuda.is_available():
@@ -72,10 +76,6 @@ def run_cp(args) -> int:
             )
             return 2
         print("cp bench on CPU: a smoke run of the code, the timings mean nothing", file=sys.stderr)
-    unknown = sorted(set(getattr(args, "impls", None) or ()) - set(CP.IMPLS))
-    if unknown:
-        print(f"unknown --impls {unknown}; known: {list(CP.IMPLS)}", file=sys.stderr)
-        return 2
     rank, world_size, device = CP.init_from_env()
     log = print if rank == 0 else (lambda *a, **k: None)
     slug = f"{device_slug()}-x{world_size}"
