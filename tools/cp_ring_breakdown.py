@@ -78,19 +78,42 @@ def breakdown(block: int, reps: int) -> dict:
 
     pieces = {
         "attention (one call, as flashcore_1gpu)": lambda: attention(q, k, v, causal=False),
-        "attention_hopper, no lse": hopper(False),
         "attention_hopper, lse stored": hopper(True),
+        "attention_hopper, no lse": hopper(False),
         "_block_attention, separate k/v": block_call(k, v),
         "_block_attention, the ring's flat k/v": block_call(k_ring, v_ring),
         "scratch fill (NaN poison)": lambda: out_b.fill_(float("nan")),
         "merge into the running output": lambda: P._merge_into(acc, acc_lse, out_b, lse_b),
     }
     rows = []
-    for name, fn in pieces.items():
-        ms = timed_ms(fn, reps)
-        rows.append({"piece": name, "ms": ms, "median_ms": sorted(ms)[len(ms) // 2]})
-        print(f"block {block}: {name}: {', '.join(f'{m:.1f}' for m in ms)} ms", flush=True)
+    # Twice through, the second pass in reverse order: a piece that is slow only where it
+    # comes late in a pass is the GPU's clock, not the piece (NVML's SM clock and power after
+    # each piece say which).
+    for order in (list(pieces), list(reversed(pieces))):
+        for name in order:
+            ms = timed_ms(pieces[name], reps)
+            clock = sm_clock_and_power()
+            rows.append({"piece": name, "ms": ms, **clock})
+            print(
+                f"block {block}: {name}: {', '.join(f'{m:.1f}' for m in ms)} ms; "
+                f"SM {clock['sm_mhz']} MHz, {clock['power_w']} W",
+                flush=True,
+            )
     return {"block": block, "rows": rows}
+
+
+def sm_clock_and_power() -> dict:
+    """GPU 0's SM clock (MHz) and power draw (W) now, from NVML (None where unreadable)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        sm = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        power = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        return {"sm_mhz": sm, "power_w": round(power, 1)}
+    except Exception:
+        return {"sm_mhz": None, "power_w": None}
 
 
 def main() -> int:
