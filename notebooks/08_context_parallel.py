@@ -46,6 +46,7 @@ SAVE_FIGURES = True
 from flashcore.notebook import live_ratio, setup, table
 
 PROFILE, DEVICE = setup(PROFILE)  # prints the device; the CPU profile sets TRITON_INTERPRET=1 first
+import json
 import math
 
 import matplotlib.pyplot as plt
@@ -53,7 +54,7 @@ import torch
 
 from flashcore import parallel as P
 from flashcore.plots import save_figure
-from flashcore.results import describe, device_slug, read_result, recorded_devices
+from flashcore.results import RESULTS_DIR, describe, device_slug, read_result, recorded_devices
 from flashcore.studies import context_parallel as CP
 from flashcore.studies import cp_report as R
 from flashcore.studies.records import status_line_for
@@ -597,6 +598,39 @@ if recorded:
         print(f"the {RECORDED_GPU} record has no Ulysses rows")
 
 # %% [markdown]
+# **Where the ring's extra time goes.** A rank of the non-causal ring runs, per step, a NaN
+# fill of its scratch (so an element the kernel skips fails the check), one forward block
+# into that scratch with the lse stored (the merge needs it), and an fp32 merge into the
+# running output. `tools/cp_ring_breakdown.py` times each on one H200 of the pair at the
+# 512K blocks of S = 1M, every piece twice with the second pass in reverse order, and reads
+# NVML's SM clock and power after each (`logs/cp_ring_breakdown_4580ed8.json`). The fill and
+# the merge are small; the forward with its lse stored is not the forward without it.
+
+# %%
+breakdown_log = RESULTS_DIR / "nvidia-h200-x2" / "logs" / "cp_ring_breakdown_4580ed8.json"
+if breakdown_log.exists():
+    bd = json.loads(breakdown_log.read_text())
+    print("measured:", bd["provenance"]["date"][:10], "at commit", bd["provenance"]["commit"])
+    for blk in bd["blocks"]:
+        print(
+            table(
+                [
+                    {
+                        "block": blk["block"],
+                        "piece": r["piece"],
+                        "ms": ", ".join(f"{m:.1f}" for m in r["ms"]),
+                        "SM MHz": r["sm_mhz"],
+                        "W": r["power_w"],
+                    }
+                    for r in blk["rows"]
+                ],
+                ["block", "piece", "ms", "SM MHz", "W"],
+            )
+        )
+else:
+    print("the ring breakdown log is not in this checkout")
+
+# %% [markdown]
 # ## 5. Training on two GPUs
 #
 # A training step runs the attention's backward too, and the rest of a transformer block
@@ -730,9 +764,13 @@ else:
 #   4109 ms at 1M, 14764 against 16608 ms at 2M. The ring's loss there is mostly before any
 #   transfer: without any transfer it takes 4062 ms at full 1M, 1.098 times half of one
 #   GPU's call, where Ulysses takes 1.005 times it; at 2M (no one-GPU time) the ring without
-#   transfers takes 16485 ms. Why the ring's blocks and merges are slower than one call over
-#   the same keys is not established; the ratio moves with S and mask, 0.990–1.098 (the
-#   table's `no transfers / (1 GPU / 2)`). Causal, the two are within 2% at 1M and 2M.
+#   transfers takes 16485 ms. The ratio moves with S and mask, 0.990–1.098 (the table's
+#   `no transfers / (1 GPU / 2)`); causal, the two are within 2% at 1M and 2M. The cause is
+#   the ring's need for the lse: the Gluon forward with its lse stored takes 1952–1999 ms
+#   on a 512K block where the same kernel without it takes 1799–1804, in either order, both
+#   at the 700 W power cap, the lse build at a lower SM clock (1275–1335 against 1530–1575
+#   MHz; the breakdown above). Ulysses's one call per GPU stores no lse. The scratch fill
+#   (0.3 ms) and the merge (7.4–7.7 ms per block) are not it.
 # - **Communication.** In the sweep the transfers alone take 0.4–3.4 ms, and the ring's
 #   excess over the same compute without them (0.000–0.041) is at some shapes many times
 #   that, so the sweep cannot measure how much of them is hidden. The overlap probe does: not
