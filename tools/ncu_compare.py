@@ -8,7 +8,8 @@ backward, flashcore beside cuDNN and FA4.
     python tools/ncu_compare.py record DIR                      (parse, on the same GPU)
 
 PHASE ``forward``: IMPL ``flashcore`` (``flashcore.attention`` as it ships; the kernel its
-dispatch picks is recorded), ``triton`` (FLASHCORE_FORWARD_HOPPER=never), ``cudnn`` (SDPA),
+dispatch picks is recorded), ``flashcore_lse`` (the same call with ``return_lse=True``; not in
+CASES, run by hand), ``triton`` (FLASHCORE_FORWARD_HOPPER=never), ``cudnn`` (SDPA),
 ``fa4`` (``flash_attn.cute``, its sm90 path), and at D 128 ``fp8_per_block`` and ``fp8_naive``
 (``flashcore.fp8_attention`` on inputs quantized before the range, so the Gluon FP8 mode as
 dispatched: the two builds of one loop that differ by P's multiply, notebook 04 section 9;
@@ -138,6 +139,8 @@ def run(phase: str, impl: str, d: int, causal: bool) -> None:
         # flashcore_nondeterministic: the backward of deterministic=False (its atomic mode)
         det = impl != "flashcore_nondeterministic"
         fwd = lambda q, k, v: interface.attention(q, k, v, causal=causal, deterministic=det)  # noqa: E731
+    elif impl == "flashcore_lse":  # the same forward storing its lse (what training runs)
+        fwd = lambda q, k, v: interface.attention(q, k, v, causal=causal, return_lse=True)  # noqa: E731
     elif impl == "cudnn":
         fwd = bench.make_sdpa("cudnn", causal, False)
     elif impl == "fa4":
