@@ -604,7 +604,8 @@ if recorded:
 # running output. `tools/cp_ring_breakdown.py` times each on one H200 of the pair at the
 # 512K blocks of S = 1M, every piece twice with the second pass in reverse order, and reads
 # NVML's SM clock and power after each (`logs/cp_ring_breakdown_4580ed8.json`). The fill and
-# the merge are small; the forward with its lse stored is not the forward without it.
+# the merge are small; the forward with its lse stored is not the forward without it, at this
+# block size (the conclusion says what else was checked).
 
 # %%
 breakdown_log = RESULTS_DIR / "nvidia-h200-x2" / "logs" / "cp_ring_breakdown_4580ed8.json"
@@ -770,7 +771,14 @@ else:
 #   on a 512K block where the same kernel without it takes 1799–1804, in either order, both
 #   at the 700 W power cap, the lse build at a lower SM clock (1275–1335 against 1530–1575
 #   MHz; the breakdown above). Ulysses's one call per GPU stores no lse. The scratch fill
-#   (0.3 ms) and the merge (7.4–7.7 ms per block) are not it.
+#   (0.3 ms) and the merge (7.4–7.7 ms per block) are not it. Why the lse build slows is
+#   not established: its loops hold the same instructions as the other's in SASS
+#   (`results/cpu-interpreter/logs/lse_variant_sass_54329ce.json`: 473 per key tile, only
+#   register names and three placements differ; +184 instructions outside the loops), one
+#   launch of each under Nsight Compute at S 8K is alike in time, tensor-pipe use and stalls
+#   (`logs/ncu_lse_df14a73/`), and under sustained back-to-back calls the two are within 1%
+#   at S 8K and 128K (`logs/lse_power_probe_baa4a3d.json`). Only the long launches of a
+#   512K block (about 2 s each) show the gap, at a lower clock for the same power.
 # - **Communication.** In the sweep the transfers alone take 0.4–3.4 ms, and the ring's
 #   excess over the same compute without them (0.000–0.041) is at some shapes many times
 #   that, so the sweep cannot measure how much of them is hidden. The overlap probe does: not
