@@ -598,6 +598,12 @@ if recorded:
         print(f"the {RECORDED_GPU} record has no Ulysses rows")
 
 # %% [markdown]
+# `flashcore.parallel_dispatch.context_parallel_attention(..., strategy="auto")` reads this
+# table's verdicts: Ulysses for full attention from S = 512K on two ranks (the ring 1.06–1.13×
+# its time there), the ring for causal calls (within 5%, no trend), for calls that need
+# gradients (section 5's training step: the ring faster at 64K and 128K, within 1.1% after) and
+# for rank counts not measured.
+#
 # **Where the ring's extra time goes.** A rank of the non-causal ring runs, per step, a NaN
 # fill of its scratch (so an element the kernel skips fails the check), one forward block
 # into that scratch with the lse stored (the merge needs it), and an fp32 merge into the
