@@ -494,11 +494,22 @@ def _block_backward(
     That function takes the causal offsets 0 (top-left) and Sk - Sq (bottom-right); a
     window block at another offset d = q_start - k_start gets zero keys appended until
     Sk - Sq = d. A zero key adds nothing to dQ (its dS is multiplied by K = 0) and its own
-    dK/dV rows are dropped, so the real gradients are unchanged."""
+    dK/dV rows are dropped, so the real gradients are unchanged.
+
+    Where ``flashcore.attention``'s autograd would run the warp-specialized Gluon backward
+    on this block's shape (``dispatch.backward_kernel``, deterministic mode), the block runs
+    it too, on contiguous copies of its rows: the ring's blocks are long (S / 2N rows and
+    more), where that kernel is the faster (results/<gpu>/backward.json)."""
+    from .dispatch import backward_kernel
     from .kernels.backward import attention_backward
 
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     kw = dict(causal=causal, window=window, scale=scale)
+    aligned = not causal or causal_offset in (0, seqlen_k - seqlen_q)
+    if aligned and backward_kernel(q, k, v, causal=causal, deterministic=True, window=window) == (
+        "gluon_ws_det"
+    ):
+        return _block_backward_gluon(dout, q, k, v, out, lse, causal, causal_offset, scale)
     if not causal or (causal_offset == 0 and seqlen_q == seqlen_k):
         return attention_backward(dout, q, k, v, out, lse, **kw)
     pad = causal_offset - (seqlen_k - seqlen_q)
@@ -518,6 +529,21 @@ def _block_backward(
         **kw,
     )
     return dq, dk[:, :, :seqlen_k], dv[:, :, :seqlen_k]
+
+
+def _block_backward_gluon(dout, q, k, v, out, lse, causal, causal_offset, scale):
+    """One block through the warp-specialized Gluon backward (deterministic), as
+    ``flashcore.attention``'s autograd calls it; the rows' views copied contiguous (its TMA
+    descriptors read each tensor as one (rows, D) matrix)."""
+    from .kernels import backward_hopper_ws
+
+    q, k, v, dout, out = (t.contiguous() for t in (q, k, v, dout, out))
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    backward_hopper_ws.attention_backward_hopper_ws(
+        dout, q, k, v, out, lse.contiguous(), dq, dk, dv, scale=scale,
+        causal_offset=causal_offset if causal else 0, is_causal=causal, deterministic=True,
+    )  # fmt: skip
+    return dq, dk, dv
 
 
 def _ring_backward(dout, q, k, v, out, lse, *, seqlen, causal, window, scale, sharding, group):

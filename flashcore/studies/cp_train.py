@@ -494,6 +494,7 @@ def run_training_study(args, *, device, world_size: int, log=print, on_stage=Non
                 shape,
                 getattr(torch, args.dtype),
                 device,
+                impls=tuple(getattr(args, "impls", None) or TRAIN_IMPLS),
                 seed=args.seed,
                 budget_s=args.budget_s,
                 on_row=stage,
