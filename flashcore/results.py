@@ -119,6 +119,14 @@ DISPATCH_FILES = (
 # the Gluon kernels' tile tables): a change there can send a call to another kernel, so every
 # record of a run that ran kernels counts them, whether or not their own kernels ran.
 ROUTING_FILES = ("flashcore/kernels/forward_hopper.py", "flashcore/kernels/backward_hopper.py")
+# The multi-GPU algorithms: the context-parallel records (``cp`` command) add them to their
+# fingerprint (``write_result(..., fingerprint_extra=PARALLEL_FILES)``), since the ring's blocks,
+# merges and kernel choice live there; single-GPU records do not depend on them.
+PARALLEL_FILES = (
+    "flashcore/parallel.py",
+    "flashcore/parallel_ulysses.py",
+    "flashcore/parallel_dispatch.py",
+)
 
 
 def blob_id(data: bytes) -> str:
@@ -273,22 +281,27 @@ def committed_blobs(commit: str, root: Path = REPO_ROOT) -> dict[str, str] | Non
     would list there), or None where git or the commit is not available."""
     if not has_git(root):
         return None
-    out = git_output(["ls-tree", "-r", commit, "--", KERNELS_DIR, *DISPATCH_FILES], root)
+    listed = (KERNELS_DIR, *DISPATCH_FILES, *PARALLEL_FILES)
+    out = git_output(["ls-tree", "-r", commit, "--", *listed], root)
     if out is None:
         return None
     blobs = {}
     for line in out.splitlines():
         meta, _, path = line.partition("\t")
         parts = meta.split()
-        top_level = path in DISPATCH_FILES or (
-            path.startswith(KERNELS_DIR + "/") and "/" not in path[len(KERNELS_DIR) + 1 :]
+        top_level = (
+            path in DISPATCH_FILES
+            or path in PARALLEL_FILES
+            or (path.startswith(KERNELS_DIR + "/") and "/" not in path[len(KERNELS_DIR) + 1 :])
         )
         if len(parts) == 3 and parts[1] == "blob" and path.endswith(".py") and top_level:
             blobs[path] = parts[2]
     return blobs
 
 
-def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -> dict:
+def kernel_fingerprint(
+    files: list[str] | None = None, root: Path = REPO_ROOT, extra: tuple[str, ...] = ()
+) -> dict:
     """The fingerprint a record stores: which kernel sources it ran, byte for byte.
 
     ``files``: repository-relative paths; default, the sources behind the kernels this process
@@ -302,6 +315,7 @@ def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -
     commit the record names (FLASHCORE_COMMIT where set, else HEAD; computed by git, None
     where git or that commit is not available: a GPU machine's copy of the tree may carry an
     older ``.git``, against whose HEAD every later kernel change would read as dirty).
+    ``extra``: sources added to whichever list (``PARALLEL_FILES`` for the multi-GPU records).
     """
     scope = "given"
     if files is None:
@@ -310,7 +324,7 @@ def kernel_fingerprint(files: list[str] | None = None, root: Path = REPO_ROOT) -
             files, scope = imported_kernel_files(root), "imported"
         if not files:
             files, scope = tree_kernel_files(root), "tree"
-    blobs = file_blobs(sorted(files), root)
+    blobs = file_blobs(sorted(set(files) | set(extra)), root)
     named = committed_blobs(os.environ.get("FLASHCORE_COMMIT") or "HEAD", root)
     dirty = None if named is None else sorted(p for p, b in blobs.items() if named.get(p) != b)
     return {
@@ -385,19 +399,24 @@ def result_path(topic: str, slug: str | None = None) -> Path:
 
 
 def write_result(
-    topic: str, payload: dict, *, command: str | None = None, slug: str | None = None
+    topic: str,
+    payload: dict,
+    *,
+    command: str | None = None,
+    slug: str | None = None,
+    fingerprint_extra: tuple[str, ...] = (),
 ) -> Path:
     """Write ``payload`` with provenance to results/<slug>/<topic>.json (stable key order).
 
     Beside the provenance the record gets ``kernel_fingerprint`` (``kernel_fingerprint()``: the
     kernel sources behind the kernels this process ran, else those it imported, as they are on
-    disk now)."""
+    disk now; plus ``fingerprint_extra``)."""
     path = result_path(topic, slug)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "topic": topic,
         "provenance": provenance(command),
-        "kernel_fingerprint": kernel_fingerprint(),
+        "kernel_fingerprint": kernel_fingerprint(extra=fingerprint_extra),
         **payload,
     }
     path.write_text(json.dumps(record, indent=1, sort_keys=False, default=float) + "\n")

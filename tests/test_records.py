@@ -234,6 +234,34 @@ def test_a_fingerprint_is_checked_against_the_commit_it_names(repo):
     assert records.record_status(clean, root).changed == ("fp8.py",)
 
 
+def test_multi_gpu_records_count_the_parallel_modules(tmp_path):
+    """The context-parallel records add flashcore/parallel*.py to their fingerprint: a change
+    to the ring (not a kernel file) makes them stale, and the commit check reads those files
+    from git as it reads the kernels."""
+    root = tmp_path / "tree"
+    copy_kernels(root)
+    for rel in R.PARALLEL_FILES:
+        shutil.copyfile(R.REPO_ROOT / rel, root / rel)
+
+    def git(*args):
+        return subprocess.run(
+            ["git", *args], cwd=root, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree")
+    head = git("rev-parse", "HEAD")
+    fp = R.kernel_fingerprint(["flashcore/kernels/forward.py"], root, extra=R.PARALLEL_FILES)
+    assert set(R.PARALLEL_FILES) <= set(fp["files"]) and fp["dirty_files"] == []
+    record = {"provenance": {"commit": head}, "kernel_fingerprint": fp}
+    status = records.record_status(record, root)
+    assert status.text == "current" and status.check == f"its kernels are commit {head}'s"
+    append(root / "flashcore/parallel.py", "EDITED = 1\n")  # code, not a comment
+    status = records.record_status(record, root)
+    assert status.kind == "stale" and status.changed == ("parallel.py",)
+
+
 def make_results(tmp_path: Path) -> tuple[Path, Path, dict]:
     """A results directory with one fingerprinted record of timing rows."""
     root = tmp_path / "tree"

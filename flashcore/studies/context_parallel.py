@@ -92,7 +92,7 @@ def torch_check_main(argv=None) -> int:
     results/<gpu>-x<N>/context_parallel_torch_check.json. About a minute on two H200s."""
     import argparse
 
-    from ..results import device_slug, write_result
+    from ..results import PARALLEL_FILES, device_slug, write_result
 
     ap = argparse.ArgumentParser(description=torch_check_main.__doc__.splitlines()[0])
     ap.add_argument("--seqlen", type=int, default=1 << 17)
@@ -114,6 +114,7 @@ def torch_check_main(argv=None) -> int:
             command="torchrun --nproc-per-node "
             f"{world_size} -m flashcore.studies.context_parallel --seqlen {args.seqlen} --record",
             slug=f"{device_slug()}-x{world_size}",
+            fingerprint_extra=PARALLEL_FILES,
         )
         log("recorded:", path)
     checks = result["torch_cp_checks"]

@@ -58,7 +58,7 @@ def run_cp(args) -> int:
     import torch
     import torch.distributed as dist
 
-    from ...results import device_slug, write_result
+    from ...results import PARALLEL_FILES, device_slug, write_result
     from .. import context_parallel as CP
 
     if args.action == "train":
@@ -90,10 +90,13 @@ def run_cp(args) -> int:
 
     def record(payload):  # after every stage: a run cut short keeps what it measured
         if args.record and rank == 0:
-            print("recorded:", write_result(topic, payload, slug=slug), flush=True)
+            path = write_result(topic, payload, slug=slug, fingerprint_extra=PARALLEL_FILES)
+            print("recorded:", path, flush=True)
 
     try:
         payload = CP.run_study(args, device=device, world_size=world_size, log=log, on_stage=record)
+        if args.action == "check":  # one stage: the grid (bench and train record as they go)
+            record(payload)
         return 0 if CP.study_passed(payload["summary"]) else 1
     finally:
         dist.destroy_process_group()
