@@ -31,7 +31,10 @@
 #
 # Sections: (1) the merge identity, derived and checked; (2) the ring and the zigzag load
 # balance; (3) correctness: 2 processes live on CPU, the recorded GPU grid; (4) speed on two
-# GPUs: scaling, overlap, memory, Ulysses beside the ring, and PyTorch's context parallelism.
+# GPUs: scaling, overlap, memory, Ulysses beside the ring, and PyTorch's context parallelism;
+# (5) training: the attention's forward + backward and a transformer block's training step,
+# checked and timed beside PyTorch's context parallelism, before and after the ring's
+# backward moved to the Gluon backward per block.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
