@@ -276,12 +276,14 @@ def file_blobs(files: list[str], root: Path = REPO_ROOT) -> dict[str, str | None
     return out
 
 
-def committed_blobs(commit: str, root: Path = REPO_ROOT) -> dict[str, str] | None:
+def committed_blobs(
+    commit: str, root: Path = REPO_ROOT, extra: tuple[str, ...] = ()
+) -> dict[str, str] | None:
     """``{path: object id}`` of the kernel sources at ``commit`` (the files ``tree_kernel_files``
-    would list there), or None where git or the commit is not available."""
+    would list there, plus ``extra``), or None where git or the commit is not available."""
     if not has_git(root):
         return None
-    listed = (KERNELS_DIR, *DISPATCH_FILES, *PARALLEL_FILES)
+    listed = (KERNELS_DIR, *DISPATCH_FILES, *extra)
     out = git_output(["ls-tree", "-r", commit, "--", *listed], root)
     if out is None:
         return None
@@ -291,7 +293,7 @@ def committed_blobs(commit: str, root: Path = REPO_ROOT) -> dict[str, str] | Non
         parts = meta.split()
         top_level = (
             path in DISPATCH_FILES
-            or path in PARALLEL_FILES
+            or path in extra
             or (path.startswith(KERNELS_DIR + "/") and "/" not in path[len(KERNELS_DIR) + 1 :])
         )
         if len(parts) == 3 and parts[1] == "blob" and path.endswith(".py") and top_level:
@@ -325,7 +327,7 @@ def kernel_fingerprint(
         if not files:
             files, scope = tree_kernel_files(root), "tree"
     blobs = file_blobs(sorted(set(files) | set(extra)), root)
-    named = committed_blobs(os.environ.get("FLASHCORE_COMMIT") or "HEAD", root)
+    named = committed_blobs(os.environ.get("FLASHCORE_COMMIT") or "HEAD", root, tuple(extra))
     dirty = None if named is None else sorted(p for p, b in blobs.items() if named.get(p) != b)
     return {
         "sha256": fingerprint_digest(blobs),

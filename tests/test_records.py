@@ -260,6 +260,9 @@ def test_multi_gpu_records_count_the_parallel_modules(tmp_path):
     append(root / "flashcore/parallel.py", "EDITED = 1\n")  # code, not a comment
     status = records.record_status(record, root)
     assert status.kind == "stale" and status.changed == ("parallel.py",)
+    # A record without a fingerprint is judged by its commit's kernel sources alone.
+    by_commit = records.record_status({"provenance": {"commit": head}}, root)
+    assert by_commit.text == "current (by commit; no fingerprint)"
 
 
 def make_results(tmp_path: Path) -> tuple[Path, Path, dict]:

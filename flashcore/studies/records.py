@@ -120,7 +120,8 @@ class _Here:
 
     def at_commit(self, commit: str) -> dict[str, str] | None:
         if commit not in self._commits:
-            self._commits[commit] = R.committed_blobs(commit, self.root)
+            # The parallel modules too: the multi-GPU records' fingerprints list them.
+            self._commits[commit] = R.committed_blobs(commit, self.root, R.PARALLEL_FILES)
         return self._commits[commit]
 
     def git(self) -> str:
@@ -228,7 +229,10 @@ def record_status(record: dict, root: Path | None = None, *, _here: _Here | None
             f"no fingerprint (recorded before fingerprints; commit {commit}: {_why_not(here)})",
             needs_git=here.git() != "full",
         )
-    changed, _ = _changed(committed, here.today())  # by bytes: these records predate the rule
+    # By bytes: these records predate the rule. Against the kernel sources only (a record
+    # without a fingerprint names no parallel module it ran).
+    committed = {p: b for p, b in committed.items() if p not in R.PARALLEL_FILES}
+    changed, _ = _changed(committed, here.today())
     if not changed:
         return Status("current", "current (by commit; no fingerprint)", by_commit=True)
     return Status(
