@@ -127,6 +127,14 @@ PARALLEL_FILES = (
     "flashcore/parallel_ulysses.py",
     "flashcore/parallel_dispatch.py",
 )
+# The topics of those records: a record of one whose fingerprint lists no parallel module was
+# written before they joined it (e6c5d37), and is judged by the modules at its commit.
+PARALLEL_TOPIC_PREFIXES = ("context_parallel", "cp_")
+
+
+def is_parallel_topic(topic) -> bool:
+    """Whether a record's topic is a context-parallel one (its ring and merges ran)."""
+    return isinstance(topic, str) and topic.startswith(PARALLEL_TOPIC_PREFIXES)
 
 
 def blob_id(data: bytes) -> str:

@@ -182,6 +182,21 @@ def _changed(then: dict, now: dict, here: _Here | None = None) -> tuple[tuple, t
     return tuple(code), tuple(text)
 
 
+def _parallel_by_commit(kind, text, changed, committed, here):
+    """A fingerprinted context-parallel record whose fingerprint lists no parallel module:
+    those modules at its commit (the ones that existed then) against today's. Returns (kind,
+    text, changed, needs_git)."""
+    if committed is None:
+        note = f"parallel modules not checked here ({_why_not(here)})"
+        return kind, f"{text}; {note}", changed, here.git() != "full"
+    then = {p: b for p, b in committed.items() if p in R.PARALLEL_FILES}
+    moved, _ = _changed(then, here.blobs(sorted(then)), here)
+    if not moved:
+        return kind, f"{text} (parallel modules as at its commit)", changed, False
+    changed = (*changed, *moved)
+    return "stale", f"stale (kernels changed: {', '.join(changed)}; parallel modules by commit)", changed, False
+
+
 def record_commit(record: dict) -> str | None:
     """The commit a record names (the first hex hash in ``provenance.commit``), or None."""
     text = str((record.get("provenance") or {}).get("commit") or "")
@@ -208,6 +223,12 @@ def record_status(record: dict, root: Path | None = None, *, _here: _Here | None
             kind, text = "current", "current"
         check, needs_git = None, False
         committed = here.at_commit(commit) if commit else None
+        if R.is_parallel_topic(record.get("topic")) and not set(ran) & set(R.PARALLEL_FILES):
+            # A context-parallel record from before the parallel modules joined its
+            # fingerprint: the ring it ran is the one at its commit.
+            kind, text, changed, needs_git = _parallel_by_commit(
+                kind, text, changed, committed, here
+            )
         if committed is not None:
             differ = [short_name(p) for p in sorted(ran) if committed.get(p) != ran[p]]
             if differ:  # the run had kernel edits that commit lacks (or names the wrong one)
@@ -218,7 +239,7 @@ def record_status(record: dict, root: Path | None = None, *, _here: _Here | None
         elif commit:
             needs_git = here.git() != "full"
             check = f"not checked against commit {commit} here ({_why_not(here)})"
-        return Status(kind, text, changed, check=check, needs_git=needs_git)
+        return Status(kind, text, tuple(changed), check=check, needs_git=needs_git)
 
     if commit is None:
         return Status("unknown", "no fingerprint (recorded before fingerprints; commit unknown)")
