@@ -265,6 +265,48 @@ def test_multi_gpu_records_count_the_parallel_modules(tmp_path):
     assert by_commit.text == "current (by commit; no fingerprint)"
 
 
+def test_parallel_records_fingerprinted_without_the_parallel_modules_are_judged_by_commit(
+    tmp_path,
+):
+    """A context-parallel record whose fingerprint predates the parallel modules (kernel files
+    only) is judged by those modules at its commit: an edit to the ring after it makes it
+    stale; a single-GPU record of the same fingerprint is not affected; a module added after
+    its commit is not counted (it cannot have run)."""
+    root = tmp_path / "tree"
+    copy_kernels(root)
+    shutil.copyfile(R.REPO_ROOT / "flashcore/parallel.py", root / "flashcore/parallel.py")
+
+    def git(*args):
+        return subprocess.run(
+            ["git", *args], cwd=root, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree")
+    head = git("rev-parse", "HEAD")
+    fp = R.kernel_fingerprint(["flashcore/kernels/forward.py"], root)
+    assert not set(R.PARALLEL_FILES) & set(fp["files"])
+    parallel = {
+        "topic": "context_parallel",
+        "provenance": {"commit": head},
+        "kernel_fingerprint": fp,
+    }
+    single = dict(parallel, topic="perf")
+    assert records.record_status(parallel, root).kind == "current"
+    # A module that did not exist at the record's commit: not counted.
+    shutil.copyfile(
+        R.REPO_ROOT / "flashcore/parallel_ulysses.py", root / "flashcore/parallel_ulysses.py"
+    )
+    assert records.record_status(parallel, root).kind == "current"
+    append(root / "flashcore/parallel.py", "EDITED = 1\n")  # code, not a comment
+    status = records.record_status(parallel, root)
+    assert status.kind == "stale" and status.changed == ("parallel.py",)
+    assert "parallel modules by commit" in status.text
+    assert records.record_status(single, root).text == "current"
+    assert R.is_parallel_topic("cp_train_gluon_check") and not R.is_parallel_topic("perf")
+
+
 def make_results(tmp_path: Path) -> tuple[Path, Path, dict]:
     """A results directory with one fingerprinted record of timing rows."""
     root = tmp_path / "tree"

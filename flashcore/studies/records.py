@@ -194,7 +194,12 @@ def _parallel_by_commit(kind, text, changed, committed, here):
     if not moved:
         return kind, f"{text} (parallel modules as at its commit)", changed, False
     changed = (*changed, *moved)
-    return "stale", f"stale (kernels changed: {', '.join(changed)}; parallel modules by commit)", changed, False
+    return (
+        "stale",
+        f"stale (kernels changed: {', '.join(changed)}; parallel modules by commit)",
+        changed,
+        False,
+    )
 
 
 def record_commit(record: dict) -> str | None:
