@@ -739,24 +739,20 @@ targets26 = report_issue26(peers)
 # No H100 has been lent since 2026-11-28; the machine lent since is an H200: the same GH100
 # chip and 132 SMs, with more and faster memory (its copy ceiling in this record 4.27 TB/s,
 # the H100 record's 3.02), so its ratios are evidence about the kernels, not a verdict on the
-# H100 targets. `perf.json` under
-# `results/nvidia-h200/` is the same command as the H100 record (bf16, FA4 4.0.0b36 beside
-# cuDNN, SDPA flash and Flex in one process), recorded at commit `e1a4d8c` (2026-11-29), after
-# P's paired conversion (`1e7d429`) and with D=64 causal on the Gluon kernel from S = 4K (the
-# D=64 sweep below). It shows as stale by `dispatch.py` and `backward_hopper_ws.py`, changed
-# after it for the backward only (its tables and D64's dQ split; no forward call runs either
-# differently), and by the launchers' host paths of `5cd556f` (`_launch.py`, `forward.py`,
-# `forward_hopper.py`, `decode.py`, `interface.py`: how the output is allocated and the
-# switches read; no GPU kernel changed, notebook 09 has the profile behind them). Both
-# profiles render it; the issue's verdicts below are computed from it by the
-# same functions as the H100's above. Six earlier runs of the same command that day are kept
-# under `results/nvidia-h200/logs/`: `perf_dc4c7c1.json` ran the forward before P's paired
+# H100 targets. `perf.json` under `results/nvidia-h200/` is the same command as the H100 record
+# (bf16, FA4 4.0.0b36 beside cuDNN, SDPA flash and Flex in one process), recorded at commit
+# `197a1e9` (2026-11-29) and current (the status line below), with P's paired conversion
+# (`1e7d429`) and D=64 causal on the Gluon kernel from S = 4K (the D=64 sweep below). Both
+# profiles render it; the issue's verdicts below are computed from it by the same functions as
+# the H100's above. Seven earlier runs of the same command that day are kept under
+# `results/nvidia-h200/logs/`: `perf_dc4c7c1.json` ran the forward before P's paired
 # conversion and with D=64 causal on the Triton kernel below 16K; `perf_a2d716f.json` and
 # `perf_8f70855.json` ran it, besides, before the masked softmax step's one compare per score
-# (`d2a5f9d`, the same output bytes; the section "Short causal tiles" below); `perf_183806d.json`,
-# `perf_ed2da23.json` and `perf_4f965a7.json` ran, besides, a D=128 Gluon kernel that passed
-# the ping-pong turn on an mbarrier (the section after next). The run-to-run spread of each
-# ratio is printed beside it.
+# (`d2a5f9d`, the same output bytes; the section "Short causal tiles" below);
+# `perf_183806d.json`, `perf_ed2da23.json` and `perf_4f965a7.json` ran, besides, a D=128 Gluon
+# kernel that passed the ping-pong turn on an mbarrier (the section after next);
+# `perf_e1a4d8c.json` is the record this one replaced (commit `e1a4d8c`, the same day). The
+# run-to-run spread of each ratio is printed beside it.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -768,10 +764,15 @@ H200 = "nvidia-h200"
 h200_record = read_result("perf", H200)
 print("recorded on", describe(h200_record))
 print(status_line_for("perf", H200))
+c200 = h200_record["ceilings"]
+print(
+    f"ceilings in the same run: {c200['matmul']['what']} {c200['matmul']['tflops']:.0f} TFLOP/s, "
+    f"{c200['copy']['what']} {c200['copy']['tbps']:.2f} TB/s"
+)
 h200_peers = peer_rows(h200_record)
 h200_targets = report_issue26(h200_peers)
-h200_runs = {"e1a4d8c (perf.json)": h200_peers}
-for commit in ("dc4c7c1", "a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7"):
+h200_runs = {"197a1e9 (perf.json)": h200_peers}
+for commit in ("dc4c7c1", "a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7", "e1a4d8c"):
     path = _results.RESULTS_DIR / H200 / "logs" / f"perf_{commit}.json"
     h200_runs[f"{commit} (logs)"] = peer_rows(_json.loads(path.read_text()))
 print(
@@ -784,21 +785,45 @@ print(
     )
 )
 print("(flashcore / FA4, geomean over S 2K-16K x causal, bf16, each run of the same command)")
+for hd in h200_targets:
+    long = [r for r in h200_peers if r["D"] == hd and 2048 <= r["S"] <= 16384]
+    worst = min(long, key=lambda r: r["x_fa4"])
+    short = [r for r in h200_peers if r["D"] == hd and r["S"] == 1024]
+    x1k = [r["x_cudnn_or_fa4"] for r in short]
+    faster = ", ".join(
+        f"{'causal' if r['causal'] == 'yes' else 'non-causal'} "
+        + ("FA4" if (r["fa4"] or 0) > (r["sdpa_cudnn"] or 0) else "cuDNN")
+        for r in short
+    )
+    print(
+        f"D{hd}: worst flashcore / FA4 {worst['x_fa4']:.3f} (causal {worst['causal']}, "
+        f"S={worst['S']}); flashcore / cuDNN geomean "
+        f"{geomean([r['x_cudnn'] for r in long]):.3f}; S=1K flashcore / the faster of cuDNN "
+        f"and FA4 {min(x1k):.3f}-{max(x1k):.3f} (faster: {faster})"
+    )
+print(
+    "D128 non-causal S>=8K: FA4 "
+    + ", ".join(
+        f"S={r['S']} {r['fa4']:.0f}"
+        for r in h200_peers
+        if r["D"] == 128 and r["causal"] == "no" and r["S"] >= 8192
+    )
+    + " TFLOP/s"
+)
 
 # %% [markdown]
-# On the H200 every issue 26 target is missed as well: flashcore / FA4 geomean 0.854, 0.902 and
-# 0.879 at D = 64, 128 and 256 in the record (0.835, 0.881 and 0.869 on the stale H100 record).
+# On the H200 every issue 26 target is missed as well: flashcore / FA4 geomean 0.856, 0.910 and
+# 0.873 at D = 64, 128 and 256 in the record (0.835, 0.881 and 0.869 on the stale H100 record).
 # The runs before it put each head dim's geomean within a few hundredths of these (the table
-# above; D=64 rose from 0.836 at `dc4c7c1` with its causal calls on the Gluon kernel from 4K;
-# `a2d716f`'s D=128 0.933 holds one disturbed FA4 timing, causal S = 2K at 0.373 ms against 0.25
-# in the run before, and is 0.888 without that shape). The worst shapes: D=64 causal at S = 8K
-# (0.805, was 0.748 on the Triton kernel), D=128 non-causal at 8K (0.852), D=256 causal at 16K
-# (0.830). Against cuDNN flashcore is at 0.972, 1.000 and 1.003 (geomeans over the same shapes).
-# At S = 1K flashcore reaches 0.80-0.92 of the better peer (cuDNN at every shape but D=256
-# non-causal, where FA4 is). D=128 non-causal
-# runs at 628 and 637 TFLOP/s at S = 8K and 16K against the 700 target (FA4: 737 and 701). More
-# memory bandwidth leaves these compute-bound ratios where they were on the H100: the gap is in
-# the kernel.
+# above; D=64 rose from 0.836 at `dc4c7c1`, before its causal calls ran on the Gluon kernel from
+# 4K; `a2d716f`'s D=128 0.933 holds one disturbed FA4 timing, causal S = 2K at 0.373 ms against
+# 0.25 in the run before, and is 0.888 without that shape). The worst shapes: D=64 causal at
+# S = 8K (0.776), D=128 non-causal at 8K (0.879), D=256 causal at 16K (0.814). Against cuDNN
+# flashcore is at 0.968, 0.989 and 0.993 (geomeans over the same shapes). At S = 1K flashcore
+# reaches 0.801-0.915 of the better peer (cuDNN at every shape but D=256 non-causal, where FA4
+# is). D=128 non-causal runs at 628 and 620 TFLOP/s at S = 8K and 16K against the 700 target
+# (FA4: 715 and 672). More memory bandwidth leaves these compute-bound ratios where they were on
+# the H100: the gap is in the kernel.
 
 # %% [markdown]
 # ### The ping-pong turn on a named barrier (D=128)
