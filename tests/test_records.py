@@ -34,13 +34,14 @@ def append(path: Path, text: str = "# an edit\n") -> None:
     path.write_bytes(path.read_bytes() + text.encode())
 
 
-@pytest.fixture
-def repo(tmp_path):
-    """A git repository holding a copy of the kernel sources in one commit."""
+def committed_tree(root: Path, extra: tuple[str, ...] = ()):
+    """A git repository at ``root`` holding a copy of the kernel sources (and ``extra``
+    files of this repository) in one commit; returns (root, git), git(*args) -> stdout."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    root = tmp_path / "repo"
     copy_kernels(root)
+    for rel in extra:
+        shutil.copyfile(R.REPO_ROOT / rel, root / rel)
 
     def git(*args):
         done = subprocess.run(
@@ -56,6 +57,12 @@ def repo(tmp_path):
     git("add", ".")
     git("commit", "-q", "-m", "kernels")
     return root, git
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A git repository holding a copy of the kernel sources in one commit."""
+    return committed_tree(tmp_path / "repo")
 
 
 def test_write_result_fingerprints_the_imported_kernels_and_reads_back_current(
@@ -238,19 +245,7 @@ def test_multi_gpu_records_count_the_parallel_modules(tmp_path):
     """The context-parallel records add flashcore/parallel*.py to their fingerprint: a change
     to the ring (not a kernel file) makes them stale, and the commit check reads those files
     from git as it reads the kernels."""
-    root = tmp_path / "tree"
-    copy_kernels(root)
-    for rel in R.PARALLEL_FILES:
-        shutil.copyfile(R.REPO_ROOT / rel, root / rel)
-
-    def git(*args):
-        return subprocess.run(
-            ["git", *args], cwd=root, check=True, capture_output=True, text=True
-        ).stdout.strip()
-
-    git("init", "-q")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree")
+    root, git = committed_tree(tmp_path / "tree", R.PARALLEL_FILES)
     head = git("rev-parse", "HEAD")
     fp = R.kernel_fingerprint(["flashcore/kernels/forward.py"], root, extra=R.PARALLEL_FILES)
     assert set(R.PARALLEL_FILES) <= set(fp["files"]) and fp["dirty_files"] == []
@@ -272,18 +267,7 @@ def test_parallel_records_fingerprinted_without_the_parallel_modules_are_judged_
     only) is judged by those modules at its commit: an edit to the ring after it makes it
     stale; a single-GPU record of the same fingerprint is not affected; a module added after
     its commit is not counted (it cannot have run)."""
-    root = tmp_path / "tree"
-    copy_kernels(root)
-    shutil.copyfile(R.REPO_ROOT / "flashcore/parallel.py", root / "flashcore/parallel.py")
-
-    def git(*args):
-        return subprocess.run(
-            ["git", *args], cwd=root, check=True, capture_output=True, text=True
-        ).stdout.strip()
-
-    git("init", "-q")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree")
+    root, git = committed_tree(tmp_path / "tree", ("flashcore/parallel.py",))
     head = git("rev-parse", "HEAD")
     fp = R.kernel_fingerprint(["flashcore/kernels/forward.py"], root)
     assert not set(R.PARALLEL_FILES) & set(fp["files"])
