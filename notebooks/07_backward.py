@@ -16,7 +16,8 @@
 # (7) a transformers training step; (8) the targets; (9) the Gluon backwards (9b: the
 # warp-specialized kernel on the H100, 9c: its swapped step on an H200, 9d: lse/delta folded
 # and dK's operand by head dim, 9e: the passes around the kernel, 9f: D256 on the kernel, with
-# today's records, 9g: D256's deterministic mode and four dQ accumulators); (10) the profile.
+# today's records, 9g: D256's deterministic mode and four dQ accumulators, 9h: D64's dQ split
+# by rows); (10) the profile.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
@@ -1801,33 +1802,48 @@ if H200 in recorded_devices("backward"):
     print_target_verdicts(read_result("backward", H200)["speed"])
 
 # %% [markdown] tags=[]
-# **Reading it.** `backward.json` was re-recorded at `081dfd2` (2026-11-29): its 438-case
-# gradient grid passed (worst ratio 0.865), and its D256 default rows are section 9g's kernel
-# (four dQ accumulators up to S=4K). It is stale since section 9h's D64 change (its speed part
-# ran again at `a221cd9`, a log printed there). The tables' record (`backward_ws_modes.json`)
-# printed above is `ba42563`'s (section 9h); the paragraphs below read `e0ca4cc`'s, kept as
-# `logs/backward_ws_modes_e0ca4cc.{json,log}`, on the same D128/D256 kernels. It was repeated at
+# **Reading it.** Both H200 records printed above are current: `backward.json` and
+# `backward_ws_modes.json` were re-recorded at `197a1e9` (2026-11-29, one H200, FA4 4.0.0b36
+# beside; logs `logs/backward_grid_ab7bf12.log`, `logs/backward_speed_ab7bf12.log` and
+# `logs/backward_ws_modes_197a1e9.log`; `ab7bf12` has the same code as `197a1e9`). Their
+# kernels are those of sections 9g and 9h; the records before them went stale on host-path and
+# dispatch-file edits, not on kernel changes. `backward.json`'s 438-case gradient grid passed
+# (0 failed, worst ratio 0.865), and its D256 default rows are section 9g's kernel (four dQ
+# accumulators up to S=4K). The tables' record passed its 366 grid cases (0 failed, worst
+# 0.950) with bitwise repeats equal at 24 of 24 shapes, and the rule applied to it derives
+# the three tables `dispatch.py` ships, unchanged (the test ties them to it).
+#
+# The records these replace, kept as logs: `backward.json` at `081dfd2`
+# (`logs/backward_{grid,speed}_081dfd2.log`: 438 cases, 0 failed, worst 0.865), stale after
+# section 9h's D64 change (its speed part ran again at `a221cd9`, a log printed there), and the
+# tables' record at `ba42563` (section 9h, `logs/backward_ws_modes_ba42563.log`). Before those,
+# `e0ca4cc`'s tables' record (`logs/backward_ws_modes_e0ca4cc.{json,log}`) was repeated at
 # `b7475c1` on the same kernels (`logs/backward_ws_modes_b7475c1.{json,log}`: 366 cases, 0
-# failed, worst 0.950, bitwise 24 of 24): the deterministic default's table comes out the same
-# from all three H200 records (`4633056`, `e0ca4cc`, `b7475c1`); two `deterministic=False`
-# margins flip again, D64 non-causal atomic / Triton 1.026 and 1.029 at S 4K/8K (the rule
-# wants 1.03) and D128 S=2K non-causal ordered / atomic 1.014 (was 0.994). They sit within the
-# run-to-run spread, so the tables stay as derived from `e0ca4cc`'s record (the test ties them
-# to it) and the records made with those tables stay current. A rule that decides from
+# failed, worst 0.950, bitwise 24 of 24): the deterministic default's table came out the same
+# from all three H200 records then (`4633056`, `e0ca4cc`, `b7475c1`); two
+# `deterministic=False` margins flipped again, D64 non-causal atomic / Triton 1.026 and 1.029
+# at S 4K/8K (the rule wants 1.03) and D128 S=2K non-causal ordered / atomic 1.014 (was
+# 0.994). They sat within the run-to-run spread, so the tables stayed as derived from
+# `e0ca4cc`'s record until section 9h's D64 change moved them. A rule that decides from
 # several records, not one, is the fix, left for the next change to `dispatch.py`.
 #
-# At D256 the warp-specialized kernel is 1.27–1.42x the Triton backward in its deterministic
-# mode and 1.50–1.69x in its atomic one (`b7475c1`'s repeat). Through autograd (`081dfd2`),
-# the default (deterministic) is at geomean **0.974 of FA4** (0.930–0.991 per shape; 0.952 on
-# `1d2b6b0`'s record, before section 9g's change, and 0.719 on the Triton backward) and 0.960
-# of cuDNN; with `deterministic=False` the atomic mode runs, at **1.09–1.16x FA4 and
-# 1.01–1.20x cuDNN at every shape**. Both D256 FA4 targets now hold on this H200 record:
-# geomean ≥ 0.95 and no shape below 0.90 (S=2K full 0.930 and 4K full 0.954, were 0.843 and
-# 0.897). D64 (0.744 of FA4) and D128 (0.856) are where they were; one D128 row moved,
-# S=2K causal 0.760 (was 0.843), a sample with a wide interval (median 0.944 ms, bootstrap
-# 0.909–0.981, P95 1.21) on a kernel that did not change, where `deterministic=False`, which
-# the tables send to the same kernel in the same ordered mode at this shape, read 0.84 ms in
-# the same run.
+# At D256 the warp-specialized kernel is 1.28–1.41x the Triton backward in its deterministic
+# mode and 1.49–1.61x in its atomic one (`197a1e9`'s tables' record; 1.27–1.42x and
+# 1.50–1.69x in `b7475c1`'s repeat). Through autograd (`197a1e9`), the default
+# (deterministic) is at geomean **0.975 of FA4** (0.926–1.000 per shape; 0.974 at `081dfd2`,
+# 0.952 on `1d2b6b0`'s record, before section 9g's change, and 0.719 on the Triton backward)
+# and 0.948 of cuDNN (0.960 at `081dfd2`); with `deterministic=False` the atomic mode runs, at
+# **1.09–1.15x FA4 and 1.02–1.20x cuDNN at every shape** (1.09–1.16x and 1.01–1.20x at
+# `081dfd2`). Both D256 FA4 targets hold on the current record, as they did at `081dfd2`:
+# geomean ≥ 0.95 and no D256 shape below 0.90 (the lowest, S=2K full, 0.926, and 4K full
+# 0.958; 0.930 and 0.954 at `081dfd2`, 0.843 and 0.897 before section 9g's change). Forward +
+# backward, the default is at 0.979 of FA4 at D256. D64 reads 0.776 of FA4 (0.744 at
+# `081dfd2`, before section 9h's change) and D128 0.865 (0.856 at `081dfd2`, an unchanged
+# kernel); forward + backward 0.821 and 0.907. One D128 row reads low in both records, S=2K
+# causal: 0.750 now (0.760 at `081dfd2`, 0.846 in `a221cd9`'s sweep), a sample with a wide
+# interval (median 0.957 ms, bootstrap 0.843–1.044, P95 1.45) on a kernel that did not change,
+# where `deterministic=False`, which the tables send to the same kernel in the same ordered
+# mode at this shape, read 0.848 ms in the same run.
 #
 # **The tables moved with unchanged D64/D128 kernels** at `e0ca4cc`. Against `30baee0`'s
 # record, `e0ca4cc`'s read D128 S=2K non-causal ordered / atomic 0.994 (was 1.027) and D64 S=4K
@@ -1866,10 +1882,11 @@ print_ab([("four dQ accumulators", "ws_trial_partials_ab_timing_7b5f2cd.json")],
 # four accumulators at every S (`4633056`), the tables' record read deterministic / atomic
 # 0.841, 0.862, 0.857, 0.828 at S 2K–16K non-causal, against 0.759, 0.793, 0.875, 0.871 with
 # one (`logs/backward_ws_modes_{4633056,30baee0}.log`). So four are used up to Sk=4K
-# (`DQ_PARTIALS_MAX_SEQLEN_K`), one beyond; `e0ca4cc`'s record, printed in 9f, reads 0.847,
-# 0.867, 0.883, 0.873. The chain model predicts the largest gain at 16K, where the chains are
-# longest; the measurement does not show one there, so the model explains part of the cost at
-# short S and not what remains. The price: four fp32 copies of dQ (at B·S=16K, H·D=2048,
+# (`DQ_PARTIALS_MAX_SEQLEN_K`), one beyond; `e0ca4cc`'s record read 0.847, 0.867, 0.883,
+# 0.873, and the current one (`197a1e9`, printed in 9f) reads 0.849, 0.883, 0.897, 0.876.
+# The chain model predicts the largest gain at 16K, where the chains are longest; the
+# measurement does not show one there, so the model explains part of the cost at short S and
+# not what remains. The price: four fp32 copies of dQ (at B·S=16K, H·D=2048,
 # 537 MB instead of 134 MB) and their sum in the conversion pass. Sanitizer on `4633056`
 # (`logs/sanitize_backward_ws_4633056.log`): memcheck and synccheck 0, racecheck 61 reports
 # at the same places as before (the lse/delta ring, the start-up).
@@ -1899,14 +1916,19 @@ print_ab([("dQ split by rows at D64", "ws_trial_dqrows_ab_timing_ec8d9c7.json")]
 # (0.954–0.965), for a reason not found (its dQ adds go to the copy engine as they come, in
 # the same bytes either way). D128 reads 0.989–1.011. So the kernel takes the row split where
 # it won (`DQ_SPLIT_ROWS_FOR`: D64 deterministic, and atomic non-causal) and keeps the columns
-# for the atomic mode causal. The tables' record at `ba42563` (printed in 9f): 366 grid cases
-# through the deterministic mode, 0 failed (worst 0.950, a D256 case), bitwise repeats equal
-# at all 24 shapes; deterministic / Triton at D64 0.950 and 1.003 at S 2K and 4K full, 1.10 and
-# 1.21 from 8K, 1.14–1.29 causal. The rule applied to it moves `deterministic=False` at D64
-# causal onto the ordered mode (now 1.010–1.021x the atomic one there) and D64 full's atomic
-# mode from 4K to 2K; the default table is unchanged. (D128 full's ordered mode moved from 4K
-# to 2K on an unchanged kernel: 2K ordered / atomic 1.010, was 0.994, noise at a threshold, as
-# 9f describes.)
+# for the atomic mode causal. The tables' record at `ba42563` (now a log,
+# `logs/backward_ws_modes_ba42563.log`): 366 grid cases through the deterministic mode, 0
+# failed (worst 0.950, a D256 case), bitwise repeats equal at all 24 shapes; deterministic /
+# Triton at D64 0.950 and 1.003 at S 2K and 4K full, 1.10 and 1.21 from 8K, 1.14–1.29 causal.
+# The rule applied to it moves `deterministic=False` at D64 causal onto the ordered mode
+# (1.010–1.021x the atomic one there) and D64 full's atomic mode from 4K to 2K; the default
+# table is unchanged. The current tables' record, at `197a1e9` on the same kernels (printed in
+# 9f), derives the same tables: the same grid result (366 cases, 0 failed, worst 0.950,
+# bitwise 24 of 24), deterministic / Triton at D64 0.972 and 1.026 at S 2K and 4K full, 1.155
+# and 1.214 from 8K, 1.148–1.282 causal, and ordered / atomic at D64 causal 1.007–1.032.
+# (At `ba42563` D128 full's ordered mode moved from 4K to 2K on an unchanged kernel: 2K
+# ordered / atomic 1.010, was 0.994, noise at a threshold, as 9f describes; 1.016 at
+# `197a1e9`.)
 #
 # Nsight Compute on the deterministic mode at D64 S=8K full (`ncu_sass_ws_det_d64_edebee3.json`,
 # in section 9c's list): 6.53 ms and the tensor pipe busy 43.3% of the elapsed cycles, against
@@ -1916,12 +1938,15 @@ print_ab([("dQ split by rows at D64", "ws_trial_dqrows_ab_timing_ec8d9c7.json")]
 # dQ split was not what filled it. dS^T's store and its two reads back (dQ's A operand, and
 # dK's at D64, `DK_FROM_SMEM_FOR`) remain.
 #
-# The autograd sweep beside FA4 at `a221cd9` (`logs/backward_speed_a221cd9.json`; a log, not
-# the record: `backward.json` needs its grid part at the same commit, not run this session):
-# the default / FA4 geomean at D64 0.754 (0.744 at `081dfd2`), D128 0.850 (0.856, unchanged
-# kernel), D256 0.966 (0.974); forward + backward / FA4 at D128 0.930. D64 moved by less than
-# the A/B because below S=8K non-causal the default still runs the Triton backward, and FA4's
-# own D64 numbers moved by up to 8% between the two runs (causal 8K 499 -> 541 TFLOP/s).
+# The autograd sweep beside FA4 at `a221cd9` (`logs/backward_speed_a221cd9.json`, printed
+# below), the first after this change, is a log, not a record: `backward.json` needs its grid
+# part at the same commit, not run that session. The current sweep is `backward.json` at
+# `197a1e9`, on the same kernels, printed in 9f. At `a221cd9` the default / FA4 geomean read
+# D64 0.754 (0.744 at `081dfd2`), D128 0.850 (0.856, unchanged kernel), D256 0.966 (0.974);
+# forward + backward / FA4 at D128 0.930. At `197a1e9`: D64 0.776, D128 0.865, D256 0.975;
+# forward + backward 0.821, 0.907, 0.979. D64 moved by less than the A/B because below S=8K
+# non-causal the default still runs the Triton backward, and FA4's own D64 numbers move by up
+# to 8% between runs (causal 8K 499 TFLOP/s at `081dfd2`, 541 at `a221cd9`, 496 at `197a1e9`).
 
 # %% tags=[]
 speed_log = h200_logs / "backward_speed_a221cd9.json"
