@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # FlashAttention-4 beside flashcore, in device calls made back to back on one warm machine
 # (FA4 is unpacked into the machine's /root/fa4site by the first two calls; see
-# ../shared/tools/fa4-wheels.sh for how its two halves travel):
+# ../shared/tools/fa4-wheels.sh for how its two halves travel). The .fa4a half is 50 MB
+# (already xz -9e) and a call carries 64 MiB with the tracked tree (about 20 MB on
+# 2026-11-29), so an .fa4a call was refused as too large: for that one call, move
+# results/nvidia-h100-80gb-hbm3 and figures/ out of the checkout (nothing on the GPU reads
+# them) and put them back after it; .fa4b (23 MB) and .whl (19 MB) fit together:
 #   check     (carry .fa4a) unpack FA4's compiler library; the GPU tests of v's own head dim
 #             (the HEAD_DIM_V mode, no padded route), sharded
 #   dv        (carry .fa4b) finish FA4's install; the flash_attn door's GPU tests (the same
