@@ -17,7 +17,7 @@
 # warp-specialized kernel on the H100, 9c: its swapped step on an H200, 9d: lse/delta folded
 # and dK's operand by head dim, 9e: the passes around the kernel, 9f: D256 on the kernel, with
 # today's records, 9g: D256's deterministic mode and four dQ accumulators, 9h: D64's dQ split
-# by rows); (10) the profile.
+# by rows, 9i: a bank conflict in the dQ store); (10) the profile.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
@@ -1952,6 +1952,90 @@ print_ab([("dQ split by rows at D64", "ws_trial_dqrows_ab_timing_ec8d9c7.json")]
 speed_log = h200_logs / "backward_speed_a221cd9.json"
 if speed_log.exists():
     print_beside_fa4(_json.loads(speed_log.read_text()))
+
+# %% [markdown] tags=[]
+# ## 9i. A bank conflict in the dQ store (H200 counters, offline count)
+#
+# 9h left the consumers' first stall on the shared-memory queue. Nsight Compute's raw counters
+# of the two `eaeece4` profiles (`logs/ncu_raw_ws_det_d64_eaeece4.csv`,
+# `logs/ncu_raw_ws_det_d128_eaeece4.csv`: one deterministic call each, S = 8K full, the
+# workload of `tools/ws_backward_workload.py`, B·S = 16K, H·D = 2048) count the shared-memory
+# wavefronts the kernel made, the ideal number for the same accesses, and the excess (bank
+# conflicts). Divided by the steps of the call (every key block of 128 walks every query
+# block):
+
+# %% tags=[]
+import csv as _csv
+
+_ncu_steps = []
+for _d, _bm in ((64, 128), (128, 64)):
+    _path = h200_logs / f"ncu_raw_ws_det_d{_d}_eaeece4.csv"
+    if not _path.exists():
+        continue
+    _rows = list(_csv.reader(_path.open()))
+    _m = {h: v for h, v in zip(_rows[0], _rows[2])}
+    _s, _heads, _batch = 8192, 2048 // _d, 16384 // 8192
+    _steps = _batch * _heads * (_s // 128) * (_s // _bm)
+
+    def _count(name, m=_m):
+        return float(m[name].replace(",", ""))
+
+    _ncu_steps.append({
+        "D": _d, "BLOCK_M": _bm, "steps": _steps,
+        "wavefronts / step": _count("memory_l1_wavefronts_shared") / _steps,
+        "ideal / step": _count("memory_l1_wavefronts_shared_ideal") / _steps,
+        "excess / step": _count("derived__memory_l1_wavefronts_shared_excessive") / _steps,
+        "shared pipe %": _count("l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed"),
+        "tensor pipe %": _count("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+    })  # fmt: skip
+if _ncu_steps:
+    print(table(_ncu_steps, list(_ncu_steps[0]), {
+        "wavefronts / step": "{:.0f}", "ideal / step": "{:.0f}", "excess / step": "{:.0f}",
+        "shared pipe %": "{:.1f}", "tensor pipe %": "{:.1f}"}))  # fmt: skip
+else:
+    print("the raw Nsight Compute logs are not in this checkout")
+
+# %% [markdown] tags=[]
+# The excess is 256 wavefronts a step at both head dims: once more the 256 ideal wavefronts of
+# a 32 KB tile. The one 32 KB tile the consumers store at both is dQ's (BLOCK_M × D fp32: 128
+# × 64 and 64 × 128), which they write from the wgmma accumulator layout for the writer's
+# reduce-add. Gluon counts a store's conflicts itself (`gl.bank_conflicts`, excess wavefronts
+# per wavefront); `tools/ws_smem_conflicts.py` compiles, offline for sm_90, each of the
+# consumers' stores and loads with the kernel's register and shared layouts, and the dQ tile
+# under every swizzle its descriptor could take (its log, printed below):
+
+# %% tags=[]
+_conflicts_log = (
+    _results.RESULTS_DIR / "cpu-interpreter" / "logs" / "ws_smem_conflicts_c890837.json"
+)
+if _conflicts_log.exists():
+    _conflicts = _json.loads(_conflicts_log.read_text())
+    print("compiled offline at", _conflicts["provenance"]["commit"])
+    print(table(
+        [{k: r[k] for k in ("D", "dq_split", "what", "dq_swizzle", "shipped",
+                            "conflicts_per_wavefront")} for r in _conflicts["rows"]],
+        ["D", "dq_split", "what", "dq_swizzle", "shipped", "conflicts_per_wavefront"]))  # fmt: skip
+else:
+    print("the conflict log is not in this checkout")
+
+# %% [markdown] tags=[]
+# Under the descriptor's default layout (128-byte swizzle) the dQ store has one excess
+# wavefront per wavefront at every head dim, the dS^T store and the lse / delta loads none: the
+# counters' excess is that store, a 2-way conflict. A warp's 8-byte stores from the
+# accumulator layout cover 8 rows × 32 bytes, and under a 32-byte swizzle they fall in
+# distinct banks. What it costs is not measured: the store sits between a step's last waits
+# and the next step's first wgmmas, and its 256 excess wavefronts are 7% (D64) and 9% (D128)
+# of a step's. The fix has its own cost: the copy engine then takes the tile in 32-byte-wide
+# boxes, so each reduce-add becomes 8 (D64), 16 (D128) or 32 (D256) instructions where it was
+# 2, 4 or 8.
+#
+# **Prepared, not yet measured (no GPU time left this session): branch `dq-swizzle32`
+# (`4efb827`).** It gives the dQ tile a 32-byte swizzle per head dim (`DQ_SWIZZLE_FOR`). Offline
+# for sm_90 every build keeps the same registers, spills, shared memory, HGMMA count and wgmma
+# waits, and its reduce-adds grow fourfold as above. A test there holds the shipped store at
+# zero conflicts by Gluon's count. Its GPU tests and its A/B against main (`tools/gpu_peers.sh
+# ws_trials`, `WS_TRIALS=dqsw32:4efb827`, D64 and D128; `WS_TRIAL_SUITE=ws_backward_d256` for
+# D256) decide whether it ships.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
