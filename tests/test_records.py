@@ -288,6 +288,10 @@ def test_parallel_records_fingerprinted_without_the_parallel_modules_are_judged_
     assert status.kind == "stale" and status.changed == ("parallel.py",)
     assert "parallel modules by commit" in status.text
     assert records.record_status(single, root).text == "current"
+    # a fingerprint that disagrees with its own list still says so
+    tampered = dict(parallel, kernel_fingerprint=dict(fp, sha256="0" * 64))
+    status = records.record_status(tampered, root)
+    assert status.kind == "stale" and "does not match its own file list" in status.text
     assert R.is_parallel_topic("cp_train_gluon_check") and not R.is_parallel_topic("perf")
 
 

@@ -182,24 +182,16 @@ def _changed(then: dict, now: dict, here: _Here | None = None) -> tuple[tuple, t
     return tuple(code), tuple(text)
 
 
-def _parallel_by_commit(kind, text, changed, committed, here):
-    """A fingerprinted context-parallel record whose fingerprint lists no parallel module:
-    those modules at its commit (the ones that existed then) against today's. Returns (kind,
-    text, changed, needs_git)."""
+def _parallel_moved(committed, here) -> tuple[tuple, str, bool]:
+    """A fingerprinted context-parallel record whose fingerprint lists no parallel module (it
+    predates e6c5d37): those modules at its commit (the ones that existed then) against
+    today's. Returns (the modules whose code changed, the note a status line without them
+    ends with, whether git history would say more)."""
     if committed is None:
-        note = f"parallel modules not checked here ({_why_not(here)})"
-        return kind, f"{text}; {note}", changed, here.git() != "full"
+        return (), f"; parallel modules not checked here ({_why_not(here)})", here.git() != "full"
     then = {p: b for p, b in committed.items() if p in R.PARALLEL_FILES}
     moved, _ = _changed(then, here.blobs(sorted(then)), here)
-    if not moved:
-        return kind, f"{text} (parallel modules as at its commit)", changed, False
-    changed = (*changed, *moved)
-    return (
-        "stale",
-        f"stale (kernels changed: {', '.join(changed)}; parallel modules by commit)",
-        changed,
-        False,
-    )
+    return moved, " (parallel modules as at its commit)", False
 
 
 def record_commit(record: dict) -> str | None:
@@ -218,22 +210,29 @@ def record_status(record: dict, root: Path | None = None, *, _here: _Here | None
         ran = fp["files"]
         now = here.blobs(sorted(ran))
         changed, text_only = _changed(ran, now, here)
+        committed = here.at_commit(commit) if commit else None
+        moved, parallel_note, needs_git = (), "", False
+        if R.is_parallel_topic(record.get("topic")) and not set(ran) & set(R.PARALLEL_FILES):
+            # A context-parallel record from before the parallel modules joined its
+            # fingerprint: the ring it ran is the one at its commit.
+            moved, parallel_note, needs_git = _parallel_moved(committed, here)
+            changed += moved
         if R.fingerprint_digest(ran) != fp.get("sha256"):
             kind, text = "stale", "stale (its fingerprint does not match its own file list)"
+        elif moved:
+            kind, text = (
+                "stale",
+                f"stale (kernels changed: {', '.join(changed)}; parallel modules by commit)",
+            )
         elif changed:
             kind, text = "stale", f"stale (kernels changed: {', '.join(changed)})"
         elif text_only:
             kind, text = "current", f"current (text only changed since: {', '.join(text_only)})"
         else:
             kind, text = "current", "current"
-        check, needs_git = None, False
-        committed = here.at_commit(commit) if commit else None
-        if R.is_parallel_topic(record.get("topic")) and not set(ran) & set(R.PARALLEL_FILES):
-            # A context-parallel record from before the parallel modules joined its
-            # fingerprint: the ring it ran is the one at its commit.
-            kind, text, changed, needs_git = _parallel_by_commit(
-                kind, text, changed, committed, here
-            )
+        if not moved:
+            text += parallel_note
+        check = None
         if committed is not None:
             differ = [short_name(p) for p in sorted(ran) if committed.get(p) != ran[p]]
             if differ:  # the run had kernel edits that commit lacks (or names the wrong one)
@@ -244,7 +243,7 @@ def record_status(record: dict, root: Path | None = None, *, _here: _Here | None
         elif commit:
             needs_git = here.git() != "full"
             check = f"not checked against commit {commit} here ({_why_not(here)})"
-        return Status(kind, text, tuple(changed), check=check, needs_git=needs_git)
+        return Status(kind, text, changed, check=check, needs_git=needs_git)
 
     if commit is None:
         return Status("unknown", "no fingerprint (recorded before fingerprints; commit unknown)")
