@@ -238,13 +238,26 @@ def check_block_table(block_table, q, k_pool) -> None:
 
 
 def check_cache_lengths(cache_seqlens, appended: int, k_cache, block_table) -> int:
-    """The device checks of a KV-cache call (one small device-to-host copy each; a bad call
-    raises before anything is written): ``0 <= cache_seqlens`` and ``cache_seqlens +
-    appended`` within each sequence's capacity; with a block table, every page id that
-    positions [0, cache_seqlens[b] + appended) of sequence b use is in [0, num_pages).
-    Returns the longest sequence after the append."""
+    """The device checks of a KV-cache call (a bad call raises before anything is written):
+    ``0 <= cache_seqlens`` and ``cache_seqlens + appended`` within each sequence's capacity;
+    with a block table, every page id that positions [0, cache_seqlens[b] + appended) of
+    sequence b use is in [0, num_pages). One device-to-host copy, whose wait for the stream
+    is the check's cost: the lengths themselves (B ints, their range taken on the host), or
+    with a block table the range and the page verdict computed on the device together.
+    (Until 2026-11-30: a device range whose two ends were read one at a time, and the page
+    verdict a third read; each read waits for the device.) Returns the longest sequence
+    after the append."""
     capacity = kvcache_capacity(k_cache, block_table)
-    lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))
+    if block_table is None:
+        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens.cpu()))
+        bad_page = 0
+    else:
+        num_pages, page_size = k_cache.shape[0], k_cache.shape[2]
+        used = (cache_seqlens.to(torch.long) + appended + page_size - 1) // page_size
+        slots = torch.arange(block_table.shape[1], device=block_table.device)
+        bad = (slots[None, :] < used[:, None]) & ((block_table < 0) | (block_table >= num_pages))
+        lo_d, hi_d = torch.aminmax(cache_seqlens.to(torch.long))
+        lo, hi, bad_page = torch.stack((lo_d, hi_d, bad.any().to(torch.long))).tolist()
     if lo < 0 or hi + appended > capacity:
         need = (
             "0 <= cache_seqlens and cache_seqlens + Sn <= S_max"
@@ -256,13 +269,7 @@ def check_cache_lengths(cache_seqlens, appended: int, k_cache, block_table) -> i
             f"expected {need} for every sequence (Sn={appended}, S_max={capacity}{pages}), "
             f"got cache_seqlens in [{lo}, {hi}]; the cache was not modified"
         )
-    if block_table is None:
-        return hi + appended
-    num_pages, page_size = k_cache.shape[0], k_cache.shape[2]
-    used = (cache_seqlens.to(torch.long) + appended + page_size - 1) // page_size
-    slots = torch.arange(block_table.shape[1], device=block_table.device)
-    bad = (slots[None, :] < used[:, None]) & ((block_table < 0) | (block_table >= num_pages))
-    if bool(bad.any()):
+    if bad_page:
         b, j = (int(x) for x in bad.nonzero()[0])
         raise ValueError(
             f"expected block_table entries in [0, {num_pages}) (num_pages of the pool) for the "

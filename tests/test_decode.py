@@ -103,6 +103,37 @@ def test_gpu_long_cache_many_splits():
     assert kvcache_rule(out, q, kc, vc, lengths).passed
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("paged", [False, True])
+def test_gpu_length_check_waits_for_the_device_once(paged):
+    """check_lengths=True costs one wait for the device per call: the lengths copied to the
+    host, or with a block table their range and the page verdict read together. Counted by
+    PyTorch's synchronization debug mode, which warns at every wait it sees."""
+    import warnings
+
+    gen = torch.Generator().manual_seed(5 + paged)
+    b, hq, hkv, d, page = 2, 8, 2, 64, 16
+    q = _randn(b, hq, 1, d, gen=gen)
+    if paged:
+        kc, vc = _randn(8, hkv, page, d, gen=gen), _randn(8, hkv, page, d, gen=gen)
+        table = torch.arange(8, dtype=torch.int32, device=DEVICE).view(b, 4)
+    else:
+        kc, vc = _randn(b, hkv, 64, d, gen=gen), _randn(b, hkv, 64, d, gen=gen)
+        table = None
+    lens = torch.tensor([20, 50], dtype=torch.int32, device=DEVICE)
+    attention_with_kvcache(q, kc, vc, lens, block_table=table)  # compiled outside the count
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            attention_with_kvcache(q, kc, vc, lens, block_table=table)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    waits = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    assert len(waits) == 1, waits
+
+
 @pytest.mark.parametrize("new_tokens", [True, False])
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("with_sinks", [False, True])
