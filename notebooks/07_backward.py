@@ -2029,13 +2029,30 @@ else:
 # boxes, so each reduce-add becomes 8 (D64), 16 (D128) or 32 (D256) instructions where it was
 # 2, 4 or 8.
 #
-# **Prepared, not yet measured (no GPU time left this session): branch `dq-swizzle32`
-# (`4efb827`).** It gives the dQ tile a 32-byte swizzle per head dim (`DQ_SWIZZLE_FOR`). Offline
-# for sm_90 every build keeps the same registers, spills, shared memory, HGMMA count and wgmma
-# waits, and its reduce-adds grow fourfold as above. A test there holds the shipped store at
-# zero conflicts by Gluon's count. Its GPU tests and its A/B against main (`tools/gpu_peers.sh
-# ws_trials`, `WS_TRIALS=dqsw32:4efb827`, D64 and D128; `WS_TRIAL_SUITE=ws_backward_d256` for
-# D256) decide whether it ships.
+# **Measured, not taken: branch `dq-swizzle32` (`4efb827`).** It gives the dQ tile a 32-byte
+# swizzle per head dim (`DQ_SWIZZLE_FOR`). Offline for sm_90 every build keeps the same
+# registers, spills, shared memory, HGMMA count and wgmma waits, and its reduce-adds grow
+# fourfold as above; a test there holds the store at zero conflicts by Gluon's count. On one
+# H200 (2026-11-30, main at `dacc006`) its 68 warp-specialized GPU tests passed in its own tree
+# (`logs/gpu_tests_ws_trial_dqsw32_4efb827.log`), and the A/B against main (`tools/gpu_peers.sh
+# ws_trials`, three alternating rounds; D256 with `--suite ws_backward_d256`), old / new as
+# above (above 1 = the trial faster):
+
+# %% tags=[]
+print_ab([("dQ 32-byte swizzle", "ws_trial_dqsw32_ab_timing_4efb827.json")], old_is_b=False)
+print_ab([("dQ 32-byte swizzle", "ws_trial_dqsw32_d256_ab_timing_4efb827.json")], old_is_b=False)
+
+# %% [markdown] tags=[]
+# The conflict-free store does not pay for its four times as many boxes. The deterministic mode
+# loses at every D128 and D256 shape, 0.82–0.88 and 0.78–0.83 (old / new), and is level at D64
+# (0.98–1.01). The atomic mode gains at D64 non-causal (1.08–1.09) and a little at D128
+# (1.00–1.03), and loses at D64 causal (0.97–0.98) and D256 (0.81–0.85). Where the dQ adds are
+# ordered (the deterministic mode, the default) the writer's reduce-adds lie on the chain the
+# key blocks wait on, and a 32-byte-wide box moves a quarter of a 128-byte one's bytes per row
+# it hands the copy engine; where they are not, the consumers' cheaper store can show. At D256
+# the atomic mode loses too (32 boxes a step where it was 8), so the order is not the whole
+# story; none of this was profiled. Main keeps the 128-byte swizzle; the one gain (the atomic
+# mode at D64 non-causal, opt-in) is too narrow to carry a second layout for.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute
