@@ -1326,31 +1326,28 @@ if H200 in results.recorded_devices("launch"):
     rounds = len(ab["rounds"])
     print(f"\ndecode host time, {ab['provenance']['device']}, medians of {rounds} rounds:")
     print(table(ab_rows, list(ab_rows[0]), {"B / A": "{:.3f}"}))
+
     # Meant as every door at 8f789b9 (A) against 947187a (B); an A/A run in fact: both
     # processes imported 8f789b9's flashcore (the tool's module-level import, since fixed),
     # so every ratio here is the host's noise between fresh processes
-    door_ab = json.loads(
-        (results.RESULTS_DIR / H200 / "logs" / "door_host_ab_8f789b9.json").read_text()
-    )
-    door_ab_rows = [
-        {"shape": key.split(" | ")[0], "call": key.split(" | ")[1], "A us": v["A_us"],
-         "B us": v["B_us"], "A / B": v["A/B"]}
-        for key, v in door_ab["summary"].items()
-    ]  # fmt: skip
+    def read_door_ab(name):
+        """tools/door_host_profile.py --base's log: the log, and a row per (shape, call)."""
+        log = json.loads((results.RESULTS_DIR / H200 / "logs" / name).read_text())
+        rows = [
+            {"shape": key.split(" | ")[0], "call": key.split(" | ")[1], "A us": v["A_us"],
+             "B us": v["B_us"], "A / B": v["A/B"]}
+            for key, v in log["summary"].items()
+        ]  # fmt: skip
+        return log, rows
+
+    door_ab, door_ab_rows = read_door_ab("door_host_ab_8f789b9.json")
     print(f"\nevery door, {door_ab['provenance']['commit']}'s code in both columns (an A/A "
           f"run; see below), {door_ab['rounds_done']} rounds:")  # fmt: skip
     print(table(door_ab_rows, list(door_ab_rows[0]),
                 {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
     # Every door at 6ae1e84 (A) against the tree before it (B): the length check's one wait is
     # the only package code between them, and only the flash_attn door's decode rows run the check
-    check_ab = json.loads(
-        (results.RESULTS_DIR / H200 / "logs" / "door_host_ab_6ae1e84.json").read_text()
-    )
-    check_rows = [
-        {"shape": key.split(" | ")[0], "call": key.split(" | ")[1], "A us": v["A_us"],
-         "B us": v["B_us"], "A / B": v["A/B"]}
-        for key, v in check_ab["summary"].items()
-    ]  # fmt: skip
+    check_ab, check_rows = read_door_ab("door_host_ab_6ae1e84.json")
     print(f"\nevery door, {check_ab['provenance']['commit']} (A) against the tree before it (B), "
           f"{check_ab['rounds_done']} rounds:")  # fmt: skip
     print(table(check_rows, list(check_rows[0]),
