@@ -253,10 +253,11 @@ def check_cache_lengths(cache_seqlens, appended: int, k_cache, block_table) -> i
         bad_page = 0
     else:
         num_pages, page_size = k_cache.shape[0], k_cache.shape[2]
-        used = (cache_seqlens.to(torch.long) + appended + page_size - 1) // page_size
+        lengths = cache_seqlens.to(torch.long)
+        used = (lengths + appended + page_size - 1) // page_size
         slots = torch.arange(block_table.shape[1], device=block_table.device)
         bad = (slots[None, :] < used[:, None]) & ((block_table < 0) | (block_table >= num_pages))
-        lo_d, hi_d = torch.aminmax(cache_seqlens.to(torch.long))
+        lo_d, hi_d = torch.aminmax(lengths)
         lo, hi, bad_page = torch.stack((lo_d, hi_d, bad.any().to(torch.long))).tolist()
     if lo < 0 or hi + appended > capacity:
         need = (
