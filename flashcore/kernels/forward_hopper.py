@@ -143,6 +143,10 @@ VARIANTS = {
 # forward-single-tiles, 05d8363; A/B 0.98-1.02, logs/forward_single_tiles_ab_05d8363.json), so
 # both keep the pairs. Both modes run persistent.
 PERSISTENT = {False: True, True: True}
+# The output tile stored by the copy engine from shared memory (O_TMA), per q/k head dim, where
+# out has TMA strides: D64 and D128 have the shared memory for it (D128 192 KB with it); D256
+# and MLA's 192 would need 256 KB and 240 KB.
+O_TMA_FOR = {64: True, 128: True}
 # fp8 (kernels/fp8.py's inputs): tile configs per head dim, BLOCK_N dividing fp8.QUANT_BLOCK
 # (a key tile lies inside one key block's scale). Measured on the H100 beside each other at
 # S 4K-16K, causal and not (tools/fp8_hopper_probe.py, commits ea07c61 and b45f4b3,
@@ -560,7 +564,7 @@ if GLUON_AVAILABLE:
         wg: gl.constexpr, args, HEAD_DIM_V: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
         HAS_SINKS: gl.constexpr, QK_TAIL: gl.constexpr, FP8: gl.constexpr = False,
-        P_SCALE: gl.constexpr = 1.0, EXP2_EMULATED: gl.constexpr = 0,
+        P_SCALE: gl.constexpr = 1.0, EXP2_EMULATED: gl.constexpr = 0, O_TMA: gl.constexpr = False,
     ):  # fmt: skip
         """Consumer warpgroup `wg`: rows [64 wg, 64 wg + 64) of every work tile of this program.
         Q K^T reduces over q's head dim (the shared tiles' width); the output is HEAD_DIM_V wide.
@@ -569,7 +573,8 @@ if GLUON_AVAILABLE:
         and the output by v's per-channel scale / P_SCALE (kernels/fp8.py's recipes)."""
         outputs, qbuf, ring, turn, sched, qk_scale, fp8_args = args
         QScale, KScale, VScale, n_q_blocks, n_k_blocks, inv_p_scale, p_smem = fp8_args
-        Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok = outputs
+        Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok, o_store = outputs
+        o_desc, o_smem = o_store
         q_smem, q_tail, q_ready, q_empty = qbuf
         k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty = ring
         (
@@ -701,16 +706,29 @@ if GLUON_AVAILABLE:
                         + o_cols
                     )
                     out = out * gl.expand_dims(v_scale * inv_p_scale, 0)
-                o_ptrs = (
-                    Out
-                    + (batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh)
-                    + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
-                    + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
-                )
-                o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(
-                    o_cols < HEAD_DIM_V, 0
-                )
-                gl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
+                if O_TMA:
+                    o_buf = o_smem.index(wg)
+                    # The previous tile's store has read o_buf (the issuing thread waits, the
+                    # warpgroup's barrier tells the others).
+                    tma.store_wait(0)
+                    gl.thread_barrier()
+                    o_buf.store(out.to(dtype))
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    tma.async_copy_shared_to_global(
+                        o_desc, [batch, q_head, q_row0 + wg * ROWS, 0], o_buf
+                    )
+                else:
+                    o_ptrs = (
+                        Out
+                        + (batch.to(gl.int64) * stride_oz + q_head.to(gl.int64) * stride_oh)
+                        + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1)
+                        + gl.expand_dims(o_cols.to(gl.int64) * stride_ok, 0)
+                    )
+                    o_mask = gl.expand_dims(o_rows < seqlen_q, 1) & gl.expand_dims(
+                        o_cols < HEAD_DIM_V, 0
+                    )
+                    gl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
                 if STORE_LSE:
                     lse = gl.where(
                         sees_nothing, float("-inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634
@@ -719,6 +737,8 @@ if GLUON_AVAILABLE:
                     gl.store(Lse + lse_offset + rows.to(gl.int64), lse, mask=rows < seqlen_q)
                 it += n_tiles
                 local += 1
+        if O_TMA:  # the last store has read shared memory before the program exits
+            tma.store_wait(0)
 
     @gluon.jit
     def _fa3_fwd_kernel(
@@ -731,7 +751,7 @@ if GLUON_AVAILABLE:
         HEAD_DIM_V: gl.constexpr = 0, QK_TAIL: gl.constexpr = 0, q_tail_desc=None,
         k_tail_desc=None, QScale=None, KScale=None, VScale=None, n_q_blocks=None,
         n_k_blocks=None, inv_p_scale=None, FP8: gl.constexpr = False, P_SCALE: gl.constexpr = 1.0,
-        EXP2_EMULATED: gl.constexpr = 0,
+        EXP2_EMULATED: gl.constexpr = 0, O_TMA: gl.constexpr = False, o_desc=None,
     ):  # fmt: skip
         """Programs walk the work tiles (query tile x batch x head) t = pid, pid + grid, ...:
         a grid of one program per tile, or a persistent grid of one program per SM, which
@@ -746,7 +766,11 @@ if GLUON_AVAILABLE:
         FP8: q, k and v^T are e4m3 (kernels/fp8.py's ``Fp8Inputs``); v_desc describes v^T,
         (B, H, D, S_pad); QScale, KScale (per block of FP8_QUANT_BLOCK rows), VScale (per
         channel) and P_SCALE as fp8.py's kernel uses them. (None without FP8: constexpr
-        Nones add no kernel parameter, so the fp16/bf16 kernels compile as before.)"""
+        Nones add no kernel parameter, so the fp16/bf16 kernels compile as before.)
+
+        O_TMA: each consumer warpgroup writes its output tile to shared memory and the copy
+        engine stores it (o_desc over Out, ROWS x DV blocks; rows past Sq dropped), instead of
+        pointer stores from registers."""
         ROWS: gl.constexpr = 64
         DV: gl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
         MAIN: gl.constexpr = HEAD_DIM - QK_TAIL
@@ -805,7 +829,12 @@ if GLUON_AVAILABLE:
         )  # fmt: skip
         qbuf = (q_smem, q_tail, q_ready, q_empty)
         ring = (k_smem, k_tail, v_smem, k_ready, k_empty, v_ready, v_empty)
-        outputs = (Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok)
+        if O_TMA:  # each consumer warpgroup's output tile, for the copy engine's store
+            o_smem = gl.allocate_shared_memory(dtype, [NUM_WG, ROWS, DV], o_desc.layout)
+            o_store = (o_desc, o_smem)
+        else:
+            o_store = (q_desc, q_smem)  # unused stand-ins
+        outputs = (Out, Lse, Sinks, stride_oz, stride_oh, stride_om, stride_ok, o_store)
         if FP8:  # each consumer warpgroup's P tile, the A operand of its P V
             p_smem = gl.allocate_shared_memory(
                 dtype,
@@ -824,13 +853,13 @@ if GLUON_AVAILABLE:
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED)),
+                                 EXP2_EMULATED, O_TMA)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED)),
+                                 EXP2_EMULATED, O_TMA)),
                     (_consumer, (2, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED)),
+                                 EXP2_EMULATED, O_TMA)),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 4, 1],
@@ -841,10 +870,10 @@ if GLUON_AVAILABLE:
                 [
                     (_consumer, (0, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED)),
+                                 EXP2_EMULATED, O_TMA)),
                     (_consumer, (1, consumer, DV, BLOCK_N, STAGES, IS_CAUSAL, STORE_LSE,
                                  PINGPONG, HAS_SINKS, QK_TAIL, FP8, P_SCALE,
-                                 EXP2_EMULATED)),
+                                 EXP2_EMULATED, O_TMA)),
                     (_producer, (loads, BLOCK_N, STAGES, IS_CAUSAL, QK_TAIL, FP8)),
                 ],
                 [4, 1],
@@ -964,6 +993,8 @@ def _launch_args(
         exp2_emulated = 0 if is_causal else EXP2_EMULATED_FULL.get(head_dim, 0)
     if exp2_emulated:  # (0 adds nothing, so those kernels compile exactly as before)
         kwargs.update(EXP2_EMULATED=exp2_emulated)
+    if O_TMA_FOR.get(head_dim) and out.dtype == q.dtype and tma_strides_ok(out):
+        kwargs.update(O_TMA=True, o_desc=_descriptor(out, BLOCK_M_WG, head_dim_v))
     if qk_tail:  # (kernels without a tail get None there, as before: no descriptor to encode)
         kwargs.update(
             QK_TAIL=qk_tail,
@@ -1023,7 +1054,7 @@ class LeanHopperLaunch:
         out_slot, lse_slot, sinks_slot, scale_slot = self.slots
         args[out_slot], args[lse_slot], args[sinks_slot] = out, lse, sinks
         args[scale_slot] = (self.default if scale is None else scale) * LOG2E
-        tensors = (q, k, v)
+        tensors = (q, k, v, out)
         descs = tuple(
             (tensors[i], tensors[i].shape, tensors[i].stride(), block) for i, block in self.blocks
         )
@@ -1040,7 +1071,7 @@ def lean_launch(q, k, v, out, lse, *, store_lse, default_scale, **options):
     if frozen is None:
         return None
     named = dict(zip(_fa3_fwd_kernel.arg_names, args), **kwargs)
-    describes = dict(q_desc=0, k_desc=1, v_desc=2, q_tail_desc=0, k_tail_desc=1)
+    describes = dict(q_desc=0, k_desc=1, v_desc=2, q_tail_desc=0, k_tail_desc=1, o_desc=3)
     names = [_fa3_fwd_kernel.arg_names[slot] for slot in frozen[3]]
     if sorted(names) != sorted(n for n in describes if named.get(n) is not None):
         return None
