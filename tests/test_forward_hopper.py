@@ -244,6 +244,59 @@ def test_mla_head_dims_load_through_two_descriptors():
     assert "QK_TAIL" not in kw128 and "q_tail_desc" not in kw128 and kw128["HEAD_DIM_V"] == 0
 
 
+@pytest.mark.skipif(not fh.GLUON_AVAILABLE, reason="needs triton with Gluon")
+def test_output_tile_store_by_copy_engine_where_the_table_and_strides_allow():
+    """(CPU: descriptors only.) O_TMA (the output tile stored from shared memory by the copy
+    engine) at the head dims of O_TMA_FOR, with a descriptor over out itself in the
+    warpgroup's 64 x D_v blocks; pointer stores for D256 (no shared memory left for the tile)
+    and for an out whose strides a TMA descriptor cannot take."""
+    lse = torch.empty(1, 2, 256)
+    opts = dict(causal_offset=0, is_causal=False, qk_scale=0.1, store_lse=True, max_programs=4)
+    for d in (64, 128, 256):
+        q = torch.empty(1, 2, 256, d, dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        _, _, kw = fh._launch_args(q, q, q, out, lse, **opts)
+        assert kw.get("O_TMA", False) == bool(fh.O_TMA_FOR.get(d)) == (d != 256)
+        if d != 256:
+            assert kw["o_desc"].base is out and list(kw["o_desc"].block_shape) == [1, 1, 64, d]
+        # rows 2 * (d + 4) bytes apart: no multiple of 16, so no descriptor
+        odd = torch.empty(1, 2, 256, d + 4, dtype=torch.bfloat16)[..., :d]
+        _, _, kw = fh._launch_args(q, q, q, odd, lse, **opts)
+        assert "O_TMA" not in kw and "o_desc" not in kw
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("out_layout", ["bhsd", "bshd", "odd_rows"])
+def test_output_store_paths_error_rule(d, causal, out_layout):
+    """Both output stores against the float64 reference, on ragged lengths (the last tile's
+    rows past Sq must not be written): the copy engine's (contiguous out, and a (B, S, H, D)
+    view) and the pointer stores (rows a non-multiple of 16 bytes apart). Nothing outside out's
+    elements is written: the padding columns keep their NaN."""
+    q, k, v = _inputs(1, 4, 2, 333, 270, d, torch.bfloat16, "bhsd", seed=700 + d + causal)
+    shape = (*q.shape[:3], d)
+    if out_layout == "bhsd":
+        base = torch.full(shape, float("nan"), dtype=q.dtype, device="cuda")
+        out = base
+    elif out_layout == "bshd":
+        base = torch.full((1, 333, 4, d), float("nan"), dtype=q.dtype, device="cuda")
+        out = base.permute(0, 2, 1, 3)
+    else:
+        base = torch.full((*q.shape[:3], d + 4), float("nan"), dtype=q.dtype, device="cuda")
+        out = base[..., :d]
+    lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
+    off = causal_offset(333, 270, "bottom_right") if causal else 0
+    opts = dict(causal_offset=off, is_causal=causal, qk_scale=LOG2E / math.sqrt(d), store_lse=True)
+    _, _, kw = fh._launch_args(q, k, v, out, lse, **opts)
+    assert kw.get("O_TMA", False) == (out_layout != "odd_rows")
+    fh.attention_hopper(q, k, v, out, lse, **opts)
+    _check_out_and_lse(out, lse, q, k, v, causal=causal, causal_alignment="bottom_right")
+    if out_layout == "odd_rows":
+        assert torch.isnan(base[..., d:]).all()
+
+
 @needs_hopper
 @pytest.mark.gpu
 def test_supports_routes_the_rest():

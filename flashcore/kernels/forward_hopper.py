@@ -35,7 +35,9 @@ forward.py, with the same numerics contract):
   (192 for q and k, 128 for v: Q K^T reduces over 192, V's tile and the accumulator are 128
   wide, so neither product pays for a padded head dim);
 - q, k, v with unit stride along D, 16-byte aligned base pointers and every other stride a
-  nonzero multiple of 16 bytes (TMA descriptors); ``out`` any strides (pointer stores);
+  nonzero multiple of 16 bytes (TMA descriptors); ``out`` any strides (stored by the copy
+  engine from shared memory where a TMA descriptor takes them at D64/D128, ``O_TMA_FOR``;
+  pointer stores otherwise);
 - any Sq, Sk >= 1 (TMA zero-fills rows past the end; keys past Sk are masked), GQA/MQA
   (query head h reads KV head h // (Hq // Hkv)), non-causal and both causal alignments
   (``causal_offset`` as in forward.py), ``return_lse``;
@@ -144,8 +146,14 @@ VARIANTS = {
 # both keep the pairs. Both modes run persistent.
 PERSISTENT = {False: True, True: True}
 # The output tile stored by the copy engine from shared memory (O_TMA), per q/k head dim, where
-# out has TMA strides: D64 and D128 have the shared memory for it (D128 192 KB with it); D256
-# and MLA's 192 would need 256 KB and 240 KB.
+# out has TMA strides: D64 and D128 have the shared memory for it (D128 197 KB with it); D256
+# and MLA's 192 would need 256 KB and 240 KB. Pointer stores from the wgmma layout write each
+# row in 4-byte pieces, 16 bytes of a row per warp instruction. Measured on the H200 against
+# the pointer stores (tools/ab_timing.py --suite gluon_forward, 3 alternating rounds, commit
+# 2f0df95, logs/otma_ab_timing_2f0df95.json; TMA / pointer time, bitwise-equal outputs):
+#   D64  full 0.839 0.924 0.955 0.971, causal 0.946 0.982 0.960 0.983 (S 1K, 2K, 4K, 8K)
+#   D128 full 0.847 0.902 0.939 0.970, causal 0.843 0.871 0.919 0.964
+#   D256 (unchanged code path) 0.990-1.009
 O_TMA_FOR = {64: True, 128: True}
 # fp8 (kernels/fp8.py's inputs): tile configs per head dim, BLOCK_N dividing fp8.QUANT_BLOCK
 # (a key tile lies inside one key block's scale). Measured on the H100 beside each other at
