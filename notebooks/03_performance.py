@@ -741,17 +741,20 @@ targets26 = report_issue26(peers)
 # the H100 record's 3.02), so its ratios are evidence about the kernels, not a verdict on the
 # H100 targets. `perf.json` under `results/nvidia-h200/` is the same command as the H100 record
 # (bf16, FA4 4.0.0b36 beside cuDNN, SDPA flash and Flex in one process), recorded at commit
-# `197a1e9` (2026-11-29) and current (the status line below), with P's paired conversion
+# `9ba1831` (2026-11-30; the status line below says whether it is current), the first with the
+# Gluon forward's output tile stored by the copy engine at D=64 and D=128 (`O_TMA_FOR`, the
+# section "The output tile through the copy engine" below), P's paired conversion
 # (`1e7d429`) and D=64 causal on the Gluon kernel from S = 4K (the D=64 sweep below). Both
 # profiles render it; the issue's verdicts below are computed from it by the same functions as
-# the H100's above. Seven earlier runs of the same command that day are kept under
-# `results/nvidia-h200/logs/`: `perf_dc4c7c1.json` ran the forward before P's paired
+# the H100's above. Eight earlier runs of the same command are kept under
+# `results/nvidia-h200/logs/`: `perf_197a1e9.json` (2026-11-29) is the record this one replaced,
+# the same kernels with pointer stores of the output; seven ran the day before it: `perf_dc4c7c1.json` ran the forward before P's paired
 # conversion and with D=64 causal on the Triton kernel below 16K; `perf_a2d716f.json` and
 # `perf_8f70855.json` ran it, besides, before the masked softmax step's one compare per score
 # (`d2a5f9d`, the same output bytes; the section "Short causal tiles" below);
 # `perf_183806d.json`, `perf_ed2da23.json` and `perf_4f965a7.json` ran, besides, a D=128 Gluon
 # kernel that passed the ping-pong turn on an mbarrier (the section after next);
-# `perf_e1a4d8c.json` is the record this one replaced (commit `e1a4d8c`, the same day). The
+# `perf_e1a4d8c.json` is the record `197a1e9`'s replaced (commit `e1a4d8c`, the same day). The
 # run-to-run spread of each ratio is printed beside it.
 
 # %%
@@ -771,8 +774,10 @@ print(
 )
 h200_peers = peer_rows(h200_record)
 h200_targets = report_issue26(h200_peers)
-h200_runs = {"197a1e9 (perf.json)": h200_peers}
-for commit in ("dc4c7c1", "a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7", "e1a4d8c"):
+h200_runs = {f"{h200_record['provenance']['commit']} (perf.json)": h200_peers}
+for commit in (
+    "dc4c7c1", "a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7", "e1a4d8c", "197a1e9",
+):  # fmt: skip
     path = _results.RESULTS_DIR / H200 / "logs" / f"perf_{commit}.json"
     h200_runs[f"{commit} (logs)"] = peer_rows(_json.loads(path.read_text()))
 print(
@@ -812,18 +817,21 @@ print(
 )
 
 # %% [markdown]
-# On the H200 every issue 26 target is missed as well: flashcore / FA4 geomean 0.856, 0.910 and
-# 0.873 at D = 64, 128 and 256 in the record (0.835, 0.881 and 0.869 on the stale H100 record).
-# The runs before it put each head dim's geomean within a few hundredths of these (the table
-# above; D=64 rose from 0.836 at `dc4c7c1`, before its causal calls ran on the Gluon kernel from
-# 4K; `a2d716f`'s D=128 0.933 holds one disturbed FA4 timing, causal S = 2K at 0.373 ms against
-# 0.25 in the run before, and is 0.888 without that shape). The worst shapes: D=64 causal at
-# S = 8K (0.776), D=128 non-causal at 8K (0.879), D=256 causal at 16K (0.814). Against cuDNN
-# flashcore is at 0.968, 0.989 and 0.993 (geomeans over the same shapes). At S = 1K flashcore
-# reaches 0.801-0.915 of the better peer (cuDNN at every shape but D=256 non-causal, where FA4
-# is). D=128 non-causal runs at 628 and 620 TFLOP/s at S = 8K and 16K against the 700 target
-# (FA4: 715 and 672). More memory bandwidth leaves these compute-bound ratios where they were on
-# the H100: the gap is in the kernel.
+# On the H200 every issue 26 target is still missed: flashcore / FA4 geomean 0.875, 0.966 and
+# 0.877 at D = 64, 128 and 256 in the record (0.856, 0.910 and 0.873 at `197a1e9`, the run
+# before the copy engine stored the output; 0.835, 0.881 and 0.869 on the stale H100 record).
+# The output store moved D=128 most: above FA4 at S = 2K (both masks), 4K causal and 1K
+# non-causal (1.073), 0.966 of it over the geomean's shapes. D=256 keeps pointer stores (no
+# shared memory left for the tile) and moved only by run-to-run noise. The worst shapes: D=64
+# causal at S = 8K (0.816), D=128 causal at 16K (0.874), D=256 causal at 16K (0.823). Against
+# cuDNN flashcore is at 0.995, 1.068 and 1.004 (geomeans over the same shapes). At S = 1K
+# flashcore reaches 0.793-1.020 of the better peer; D=128 causal at 1K (0.808) still runs the
+# Triton kernel, which the dispatch probe of this commit measured at 350 TFLOP/s against the
+# Gluon kernel's 441 (`logs/dispatch_probe_9ba1831.json`; branch `dispatch-1k` moves that
+# shape and D=64 non-causal 1K/2K to the Gluon kernel, to land with the next re-record of this
+# record). D=128 non-causal runs at 644 and 626 TFLOP/s at S = 8K and 16K against the 700
+# target (FA4: 726 and 659). More memory bandwidth leaves these compute-bound ratios where they
+# were on the H100: the gap is in the kernel.
 
 # %% [markdown]
 # ### The ping-pong turn on a named barrier (D=128)
@@ -1136,6 +1144,67 @@ print("(TFLOP/s; triton: the Triton kernel alone; the rest the Gluon kernel forc
 print(" buffers at a0ed685, before the masked-step change; the shipped config and 64-key tiles at")
 print(" 18529b5, after it)")
 
+
+# %% [markdown]
+# ### The output tile through the copy engine
+#
+# Issue 26 lists the epilogue among the candidates to measure. Until `9ba1831` each consumer
+# warpgroup stored its 64 output rows with pointer stores from the `wgmma` accumulator layout:
+# a thread holds pairs of adjacent columns, so a warp's store instruction writes each of its
+# rows in 4-byte pieces, 16 bytes of a row at a time. Since then (`forward_hopper.O_TMA_FOR`,
+# D=64 and D=128, where `out`'s strides allow a TMA descriptor) the warpgroup writes the tile to
+# shared memory and the copy engine stores it (one bulk tensor copy, rows past Sq dropped by the
+# descriptor's bounds); the buffer is rewritten only after the previous tile's copy has read it,
+# so the store overlaps the next tile's work. D=128 takes 197 KB of shared memory with it;
+# D=256 and MLA's 192 would need 256 and 240 KB and keep the pointer stores. Offline for sm_90
+# the same registers and spills, and 86 / 100 `STG` instructions (D=64 / D=128) down to 6 / 4,
+# those of lse. The trial (commit `2f0df95`) beside the kernel before it, two trees alternating,
+# 3 rounds (`logs/otma_ab_timing_2f0df95.json`; its 454 GPU tests passed,
+# `logs/gpu_tests_trial_otma_2f0df95.log`), and beside it the other trial of the same session,
+# the O rescale issued before each P V at D=256 (`rescale-before-pv`, FlashAttention-4's order
+# where v's head dim passes 128; `logs/rbpv_ab_timing_0f1cf8b.json`, 454 tests passed):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("Gluon forward, B = the output tile stored by the copy engine over A = pointer stores:")
+print(table(ab_rows("otma_ab_timing_2f0df95.json"), ["shape", "time B / A", "range",
+                                                     "same bytes"], ab_formats))  # fmt: skip
+print("Gluon forward, B = the O rescale before each P V over A = after it (D=256 only differs):")
+print(table(ab_rows("rbpv_ab_timing_0f1cf8b.json"), ["shape", "time B / A", "range",
+                                                     "same bytes"], ab_formats))  # fmt: skip
+probe = _json.loads(
+    (_results.RESULTS_DIR / H200 / "logs" / "dispatch_probe_9ba1831.json").read_text()
+)
+probe_rows = {}
+for r in probe["rows"]:
+    mode = "causal" if r["causal"] else "full"
+    probe_rows.setdefault((r["D"], r["S"], mode), {})[r["impl"]] = r.get("tflops")
+print(
+    table(
+        [
+            {"D": d, "S": s_len, "mode": mode,
+             **{c: f"{t[c]:.0f}" for c in ("triton", "shipped", "flashcore", "cudnn")}}
+            for (d, s_len, mode), t in sorted(probe_rows.items())
+        ],
+        ["D", "S", "mode", "triton", "shipped", "flashcore", "cudnn"],
+    )
+)  # fmt: skip
+print("(TFLOP/s at 9ba1831, 3 rotated rounds: the Triton kernel alone, the Gluon kernel at its")
+print(" shipped config, what flashcore.attention ran by the dispatch table, SDPA cuDNN)")
+
+# %% [markdown]
+# The copy engine's store takes 0.84-0.98 of the time at D=64 and D=128, the most at S = 1K
+# (0.84-0.85 at D=128, both masks), where a work tile has the fewest key tiles to spread its
+# store over; the outputs are the same bytes. D=256, whose code path did not change, reads
+# 0.99-1.01. It is shipped, and `perf.json` above was recorded with it. The rescale before P V
+# reads 0.986-1.022 at D=256, within this harness's spread: not taken (D=64 and D=128 compile to
+# the same machine code in both trees and read 0.993-1.010, the harness's spread itself).
+#
+# The probe shows what the dispatch table now leaves on the table: at D=128 causal S = 1K the
+# Gluon kernel runs at 441 TFLOP/s (cuDNN 442) where the table still sends the call to the
+# Triton kernel (350), and at D=64 non-causal S = 1K and 2K it is about 5% faster than the
+# Triton kernel; D=64 causal stays far behind it at 1K and 2K. The table's change (branch
+# `dispatch-1k`) waits for the next re-record of `perf.json`, which the change would make stale.
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch
