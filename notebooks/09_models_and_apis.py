@@ -1248,8 +1248,9 @@ print(
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` is recorded with every door the issue names (at `6ae1e84`,
-# 2026-11-30; the runs at `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855`,
+# machines), `launch.json` is recorded with every door the issue names (at `9ba1831`,
+# 2026-11-30, the first with the Gluon forward's output stored by the copy engine; the runs at
+# `6ae1e84`, `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855`,
 # `a2d716f`, `dc4c7c1`, `e1a4d8c` and `5cd556f` are kept under `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
 # decode, or `attend_full_cache` for the growing cache), the torch op, SDPA's flash backend
@@ -1378,11 +1379,21 @@ if H200 in results.recorded_devices("launch"):
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# (`6ae1e84`) the op path is 0.89-2.20x SDPA's eager time where the function is 0.90-1.13x.
-# The function meets 1.10x at four shapes of six (B1 H8 S128, B8 H16 S512, B1 H32 S1024 and the
-# GQA prefill; it misses at both decode rows, 1.13x and 1.12x), the op at two (B1 H32 S1024 and
-# the GQA prefill; 1.11x at B8 H16 S512), the SDPA door and the flash_attn door at one each (GQA
-# prefill, where the GPU work hides most of the host). At `5cd556f`
+# (`9ba1831`) the op path is 0.74-2.15x SDPA's eager time where the function is 0.75-1.40x.
+# The function meets 1.10x at three shapes of six (B1 H8 S128, B8 H16 S512 and the GQA
+# prefill), the op, the SDPA door and the flash_attn door at one each (the GQA prefill, where
+# the GPU work hides the host). Two rows moved against `6ae1e84`'s record
+# (`logs/launch_6ae1e84.json`): the decode function 1.40x (1.13x; no decode code changed, and
+# that record's repeats spread 32-47 us), and B1 H32 S1024 D128, a shape the Gluon forward
+# serves, where the function reads 39.1 us against 34.2 and the op 62.0 against 34.5. There the
+# first of the five repeats ran at 34.0 and 34.4 us, GPU-bound (the kernel's graph replay is
+# 33.8 us), and the other four at 39.0-39.2 and 62-64: the host's cost per call crossed the
+# kernel's time after the first repeat. The lean launch now encodes a fourth TMA descriptor (the
+# output's), from a cache keyed on its address; whether that, or this host's drift between and
+# within processes (the A/B below), explains the rows is not resolved: an A/B of the doors
+# against `c3cadc1` (`tools/door_host_profile.py --base`) is the next GPU session's. In
+# `6ae1e84`'s record the function met 1.10x at four shapes (0.90-1.13x) and the op at two. At
+# `5cd556f`
 # (`logs/launch_5cd556f.json`) the function met it at the same four (0.86-1.39x; the decode
 # rows 1.39x and 1.15x) and the op at one; at `e1a4d8c` (`logs/launch_e1a4d8c.json`) the
 # function at three, the op at two; in the run at `a2d716f` the function at one, with no host
