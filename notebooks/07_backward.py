@@ -17,7 +17,8 @@
 # warp-specialized kernel on the H100, 9c: its swapped step on an H200, 9d: lse/delta folded
 # and dK's operand by head dim, 9e: the passes around the kernel, 9f: D256 on the kernel, with
 # today's records, 9g: D256's deterministic mode and four dQ accumulators, 9h: D64's dQ split
-# by rows, 9i: a bank conflict in the dQ store); (10) the profile.
+# by rows, 9i: a bank conflict in the dQ store, 9j: one partition per consumer warpgroup); (10)
+# the profile.
 
 # %% tags=["parameters"]
 PROFILE = "auto"  # "auto" | "gpu" | "cpu"
@@ -1802,7 +1803,9 @@ if H200 in recorded_devices("backward"):
     print_target_verdicts(read_result("backward", H200)["speed"])
 
 # %% [markdown] tags=[]
-# **Reading it.** Both H200 records printed above are current: `backward.json` and
+# **Reading it.** Both H200 records printed above were current until `2f0df95` (the Gluon
+# forward's output store; `forward_hopper.py` is in their fingerprint, the backward kernels
+# they ran are unchanged), and their status lines say stale since: `backward.json` and
 # `backward_ws_modes.json` were re-recorded at `197a1e9` (2026-11-29, one H200, FA4 4.0.0b36
 # beside; logs `logs/backward_grid_ab7bf12.log`, `logs/backward_speed_ab7bf12.log` and
 # `logs/backward_ws_modes_197a1e9.log`; `ab7bf12` has the same code as `197a1e9`). Their
@@ -1883,7 +1886,7 @@ print_ab([("four dQ accumulators", "ws_trial_partials_ab_timing_7b5f2cd.json")],
 # 0.841, 0.862, 0.857, 0.828 at S 2K–16K non-causal, against 0.759, 0.793, 0.875, 0.871 with
 # one (`logs/backward_ws_modes_{4633056,30baee0}.log`). So four are used up to Sk=4K
 # (`DQ_PARTIALS_MAX_SEQLEN_K`), one beyond; `e0ca4cc`'s record read 0.847, 0.867, 0.883,
-# 0.873, and the current one (`197a1e9`, printed in 9f) reads 0.849, 0.883, 0.897, 0.876.
+# 0.873, and the latest one (`197a1e9`, printed in 9f) reads 0.849, 0.883, 0.897, 0.876.
 # The chain model predicts the largest gain at 16K, where the chains are longest; the
 # measurement does not show one there, so the model explains part of the cost at short S and
 # not what remains. The price: four fp32 copies of dQ (at B·S=16K, H·D=2048,
@@ -1922,7 +1925,7 @@ print_ab([("dQ split by rows at D64", "ws_trial_dqrows_ab_timing_ec8d9c7.json")]
 # Triton at D64 0.950 and 1.003 at S 2K and 4K full, 1.10 and 1.21 from 8K, 1.14–1.29 causal.
 # The rule applied to it moves `deterministic=False` at D64 causal onto the ordered mode
 # (1.010–1.021x the atomic one there) and D64 full's atomic mode from 4K to 2K; the default
-# table is unchanged. The current tables' record, at `197a1e9` on the same kernels (printed in
+# table is unchanged. The latest tables' record, at `197a1e9` on the same kernels (printed in
 # 9f), derives the same tables: the same grid result (366 cases, 0 failed, worst 0.950,
 # bitwise 24 of 24), deterministic / Triton at D64 0.972 and 1.026 at S 2K and 4K full, 1.155
 # and 1.214 from 8K, 1.148–1.282 causal, and ordered / atomic at D64 causal 1.007–1.032.
@@ -2053,6 +2056,36 @@ print_ab([("dQ 32-byte swizzle", "ws_trial_dqsw32_d256_ab_timing_4efb827.json")]
 # the atomic mode loses too (32 boxes a step where it was 8), so the order is not the whole
 # story; none of this was profiled. Main keeps the 128-byte swizzle; the one gain (the atomic
 # mode at D64 non-causal, opt-in) is too narrow to carry a second layout for.
+
+# %% [markdown] tags=[]
+# ## 9j. One partition per consumer warpgroup (measured, not taken)
+#
+# The module's known limits say the two consumer warpgroups meet three times a step: they are
+# one 8-warp partition, and Triton puts a barrier of the whole partition before each mbarrier
+# wait and arrive and where its own analysis orders shared memory (offline SASS at D128: three
+# 256-thread `BAR.SYNC`s a step). Branch `ws-wg-partitions` (`771a788`) makes each warpgroup a
+# partition of its own (4 warps, 240 registers; the loader and the dQ writer unchanged), so
+# those barriers cover one warpgroup, and the two meet once a step, on a hardware named barrier
+# after both halves of dS^T are in shared memory (FlashAttention-3's one barrier there); one
+# warpgroup publishes the step to the workers after it. dQ's operands are sliced per warpgroup
+# (rows at D64, columns at D128). At D128 dK had to read dS^T from shared memory: from registers
+# ptxas serialized every wgmma of the step in the 4-warp partition (C7512; with the 8-warp
+# consumers, section 9h's A/B measured the two sources within 0.98–1.03). Offline for sm_90: 5
+# wgmma waits a step per partition at both head dims, 0 spills at D128, 4–20 bytes at D64 (0–4
+# on main). On one H200 (2026-11-30) its 68 warp-specialized GPU tests passed
+# (`logs/gpu_tests_ws_trial_wgpart_771a788.log`), and against main at `c3cadc1` (three
+# alternating rounds), old / new (above 1 = the trial faster):
+
+# %% tags=[]
+print_ab([("partition per warpgroup", "ws_trial_wgpart_ab_timing_771a788.json")], old_is_b=False)
+
+# %% [markdown] tags=[]
+# Slower nearly everywhere: 0.90–0.91 in the atomic mode at D64 causal (where main's dQ split
+# is by columns, here 32-column slices of K), 0.95–0.97 for the deterministic mode at D128
+# causal, 0.965–0.994 elsewhere; only the deterministic non-causal rows at D128 and at D64 S=16K
+# read above 1 (1.001–1.014). The extra barriers were not what the step waited on: the
+# warpgroups still meet once a step on dS^T, and the spills and shared-memory dK operand the
+# split cost outweigh what the narrower barriers save. Main keeps one consumer partition.
 
 # %% [markdown] tags=[]
 # ## 10. Where the time goes: Nsight Compute

@@ -951,7 +951,7 @@ else:
 # Section 4's record timed the forward + backward at 256K again (5c): 1.029× (full) and
 # 0.977× (causal), on the same sides of 1.0 as here.
 #
-# ### 5c. Forward + backward in the current record (`dacc006`)
+# ### 5c. Forward + backward in the latest record (`dacc006`)
 #
 # Section 4's record times the ring's forward + backward (the Gluon backward per block) and
 # PyTorch CP's, with the cuDNN and the flash backend, on its inputs (B 1, Hq 8, Hkv 2, D 128,
