@@ -1106,15 +1106,20 @@ def ab_rows(name):
 
 
 ab_formats = {"time B / A": "{:.3f}"}
-print("Gluon forward, B = one compare per score (shipped) over A = the step before it:")
-print(table(ab_rows("masklimit_ab_timing_a0ed685.json"), ["shape", "time B / A", "range",
-                                                          "same bytes"], ab_formats))  # fmt: skip
-print("Gluon forward, B = P converted two values at a time (shipped) over A = one by one:")
-print(table(ab_rows("ppack_ab_timing_99cda77.json"), ["shape", "time B / A", "range",
-                                                      "same bytes"], ab_formats))  # fmt: skip
-print("Triton forward, B = the trial over A = the shipped kernel:")
-print(table(ab_rows("tmask_ab_timing_dc4c7c1.json"), ["shape", "time B / A", "range",
-                                                      "same bytes"], ab_formats))  # fmt: skip
+
+
+def print_ab(title, name):
+    """One A/B log of tools/ab_timing.py under a title: per shape, B's time over A's."""
+    print(title)
+    print(table(ab_rows(name), ["shape", "time B / A", "range", "same bytes"], ab_formats))
+
+
+print_ab("Gluon forward, B = one compare per score (shipped) over A = the step before it:",
+         "masklimit_ab_timing_a0ed685.json")  # fmt: skip
+print_ab("Gluon forward, B = P converted two values at a time (shipped) over A = one by one:",
+         "ppack_ab_timing_99cda77.json")  # fmt: skip
+print_ab("Triton forward, B = the trial over A = the shipped kernel:",
+         "tmask_ab_timing_dc4c7c1.json")  # fmt: skip
 short_tiles = {}  # (D, S, mode) -> {implementation: TFLOP/s}, both logs' runs side by side
 impls = {"forward_qbufs_a0ed685.json": {"triton": "triton", "q1": "1 Q buffer", "q2": "2 Q buffers"},
          "forward_bn64_d64_18529b5.json": {"shipped": "shipped", "bn64": "64 keys",
@@ -1166,12 +1171,10 @@ print(" 18529b5, after it)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("Gluon forward, B = the output tile stored by the copy engine over A = pointer stores:")
-print(table(ab_rows("otma_ab_timing_2f0df95.json"), ["shape", "time B / A", "range",
-                                                     "same bytes"], ab_formats))  # fmt: skip
-print("Gluon forward, B = the O rescale before each P V over A = after it (D=256 only differs):")
-print(table(ab_rows("rbpv_ab_timing_0f1cf8b.json"), ["shape", "time B / A", "range",
-                                                     "same bytes"], ab_formats))  # fmt: skip
+print_ab("Gluon forward, B = the output tile stored by the copy engine over A = pointer stores:",
+         "otma_ab_timing_2f0df95.json")  # fmt: skip
+print_ab("Gluon forward, B = the O rescale before each P V over A = after it (D=256 only differs):",
+         "rbpv_ab_timing_0f1cf8b.json")  # fmt: skip
 probe = _json.loads(
     (_results.RESULTS_DIR / H200 / "logs" / "dispatch_probe_9ba1831.json").read_text()
 )
