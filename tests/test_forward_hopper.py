@@ -269,23 +269,26 @@ def test_output_tile_store_by_copy_engine_where_the_table_and_strides_allow():
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("out_layout", ["bhsd", "bshd", "odd_rows"])
+@pytest.mark.parametrize("out_layout", ["bhsd", "bshd", "padded_rows", "odd_rows"])
 def test_output_store_paths_error_rule(d, causal, out_layout):
-    """Both output stores against the float64 reference, on ragged lengths (the last tile's
-    rows past Sq must not be written): the copy engine's (contiguous out, and a (B, S, H, D)
-    view) and the pointer stores (rows a non-multiple of 16 bytes apart). Nothing outside out's
-    elements is written: the padding columns keep their NaN."""
+    """Both output stores against the float64 reference, on ragged lengths: the copy engine's
+    (contiguous out, a (B, S, H, D) view, and rows [0, Sq) of a longer buffer, whose rows past
+    Sq the last tile's copy must drop) and the pointer stores (rows a non-multiple of 16 bytes
+    apart). Nothing outside out's elements is written: the padding keeps its NaN."""
     q, k, v = _inputs(1, 4, 2, 333, 270, d, torch.bfloat16, "bhsd", seed=700 + d + causal)
-    shape = (*q.shape[:3], d)
+    nan = dict(dtype=q.dtype, device="cuda")
     if out_layout == "bhsd":
-        base = torch.full(shape, float("nan"), dtype=q.dtype, device="cuda")
-        out = base
+        base = out = torch.full((*q.shape[:3], d), float("nan"), **nan)
+        padding = base[..., :0]
     elif out_layout == "bshd":
-        base = torch.full((1, 333, 4, d), float("nan"), dtype=q.dtype, device="cuda")
-        out = base.permute(0, 2, 1, 3)
+        base = torch.full((1, 333, 4, d), float("nan"), **nan)
+        out, padding = base.permute(0, 2, 1, 3), base[..., :0]
+    elif out_layout == "padded_rows":  # 333 rows of 384: the last 64-row tile crosses Sq
+        base = torch.full((1, 4, 384, d), float("nan"), **nan)
+        out, padding = base[:, :, :333], base[:, :, 333:]
     else:
-        base = torch.full((*q.shape[:3], d + 4), float("nan"), dtype=q.dtype, device="cuda")
-        out = base[..., :d]
+        base = torch.full((*q.shape[:3], d + 4), float("nan"), **nan)
+        out, padding = base[..., :d], base[..., d:]
     lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
     off = causal_offset(333, 270, "bottom_right") if causal else 0
     opts = dict(causal_offset=off, is_causal=causal, qk_scale=LOG2E / math.sqrt(d), store_lse=True)
@@ -293,8 +296,7 @@ def test_output_store_paths_error_rule(d, causal, out_layout):
     assert kw.get("O_TMA", False) == (out_layout != "odd_rows")
     fh.attention_hopper(q, k, v, out, lse, **opts)
     _check_out_and_lse(out, lse, q, k, v, causal=causal, causal_alignment="bottom_right")
-    if out_layout == "odd_rows":
-        assert torch.isnan(base[..., d:]).all()
+    assert torch.isnan(padding).all()
 
 
 @needs_hopper

@@ -1028,11 +1028,11 @@ def attention_hopper(q, k, v, out, lse, **options):
 class LeanHopperLaunch:
     """One call signature's launch, frozen after its first (checked) call: the compiled
     kernel's direct launcher, the grid and the argument list, with the output, lse, scale
-    and the TMA descriptors (q, k, v, and q's and k's tails where QK_TAIL) filled in per call
-    (the descriptors encoded once per address, shape and strides, see
-    ``_launch.DirectKernel``). Lives in the forward's launch cache (``forward.cached_launch``),
-    keyed there on everything this freezes. ``blocks``: per descriptor slot, which of q, k,
-    v (0, 1, 2) it describes and its block."""
+    and the TMA descriptors (q, k, v, q's and k's tails where QK_TAIL, the output's where
+    O_TMA) filled in per call (the descriptors encoded once per address, shape and strides,
+    see ``_launch.DirectKernel``). Lives in the forward's launch cache
+    (``forward.cached_launch``), keyed there on everything this freezes. ``blocks``: per
+    descriptor slot, which of q, k, v, out (0, 1, 2, 3) it describes and its block."""
 
     __slots__ = ("direct", "grid", "template", "slots", "blocks", "lse_shape", "default")
 
