@@ -1109,8 +1109,11 @@ ab_formats = {"time B / A": "{:.3f}"}
 
 
 def print_ab(title, name):
-    """One A/B log of tools/ab_timing.py under a title: per shape, B's time over A's."""
+    """One A/B log of tools/ab_timing.py under a title and its provenance (device, date, A's
+    commit, B's): per shape, B's time over A's."""
+    log = _json.loads((_results.RESULTS_DIR / H200 / "logs" / name).read_text())
     print(title)
+    print(f"  {name}: {describe(log)}; B = {log.get('other_commit')}")
     print(table(ab_rows(name), ["shape", "time B / A", "range", "same bytes"], ab_formats))
 
 
@@ -1192,8 +1195,9 @@ print(
         ["D", "S", "mode", "triton", "shipped", "flashcore", "cudnn"],
     )
 )  # fmt: skip
-print("(TFLOP/s at 9ba1831, 3 rotated rounds: the Triton kernel alone, the Gluon kernel at its")
-print(" shipped config, what flashcore.attention ran by the dispatch table, SDPA cuDNN)")
+print("dispatch_probe_9ba1831.json:", describe(probe))
+print("(TFLOP/s, 3 rotated rounds: the Triton kernel alone, the Gluon kernel at its shipped")
+print(" config, what flashcore.attention ran by the dispatch table, SDPA cuDNN)")
 
 # %% [markdown]
 # The copy engine's store takes 0.84-0.98 of the time at D=64 and D=128, the most at S = 1K
