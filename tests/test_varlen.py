@@ -95,3 +95,29 @@ def test_empty_batch_returns_empty():
     q = torch.randn(0, 2, 16, dtype=DTYPE)
     cu = torch.zeros(1, dtype=torch.int32)
     assert attention_varlen(q, q, q, cu, cu, 0, 0).shape == (0, 2, 16)
+
+
+@pytest.mark.gpu
+def test_gpu_offsets_check_waits_for_the_device_once_per_tensor():
+    """check_lengths=True reads each offsets tensor once (two waits for the device a call),
+    counted by PyTorch's synchronization debug mode (a prototype: a wait it misses is not
+    counted)."""
+    import warnings
+
+    gen = torch.Generator().manual_seed(3)
+    lens = [5, 17, 9]
+    cu = torch.tensor([0, 5, 22, 31], dtype=torch.int32, device=DEVICE)
+    q, k, v = (
+        torch.randn(sum(lens), 4, 64, generator=gen).to(torch.float16).to(DEVICE) for _ in range(3)
+    )
+    attention_varlen(q, k, v, cu, cu, max(lens), max(lens))  # compiled outside the count
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            attention_varlen(q, k, v, cu, cu, max(lens), max(lens))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    waits = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    assert len(waits) == 2, waits
