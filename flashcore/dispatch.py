@@ -52,14 +52,20 @@ from .kernels import forward_hopper as _hopper
 #   D=192 full   S=128 150 vs 95 (pers 139), S=256 251 vs 121, S=512 417 vs 144
 #   D=192 causal S=128 70 vs 65, S=256 134 vs 103, S=512 237 vs 144
 # S=128 is the shortest measured: shorter calls stay on the Triton kernel.
+# D=64 full and D=128 causal moved to 1K on an H200 after the output tile's store by the copy
+# engine (forward_hopper.O_TMA_FOR, commit 9ba1831, 3 rotated rounds,
+# logs/dispatch_probe_9ba1831.json), TFLOP/s Gluon vs Triton:
+#   D=64  full   S=1K 419 vs 397, S=2K 452 vs 430
+#   D=64  causal S=1K 159 vs 317, S=2K 244 vs 374 (unchanged: from 4K)
+#   D=128 causal S=1K 441 vs 350 (cuDNN 442)
 # Calls the Gluon kernel cannot compute (``forward_hopper.supports``: windows, softcap,
 # float32, other head dims or pairs, non-TMA strides, not Hopper) and calls with an explicit
 # ``config`` always run the Triton kernel.
 FORWARD_GLUON_FROM = {
-    (64, False): 4096,
+    (64, False): 1024,
     (64, True): 4096,
     (128, False): 1024,
-    (128, True): 2048,
+    (128, True): 1024,
     (256, False): 1024,
     (256, True): 1024,
     (192, False): 128,
