@@ -741,14 +741,18 @@ targets26 = report_issue26(peers)
 # the H100 record's 3.02), so its ratios are evidence about the kernels, not a verdict on the
 # H100 targets. `perf.json` under `results/nvidia-h200/` is the same command as the H100 record
 # (bf16, FA4 4.0.0b36 beside cuDNN, SDPA flash and Flex in one process), recorded at commit
-# `9ba1831` (2026-11-30; the status line below says whether it is current), the first with the
-# Gluon forward's output tile stored by the copy engine at D=64 and D=128 (`O_TMA_FOR`, the
-# section "The output tile through the copy engine" below), P's paired conversion
-# (`1e7d429`) and D=64 causal on the Gluon kernel from S = 4K (the D=64 sweep below). Both
-# profiles render it; the issue's verdicts below are computed from it by the same functions as
-# the H100's above. Eight earlier runs of the same command are kept under
-# `results/nvidia-h200/logs/`: `perf_197a1e9.json` (2026-11-29) is the record this one replaced,
-# the same kernels with pointer stores of the output; seven ran the day before it: `perf_dc4c7c1.json` ran the forward before P's paired
+# `b697e0c` (2026-11-30; the status line below says whether it is current), the first with the
+# dispatch table sending D=128 causal and D=64 non-causal to the Gluon kernel from S = 1K
+# (branch `dispatch-1k`, merged at `395c11b`; the probe in "The output tile through the copy
+# engine" below) and the varlen offsets read once (`5fe1d16`, no kernel change). Its kernels
+# are those of `9ba1831`: the Gluon forward's output tile stored by the copy engine at D=64 and
+# D=128 (`O_TMA_FOR`), P's paired conversion (`1e7d429`) and D=64 causal on the Gluon kernel
+# from S = 4K (the D=64 sweep below). Both profiles render it; the issue's verdicts below are
+# computed from it by the same functions as the H100's above. Nine earlier runs of the same
+# command are kept under `results/nvidia-h200/logs/`: `perf_9ba1831.json` (the same day) is
+# the record this one replaced, the same kernels under the old dispatch table;
+# `perf_197a1e9.json` (2026-11-29) ran them with pointer stores of the output; seven ran the day
+# before it: `perf_dc4c7c1.json` ran the forward before P's paired
 # conversion and with D=64 causal on the Triton kernel below 16K; `perf_a2d716f.json` and
 # `perf_8f70855.json` ran it, besides, before the masked softmax step's one compare per score
 # (`d2a5f9d`, the same output bytes; the section "Short causal tiles" below);
@@ -777,6 +781,7 @@ h200_targets = report_issue26(h200_peers)
 h200_runs = {f"{h200_record['provenance']['commit']} (perf.json)": h200_peers}
 for commit in (
     "dc4c7c1", "a2d716f", "8f70855", "183806d", "ed2da23", "4f965a7", "e1a4d8c", "197a1e9",
+    "9ba1831",
 ):  # fmt: skip
     path = _results.RESULTS_DIR / H200 / "logs" / f"perf_{commit}.json"
     h200_runs[f"{commit} (logs)"] = peer_rows(_json.loads(path.read_text()))
@@ -817,21 +822,21 @@ print(
 )
 
 # %% [markdown]
-# On the H200 every issue 26 target is still missed: flashcore / FA4 geomean 0.875, 0.966 and
-# 0.877 at D = 64, 128 and 256 in the record (0.856, 0.910 and 0.873 at `197a1e9`, the run
-# before the copy engine stored the output; 0.835, 0.881 and 0.869 on the stale H100 record).
-# The output store moved D=128 most: above FA4 at S = 2K (both masks), 4K causal and 1K
-# non-causal (1.073), 0.966 of it over the geomean's shapes. D=256 keeps pointer stores (no
-# shared memory left for the tile) and moved only by run-to-run noise. The worst shapes: D=64
-# causal at S = 8K (0.816), D=128 causal at 16K (0.874), D=256 causal at 16K (0.823). Against
-# cuDNN flashcore is at 0.995, 1.068 and 1.004 (geomeans over the same shapes). At S = 1K
-# flashcore reaches 0.793-1.020 of the better peer; D=128 causal at 1K (0.808) still runs the
-# Triton kernel, which the dispatch probe of this commit measured at 350 TFLOP/s against the
-# Gluon kernel's 441 (`logs/dispatch_probe_9ba1831.json`; branch `dispatch-1k` moves that
-# shape and D=64 non-causal 1K/2K to the Gluon kernel, to land with the next re-record of this
-# record). D=128 non-causal runs at 644 and 626 TFLOP/s at S = 8K and 16K against the 700
-# target (FA4: 726 and 659). More memory bandwidth leaves these compute-bound ratios where they
-# were on the H100: the gap is in the kernel.
+# On the H200 every issue 26 target is still missed: flashcore / FA4 geomean 0.917, 0.968 and
+# 0.870 at D = 64, 128 and 256 in the record (0.875, 0.966 and 0.877 at `9ba1831`, the same
+# kernels a few hours before; 0.856, 0.910 and 0.873 at `197a1e9`, before the copy engine stored
+# the output; 0.835, 0.881 and 0.869 on the stale H100 record). D=64's rise is mostly FA4's:
+# its causal S = 2K read 301 TFLOP/s in this run against 389 in the one before, which puts
+# flashcore at 1.255 of it there; the run-to-run columns above show how far one shape moves a
+# geomean. The worst shapes: D=64 causal at S = 8K (0.841), D=128 causal at 16K (0.888), D=256
+# causal at 2K and 16K (0.836, 0.837). D=128 meets the S = 1K target on this record. Against cuDNN flashcore is at 0.994, 1.068 and
+# 1.004 (geomeans over the same shapes). At S = 1K flashcore reaches 0.780-1.025 of the better
+# peer: the dispatch change moved D=128 causal 1K from 0.808 to 1.020 (460 TFLOP/s against the
+# Triton kernel's 356 in the run before) and D=64 non-causal 1K to 0.941 (418 against 393);
+# D=256 (0.780 causal, 0.799 non-causal) is the S = 1K miss that remains. D=128 non-causal
+# runs at 656 and 639 TFLOP/s at S = 8K and 16K against the 700 target (FA4: 728 and 689).
+# More memory bandwidth leaves these compute-bound ratios where they were on the H100: the gap
+# is in the kernel.
 
 # %% [markdown]
 # ### The ping-pong turn on a named barrier (D=128)
@@ -1025,6 +1030,8 @@ print(table(d64_after_rows, list(d64_after_rows[0]), {"triton": "{:.0f}", "dispa
 # `flashcore_triton` rows of the forward table above). Below 4K the Triton kernel stays: 0.65 at
 # 2K, 0.48 at 1K, the short-tile cost the next section explains. This move was measured on the
 # H200 only (no H100 was lent since); the table's comment says so.
+# Non-causal moved later, from 4K to 1K (`395c11b`, after the output store: the dispatch probe
+# in "The output tile through the copy engine" below), so "table now" reads gluon there.
 
 # %% [markdown]
 # ### Short causal tiles
@@ -1207,11 +1214,12 @@ print(" config, what flashcore.attention ran by the dispatch table, SDPA cuDNN)"
 # reads 0.986-1.022 at D=256, within this harness's spread: not taken (D=64 and D=128 compile to
 # the same machine code in both trees and read 0.993-1.010, the harness's spread itself).
 #
-# The probe shows what the dispatch table now leaves on the table: at D=128 causal S = 1K the
-# Gluon kernel runs at 441 TFLOP/s (cuDNN 442) where the table still sends the call to the
-# Triton kernel (350), and at D=64 non-causal S = 1K and 2K it is about 5% faster than the
-# Triton kernel; D=64 causal stays far behind it at 1K and 2K. The table's change (branch
-# `dispatch-1k`) waits for the next re-record of `perf.json`, which the change would make stale.
+# The probe showed what the dispatch table left on the table: at D=128 causal S = 1K the
+# Gluon kernel ran at 441 TFLOP/s (cuDNN 442) where the table sent the call to the Triton
+# kernel (350), and at D=64 non-causal S = 1K and 2K it was about 5% faster than the Triton
+# kernel; D=64 causal stays far behind it at 1K and 2K. The table now sends both from S = 1K
+# (`dispatch.FORWARD_GLUON_FROM`, merged at `395c11b`), and `perf.json` above was re-recorded
+# with it: D=128 causal 1K at 1.020 of the better peer (was 0.808).
 
 # %% [markdown]
 # ## The prior reports' regime: short sequences, latency per launch

@@ -1803,18 +1803,18 @@ if H200 in recorded_devices("backward"):
     print_target_verdicts(read_result("backward", H200)["speed"])
 
 # %% [markdown] tags=[]
-# **Reading it.** Both H200 records printed above were current until `2f0df95` (the Gluon
-# forward's output store; `forward_hopper.py` is in their fingerprint, the backward kernels
-# they ran are unchanged), and their status lines say stale since: `backward.json` and
-# `backward_ws_modes.json` were re-recorded at `197a1e9` (2026-11-29, one H200, FA4 4.0.0b36
-# beside; logs `logs/backward_grid_ab7bf12.log`, `logs/backward_speed_ab7bf12.log` and
-# `logs/backward_ws_modes_197a1e9.log`; `ab7bf12` has the same code as `197a1e9`). Their
-# kernels are those of sections 9g and 9h; the records before them went stale on host-path and
-# dispatch-file edits, not on kernel changes. `backward.json`'s 438-case gradient grid passed
-# (0 failed, worst ratio 0.865), and its D256 default rows are section 9g's kernel (four dQ
-# accumulators up to S=4K). The tables' record passed its 366 grid cases (0 failed, worst
-# 0.950) with bitwise repeats equal at 24 of 24 shapes, and the rule applied to it derives
-# the three tables `dispatch.py` ships, unchanged (the test ties them to it).
+# **Reading it.** `backward.json` was re-recorded at `b697e0c` (2026-11-30, one H200, FA4
+# 4.0.0b36 beside; its grid part and its speed part ran in two device calls at that commit and
+# were merged by `tools/merge_backward_records.py`); the backward kernels it ran are those of
+# sections 9g and 9h, unchanged since `197a1e9`, whose record it replaces
+# (`logs/backward_197a1e9.json`): it went stale on the forward's output store (`2f0df95`,
+# `forward_hopper.py` is in its fingerprint) and the merged dispatch and varlen edits
+# (`395c11b`), none of them in a backward kernel. Its 438-case gradient grid passed (0 failed,
+# worst ratio 0.865). `backward_ws_modes.json`, the tables' record, is still `197a1e9`'s and its
+# status line says stale for the same reason: it was not re-run this session (its kernels did
+# not change). At `197a1e9` it passed its 366 grid cases (0 failed, worst 0.950) with bitwise
+# repeats equal at 24 of 24 shapes, and the rule applied to it derives the three tables
+# `dispatch.py` ships, unchanged (the test ties them to it).
 #
 # The records these replace, kept as logs: `backward.json` at `081dfd2`
 # (`logs/backward_{grid,speed}_081dfd2.log`: 438 cases, 0 failed, worst 0.865), stale after
@@ -1832,21 +1832,19 @@ if H200 in recorded_devices("backward"):
 #
 # At D256 the warp-specialized kernel is 1.28–1.41x the Triton backward in its deterministic
 # mode and 1.49–1.61x in its atomic one (`197a1e9`'s tables' record; 1.27–1.42x and
-# 1.50–1.69x in `b7475c1`'s repeat). Through autograd (`197a1e9`), the default
-# (deterministic) is at geomean **0.975 of FA4** (0.926–1.000 per shape; 0.974 at `081dfd2`,
-# 0.952 on `1d2b6b0`'s record, before section 9g's change, and 0.719 on the Triton backward)
-# and 0.948 of cuDNN (0.960 at `081dfd2`); with `deterministic=False` the atomic mode runs, at
-# **1.09–1.15x FA4 and 1.02–1.20x cuDNN at every shape** (1.09–1.16x and 1.01–1.20x at
-# `081dfd2`). Both D256 FA4 targets hold on the current record, as they did at `081dfd2`:
-# geomean ≥ 0.95 and no D256 shape below 0.90 (the lowest, S=2K full, 0.926, and 4K full
-# 0.958; 0.930 and 0.954 at `081dfd2`, 0.843 and 0.897 before section 9g's change). Forward +
-# backward, the default is at 0.979 of FA4 at D256. D64 reads 0.776 of FA4 (0.744 at
-# `081dfd2`, before section 9h's change) and D128 0.865 (0.856 at `081dfd2`, an unchanged
-# kernel); forward + backward 0.821 and 0.907. One D128 row reads low in both records, S=2K
-# causal: 0.750 now (0.760 at `081dfd2`, 0.846 in `a221cd9`'s sweep), a sample with a wide
-# interval (median 0.957 ms, bootstrap 0.843–1.044, P95 1.45) on a kernel that did not change,
-# where `deterministic=False`, which the tables send to the same kernel in the same ordered
-# mode at this shape, read 0.848 ms in the same run.
+# 1.50–1.69x in `b7475c1`'s repeat). Through autograd (`b697e0c`), the default
+# (deterministic) is at geomean **0.972 of FA4** (0.918–0.990 per shape; 0.975 at `197a1e9`,
+# 0.974 at `081dfd2`, 0.952 on `1d2b6b0`'s record, before section 9g's change, and 0.719 on the
+# Triton backward) and 0.943 of cuDNN (0.948 at `197a1e9`); with `deterministic=False` the
+# atomic mode runs, at **1.08–1.18x FA4 and 1.01–1.19x cuDNN at every shape** (1.09–1.15x and
+# 1.02–1.20x at `197a1e9`). Both D256 FA4 targets hold on the current record, as they did at
+# `197a1e9` and `081dfd2`: geomean ≥ 0.95 and no D256 shape below 0.90 (the lowest, S=2K full,
+# 0.918; 0.926 at `197a1e9`, 0.843 before section 9g's change). Forward + backward, the default
+# is at 0.974 of FA4 at D256. D64 reads 0.760 of FA4 (0.776 at `197a1e9`, 0.744 at `081dfd2`,
+# before section 9h's change) and D128 0.861 (0.865 at `197a1e9`): the same kernels, so the
+# difference is run-to-run spread; forward + backward 0.812 and 0.919 (0.821 and 0.907). The
+# D128 row that read low in the last two records, S=2K causal (0.750 at `197a1e9`, 0.760 at
+# `081dfd2`), reads 0.838 here: that sample's wide interval, not the kernel.
 #
 # **The tables moved with unchanged D64/D128 kernels** at `e0ca4cc`. Against `30baee0`'s
 # record, `e0ca4cc`'s read D128 S=2K non-causal ordered / atomic 0.994 (was 1.027) and D64 S=4K
@@ -1944,12 +1942,14 @@ print_ab([("dQ split by rows at D64", "ws_trial_dqrows_ab_timing_ec8d9c7.json")]
 # The autograd sweep beside FA4 at `a221cd9` (`logs/backward_speed_a221cd9.json`, printed
 # below), the first after this change, is a log, not a record: `backward.json` needs its grid
 # part at the same commit, not run that session. The current sweep is `backward.json` at
-# `197a1e9`, on the same kernels, printed in 9f. At `a221cd9` the default / FA4 geomean read
+# `b697e0c`, on the same kernels, printed in 9f. At `a221cd9` the default / FA4 geomean read
 # D64 0.754 (0.744 at `081dfd2`), D128 0.850 (0.856, unchanged kernel), D256 0.966 (0.974);
 # forward + backward / FA4 at D128 0.930. At `197a1e9`: D64 0.776, D128 0.865, D256 0.975;
-# forward + backward 0.821, 0.907, 0.979. D64 moved by less than the A/B because below S=8K
+# forward + backward 0.821, 0.907, 0.979; at `b697e0c` 0.760, 0.861, 0.972 and 0.812, 0.919,
+# 0.974. D64 moved by less than the A/B because below S=8K
 # non-causal the default still runs the Triton backward, and FA4's own D64 numbers move by up
-# to 8% between runs (causal 8K 499 TFLOP/s at `081dfd2`, 541 at `a221cd9`, 496 at `197a1e9`).
+# to 8% between runs (causal 8K 499 TFLOP/s at `081dfd2`, 541 at `a221cd9`, 496 at `197a1e9`,
+# 502 at `b697e0c`).
 
 # %% tags=[]
 speed_log = h200_logs / "backward_speed_a221cd9.json"

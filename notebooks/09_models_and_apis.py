@@ -1248,8 +1248,9 @@ print(
 #
 # No H100 was lent after `6c8aae4`, so the H100 record above stays stale. On the H200 (the same
 # sm_90 part with more memory; host costs are the host's, so they do not transfer between the
-# machines), `launch.json` is recorded with every door the issue names (at `9ba1831`,
-# 2026-11-30, the first with the Gluon forward's output stored by the copy engine; the runs at
+# machines), `launch.json` is recorded with every door the issue names (at `b697e0c`,
+# 2026-11-30, the first with D128 causal S = 1K on the Gluon forward (the dispatch table of
+# `395c11b`) and the second with its output stored by the copy engine; the runs at `9ba1831`,
 # `6ae1e84`, `bf63fc6`, `081dfd2`, `ed2da23`, `4f965a7`, `183806d`, `8f70855`,
 # `a2d716f`, `dc4c7c1`, `e1a4d8c` and `5cd556f` are kept under `logs/`): the
 # function (`flashcore.attention`, or `attention_with_kvcache` with `check_lengths=False` for
@@ -1375,23 +1376,42 @@ if H200 in results.recorded_devices("launch"):
     # read as resolved only where the rows that run the check leave that span
     inside = all(min(same_code) <= x <= max(same_code) for x in runs_check.values())
     print(f"those rows inside that span: {inside}; the saving resolved by this run: {not inside}")
+    # Every door at 395c11b (A: the output stored by the copy engine, the dispatch from S 1K)
+    # against c3cadc1 (B: before both), 4 rounds: did the store's descriptor cost the host?
+    store_ab, store_rows = read_door_ab("door_host_ab_395c11b_c3cadc1.json")
+    print(f"\nevery door, {store_ab['provenance']['commit']} (A) against c3cadc1 (B), "
+          f"{store_ab['rounds_done']} rounds:")  # fmt: skip
+    print(table(store_rows, list(store_rows[0]),
+                {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
+    spread = {
+        tree: [x[tree]["B1 H32 S1024 D128"]["flashcore"] for x in store_ab["rounds"]]
+        for tree in ("A", "B")
+    }
+    print("B1 H32 S1024 D128, the function, each round (us): "
+          + "; ".join(f"{t} " + " ".join(f"{x:.1f}" for x in v) for t, v in spread.items()))  # fmt: skip
 
 # %% [markdown]
 # **Reading it.** The op layer's own cost fell from 24.6 us per call over the kernel function
 # (register_autograd alone) to 5.3 us in the same process; `custom_op` is 33.3. In the record
-# (`9ba1831`) the op path is 0.74-2.15x SDPA's eager time where the function is 0.75-1.40x.
-# The function meets 1.10x at three shapes of six (B1 H8 S128, B8 H16 S512 and the GQA
-# prefill), the op, the SDPA door and the flash_attn door at one each (the GQA prefill, where
-# the GPU work hides the host). Two rows moved against `6ae1e84`'s record
-# (`logs/launch_6ae1e84.json`): the decode function 1.40x (1.13x; no decode code changed, and
-# that record's repeats spread 32-47 us), and B1 H32 S1024 D128, a shape the Gluon forward
-# serves, where the function reads 39.1 us against 34.2 and the op 62.0 against 34.5. There the
-# first of the five repeats ran at 34.0 and 34.4 us, GPU-bound (the kernel's graph replay is
-# 33.8 us), and the other four at 39.0-39.2 and 62-64: the host's cost per call crossed the
-# kernel's time after the first repeat. The lean launch now encodes a fourth TMA descriptor (the
-# output's), from a cache keyed on its address; whether that, or this host's drift between and
-# within processes (the A/B below), explains the rows is not resolved: an A/B of the doors
-# against `c3cadc1` (`tools/door_host_profile.py --base`) is the next GPU session's. In
+# (`b697e0c`) the op path is 0.76-2.49x SDPA's eager time where the function is 0.73-1.95x.
+# The function meets 1.10x at four shapes of six (B1 H8 S128, B8 H16 S512, B1 H32 S1024 and
+# the GQA prefill; it misses at both decode rows, 1.95x and 1.15x), the op at two (B1 H32
+# S1024 and the GQA prefill), the flash_attn door at one (the GQA prefill) and the SDPA door at
+# none (1.18-3.56x). The previous record (`9ba1831`, `logs/launch_9ba1831.json`) had two rows
+# that moved against the one before it with no host code changed: B1 H32 S1024 D128, the
+# function 39.1 us against 34.2 and the op 62.0 against 34.5, and the decode function 1.40x
+# against 1.13x. The lean launch had just begun encoding a fourth TMA descriptor (the
+# output's), so the doors were timed against the tree before that change (`c3cadc1`), two
+# trees taking turns in fresh processes (the table above, 4 rounds): at B1 H32 S1024 the
+# function took 0.953 of `c3cadc1`'s time and the op 0.985, at B1 H8 S128 0.969 and 0.974; the
+# flash_attn door read 1.134 at B1 H32 S1024 (A's rounds 50-76 us, B's 62-67) and 0.990 at B1
+# H8 S128. A's function time at B1 H32 S1024 ranged 24-38 us between rounds (B's 34-36, the
+# Triton kernel there, GPU-bound): this host's drift covers the 39/62 us row, and no door
+# shows the 5-28 us that row added, so the output's descriptor is not what moved it; a few
+# microseconds either way are below what four rounds resolve. In this record that shape reads
+# 23.6 us (function) and 30.9 (op), now on the Gluon kernel (dispatch change at `395c11b`);
+# the decode function's 1.95x (44.2 us against SDPA's 22.6) is on unchanged decode code, the
+# same drift. In
 # `6ae1e84`'s record the function met 1.10x at four shapes (0.90-1.13x) and the op at two. At
 # `5cd556f`
 # (`logs/launch_5cd556f.json`) the function met it at the same four (0.86-1.39x; the decode
@@ -1416,7 +1436,7 @@ if H200 in results.recorded_devices("launch"):
 # differ by more than some changes measured: SDPA default's own time at B1 H8 S128 was 18.8 us
 # in the run of the tree at `cd532a1` (`logs/launch_cd532a1.json`), 25.4 at `081dfd2`, 25.7 at
 # `bf63fc6`, 29.1 at `183806d`, 18.7 at `8f70855`, 26.9 at `a2d716f`, 24.8 at `dc4c7c1`, 19.0
-# at `e1a4d8c`, 22.8 at `5cd556f` and 27.5 in this record; so ratios are read within one run,
+# at `e1a4d8c`, 22.8 at `5cd556f`, 27.5 at `6ae1e84`, 20.0 at `9ba1831` and 16.9 in this record; so ratios are read within one run,
 # never across runs.
 #
 # **The SDPA door's decode, a GPU-time bug the first record showed.** At `081dfd2` the door
