@@ -1342,18 +1342,21 @@ if H200 in results.recorded_devices("launch"):
         ]  # fmt: skip
         return log, rows
 
-    door_ab, door_ab_rows = read_door_ab("door_host_ab_8f789b9.json")
-    print(f"\nevery door, {door_ab['provenance']['commit']}'s code in both columns (an A/A "
-          f"run; see below), {door_ab['rounds_done']} rounds:")  # fmt: skip
-    print(table(door_ab_rows, list(door_ab_rows[0]),
-                {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
+    def print_door_ab(name, heading):
+        """Print one such log under ``heading`` (``{commit}``: its A tree's commit)."""
+        log, rows = read_door_ab(name)
+        title = heading.format(commit=log["provenance"]["commit"])
+        print(f"\n{title}, {log['rounds_done']} rounds:")
+        print(table(rows, list(rows[0]),
+                    {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
+        return log, rows
+
+    print_door_ab("door_host_ab_8f789b9.json",
+                  "every door, {commit}'s code in both columns (an A/A run; see below)")  # fmt: skip
     # Every door at 6ae1e84 (A) against the tree before it (B): the length check's one wait is
     # the only package code between them, and only the flash_attn door's decode rows run the check
-    check_ab, check_rows = read_door_ab("door_host_ab_6ae1e84.json")
-    print(f"\nevery door, {check_ab['provenance']['commit']} (A) against the tree before it (B), "
-          f"{check_ab['rounds_done']} rounds:")  # fmt: skip
-    print(table(check_rows, list(check_rows[0]),
-                {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
+    _, check_rows = print_door_ab("door_host_ab_6ae1e84.json",
+                                  "every door, {commit} (A) against the tree before it (B)")  # fmt: skip
     runs_check = {
         r["shape"]: r["A / B"]
         for r in check_rows
@@ -1378,11 +1381,8 @@ if H200 in results.recorded_devices("launch"):
     print(f"those rows inside that span: {inside}; the saving resolved by this run: {not inside}")
     # Every door at 395c11b (A: the output stored by the copy engine, the dispatch from S 1K)
     # against c3cadc1 (B: before both), 4 rounds: did the store's descriptor cost the host?
-    store_ab, store_rows = read_door_ab("door_host_ab_395c11b_c3cadc1.json")
-    print(f"\nevery door, {store_ab['provenance']['commit']} (A) against c3cadc1 (B), "
-          f"{store_ab['rounds_done']} rounds:")  # fmt: skip
-    print(table(store_rows, list(store_rows[0]),
-                {"A us": "{:.1f}", "B us": "{:.1f}", "A / B": "{:.3f}"}))  # fmt: skip
+    store_ab, _ = print_door_ab("door_host_ab_395c11b_c3cadc1.json",
+                                "every door, {commit} (A) against c3cadc1 (B)")  # fmt: skip
     spread = {
         tree: [x[tree]["B1 H32 S1024 D128"]["flashcore"] for x in store_ab["rounds"]]
         for tree in ("A", "B")
